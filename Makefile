@@ -1,0 +1,45 @@
+# A newcomer runs two commands (README.md): `make demo` and `make test`.
+# Downloads are cached under the home directory: pip in ~/.cache/pip, Maven in ~/.m2,
+# the Kafka jars in ~/.cache/spotcap.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install lint format kafka-jars bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the main job on the embedded default (everything under ./.spotcap).
+demo: install
+	$(BIN)/spotcap demo
+
+## Install everything the tests need, then run the whole suite; the tests start the servers
+## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers.py.
+test: install kafka-jars
+	$(BIN)/pytest
+
+kafka-jars: install
+	$(BIN)/python infra/servers.py fetch-kafka
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/mypy --strict tests bench infra/servers.py
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install kafka-jars
+	$(BIN)/python bench/codec.py
+	$(BIN)/python bench/log.py
+
+clean:
+	rm -rf $(VENV) .spotcap .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,250 @@
+"""The one codec: envelopes to bytes and back.
+
+Framing (DESIGN.md §3):
+
+* **Avro single-object encoding** (the default): ``C3 01``, the writer schema's CRC-64-AVRO
+  fingerprint (8 bytes, little-endian), then the Avro binary body.
+* **Confluent wire format** (when a schema registry is configured): ``00``, the registry's
+  4-byte big-endian schema id, then the body.
+
+Decoding reads the framing, finds the writer schema (by fingerprint among the schemas this
+build knows: the current catalogue and every released version; or by id from the registry),
+and resolves it against the current reader schema, so records written by an older or newer
+release decode (schema evolution). Schemas are parsed once per codec.
+
+The codec parses copies of the schemas with their logical types removed: timestamps stay
+integer microseconds and uuids stay strings, which is what the generated event classes hold,
+and it skips fastavro's per-field conversions on the hot path. The parsing canonical form,
+hence the fingerprint, does not contain logical types, so the bytes are unchanged.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from schemas.catalogue import envelope_schema
+from schemas.errors import (
+    UNKNOWN_ORIGIN,
+    BadMagicError,
+    CodecError,
+    CorruptRecordError,
+    EncodeError,
+    Origin,
+    TruncatedRecordError,
+    UnknownSchemaError,
+)
+from schemas.events import PAYLOAD_TYPES, Envelope
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = b"\x00"
+_FINGERPRINT = struct.Struct("<Q")
+_SCHEMA_ID = struct.Struct(">I")
+RELEASED_DIR = Path(__file__).parent / "released"
+
+
+def schema_fingerprint(schema: Mapping[str, Any]) -> int:
+    """CRC-64-AVRO fingerprint of a schema's parsing canonical form, as the spec defines it."""
+    canonical = to_parsing_canonical_form(fastavro.parse_schema(dict(schema), _force=True))
+    return int(fingerprint(canonical, "CRC-64-AVRO"), 16)
+
+
+def strip_logical_types(schema: Any) -> Any:
+    """A copy of `schema` without ``logicalType`` annotations (see the module docstring)."""
+    if isinstance(schema, dict):
+        return {k: strip_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [strip_logical_types(s) for s in schema]
+    return schema
+
+
+@cache
+def released_schemas() -> tuple[Mapping[str, Any], ...]:
+    """Every released envelope schema, oldest first (``schemas/released/envelope-vNNNN.avsc``)."""
+    import json
+
+    return tuple(
+        json.loads(path.read_text()) for path in sorted(RELEASED_DIR.glob("envelope-v*.avsc"))
+    )
+
+
+class SchemaRegistry(Protocol):
+    """The part of a Confluent-compatible schema registry the codec uses."""
+
+    def register(self, subject: str, schema: Mapping[str, Any]) -> int: ...
+
+    def schema(self, schema_id: int) -> Mapping[str, Any]: ...
+
+
+class Codec:
+    """Encodes and decodes envelopes; one per process is plenty (it is immutable after init)."""
+
+    def __init__(
+        self,
+        reader_schema: Mapping[str, Any] | None = None,
+        known_schemas: Iterable[Mapping[str, Any]] | None = None,
+        registry: SchemaRegistry | None = None,
+        subject: str = "spotcap.Envelope",
+    ) -> None:
+        reader = dict(reader_schema if reader_schema is not None else envelope_schema())
+        self._reader = fastavro.parse_schema(strip_logical_types(reader), _force=True)
+        self.fingerprint = schema_fingerprint(reader)
+        self._header = SINGLE_OBJECT_MAGIC + _FINGERPRINT.pack(self.fingerprint)
+        # Writer schemas by fingerprint; None as reader means "same as the writer".
+        self._writers: dict[int, tuple[Any, Any]] = {self.fingerprint: (self._reader, None)}
+        for schema in released_schemas() if known_schemas is None else known_schemas:
+            self.add_writer_schema(schema)
+        self._registry = registry
+        self._registry_writers: dict[int, tuple[Any, Any]] = {}
+        if registry is not None:
+            schema_id = registry.register(subject, reader)
+            self._header = CONFLUENT_MAGIC + _SCHEMA_ID.pack(schema_id)
+            self._registry_writers[schema_id] = (self._reader, None)
+
+    def add_writer_schema(self, schema: Mapping[str, Any]) -> int:
+        """Make records written with `schema` decodable; returns its fingerprint."""
+        fp = schema_fingerprint(schema)
+        if fp not in self._writers:
+            parsed = fastavro.parse_schema(strip_logical_types(dict(schema)), _force=True)
+            self._writers[fp] = (parsed, self._reader)
+        return fp
+
+    @property
+    def known_fingerprints(self) -> frozenset[int]:
+        return frozenset(self._writers)
+
+    # -- encoding ---------------------------------------------------------------------------
+
+    def encode(self, envelope: Envelope) -> bytes:
+        """The framed bytes of one envelope."""
+        out = io.BytesIO()
+        out.write(self._header)
+        payload = envelope.payload
+        record = {
+            "event_id": envelope.event_id,
+            "event_type": envelope.event_type,
+            "occurred_at": envelope.occurred_at,
+            "recorded_at": envelope.recorded_at,
+            "region": envelope.region,
+            "key": envelope.key,
+            "causation_id": envelope.causation_id,
+            "correlation_id": envelope.correlation_id,
+            "producer": envelope.producer,
+            "payload": (payload.RECORD_NAME, payload.to_avro()),
+        }
+        try:
+            fastavro.schemaless_writer(out, self._reader, record)
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as error:
+            raise EncodeError(
+                f"{envelope.event_type} {envelope.event_id} does not fit the schema: {error}"
+            ) from error
+        return out.getvalue()
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def decode(self, data: bytes, origin: Origin = UNKNOWN_ORIGIN) -> Envelope:
+        """One envelope from framed bytes; a `CodecError` naming `origin` if that fails."""
+        writer, reader, body_start = self._writer_for(data, origin)
+        stream = io.BytesIO(data)
+        stream.seek(body_start)
+        try:
+            record: Any = fastavro.schemaless_reader(stream, writer, reader, return_record_name=True)
+        except (EOFError, struct.error) as error:
+            raise TruncatedRecordError(
+                f"the Avro body ends early ({len(data)} bytes in all): {error or 'EOF'}", origin
+            ) from error
+        except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError) as error:
+            raise CorruptRecordError(f"the Avro body does not decode: {error}", origin) from error
+        trailing = len(data) - stream.tell()
+        if trailing:
+            raise CorruptRecordError(
+                f"{trailing} bytes left over after the record: not one whole record", origin
+            )
+        return _envelope(record, origin)
+
+    def _writer_for(self, data: bytes, origin: Origin) -> tuple[Any, Any, int]:
+        if data[:2] == SINGLE_OBJECT_MAGIC:
+            if len(data) < 10:
+                raise TruncatedRecordError(
+                    f"{len(data)} bytes; a single-object record has a 10-byte header", origin
+                )
+            (fp,) = _FINGERPRINT.unpack_from(data, 2)
+            found = self._writers.get(fp)
+            if found is None:
+                raise UnknownSchemaError(
+                    f"writer schema fingerprint {fp:016x} is not one this build knows "
+                    f"({len(self._writers)} known): the record was written by a newer or "
+                    "foreign producer; upgrade spotcap or add that schema to schemas/released/",
+                    origin,
+                )
+            return found[0], found[1], 10
+        if data[:1] == CONFLUENT_MAGIC and len(data) >= 5:
+            (schema_id,) = _SCHEMA_ID.unpack_from(data, 1)
+            return *self._registry_writer(schema_id, origin), 5
+        if not data:
+            raise TruncatedRecordError("empty record", origin)
+        raise BadMagicError(
+            f"starts with {data[:2].hex(' ')}; expected c3 01 (Avro single-object encoding) "
+            "or 00 (Confluent wire format): this is not a spotcap event",
+            origin,
+        )
+
+    def _registry_writer(self, schema_id: int, origin: Origin) -> tuple[Any, Any]:
+        found = self._registry_writers.get(schema_id)
+        if found is not None:
+            return found
+        if self._registry is None:
+            raise UnknownSchemaError(
+                f"Confluent-framed record (schema id {schema_id}) but no schema registry is "
+                "configured: set SPOTCAP_SCHEMA_REGISTRY_URL",
+                origin,
+            )
+        try:
+            schema = self._registry.schema(schema_id)
+        except Exception as error:  # the registry's own error says what went wrong
+            raise UnknownSchemaError(
+                f"schema id {schema_id} not resolvable in the registry: {error}", origin
+            ) from error
+        parsed = fastavro.parse_schema(strip_logical_types(dict(schema)), _force=True)
+        found = (parsed, self._reader)
+        self._registry_writers[schema_id] = found
+        return found
+
+
+def _envelope(record: Mapping[str, Any], origin: Origin) -> Envelope:
+    try:
+        name, body = record["payload"]
+        payload = PAYLOAD_TYPES[name].from_avro(body)
+        return Envelope(
+            event_id=record["event_id"],
+            event_type=record["event_type"],
+            occurred_at=record["occurred_at"],
+            recorded_at=record["recorded_at"],
+            region=record["region"],
+            key=record["key"],
+            causation_id=record["causation_id"],
+            correlation_id=record["correlation_id"],
+            producer=record["producer"],
+            payload=payload,
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise CorruptRecordError(
+            f"decoded, but not a valid envelope ({type(error).__name__}: {error})", origin
+        ) from error
+
+
+__all__ = [
+    "CONFLUENT_MAGIC",
+    "SINGLE_OBJECT_MAGIC",
+    "Codec",
+    "CodecError",
+    "SchemaRegistry",
+    "schema_fingerprint",
+]

@@ -1,0 +1,264 @@
+"""The `spotcap` command line: readable tables for people, `--json` for machines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from spotcap.config import ConfigError, Settings
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _fail(message: str, hint: str = "") -> None:
+    err_console.print(f"[bold red]error:[/] {message}")
+    if hint:
+        err_console.print(f"[dim]{hint}[/]")
+    sys.exit(1)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Data directory holding all state of a run (default $SPOTCAP_HOME, else ./.spotcap).",
+)
+@click.option("--region", default=None, help="Region name; prefixes topics (default: dev).")
+@click.option(
+    "--kafka",
+    "kafka_bootstrap",
+    default=None,
+    metavar="HOST:PORT",
+    help="Use Kafka at these bootstrap servers instead of the embedded log "
+    "(default $SPOTCAP_KAFKA_BOOTSTRAP).",
+)
+@click.pass_context
+def main(
+    ctx: click.Context, home: Path | None, region: str | None, kafka_bootstrap: str | None
+) -> None:
+    """spotcap: interruptible work on reclaimable capacity, kept trustworthy.
+
+    Every notice, placement, drain, loss and fallback is an Avro event on a log (Kafka, or
+    Avro files under the data directory when nothing is configured).
+    """
+    try:
+        ctx.obj = Settings.load(home=home, region=region, kafka_bootstrap=kafka_bootstrap)
+    except ConfigError as error:
+        _fail(str(error))
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
+def events(as_json: bool) -> None:
+    """List the event catalogue: every event type, its topic, key and meaning."""
+    _print_catalogue(as_json)
+
+
+def _print_catalogue(as_json: bool) -> None:
+    from schemas.catalogue import event_types
+    from schemas.codec import Codec
+
+    types = event_types()
+    if as_json:
+        _emit_json(
+            [
+                {
+                    "event_type": t.name,
+                    "record": t.record_name,
+                    "topic": t.topic,
+                    "key": t.key,
+                    "doc": t.doc,
+                    "fields": [f["name"] for f in t.schema["fields"]],
+                }
+                for t in types
+            ]
+        )
+        return
+    table = Table(title=f"spotcap event catalogue ({len(types)} event types)", show_lines=False)
+    table.add_column("event type", style="bold")
+    table.add_column("topic")
+    table.add_column("key")
+    table.add_column("fields", justify="right")
+    table.add_column("what it records")
+    for t in types:
+        table.add_row(t.name, t.topic, t.key, str(len(t.schema["fields"])), _first_sentence(t.doc))
+    console.print(table)
+    console.print(
+        f"Envelope fingerprint (CRC-64-AVRO): {Codec().fingerprint:016x}. "
+        "Field-level docs: docs/events.md."
+    )
+
+
+# -- schemas ----------------------------------------------------------------------------------
+
+
+@main.group()
+def schemas() -> None:
+    """Check and release the event schemas (full compatibility, DESIGN.md §3)."""
+
+
+@schemas.command("check")
+@click.option(
+    "--schemas",
+    "schema_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Check the .avsc files in this folder instead of the installed catalogue.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
+    """Refuse a schema change that is not fully compatible with the last released version.
+
+    A reader of the new schema must read records of the released one, and a reader of the
+    released one must read records of the new one (new event types may be added).
+    Exits 1 when the change is incompatible.
+    """
+    from schemas.catalogue import CatalogueError, envelope_schema, load_schema_dir
+    from schemas.compat import check_against_released
+
+    try:
+        current = load_schema_dir(schema_dir) if schema_dir else envelope_schema()
+    except CatalogueError as error:
+        _fail(str(error), "fix the schema file named above")
+        return
+    result = check_against_released(current)
+    if as_json:
+        _emit_json(
+            {
+                "compatible": result.compatible,
+                "released_version": result.released_version,
+                "changed": result.changed,
+                "added_event_types": list(result.added_event_types),
+                "problems": [str(p) for p in result.problems],
+            }
+        )
+    elif result.compatible:
+        version = result.released_version
+        if version is None:
+            console.print("No released schema yet: run `spotcap schemas release`.")
+        elif not result.changed:
+            console.print(f"[green]ok[/]: the schemas match released version {version}.")
+        else:
+            added = ", ".join(result.added_event_types) or "none"
+            console.print(
+                f"[green]ok[/]: fully compatible with released version {version} "
+                f"(new event types: {added}). Record it with `spotcap schemas release`."
+            )
+    else:
+        err_console.print(
+            f"[bold red]incompatible[/] with released version {result.released_version}:"
+        )
+        for problem in result.problems:
+            err_console.print(f"  - {problem}")
+        err_console.print(
+            "[dim]Give new fields a default, keep removed fields' defaults, never change a "
+            "field's type or remove an event type; see docs/events.md#evolution.[/]"
+        )
+    sys.exit(0 if result.compatible else 1)
+
+
+@schemas.command("release")
+def schemas_release() -> None:
+    """Record the current schemas as the next released version (schemas/released/)."""
+    from schemas.catalogue import envelope_schema
+    from schemas.compat import release
+
+    try:
+        version, path = release(envelope_schema())
+    except ValueError as error:
+        _fail(str(error))
+        return
+    console.print(f"released schema version {version}: {path}")
+
+
+# -- topics -----------------------------------------------------------------------------------
+
+
+@main.group()
+def topics() -> None:
+    """Create and inspect the region's topics (on Kafka or in the embedded log)."""
+
+
+@topics.command("apply")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+@click.pass_obj
+def topics_apply(settings: Settings, as_json: bool) -> None:
+    """Create missing topics and bring existing ones to their configuration; idempotent."""
+    from spotcap.wiring import describe_log, open_log
+    from streams.log import LogError
+    from streams.topics import region_topics
+
+    specs = region_topics(settings.region)
+    try:
+        log = open_log(settings)
+        changes = log.apply_topics(specs)
+    except LogError as error:
+        _fail(str(error))
+        return
+    if as_json:
+        _emit_json([{"topic": c.name, "action": c.action, "detail": c.detail} for c in changes])
+        return
+    by_name = {s.name: s for s in specs}
+    table = Table(title=f"topics of region {settings.region} ({describe_log(settings)})")
+    for column in ("topic", "partitions", "retention", "cleanup", "action", "detail"):
+        table.add_column(column)
+    for change in changes:
+        spec = by_name[change.name]
+        retention = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000} d"
+        table.add_row(
+            change.name,
+            str(spec.partitions),
+            retention,
+            "compact" if spec.compacted else "delete",
+            change.action,
+            change.detail,
+        )
+    console.print(table)
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.pass_obj
+def demo(settings: Settings) -> None:
+    """Run the main job on the embedded default.
+
+    Until the region simulator lands this sets up the region's topics in the data directory
+    and prints the event catalogue the simulation will write.
+    """
+    from spotcap.wiring import describe_log, open_log
+    from streams.topics import region_topics
+
+    log = open_log(settings)
+    created = [c for c in log.apply_topics(region_topics(settings.region)) if c.action == "created"]
+    console.print(
+        f"region [bold]{settings.region}[/]: {describe_log(settings)} "
+        f"({len(created)} topics created)"
+    )
+    _print_catalogue(as_json=False)
+
+
+if __name__ == "__main__":
+    main()

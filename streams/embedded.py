@@ -1,0 +1,425 @@
+"""The embedded event log: Avro container-file segments under the data directory.
+
+Layout under ``<home>/log``::
+
+    <topic>/topic.json                     partitions, retention, compaction
+    <topic>/<partition>/<base offset>.avro segments (Avro object container files)
+    _groups/<group>.json                   committed next offsets of a consumer group
+    .writer.lock                           held by the one process that may append
+
+Durability (the fsync policy): `Producer.flush` writes each partition's queued records as one
+block, then fsyncs the segment before it returns, so every record `flush` has acknowledged
+survives `kill -9` and power loss. A block being written when the writer dies is torn; the
+next writer cuts the segment back to the last whole block (`Partition.repair`). Commits of
+consumer offsets are written to a temporary file, fsynced and renamed into place.
+
+One process appends at a time (an exclusive `flock`); any number of processes read. Each
+consumer group has one member, which reads every partition of its topics: the embedded log is
+for one machine, so it needs no rebalancing. Keys go to partitions by Kafka's murmur2
+partitioner, records without a key to partition 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from streams.log import (
+    DeliveryError,
+    Headers,
+    LogError,
+    Record,
+    TopicChange,
+    TopicPartition,
+    TopicSpec,
+)
+from streams.partitioner import partition_for
+from streams.segment import (
+    Block,
+    decode_block,
+    encode_block,
+    fsync_dir,
+    new_segment,
+    read_header,
+    scan_blocks,
+)
+
+SEGMENT_BYTES = 64 * 1024 * 1024
+_POLL_INTERVAL_S = 0.01
+
+
+class Partition:
+    """One partition's segments, read incrementally as they grow."""
+
+    def __init__(self, topic: str, number: int, directory: Path) -> None:
+        self.topic = topic
+        self.number = number
+        self.directory = directory
+        self._bases: list[int] = []  # base offset of each segment, ascending
+        self._blocks: dict[int, list[Block]] = {}  # per segment base: whole blocks seen
+        self._scanned: dict[int, int] = {}  # per segment base: file position scanned to
+        self._syncs: dict[int, bytes] = {}
+        # The last decoded block: consumers read a block in several polls.
+        self._decoded: tuple[tuple[int, int], list[Record]] | None = None
+        self.refresh()
+
+    def _path(self, base: int) -> Path:
+        return self.directory / f"{base:020d}.avro"
+
+    def refresh(self) -> None:
+        """Pick up new segments and new whole blocks written since the last look."""
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.avro"))
+        for base in bases:
+            if base not in self._blocks:
+                self._blocks[base] = []
+                self._scanned[base] = 0
+        self._bases = bases
+        for base in bases:  # whole older segments once; after that only the newest grow
+            if self._scanned[base] == 0 or base in bases[-2:]:
+                self._scan(base)
+
+    def _scan(self, base: int) -> None:
+        path = self._path(base)
+        size = path.stat().st_size if path.exists() else 0
+        if size <= self._scanned[base]:
+            return
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if base not in self._syncs:
+            sync, start = read_header(data)
+            self._syncs[base] = sync
+            self._scanned[base] = start
+        blocks, end = scan_blocks(data, self._syncs[base], self._scanned[base])
+        self._blocks[base].extend(blocks)
+        self._scanned[base] = end
+
+    @property
+    def end_offset(self) -> int:
+        for base in reversed(self._bases):
+            blocks = self._blocks[base]
+            if blocks:
+                return blocks[-1].first_offset + blocks[-1].count
+            return base
+        return 0
+
+    def read(self, offset: int, max_records: int) -> list[Record]:
+        """Up to `max_records` records from `offset` on (as far as has been scanned)."""
+        out: list[Record] = []
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for base in self._bases[i:]:
+            blocks = self._blocks[base]
+            starts = [b.first_offset for b in blocks]
+            j = max(0, bisect.bisect_right(starts, offset) - 1)
+            for block in blocks[j:]:
+                if block.first_offset + block.count <= offset:
+                    continue
+                for record in self._decode(base, block):
+                    if record.offset >= offset:
+                        out.append(record)
+                        if len(out) >= max_records:
+                            return out
+        return out
+
+    def _decode(self, base: int, block: Block) -> list[Record]:
+        key = (base, block.position)
+        if self._decoded is None or self._decoded[0] != key:
+            self._decoded = (key, list(decode_block(block, self.topic, self.number)))
+        return self._decoded[1]
+
+    # -- writer side (only under the writer lock) -----------------------------------------
+
+    def repair(self) -> int:
+        """Cut a torn tail off the newest segment; returns the bytes removed."""
+        if not self._bases:
+            return 0
+        base = self._bases[-1]
+        path = self._path(base)
+        with open(path, "rb") as handle:
+            data = handle.read()
+        try:
+            sync, start = read_header(data)
+        except ValueError:
+            # The writer died while creating the segment: it holds no record yet.
+            new_segment(path)
+            self._reset(base)
+            return len(data)
+        _, end = scan_blocks(data, sync, start)
+        cut = len(data) - end
+        if cut:
+            with open(path, "r+b") as handle:
+                handle.truncate(end)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self._reset(base)
+        return cut
+
+    def _reset(self, base: int) -> None:
+        self._decoded = None
+        self._blocks[base] = []
+        self._scanned[base] = 0
+        self._syncs.pop(base, None)
+        self._scan(base)
+
+    def append(
+        self, records: list[tuple[bytes | None, bytes | None, Headers, int]]
+    ) -> list[Record]:
+        """Write records as one block, fsync, and return them with their offsets."""
+        if not self._bases or self._path(self._bases[-1]).stat().st_size >= SEGMENT_BYTES:
+            base = self.end_offset
+            new_segment(self._path(base))
+            self._blocks[base] = []
+            self._scanned[base] = 0
+            self._bases.append(base)
+            self._scan(base)
+        base = self._bases[-1]
+        first = self.end_offset
+        written = [
+            Record(self.topic, self.number, first + i, key, value, ts, headers)
+            for i, (key, value, headers, ts) in enumerate(records)
+        ]
+        data = encode_block(written, self._syncs[base])
+        with open(self._path(base), "ab") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._scan(base)
+        return written
+
+
+class EmbeddedLog:
+    """The event log in files under `root` (normally ``<home>/log``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "_groups").mkdir(exist_ok=True)
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._lock_handle: Any = None
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def _topic_file(self, topic: str) -> Path:
+        return self.root / topic / "topic.json"
+
+    def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]:
+        changes = []
+        for spec in specs:
+            path = self._topic_file(spec.name)
+            wanted = {
+                "partitions": spec.partitions,
+                "retention_ms": spec.retention_ms,
+                "compacted": spec.compacted,
+            }
+            if path.exists():
+                current = json.loads(path.read_text())
+                if current == wanted:
+                    changes.append(TopicChange(spec.name, "unchanged"))
+                    continue
+                if current["partitions"] != spec.partitions:
+                    changes.append(
+                        TopicChange(
+                            spec.name,
+                            "drift",
+                            f"has {current['partitions']} partitions, the spec wants "
+                            f"{spec.partitions}; not changed (it would move keys)",
+                        )
+                    )
+                    wanted["partitions"] = current["partitions"]
+                action = "updated"
+            else:
+                action = "created"
+            for number in range(wanted["partitions"]):
+                (path.parent / f"{number:04d}").mkdir(parents=True, exist_ok=True)
+            _write_json(path, wanted)
+            changes.append(TopicChange(spec.name, action))
+        return changes
+
+    def topics(self) -> list[str]:
+        return sorted(p.parent.name for p in self.root.glob("*/topic.json"))
+
+    def partitions_for(self, topic: str) -> int:
+        path = self._topic_file(topic)
+        if not path.exists():
+            raise LogError(
+                f"topic {topic!r} does not exist in the embedded log at {self.root}; "
+                "run `spotcap topics apply` first"
+            )
+        return int(json.loads(path.read_text())["partitions"])
+
+    def partition(self, topic: str, number: int) -> Partition:
+        found = self._partitions.get((topic, number))
+        if found is None:
+            found = Partition(topic, number, self.root / topic / f"{number:04d}")
+            self._partitions[(topic, number)] = found
+        return found
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        result = {}
+        for n in range(self.partitions_for(topic)):
+            partition = self.partition(topic, n)
+            partition.refresh()
+            result[n] = partition.end_offset
+        return result
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def acquire_writer(self) -> None:
+        """Become the one writer: take the lock and repair torn tails left by a dead writer."""
+        if self._lock_handle is not None:
+            return
+        handle = open(self.root / ".writer.lock", "a+b")  # noqa: SIM115 (held until close)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            handle.close()
+            raise LogError(
+                f"another process is writing the embedded log at {self.root}; "
+                "stop it or use another --home"
+            ) from error
+        self._lock_handle = handle
+        for topic in self.topics():
+            for n in range(self.partitions_for(topic)):
+                self.partition(topic, n).repair()
+
+    def producer(self) -> EmbeddedProducer:
+        self.acquire_writer()
+        return EmbeddedProducer(self)
+
+    def consumer(self, group: str, topics: Sequence[str]) -> EmbeddedConsumer:
+        return EmbeddedConsumer(self, group, topics)
+
+    # -- consumer groups ----------------------------------------------------------------------
+
+    def _group_file(self, group: str) -> Path:
+        return self.root / "_groups" / f"{group}.json"
+
+    def committed(self, group: str) -> dict[TopicPartition, int]:
+        path = self._group_file(group)
+        if not path.exists():
+            return {}
+        raw: dict[str, int] = json.loads(path.read_text())
+        result = {}
+        for name, offset in raw.items():
+            topic, _, number = name.rpartition("/")
+            result[(topic, int(number))] = offset
+        return result
+
+    def commit(self, group: str, positions: Mapping[TopicPartition, int]) -> None:
+        current = self.committed(group)
+        current.update(positions)
+        _write_json(self._group_file(group), {f"{t}/{p}": o for (t, p), o in current.items()})
+
+    def close(self) -> None:
+        if self._lock_handle is not None:
+            fcntl.flock(self._lock_handle.fileno(), fcntl.LOCK_UN)
+            self._lock_handle.close()
+            self._lock_handle = None
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class EmbeddedProducer:
+    def __init__(self, log: EmbeddedLog) -> None:
+        self._log = log
+        self._queue: list[tuple[str, int, bytes | None, bytes | None, Headers, int]] = []
+        self._partition_counts: dict[str, int] = {}
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers = (),
+        timestamp_ms: int | None = None,
+    ) -> None:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = self._partition_counts[topic] = self._log.partitions_for(topic)
+        number = 0 if key is None else partition_for(key, count)
+        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+        self._queue.append((topic, number, key, value, headers, ts))
+
+    def flush(self, timeout_s: float = 30.0) -> list[Record]:
+        queued, self._queue = self._queue, []
+        by_partition: dict[TopicPartition, list[int]] = {}
+        for i, item in enumerate(queued):
+            by_partition.setdefault((item[0], item[1]), []).append(i)
+        delivered: list[Record | None] = [None] * len(queued)
+        try:
+            for (topic, number), indexes in by_partition.items():
+                rows = [queued[i][2:] for i in indexes]
+                written = self._log.partition(topic, number).append(rows)
+                for i, record in zip(indexes, written, strict=True):
+                    delivered[i] = record
+        except OSError as error:
+            raise DeliveryError(f"embedded log write failed: {error}") from error
+        return [r for r in delivered if r is not None]
+
+    def close(self) -> None:
+        if self._queue:
+            self.flush()
+
+
+class EmbeddedConsumer:
+    def __init__(self, log: EmbeddedLog, group: str, topics: Sequence[str]) -> None:
+        self._log = log
+        self.group = group
+        self._assigned: list[TopicPartition] = [
+            (topic, n) for topic in topics for n in range(log.partitions_for(topic))
+        ]
+        committed = log.committed(group)
+        self._positions = {tp: committed.get(tp, 0) for tp in self._assigned}
+        self._next = 0  # round-robin start, so no partition starves
+
+    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            records = self._read(max_records)
+            if records or time.monotonic() >= deadline:
+                return records
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _read(self, max_records: int) -> list[Record]:
+        out: list[Record] = []
+        n = len(self._assigned)
+        for i in range(n):
+            tp = self._assigned[(self._next + i) % n]
+            partition = self._log.partition(*tp)
+            if self._positions[tp] >= partition.end_offset:
+                partition.refresh()
+            got = partition.read(self._positions[tp], max_records - len(out))
+            if got:
+                self._positions[tp] = got[-1].offset + 1
+                out.extend(got)
+            if len(out) >= max_records:
+                break
+        self._next = (self._next + 1) % max(n, 1)
+        return out
+
+    def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+        self._log.commit(self.group, positions)
+
+    def committed(self) -> dict[TopicPartition, int]:
+        return {tp: o for tp, o in self._log.committed(self.group).items() if tp in self._positions}
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        if (topic, partition) not in self._positions:
+            raise LogError(f"{topic}[{partition}] is not assigned to group {self.group!r}")
+        self._positions[(topic, partition)] = offset
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,289 @@
+"""The event log on Apache Kafka, through confluent-kafka (librdkafka).
+
+Producers are idempotent with ``acks=all`` (no duplicates or reordering from retries, per-key
+order kept) and use the ``murmur2_random`` partitioner, which is Kafka's Java default, so a key
+lands on the same partition as in the embedded log and in Faust. Consumers never auto-commit:
+positions are committed by the pipeline after its effects are durable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Producer as _KafkaProducer
+from confluent_kafka import TopicPartition as _KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.cimpl import NewTopic
+
+from streams.log import (
+    DeliveryError,
+    Headers,
+    LogError,
+    Record,
+    TopicChange,
+    TopicPartition,
+    TopicSpec,
+)
+
+_ADMIN_TIMEOUT_S = 30.0
+
+
+class KafkaLog:
+    """Topics, producers and consumers on a Kafka cluster at `bootstrap`."""
+
+    def __init__(self, bootstrap: str, client_config: Mapping[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self._base: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_config or {})}
+        self._admin = AdminClient(dict(self._base))
+
+    def _metadata(self, timeout_s: float = _ADMIN_TIMEOUT_S) -> Any:
+        try:
+            return self._admin.list_topics(timeout=timeout_s)
+        except KafkaException as error:
+            raise LogError(
+                f"Kafka at {self.bootstrap} did not answer within {timeout_s:.0f} s ({error}); "
+                "check SPOTCAP_KAFKA_BOOTSTRAP and that the broker is running "
+                "(python infra/servers.py kafka start --dir DIR)"
+            ) from error
+
+    def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]:
+        """Create missing topics and bring configs of existing ones to the spec; idempotent."""
+        specs = list(specs)
+        existing = self._metadata().topics
+        changes: list[TopicChange] = []
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            futures = self._admin.create_topics(
+                [
+                    NewTopic(s.name, num_partitions=s.partitions, config=s.kafka_config())
+                    for s in missing
+                ],
+                operation_timeout=_ADMIN_TIMEOUT_S,
+            )
+            for name, future in futures.items():
+                try:
+                    future.result(timeout=_ADMIN_TIMEOUT_S)
+                    changes.append(TopicChange(name, "created"))
+                except KafkaException as error:
+                    if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise LogError(f"could not create topic {name}: {error}") from error
+                    changes.append(TopicChange(name, "unchanged", "created concurrently"))
+        for spec in specs:
+            if spec.name in existing:
+                changes.append(self._reconcile(spec, len(existing[spec.name].partitions)))
+        return changes
+
+    def _reconcile(self, spec: TopicSpec, partitions: int) -> TopicChange:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, spec.name)
+        described = self._admin.describe_configs([resource])[resource].result(
+            timeout=_ADMIN_TIMEOUT_S
+        )
+        wanted = spec.kafka_config()
+        differing = {k: v for k, v in wanted.items() if described[k].value != v}
+        notes = []
+        if partitions != spec.partitions:
+            notes.append(
+                f"has {partitions} partitions, the spec wants {spec.partitions}; not changed "
+                "(adding partitions moves keys: do it deliberately with kafka-topics)"
+            )
+        if differing:
+            resource = ConfigResource(
+                ConfigResource.Type.TOPIC,
+                spec.name,
+                incremental_configs=[
+                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                    for k, v in differing.items()
+                ],
+            )
+            self._admin.incremental_alter_configs([resource])[resource].result(
+                timeout=_ADMIN_TIMEOUT_S
+            )
+            notes.insert(0, "set " + ", ".join(f"{k}={v}" for k, v in sorted(differing.items())))
+            return TopicChange(spec.name, "updated", "; ".join(notes))
+        if notes:
+            return TopicChange(spec.name, "drift", "; ".join(notes))
+        return TopicChange(spec.name, "unchanged")
+
+    def delete_topics(self, names: Sequence[str]) -> None:
+        for name, future in self._admin.delete_topics(list(names)).items():
+            try:
+                future.result(timeout=_ADMIN_TIMEOUT_S)
+            except KafkaException as error:
+                if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise LogError(f"could not delete topic {name}: {error}") from error
+
+    def partitions_for(self, topic: str) -> int:
+        found = self._metadata().topics.get(topic)
+        if found is None or found.error is not None:
+            raise LogError(
+                f"topic {topic!r} does not exist on {self.bootstrap}; "
+                "run `spotcap topics apply` first"
+            )
+        return len(found.partitions)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        consumer = _KafkaConsumer({**self._base, "group.id": "spotcap-offsets-probe"})
+        try:
+            result = {}
+            for n in range(self.partitions_for(topic)):
+                _, high = consumer.get_watermark_offsets(
+                    _KafkaTopicPartition(topic, n), timeout=_ADMIN_TIMEOUT_S
+                )
+                result[n] = high
+            return result
+        finally:
+            consumer.close()
+
+    def producer(self, config: Mapping[str, Any] | None = None) -> KafkaProducer:
+        return KafkaProducer({**self._base, **(config or {})})
+
+    def consumer(
+        self, group: str, topics: Sequence[str], config: Mapping[str, Any] | None = None
+    ) -> KafkaConsumer:
+        return KafkaConsumer({**self._base, **(config or {})}, group, topics)
+
+    def close(self) -> None:
+        pass
+
+
+class KafkaProducer:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._producer = _KafkaProducer(
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                **config,
+            }
+        )
+        self._pending: list[Record | KafkaError | None] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers = (),
+        timestamp_ms: int | None = None,
+    ) -> None:
+        slot = len(self._pending)
+        self._pending.append(None)
+
+        def delivered(error: KafkaError | None, message: Any) -> None:
+            if error is not None:
+                self._pending[slot] = error
+                return
+            self._pending[slot] = Record(
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                key,
+                value,
+                message.timestamp()[1],
+                headers,
+            )
+
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+        if headers:
+            kwargs["headers"] = list(headers)
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                # librdkafka's queue is full: serve delivery reports, which frees it.
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 30.0) -> list[Record]:
+        remaining = self._producer.flush(timeout_s)
+        pending, self._pending = self._pending, []
+        if remaining:
+            raise DeliveryError(
+                f"{remaining} of {len(pending)} records not acknowledged within {timeout_s} s"
+            )
+        errors = [p for p in pending if isinstance(p, KafkaError)]
+        if errors or any(p is None for p in pending):
+            first = errors[0] if errors else "no delivery report"
+            raise DeliveryError(f"{len(errors)} of {len(pending)} records failed: {first}")
+        return [p for p in pending if isinstance(p, Record)]
+
+    def close(self) -> None:
+        self._producer.flush(10.0)
+
+
+class KafkaConsumer:
+    def __init__(self, config: Mapping[str, Any], group: str, topics: Sequence[str]) -> None:
+        self.group = group
+        self._topics = list(topics)
+        self._consumer = _KafkaConsumer(
+            {
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                **config,
+            }
+        )
+        self._consumer.subscribe(self._topics)
+
+    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record]:
+        deadline = time.monotonic() + timeout_s
+        out: list[Record] = []
+        while not out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for message in self._consumer.consume(max_records, timeout=left):
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise LogError(f"Kafka consumer of group {self.group}: {error}")
+                    continue
+                out.append(_record(message))
+        return out
+
+    def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+        if positions:
+            self._consumer.commit(
+                offsets=[_KafkaTopicPartition(t, p, o) for (t, p), o in positions.items()],
+                asynchronous=False,
+            )
+
+    def committed(self) -> dict[TopicPartition, int]:
+        metadata = self._consumer.list_topics(timeout=_ADMIN_TIMEOUT_S)
+        partitions = [
+            _KafkaTopicPartition(topic, n)
+            for topic in self._topics
+            for n in metadata.topics[topic].partitions
+        ]
+        found = self._consumer.committed(partitions, timeout=_ADMIN_TIMEOUT_S)
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._consumer.seek(_KafkaTopicPartition(topic, partition, offset))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _record(message: Any) -> Record:
+    headers: Headers = tuple((k, v or b"") for k, v in message.headers() or ())
+    return Record(
+        message.topic(),
+        message.partition(),
+        message.offset(),
+        message.key(),
+        message.value(),
+        message.timestamp()[1],
+        headers,
+    )

@@ -1,0 +1,89 @@
+"""Read events from the log: decode, dead-letter what cannot be decoded, commit after.
+
+`DecodingReader.poll` returns a `Batch`: the decoded events with their positions, and the
+positions to commit once the caller's effects are durable. Dead letters from the batch have
+been delivered (flushed) before `poll` returns, so committing past them loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas.codec import Codec
+from schemas.errors import CodecError, Origin
+from schemas.events import Envelope
+from streams.deadletter import DeadLetters
+from streams.log import Consumer, Producer, Record, TopicPartition, next_positions
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """An event with the log position it was read from."""
+
+    origin: Origin
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    events: list[Decoded]
+    dead_lettered: int
+    positions: dict[TopicPartition, int]  # commit these after handling `events`
+
+
+class DecodingReader:
+    def __init__(
+        self,
+        consumer: Consumer,
+        codec: Codec,
+        dead_letter_producer: Producer,
+        region: str,
+        processor: str,
+    ) -> None:
+        self.consumer = consumer
+        self.codec = codec
+        self._producer = dead_letter_producer
+        self.dead_letters = DeadLetters(dead_letter_producer, codec, region, processor)
+
+    def decode(self, records: Sequence[Record]) -> Batch:
+        events: list[Decoded] = []
+        failed = 0
+        for record in records:
+            try:
+                if record.value is None:
+                    raise CodecError("the record has no value (a tombstone)", record.origin)
+                envelope = self.codec.decode(record.value, record.origin)
+            except CodecError as error:
+                self.dead_letters.send(record, error)
+                failed += 1
+                continue
+            events.append(Decoded(record.origin, envelope))
+        if failed:
+            self._producer.flush()
+        return Batch(events, failed, next_positions(records))
+
+    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> Batch:
+        return self.decode(self.consumer.poll(max_records, timeout_s))
+
+    def commit(self, batch: Batch) -> None:
+        self.consumer.commit(batch.positions)
+
+
+class SeenEvents:
+    """Recognises re-delivered events by `event_id` (at-least-once delivery), bounded in size."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def first_time(self, event_id: str) -> bool:
+        """True the first time an id is offered; False for a duplicate still remembered."""
+        if event_id in self._seen:
+            self._seen.move_to_end(event_id)
+            return False
+        self._seen[event_id] = None
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        return True

@@ -1,0 +1,195 @@
+"""Avro object container files as log segments: append whole blocks, find a torn tail.
+
+A segment is a standard Avro container file (any Avro tool reads it) whose records are
+`LogRecord`s. The writer appends one block per flush: block count, byte size, the records,
+then the file's 16-byte sync marker. A block is whole only if its size is all there and the
+sync marker follows it, so a write cut short by `kill -9` or power loss is recognised and
+cut off (`repair`), leaving every block written before it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from streams.log import Headers, Record
+
+MAGIC = b"Obj\x01"
+SYNC_SIZE = 16
+
+LOG_RECORD_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "LogRecord",
+    "namespace": "spotcap.log",
+    "doc": "One record of an embedded log segment (the same fields as a Kafka record).",
+    "fields": [
+        {"name": "offset", "type": "long"},
+        {"name": "timestamp_ms", "type": "long"},
+        {"name": "key", "type": ["null", "bytes"]},
+        {"name": "value", "type": ["null", "bytes"]},
+        {
+            "name": "headers",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Header",
+                    "fields": [
+                        {"name": "key", "type": "string"},
+                        {"name": "value", "type": "bytes"},
+                    ],
+                },
+            },
+        },
+    ],
+}
+_PARSED = fastavro.parse_schema(LOG_RECORD_SCHEMA)
+
+
+class SegmentCorruptError(ValueError):
+    """A segment that is not an Avro container file at all (not merely a torn tail)."""
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at `pos`; raises IndexError if the buffer ends inside it."""
+    shift = 0
+    n = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (n >> 1) ^ -(n & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def new_segment(path: Path) -> bytes:
+    """Create an empty segment (header only) at `path`, durably; returns its sync marker."""
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, _PARSED, [])
+    data = buffer.getvalue()
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return data[-SYNC_SIZE:]
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_header(data: bytes) -> tuple[bytes, int]:
+    """(sync marker, position of the first block) of a segment's bytes."""
+    if data[:4] != MAGIC:
+        raise SegmentCorruptError(f"not an Avro container file (starts {data[:4]!r})")
+    try:
+        pos = 4
+        while True:
+            count, pos = _read_long(data, pos)
+            if count == 0:
+                break
+            if count < 0:
+                _, pos = _read_long(data, pos)
+                count = -count
+            for _ in range(count * 2):
+                size, pos = _read_long(data, pos)
+                pos += size
+        sync = data[pos : pos + SYNC_SIZE]
+    except IndexError as error:
+        raise SegmentCorruptError("the container header is cut short") from error
+    if len(sync) != SYNC_SIZE:
+        raise SegmentCorruptError("the container header is cut short")
+    return sync, pos + SYNC_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    position: int  # file position of the block's first byte
+    end: int  # file position just past its sync marker
+    first_offset: int
+    count: int
+    body: bytes
+
+
+def encode_block(records: list[Record], sync: bytes) -> bytes:
+    """One container block holding `records`."""
+    body = io.BytesIO()
+    for record in records:
+        fastavro.schemaless_writer(
+            body,
+            _PARSED,
+            {
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp_ms,
+                "key": record.key,
+                "value": record.value,
+                "headers": [{"key": k, "value": v} for k, v in record.headers],
+            },
+        )
+    data = body.getvalue()
+    return _zigzag(len(records)) + _zigzag(len(data)) + data + sync
+
+
+def scan_blocks(data: bytes, sync: bytes, start: int) -> tuple[list[Block], int]:
+    """The whole blocks of `data` from `start`, and where the whole part ends.
+
+    Stops at the first block that is cut short or not followed by the sync marker; the
+    returned end position is where a repairing writer truncates.
+    """
+    blocks: list[Block] = []
+    pos = start
+    while pos < len(data):
+        try:
+            count, body_at = _read_long(data, pos)
+            size, body_at = _read_long(data, body_at)
+        except (IndexError, ValueError):
+            break
+        end = body_at + size + SYNC_SIZE
+        if count <= 0 or size < 0 or end > len(data) or data[end - SYNC_SIZE : end] != sync:
+            break
+        body = data[body_at : body_at + size]
+        first = _first_offset(body)
+        blocks.append(Block(pos, end, first, count, body))
+        pos = end
+    return blocks, pos
+
+
+def _first_offset(body: bytes) -> int:
+    offset, _ = _read_long(body, 0)
+    return offset
+
+
+def decode_block(block: Block, topic: str, partition: int) -> Iterator[Record]:
+    stream = io.BytesIO(block.body)
+    for _ in range(block.count):
+        raw: Any = fastavro.schemaless_reader(stream, _PARSED, None)
+        headers: Headers = tuple((h["key"], h["value"]) for h in raw["headers"])
+        yield Record(
+            topic, partition, raw["offset"], raw["key"], raw["value"], raw["timestamp_ms"], headers
+        )

@@ -1,0 +1,119 @@
+"""The embedded log survives a writer killed mid-append: torn tails are cut back to the last
+whole block and no acknowledged (flushed) record is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fastavro
+
+from streams.embedded import EmbeddedLog
+from streams.log import Record
+from streams.topics import topic_name
+
+REPO = Path(__file__).resolve().parent.parent
+REGION = "crash"
+TOPIC = topic_name(REGION, "lifecycle")
+
+WRITER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from streams.embedded import EmbeddedLog
+from streams.topics import region_topics, topic_name
+log = EmbeddedLog(Path({root!r}))
+log.apply_topics(region_topics({region!r}))
+producer = log.producer()
+topic = topic_name({region!r}, "lifecycle")
+batch = 0
+while True:
+    for i in range(200):
+        n = batch * 200 + i
+        value = (b"x" * 300) + f"{round}:{{n}}".encode()
+        producer.produce(topic, value, key=f"i-{{n % 50}}".encode())
+    producer.flush()
+    print(batch, flush=True)  # batch `batch` is acknowledged
+    batch += 1
+"""
+
+
+def read_all(root: Path) -> list[Record]:
+    log = EmbeddedLog(root)
+    consumer = log.consumer("verify", [TOPIC])
+    records: list[Record] = []
+    while got := consumer.poll(5000, timeout_s=0):
+        records.extend(got)
+    return records
+
+
+def test_kill_9_mid_append_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    acknowledged: dict[int, int] = {}
+    for round_ in range(4):
+        script = WRITER.format(repo=str(REPO), root=str(root), region=REGION, round=round_)
+        writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert writer.stdout is not None
+        acked = -1
+        while acked < 10:
+            line = writer.stdout.readline()
+            assert line, "the writer died on its own"
+            acked = int(line)
+        time.sleep(0.002 * round_)  # land the kill at different points of a write
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        for line in writer.stdout:  # batches acknowledged before the kill landed
+            acked = max(acked, int(line))
+        acknowledged[round_] = acked
+
+        # Reopening as the writer repairs every partition; every segment reads as Avro.
+        log = EmbeddedLog(root)
+        log.acquire_writer()
+        log.close()
+        for segment in root.glob(f"{TOPIC}/*/*.avro"):
+            with open(segment, "rb") as handle:
+                list(fastavro.reader(handle))
+
+    stored = [(r.value or b"")[300:].decode() for r in read_all(root)]
+    assert len(stored) == len(set(stored)), "no record is stored twice"
+    wanted = {f"{r}:{n}" for r, acked in acknowledged.items() for n in range((acked + 1) * 200)}
+    assert not wanted - set(stored), (
+        f"acknowledged records lost: {sorted(wanted - set(stored))[:5]}"
+    )
+
+
+def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    log = EmbeddedLog(root)
+    from streams.topics import region_topics
+
+    log.apply_topics(region_topics(REGION))
+    producer = log.producer()
+    for n in range(10):
+        producer.produce(TOPIC, str(n).encode(), key=b"i-1")
+    producer.flush()
+    for n in range(10, 20):
+        producer.produce(TOPIC, str(n).encode(), key=b"i-1")
+    producer.flush()
+    log.close()
+
+    (segment,) = [p for p in root.glob(f"{TOPIC}/*/*.avro") if p.stat().st_size > 600]
+    whole = segment.stat().st_size
+    with open(segment, "r+b") as handle:  # tear the second block in the middle
+        handle.truncate(whole - 25)
+
+    reopened = EmbeddedLog(root)
+    reader_view = [int(r.value or b"") for r in read_all(root)]
+    assert reader_view == list(range(10)), "a reader never sees a torn block"
+    producer = reopened.producer()  # repairs
+    assert segment.stat().st_size < whole - 25
+    producer.produce(TOPIC, b"20", key=b"i-1")
+    (record,) = producer.flush()
+    assert record.offset == 10
+    assert [int(r.value or b"") for r in read_all(root)] == [*range(10), 20]
+    with open(segment, "rb") as handle:
+        assert [r["offset"] for r in fastavro.reader(handle)] == list(range(11))  # type: ignore[index,call-overload]
