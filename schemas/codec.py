@@ -155,12 +155,24 @@ class Codec:
         stream = io.BytesIO(data)
         stream.seek(body_start)
         try:
-            record: Any = fastavro.schemaless_reader(stream, writer, reader, return_record_name=True)
-        except (EOFError, struct.error) as error:
-            raise TruncatedRecordError(
-                f"the Avro body ends early ({len(data)} bytes in all): {error or 'EOF'}", origin
-            ) from error
-        except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError) as error:
+            record: Any = fastavro.schemaless_reader(
+                stream, writer, reader, return_record_name=True
+            )
+        except (
+            EOFError,
+            struct.error,
+            ValueError,
+            TypeError,
+            IndexError,
+            KeyError,
+            UnicodeDecodeError,
+        ) as error:
+            # A read that failed at the end of the bytes ran out of them: the record is cut.
+            if isinstance(error, EOFError | struct.error) or stream.tell() >= len(data):
+                raise TruncatedRecordError(
+                    f"the Avro body ends early ({len(data)} bytes in all): {error or 'EOF'}",
+                    origin,
+                ) from error
             raise CorruptRecordError(f"the Avro body does not decode: {error}", origin) from error
         trailing = len(data) - stream.tell()
         if trailing:

@@ -34,7 +34,10 @@ LOGICAL_TOPICS: tuple[LogicalTopic, ...] = (
     LogicalTopic("market", 6, "pool_id", "Rate cards, forward capacity and reservations."),
     LogicalTopic("demand", 6, "workload_id", "Contracts and capacity claims per workload."),
     LogicalTopic(
-        "decisions", 6, "pool_id or workload_id", "Rankings, exclusions, placements, fallbacks."
+        "decisions",
+        6,
+        "pool_id, workload_id or region",
+        "Rankings, exclusions, placements, fallbacks, actuation.",
     ),
     LogicalTopic("usage", 6, "workload_id", "Usage intervals and wasted work, for the ledger."),
     LogicalTopic(

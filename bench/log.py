@@ -1,0 +1,97 @@
+"""Log throughput, events/s: append (produce + acknowledged flush) and consume (+ decode), for
+the embedded log and for a real Kafka broker, with the same encoded events.
+
+    .venv/bin/python bench/log.py [--events N] [--batch B] [--kafka HOST:PORT | --no-kafka]
+
+Without --kafka, a single-node broker is started with infra/servers.py for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.sample import sample_envelopes
+from infra import servers
+from schemas.codec import Codec
+from streams.embedded import EmbeddedLog
+from streams.kafka import KafkaLog
+from streams.log import EventLog, Record
+from streams.topics import region_topics, topic_name
+
+
+def run(label: str, log: EventLog, values: list[tuple[bytes, bytes]], batch: int) -> None:
+    codec = Codec()
+    region = f"b{uuid.uuid4().hex[:8]}"
+    log.apply_topics(region_topics(region))
+    topic = topic_name(region, "lifecycle")
+    producer = log.producer()
+    warmup = log.consumer(f"bench-{uuid.uuid4().hex}", [topic])
+    producer.produce(topic, values[0][1], key=b"warm-up")  # connect, get the producer id
+    producer.flush()
+    while not warmup.poll(1, timeout_s=1.0):  # join the group, get partitions assigned
+        pass
+    start = time.perf_counter()
+    for i in range(0, len(values), batch):
+        for key, value in values[i : i + batch]:
+            producer.produce(topic, value, key=key)
+        producer.flush()
+    append_s = time.perf_counter() - start
+
+    consumer = warmup  # already assigned; it has read the warm-up record
+    records: list[Record] = []
+    start = time.perf_counter()
+    deadline = start + 300
+    while len(records) < len(values) and time.perf_counter() < deadline:
+        records.extend(consumer.poll(max_records=5000, timeout_s=1.0))
+    consume_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for record in records:
+        codec.decode(record.value or b"", record.origin)
+    decode_s = time.perf_counter() - start
+    consumer.close()
+    n = len(values)
+    assert len(records) == n, f"{label}: consumed {len(records)} of {n}"
+    print(
+        f"  {label:<10} append {n / append_s:>9,.0f} events/s (flush every {batch})   "
+        f"consume {n / consume_s:>9,.0f} events/s   consume+decode "
+        f"{n / (consume_s + decode_s):>9,.0f} events/s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=50_000)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--kafka", default=None, help="bootstrap servers of a running broker")
+    parser.add_argument("--no-kafka", action="store_true")
+    args = parser.parse_args()
+    codec = Codec()
+    events = sample_envelopes(args.events)
+    values = [(e.key.encode(), codec.encode(e)) for e in events]
+    mean = sum(len(v) for _, v in values) / len(values)
+    print(f"{len(values)} events, mean {mean:.0f} bytes")
+    with tempfile.TemporaryDirectory() as tmp:
+        run("embedded", EmbeddedLog(Path(tmp) / "log"), values, args.batch)
+        if args.no_kafka:
+            return
+        server = None
+        bootstrap = args.kafka
+        if bootstrap is None:
+            server = servers.start_kafka(Path(tmp) / "kafka")
+            bootstrap = server.address
+        try:
+            run("kafka", KafkaLog(bootstrap), values, args.batch)
+        finally:
+            if server is not None:
+                servers.stop(server)
+
+
+if __name__ == "__main__":
+    main()

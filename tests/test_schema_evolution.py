@@ -1,0 +1,161 @@
+"""`spotcap schemas check` refuses a change that is not fully compatible and accepts one
+that is (DESIGN.md §3: a reader of N reads N-1 and N+1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from schemas.catalogue import SCHEMA_DIR, envelope_schema
+from schemas.compat import check_against_released, check_compatible, release
+from spotcap.cli import main
+
+
+@pytest.fixture
+def schema_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "schemas"
+    target.mkdir()
+    for path in SCHEMA_DIR.glob("*.avsc"):
+        shutil.copy(path, target / path.name)
+    return target
+
+
+def edit(folder: Path, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+    path = folder / name
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def field(record: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(f for f in record["fields"] if f["name"] == name)
+    return found
+
+
+def check(folder: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["schemas", "check", "--schemas", str(folder)])
+    return result.exit_code, result.output
+
+
+def test_the_working_schemas_are_compatible_with_the_last_release() -> None:
+    result = check_against_released(envelope_schema())
+    assert result.released_version is not None, "run `spotcap schemas release` once"
+    assert result.compatible, [str(p) for p in result.problems]
+
+
+def test_unchanged_schemas_pass(schema_copy: Path) -> None:
+    code, output = check(schema_copy)
+    assert code == 0, output
+    assert "ok" in output
+
+
+def test_removing_a_field_without_default_is_refused(schema_copy: Path) -> None:
+    edit(
+        schema_copy,
+        "notice_received.avsc",
+        lambda r: r["fields"].remove(field(r, "pool_id")),
+    )
+    code, output = check(schema_copy)
+    assert code == 1
+    assert "incompatible" in output
+    assert "forward" in output  # a reader of N cannot fill pool_id from N+1 records
+
+
+def test_changing_a_field_type_is_refused(schema_copy: Path) -> None:
+    edit(
+        schema_copy,
+        "checkpoint_written.avsc",
+        lambda r: field(r, r["fields"][0]["name"]).update(type="int"),
+    )
+    code, output = check(schema_copy)
+    assert code == 1, output
+    assert "type" in output.lower()
+
+
+def test_adding_a_field_without_default_is_refused(schema_copy: Path) -> None:
+    edit(
+        schema_copy,
+        "notice_received.avsc",
+        lambda r: r["fields"].append({"name": "hall", "type": "string", "doc": "Hall."}),
+    )
+    code, output = check(schema_copy)
+    assert code == 1
+    assert "backward" in output
+
+
+def test_adding_an_optional_field_is_accepted(schema_copy: Path) -> None:
+    edit(
+        schema_copy,
+        "notice_received.avsc",
+        lambda r: r["fields"].append(
+            {"name": "hall", "type": ["null", "string"], "default": None, "doc": "Hall."}
+        ),
+    )
+    code, output = check(schema_copy)
+    assert code == 0, output
+    assert "fully compatible" in output
+
+
+def test_adding_an_event_type_is_accepted_and_removing_one_refused(schema_copy: Path) -> None:
+    (schema_copy / "drill_started.avsc").write_text(
+        json.dumps(
+            {
+                "type": "record",
+                "name": "DrillStarted",
+                "namespace": "spotcap.events",
+                "doc": "A reclamation drill (ADR-33) started.",
+                "spotcap.topic": "decisions",
+                "spotcap.key": "region",
+                "fields": [{"name": "drill_id", "type": "string", "doc": "The drill."}],
+            }
+        )
+    )
+    edit(
+        schema_copy,
+        "envelope.avsc",
+        lambda r: field(r, "payload")["type"].append("spotcap.events.DrillStarted"),
+    )
+    code, output = check(schema_copy)
+    assert code == 0, output
+    assert "drill" in output.lower()
+
+    edit(
+        schema_copy,
+        "envelope.avsc",
+        lambda r: field(r, "payload")["type"].remove("spotcap.events.Advisory"),
+    )
+    code, output = check(schema_copy)
+    assert code == 1, output
+
+
+def test_release_records_versions_and_refuses_incompatible(tmp_path: Path) -> None:
+    released = tmp_path / "released"
+    current = envelope_schema()
+    assert release(current, released)[0] == 1
+    assert release(current, released)[0] == 1  # unchanged: no new version
+    broken = json.loads(json.dumps(current))
+    field(broken, "region")["type"] = "long"
+    assert not check_compatible(current, broken).compatible
+    with pytest.raises(ValueError, match="incompatible"):
+        release(broken, released)
+
+
+def test_the_console_script_exits_non_zero_on_a_breaking_change(schema_copy: Path) -> None:
+    edit(schema_copy, "notice_received.avsc", lambda r: field(r, "pool_id").update(type="long"))
+    spotcap = Path(sys.executable).parent / "spotcap"
+    done = subprocess.run(
+        [str(spotcap), "schemas", "check", "--schemas", str(schema_copy)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "incompatible" in done.stderr

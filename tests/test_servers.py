@@ -1,0 +1,155 @@
+"""The real servers of infra/servers.py answer, and a Kafka that cannot start says why."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from infra import servers
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.kafka
+def test_kafka_topic_produce_consume(kafka: servers.Server) -> None:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: not re-exported
+        AdminClient,
+        NewTopic,
+    )
+
+    topic = f"infra-check-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.address})
+    for future in admin.create_topics(
+        [NewTopic(topic, num_partitions=3, replication_factor=1)]
+    ).values():
+        future.result(timeout=30)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+
+    producer = Producer(
+        {"bootstrap.servers": kafka.address, "partitioner": "murmur2_random", "acks": "all"}
+    )
+    sent = {f"key-{i}": f"value-{i}" for i in range(10)}
+    for key, value in sent.items():
+        producer.produce(topic, key=key.encode(), value=value.encode())
+    assert producer.flush(30) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.address,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    received: dict[str, str] = {}
+    partitions: set[int] = set()
+    try:
+        consumer.subscribe([topic])
+        for _ in range(60):
+            if len(received) == len(sent):
+                break
+            for msg in consumer.consume(num_messages=10, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                raw_key, raw_value, partition = msg.key(), msg.value(), msg.partition()
+                assert raw_key is not None and raw_value is not None and partition is not None
+                received[raw_key.decode()] = raw_value.decode()
+                partitions.add(partition)
+    finally:
+        consumer.close()
+    assert received == sent
+    assert len(partitions) > 1  # ten keys spread over the three partitions
+
+
+def test_postgres_table_roundtrip(postgres: servers.Server) -> None:
+    import psycopg
+
+    assert postgres.address.startswith("postgresql://postgres@127.0.0.1:")
+    with psycopg.connect(postgres.address, autocommit=True) as conn:
+        conn.execute("CREATE TABLE infra_check (id int PRIMARY KEY, note text NOT NULL)")
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO infra_check VALUES (%s, %s)", [(i, f"n{i}") for i in range(5)]
+            )
+        rows = conn.execute("SELECT id, note FROM infra_check ORDER BY id").fetchall()
+        conn.execute("DROP TABLE infra_check")
+    assert rows == [(i, f"n{i}") for i in range(5)]
+
+
+def test_nats_publish_subscribe(nats: servers.Server) -> None:
+    import nats as nats_py
+
+    async def roundtrip() -> bytes:
+        nc = await nats_py.connect(nats.address, connect_timeout=5, allow_reconnect=False)
+        try:
+            sub = await nc.subscribe("infra.check")
+            await nc.publish("infra.check", b"hello")
+            await nc.flush()
+            msg = await sub.next_msg(timeout=5)
+            return bytes(msg.data)
+        finally:
+            await nc.close()
+
+    assert asyncio.run(roundtrip()) == b"hello"
+
+
+def test_state_file_and_status(nats: servers.Server) -> None:
+    state = json.loads((nats.data_dir / "server.json").read_text())
+    assert (state["name"], state["address"], state["pid"]) == ("nats", nats.address, nats.pid)
+    assert servers.server_status(nats.data_dir)["running"] is True
+    # starting again on the same directory returns the running server
+    assert servers.start_nats(nats.data_dir) == nats
+
+
+def test_nats_stop_is_clean_and_idempotent(tmp_path: Path) -> None:
+    server = servers.start_nats(tmp_path / "nats")
+    servers.stop(server)
+    assert servers.server_status(server.data_dir)["running"] is False
+    servers.stop(server)  # again: nothing to do
+    servers.stop(server.data_dir)
+
+
+def test_kafka_with_bogus_java_fails_with_its_log(tmp_path: Path) -> None:
+    fake_java = tmp_path / "java"
+    fake_java.write_text("#!/bin/sh\necho 'Error: fake JVM refuses to run' >&2\nexit 3\n")
+    fake_java.chmod(fake_java.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(servers.ServerError) as info:
+        servers.start_kafka(tmp_path / "kafka", timeout_s=20, java=str(fake_java))
+    message = str(info.value)
+    assert message.startswith("kafka: ")
+    assert "fake JVM refuses to run" in message  # the log tail
+    assert "How to fix" in message
+
+
+def test_kafka_with_missing_java_fails_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(servers.ServerError) as info:
+        servers.start_kafka(tmp_path / "kafka", timeout_s=20, java="/nonexistent/bin/java")
+    assert str(info.value).startswith("kafka: ")
+    assert "/nonexistent/bin/java" in str(info.value)
+
+
+def test_cli_help_and_error_exit(tmp_path: Path) -> None:
+    script = str(REPO_ROOT / "infra" / "servers.py")
+    out = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "fetch-kafka" in out and "status" in out
+    env = {**os.environ, "SPOTCAP_JAVA": "/nonexistent/bin/java"}
+    with_error = subprocess.run(
+        [sys.executable, script, "kafka", "start", "--dir", str(tmp_path / "k")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert with_error.returncode == 1
+    assert with_error.stderr.startswith("kafka: ")
+    assert with_error.stdout == ""
