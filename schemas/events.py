@@ -36,9 +36,10 @@ Tier: TypeAlias = Literal["t1", "t2", "t3", "t4", "t5", "bespoke"]
 tolerates anything), or bespoke for a reviewed contract outside the tiers (ADR-02).
 """
 
-RestartSemantics: TypeAlias = Literal["resume", "restart", "stateless"]
-"""What a workload does after losing an instance: resume from its last checkpoint, restart its
-unit from scratch, or nothing (stateless, just replaced) (ADR-21).
+RestartSemantics: TypeAlias = Literal["resume", "requeue", "restart"]
+"""What a workload does after losing an instance (ADR-21): resume from its last checkpoint,
+requeue the interrupted unit to run again from its start (Slurm requeue, a CI job retried), or
+restart the whole workload from scratch.
 """
 
 ClaimOutcome: TypeAlias = Literal["fulfilled", "withdrawn", "expired", "refused"]
