@@ -68,7 +68,7 @@ def run(label: str, log: EventLog, values: list[tuple[bytes, bytes]], batch: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--batch", default="1000,10000", help="flush sizes, comma-separated")
     parser.add_argument("--kafka", default=None, help="bootstrap servers of a running broker")
     parser.add_argument("--no-kafka", action="store_true")
     args = parser.parse_args()
@@ -78,7 +78,9 @@ def main() -> None:
     mean = sum(len(v) for _, v in values) / len(values)
     print(f"{len(values)} events, mean {mean:.0f} bytes")
     with tempfile.TemporaryDirectory() as tmp:
-        run("embedded", EmbeddedLog(Path(tmp) / "log"), values, args.batch)
+        batches = [int(b) for b in args.batch.split(",")]
+        for batch in batches:
+            run("embedded", EmbeddedLog(Path(tmp) / f"log-{batch}"), values, batch)
         if args.no_kafka:
             return
         server = None
@@ -87,7 +89,8 @@ def main() -> None:
             server = servers.start_kafka(Path(tmp) / "kafka")
             bootstrap = server.address
         try:
-            run("kafka", KafkaLog(bootstrap), values, args.batch)
+            for batch in batches:
+                run("kafka", KafkaLog(bootstrap), values, batch)
         finally:
             if server is not None:
                 servers.stop(server)
