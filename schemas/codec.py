@@ -94,6 +94,7 @@ class Codec:
         subject: str = "spotcap.Envelope",
     ) -> None:
         reader = dict(reader_schema if reader_schema is not None else envelope_schema())
+        self.schema: Mapping[str, Any] = reader  # the schema this codec writes with
         self._reader = fastavro.parse_schema(strip_logical_types(reader), _force=True)
         self.fingerprint = schema_fingerprint(reader)
         self._header = SINGLE_OBJECT_MAGIC + _FINGERPRINT.pack(self.fingerprint)

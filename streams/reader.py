@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.codec import Codec
-from schemas.errors import CodecError, Origin
+from schemas.errors import CodecError, Origin, UnknownSchemaError
 from schemas.events import Envelope
 from streams.deadletter import DeadLetters
 from streams.log import Consumer, Producer, Record, TopicPartition, next_positions
+from streams.schema_store import SchemaStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +42,12 @@ class DecodingReader:
         dead_letter_producer: Producer,
         region: str,
         processor: str,
+        *,
+        schema_store: SchemaStore | None = None,
     ) -> None:
         self.consumer = consumer
         self.codec = codec
+        self._schema_store = schema_store
         self._producer = dead_letter_producer
         self.dead_letters = DeadLetters(dead_letter_producer, codec, region, processor)
 
@@ -54,7 +58,7 @@ class DecodingReader:
             try:
                 if record.value is None:
                     raise CodecError("the record has no value (a tombstone)", record.origin)
-                envelope = self.codec.decode(record.value, record.origin)
+                envelope = self._decode(record.value, record)
             except CodecError as error:
                 self.dead_letters.send(record, error)
                 failed += 1
@@ -63,6 +67,15 @@ class DecodingReader:
         if failed:
             self._producer.flush()
         return Batch(events, failed, next_positions(records))
+
+    def _decode(self, value: bytes, record: Record) -> Envelope:
+        try:
+            return self.codec.decode(value, record.origin)
+        except UnknownSchemaError:
+            # Written by a newer release? Its writer published the schema on the log.
+            if self._schema_store is None or not self._schema_store.refresh():
+                raise
+            return self.codec.decode(value, record.origin)
 
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> Batch:
         return self.decode(self.consumer.poll(max_records, timeout_s))

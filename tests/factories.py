@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from schemas.catalogue import envelope_schema
 from schemas.events import Envelope, NoticeReceived
 from schemas.ids import derived_event_id
 
@@ -30,3 +34,24 @@ def notice(region: str, instance: int, seq: int = 0) -> Envelope:
             source="nats",
         ),
     )
+
+
+def evolved_envelope_schema() -> dict[str, Any]:
+    """The envelope as a newer release might have it: NoticeReceived with an extra optional
+    field (a compatible change)."""
+    schema: dict[str, Any] = json.loads(json.dumps(envelope_schema()))
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("name") == "NoticeReceived":
+                node["fields"].append(
+                    {"name": "hall", "type": ["null", "string"], "default": None, "doc": "Hall."}
+                )
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(schema)
+    return schema

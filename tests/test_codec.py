@@ -27,7 +27,7 @@ from schemas.errors import (
 )
 from schemas.events import Envelope
 from schemas.registry import HttpSchemaRegistry, RegistryError
-from tests.factories import notice
+from tests.factories import evolved_envelope_schema, notice
 from tests.strategies import envelopes, payload_of
 
 CODEC = Codec()
@@ -94,28 +94,8 @@ def test_bad_bytes_give_a_typed_error_naming_where(
     assert words in message
 
 
-def _evolved() -> dict[str, Any]:
-    """The envelope with NoticeReceived given an extra optional field (a compatible change)."""
-    schema: dict[str, Any] = json.loads(json.dumps(envelope_schema()))
-
-    def visit(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("name") == "NoticeReceived":
-                node["fields"].append(
-                    {"name": "hall", "type": ["null", "string"], "default": None, "doc": "Hall."}
-                )
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    visit(schema)
-    return schema
-
-
 def test_a_newer_writer_schema_is_resolved_against_the_reader() -> None:
-    newer = _evolved()
+    newer = evolved_envelope_schema()
     fp = schema_fingerprint(newer)
     assert fp != CODEC.fingerprint
     event = notice("dev", 3)

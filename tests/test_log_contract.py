@@ -18,8 +18,10 @@ from streams.kafka import KafkaLog
 from streams.log import Consumer, EventLog, Record, next_positions
 from streams.partitioner import partition_for
 from streams.reader import DecodingReader, SeenEvents
+from streams.schema_store import SchemaStore
 from streams.topics import region_topics, topic_name
-from tests.factories import notice
+from streams.writer import EventWriter
+from tests.factories import evolved_envelope_schema, notice
 
 CODEC = Codec()
 
@@ -174,3 +176,33 @@ def test_bad_bytes_go_to_the_dead_letter_and_good_records_pass(log: EventLog, re
         assert f"{topic}[{letter.origin_partition}]@{letter.origin_offset}" in letter.reason
     # The group's position moved past everything, bad records included.
     assert sum(reader.consumer.committed().values()) == total
+
+
+def test_an_older_reader_resolves_a_newer_writer_through_the_schema_topic(
+    log: EventLog, region: str
+) -> None:
+    newer = Codec(reader_schema=evolved_envelope_schema())
+    writer = EventWriter(log, newer, region)
+    events = [notice(region, i, seq=i) for i in range(5)]
+    for event in events:
+        writer.write(event)
+    writer.close()
+
+    older = Codec()  # this release has never seen the newer schema
+    assert newer.fingerprint not in older.known_fingerprints
+    topic = topic_name(region, "lifecycle")
+    reader = DecodingReader(
+        log.consumer(f"g-{uuid.uuid4().hex}", [topic]),
+        older,
+        log.producer(),
+        region,
+        "test",
+        schema_store=SchemaStore(log, region, older),
+    )
+    decoded: list[Envelope] = []
+    deadline = time.monotonic() + 60
+    while len(decoded) < len(events) and time.monotonic() < deadline:
+        batch = reader.poll(max_records=10, timeout_s=1.0)
+        assert batch.dead_lettered == 0
+        decoded.extend(d.envelope for d in batch.events)
+    assert sorted(decoded, key=lambda e: e.event_id) == sorted(events, key=lambda e: e.event_id)
