@@ -41,7 +41,7 @@ class KafkaLog:
         self._base: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_config or {})}
         self._admin = AdminClient(dict(self._base))
 
-    def _metadata(self, timeout_s: float = _ADMIN_TIMEOUT_S) -> Any:
+    def _metadata(self, timeout_s: float = 10.0) -> Any:
         try:
             return self._admin.list_topics(timeout=timeout_s)
         except KafkaException as error:
@@ -73,10 +73,23 @@ class KafkaLog:
                     if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise LogError(f"could not create topic {name}: {error}") from error
                     changes.append(TopicChange(name, "unchanged", "created concurrently"))
+        self._await_visible([c.name for c in changes if c.action == "created"])
         for spec in specs:
             if spec.name in existing:
                 changes.append(self._reconcile(spec, len(existing[spec.name].partitions)))
         return changes
+
+    def _await_visible(self, names: list[str]) -> None:
+        """Wait until the broker serves metadata for new topics: the controller acknowledges a
+        creation before the broker has applied it, and a caller expects to use the topic."""
+        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
+        while names:
+            topics = self._metadata().topics
+            names = [n for n in names if n not in topics or topics[n].error is not None]
+            if names and time.monotonic() > deadline:
+                raise LogError(f"topics {names} created but not visible after {_ADMIN_TIMEOUT_S} s")
+            if names:
+                time.sleep(0.05)
 
     def _reconcile(self, spec: TopicSpec, partitions: int) -> TopicChange:
         resource = ConfigResource(ConfigResource.Type.TOPIC, spec.name)

@@ -1,0 +1,87 @@
+"""`spotcap topics apply` creates the region's topics with their configuration, idempotently,
+on real Kafka and in the embedded log."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from infra.servers import Server
+from spotcap.cli import main
+from streams.topics import EVENT_RETENTION_MS, LOGICAL_TOPICS
+
+
+def apply(args: list[str]) -> list[dict[str, str]]:
+    result = CliRunner().invoke(main, [*args, "topics", "apply", "--json"])
+    assert result.exit_code == 0, result.output
+    changes: list[dict[str, str]] = json.loads(result.output)
+    return changes
+
+
+@pytest.fixture(params=["embedded", "kafka"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    region = f"t{uuid.uuid4().hex[:8]}"
+    if request.param == "embedded":
+        return ["--home", str(tmp_path), "--region", region]
+    server: Server = request.getfixturevalue("kafka")
+    return ["--kafka", server.address, "--region", region]
+
+
+def test_apply_creates_every_topic_once(where: list[str]) -> None:
+    region = where[where.index("--region") + 1]
+    first = apply(where)
+    assert sorted(c["topic"] for c in first) == sorted(f"{region}.{t.name}" for t in LOGICAL_TOPICS)
+    assert {c["action"] for c in first} == {"created"}
+    assert {c["action"] for c in apply(where)} == {"unchanged"}
+
+
+def retention(admin: AdminClient, topic: str) -> str:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    (configs,) = [f.result(timeout=30) for f in admin.describe_configs([resource]).values()]
+    value: str = configs["retention.ms"].value
+    return value
+
+
+def test_apply_restores_a_changed_config_on_kafka(kafka: Server) -> None:
+    region = f"t{uuid.uuid4().hex[:8]}"
+    args = ["--kafka", kafka.address, "--region", region]
+    apply(args)
+    admin = AdminClient({"bootstrap.servers": kafka.address})
+    topic = f"{region}.lifecycle"
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    # The broker applies a config change from the metadata log shortly after acknowledging it.
+    deadline = time.monotonic() + 30
+    while retention(admin, topic) != "1000" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert retention(admin, topic) == "1000"
+
+    changes = {c["topic"]: c for c in apply(args)}
+    assert changes[topic]["action"] == "updated"
+    assert f"retention.ms={EVENT_RETENTION_MS}" in changes[topic]["detail"]
+    deadline = time.monotonic() + 30
+    while retention(admin, topic) != str(EVENT_RETENTION_MS) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert retention(admin, topic) == str(EVENT_RETENTION_MS)
+    compacted = ConfigResource(ConfigResource.Type.TOPIC, f"{region}.schemas")
+    (schema_configs,) = [f.result(timeout=30) for f in admin.describe_configs([compacted]).values()]
+    assert schema_configs["cleanup.policy"].value == "compact"
+
+
+def test_an_unreachable_kafka_fails_with_a_clear_message(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--kafka", "127.0.0.1:9", "topics", "apply"])
+    assert result.exit_code == 1
+    assert "did not answer" in result.output or "did not answer" in (result.stderr or "")
