@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format kafka-jars bench clean
+.PHONY: demo test install lint format kafka-jars system-packages bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,14 @@ demo: install
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers.py.
-test: install kafka-jars
+test: install kafka-jars system-packages
 	$(BIN)/pytest
+
+## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission).
+system-packages:
+	@command -v lua5.4 >/dev/null || { \
+		echo "installing lua5.4 from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.4; }
 
 kafka-jars: install
 	$(BIN)/python infra/servers.py fetch-kafka
