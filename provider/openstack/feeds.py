@@ -1,0 +1,198 @@
+"""The provider feeds the private cloud team builds to the provider contract (ADR-05).
+
+These are not upstream OpenStack: their REST shape is spotcap's, written down in
+docs/providers.md, and served under a configurable endpoint, authenticated by the same Keystone
+token as every other call. Rate cards and forward forecasts come back as the event payloads they
+become (``schemas.events.RateCard``, ``ForwardCapacity``), so nothing is defined twice; notices
+and advisories in the JSON shape of the notice path (``provider.notices``).
+
+    GET  /v1/rate-cards[?pool_id=P]     the current rate card of every pool
+    GET  /v1/forward-capacity           the current forecast of every pool
+    GET  /v1/notices?after=C&limit=N    notices and advisories issued after cursor C
+    POST /v1/reclaim                    reclaim an instance through the provider's path (ADR-33)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeGuard, TypeVar, get_args
+
+from keystoneauth1.adapter import Adapter
+from keystoneauth1.session import Session
+
+from provider.notices.model import Message, NoticeFormatError, message_from_json
+from provider.openstack._calls import raise_for_response, translated
+from provider.openstack.budget import Acquire, unbounded
+from provider.openstack.errors import FeedFormatError
+from schemas.events import ForwardCapacity, PurchaseModel, RateCard
+
+MIN_NOTICE_S = 120
+_PURCHASE_MODELS = frozenset(get_args(PurchaseModel))
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSnapshot(Generic[T]):
+    """What a feed published, and when (the events' occurred_at)."""
+
+    published_at_us: int
+    items: tuple[T, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoticePage:
+    """Notices and advisories in issue order, and the cursor to ask for the next ones."""
+
+    messages: tuple[Message, ...]
+    cursor: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimAccepted:
+    """What the reclaim API promised: the notice comes at ``notice_at_us``, deletion at
+    ``deadline_at_us`` (at least 120 s later)."""
+
+    instance_id: str
+    notice_at_us: int
+    deadline_at_us: int
+    correlation_id: str | None
+
+
+class ProviderFeeds:
+    """Client of the rate-card, forward-capacity, notice and reclaim feeds."""
+
+    def __init__(
+        self,
+        session: Session,
+        endpoint: str,
+        acquire: Acquire = unbounded,
+        *,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._adapter = Adapter(session=session, endpoint_override=endpoint.rstrip("/"))
+        self._endpoint = endpoint
+        self._acquire = acquire
+        self._timeout_s = timeout_s
+
+    def rate_cards(self, pool_id: str | None = None) -> FeedSnapshot[RateCard]:
+        call, target = "feed.rate_cards", f"pool {pool_id}" if pool_id else "all pools"
+        body = self._get(call, target, "/v1/rate-cards", {"pool_id": pool_id} if pool_id else {})
+        items = _list(call, body, "rate_cards")
+        cards = []
+        for item in items:
+            model = _field(call, item, "purchase_model", str)
+            if not _is_purchase_model(model):
+                raise FeedFormatError(call, f"purchase_model {model!r} is not one of spotcap's")
+            cards.append(
+                RateCard(
+                    pool_id=_field(call, item, "pool_id", str),
+                    purchase_model=model,
+                    price_per_vcpu_h_eur_micros=_field(
+                        call, item, "price_per_vcpu_h_eur_micros", int
+                    ),
+                    guaranteed_price_per_vcpu_h_eur_micros=_field(
+                        call, item, "guaranteed_price_per_vcpu_h_eur_micros", int
+                    ),
+                    valid_from_at=_field(call, item, "valid_from_at", int),
+                    valid_until_at=_field(call, item, "valid_until_at", int),
+                )
+            )
+        return FeedSnapshot(_field(call, body, "published_at", int), tuple(cards))
+
+    def forward_capacity(self) -> FeedSnapshot[ForwardCapacity]:
+        call = "feed.forward_capacity"
+        body = self._get(call, "all pools", "/v1/forward-capacity", {})
+        forecasts = tuple(
+            ForwardCapacity(
+                pool_id=_field(call, item, "pool_id", str),
+                horizon_s=_field(call, item, "horizon_s", int),
+                available_vcpu=_field(call, item, "available_vcpu", int),
+            )
+            for item in _list(call, body, "forward_capacity")
+        )
+        return FeedSnapshot(_field(call, body, "published_at", int), forecasts)
+
+    def notices(self, after: str | None = None, limit: int = 500) -> NoticePage:
+        call = "feed.notices"
+        query: dict[str, str | int] = {"limit": limit}
+        if after is not None:
+            query["after"] = after
+        body = self._get(call, f"after cursor {after}", "/v1/notices", query)
+        try:
+            messages = tuple(message_from_json(m) for m in _list(call, body, "notices"))
+        except NoticeFormatError as exc:
+            raise FeedFormatError(call, str(exc)) from exc
+        return NoticePage(messages, _field(call, body, "cursor", str))
+
+    def reclaim(
+        self,
+        instance_id: str,
+        *,
+        notice_s: int = MIN_NOTICE_S,
+        advisory_lead_s: int | None = None,
+        correlation_id: str | None = None,
+    ) -> ReclaimAccepted:
+        """Ask the provider to reclaim ``instance_id`` (one budget token of kind ``reclaim``)."""
+        if notice_s < MIN_NOTICE_S:
+            raise ValueError(f"notice_s={notice_s}: the provider contract gives at least 120 s")
+        call, target = "feed.reclaim", f"server {instance_id}"
+        request = {
+            "instance_id": instance_id,
+            "notice_s": notice_s,
+            "advisory_lead_s": advisory_lead_s,
+            "correlation_id": correlation_id,
+        }
+        self._acquire("reclaim")
+        with translated(call, target):
+            response = self._adapter.post(
+                "/v1/reclaim", json=request, raise_exc=False, timeout=self._timeout_s
+            )
+        raise_for_response(call, target, response)
+        reclaim = _object(call, _object(call, response.json()).get("reclaim"))
+        correlation = reclaim.get("correlation_id")
+        return ReclaimAccepted(
+            instance_id=_field(call, reclaim, "instance_id", str),
+            notice_at_us=_field(call, reclaim, "notice_at", int),
+            deadline_at_us=_field(call, reclaim, "deadline_at", int),
+            correlation_id=correlation if isinstance(correlation, str) else None,
+        )
+
+    def _get(
+        self, call: str, target: str, path: str, query: Mapping[str, str | int]
+    ) -> Mapping[str, Any]:
+        with translated(call, target):
+            response = self._adapter.get(
+                path, params=dict(query), raise_exc=False, timeout=self._timeout_s
+            )
+        raise_for_response(call, target, response)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise FeedFormatError(call, "the body is not JSON") from exc
+        return _object(call, data)
+
+
+def _is_purchase_model(value: str) -> TypeGuard[PurchaseModel]:
+    return value in _PURCHASE_MODELS
+
+
+def _object(call: str, data: Any) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise FeedFormatError(call, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _list(call: str, body: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    items = body.get(name)
+    if not isinstance(items, list):
+        raise FeedFormatError(call, f"field {name!r} must be a list")
+    return [_object(call, item) for item in items]
+
+
+def _field(call: str, obj: Mapping[str, Any], name: str, kind: type[T]) -> T:
+    value = obj.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise FeedFormatError(call, f"field {name!r} must be {kind.__name__}, got {value!r}")
+    return value

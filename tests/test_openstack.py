@@ -1,0 +1,496 @@
+"""The OpenStack adapter against recorded OpenStack exchanges, through the real SDK HTTP stack.
+
+The replay server (tests/test_openstack_replay.py) answers only the requests recorded in
+tests/recordings/openstack/; anything else fails the test. The assertions are on what the
+adapter returns and on the exact requests it sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from provider.notices import Notice, ReclaimAdvisory
+from provider.openstack import (
+    ConflictError,
+    FeedFormatError,
+    ForbiddenError,
+    Instance,
+    LaunchRequest,
+    LeaseRequest,
+    MutatingCall,
+    NotFoundError,
+    NotOwnedError,
+    NotReclaimableError,
+    OpenStackCallError,
+    OpenStackProvider,
+    ServiceError,
+    UnavailableError,
+)
+from provider.openstack.errors import ProviderError
+from provider.openstack.tags import from_metadata, owner_server_tag, to_metadata
+from tests.test_openstack_replay import ReplayServer, connect, replay_servers
+
+# Deprecations raised inside openstacksdk by its own calls, not by the adapter's.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK50Warning"),
+    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK60Warning"),
+]
+
+OWNER = "orch-eu1"
+OWNED = "9b1f6c2e-4d3a-4b8e-9f7a-1c2d3e4f5a6b"
+OWNED2 = "2a7e9d14-6b5c-4f3e-8d2a-7b6c5d4e3f21"
+FOREIGN = "7d4e9f32-8a7b-4cad-9f2e-3a4b5c6d7e8f"
+UNTAGGED = "8e5fa043-9b8c-4dbe-a03f-4b5c6d7e8f90"
+NEW = "c0ffee00-1d2e-4f3a-8b4c-5d6e7f8091a2"
+BUSY = "d1e2f3a4-b5c6-4d7e-8f90-a1b2c3d4e5f6"
+GONE = "e2f3a4b5-c6d7-4e8f-90a1-b2c3d4e5f607"
+GUARANTEED = "f3a4b5c6-d7e8-4f90-a1b2-c3d4e5f60718"
+POOL = "c3.2xlarge.hall2.reclaimable"
+IMAGE = "0e3c2b1a-9f8e-4d7c-b6a5-948372615a0b"
+NET = "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d"
+NOVA = "/compute/v2.1"
+
+
+@pytest.fixture
+def replays() -> Iterator[Callable[..., ReplayServer]]:
+    yield from replay_servers()
+
+
+class Budget:
+    """A token-budget hook that records what was drawn."""
+
+    def __init__(self) -> None:
+        self.drawn: list[MutatingCall] = []
+
+    def __call__(self, kind: MutatingCall) -> None:
+        self.drawn.append(kind)
+
+
+def provider_for(replay: ReplayServer, budget: Budget | None = None) -> OpenStackProvider:
+    return OpenStackProvider(
+        connect(replay),
+        owner_id=OWNER,
+        region="eu-west-1",
+        feed_endpoint=f"{replay.base_url}/feed",
+        acquire=budget or Budget(),
+        timeout_s=5.0,
+    )
+
+
+def launch_request(name: str = "wl-render-0001") -> LaunchRequest:
+    return LaunchRequest(
+        name=name,
+        pool_id=POOL,
+        workload_id="wl-render",
+        flavor_id="c3.2xlarge",
+        image_id=IMAGE,
+        network_ids=(NET,),
+        availability_zone="hall2",
+        tags={"team": "vfx"},
+    )
+
+
+# -- tags -------------------------------------------------------------------------------------
+
+
+def test_tags_round_trip_through_nova_metadata_keys() -> None:
+    tags = {"spotcap.io/owner": OWNER, "spotcap.io/pool": POOL, "team": "vfx"}
+    metadata = to_metadata(tags)
+    assert metadata == {"spotcap.io:owner": OWNER, "spotcap.io:pool": POOL, "team": "vfx"}
+    assert from_metadata(metadata) == tags
+    with pytest.raises(ValueError, match="reserved"):
+        to_metadata({"a:b": "x"})
+    with pytest.raises(ValueError, match="not a valid Nova metadata key"):
+        to_metadata({"spotcap.io/ünïcode": "x"})
+    with pytest.raises(ValueError, match="cannot be a Nova server tag"):
+        owner_server_tag("a,b")
+
+
+# -- Nova -------------------------------------------------------------------------------------
+
+
+def test_launch_tags_the_server_as_ours_and_draws_one_launch_token(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers")
+    budget = Budget()
+    instance = provider_for(replay, budget).launch(launch_request())
+
+    assert instance.instance_id == NEW
+    assert instance.owner_id == OWNER
+    assert (instance.pool_id, instance.workload_id) == (POOL, "wl-render")
+    assert instance.tags["spotcap.io/purchase-model"] == "reclaimable"
+    assert budget.drawn == ["launch"]
+    (create,) = [c for c in replay.calls if c.method == "POST" and c.path.startswith(NOVA)]
+    assert create.body["server"]["metadata"] == {
+        "spotcap.io:owner": OWNER,
+        "spotcap.io:pool": POOL,
+        "spotcap.io:workload": "wl-render",
+        "spotcap.io:purchase-model": "reclaimable",
+        "team": "vfx",
+    }
+    assert create.body["server"]["tags"] == [f"spotcap.io:owner={OWNER}"]
+
+
+def test_list_by_tag_asks_nova_for_our_tag_and_checks_the_metadata(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers")
+    provider = provider_for(replay)
+
+    ours = provider.list_by_tag()
+    render = provider.list_by_tag({"spotcap.io/workload": "wl-render"})
+
+    # The third server carries our server tag but another owner's metadata: not ours.
+    assert [i.instance_id for i in ours] == [OWNED, OWNED2]
+    assert [i.instance_id for i in render] == [OWNED]
+    first = ours[0]
+    assert first == Instance(
+        instance_id=OWNED,
+        name="wl-render-0000",
+        status="ACTIVE",
+        tags={
+            "spotcap.io/owner": OWNER,
+            "spotcap.io/pool": POOL,
+            "spotcap.io/workload": "wl-render",
+            "spotcap.io/purchase-model": "reclaimable",
+            "team": "vfx",
+        },
+        vcpus=8,
+        availability_zone="hall2",
+        created_at_us=1_796_021_892_000_000,
+    )
+    assert (
+        replay.requests(f"{NOVA}/servers")
+        == [
+            ("GET", f"{NOVA}/servers/detail?tags=spotcap.io%3Aowner%3D{OWNER}"),
+        ]
+        * 2
+    )
+
+
+def test_delete_of_an_owned_server_checks_ownership_then_deletes(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers")
+    budget = Budget()
+    deleted = provider_for(replay, budget).delete(OWNED)
+
+    assert deleted.instance_id == OWNED and deleted.owner_id == OWNER
+    assert budget.drawn == ["delete"]
+    assert replay.requests(f"{NOVA}/servers") == [
+        ("GET", f"{NOVA}/servers/{OWNED}"),
+        ("DELETE", f"{NOVA}/servers/{OWNED}"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("server", "found_owner"), [(FOREIGN, "orch-us1"), (UNTAGGED, None)], ids=["other", "none"]
+)
+def test_delete_of_a_server_not_ours_is_refused_and_sends_no_delete(
+    replays: Callable[..., ReplayServer], server: str, found_owner: str | None
+) -> None:
+    replay = replays("discovery", "nova_servers")
+    budget = Budget()
+    with pytest.raises(NotOwnedError) as caught:
+        provider_for(replay, budget).delete(server)
+
+    assert (caught.value.instance_id, caught.value.found_owner) == (server, found_owner)
+    assert budget.drawn == []
+    assert replay.requests(f"{NOVA}/servers") == [("GET", f"{NOVA}/servers/{server}")]
+    assert not [c for c in replay.calls if c.method == "DELETE"]
+
+
+def test_nova_403_409_500_and_404_become_typed_errors_naming_the_call(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_errors")
+    budget = Budget()
+    provider = provider_for(replay, budget)
+
+    with pytest.raises(ForbiddenError) as quota:
+        provider.launch(launch_request("wl-render-0002"))
+    assert quota.value.call == "nova.create_server"
+    assert quota.value.status == 403
+    assert POOL in quota.value.target and "wl-render-0002" in quota.value.target
+    assert "Quota exceeded for cores" in str(quota.value)
+    assert not quota.value.retryable
+
+    with pytest.raises(ConflictError) as busy:
+        provider.delete(BUSY)
+    assert (busy.value.call, busy.value.status) == ("nova.delete_server", 409)
+    assert BUSY in busy.value.target and POOL in busy.value.target
+    assert "task_state rebuilding" in busy.value.detail
+    assert busy.value.request_id == "req-2b3c4d5e-0003-4f6a-9b0c-1d2e3f4a5b03"
+    assert busy.value.retryable
+
+    with pytest.raises(ServiceError) as fault:
+        provider.list_by_tag()
+    assert (fault.value.call, fault.value.status) == ("nova.list_servers", 500)
+    assert "DBConnectionError" in fault.value.detail
+
+    with pytest.raises(NotFoundError) as gone:
+        provider.delete(GONE)
+    assert (gone.value.call, gone.value.status) == ("nova.get_server", 404)
+
+    # One token per mutating request sent: the refused launch and the refused delete.
+    assert budget.drawn == ["launch", "delete"]
+
+
+def test_a_budget_that_refuses_stops_the_call_before_any_request(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers")
+
+    class BudgetExhaustedError(Exception):
+        pass
+
+    def refuse(kind: MutatingCall) -> None:
+        raise BudgetExhaustedError(kind)
+
+    provider = OpenStackProvider(
+        connect(replay),
+        owner_id=OWNER,
+        region="eu-west-1",
+        feed_endpoint="http://unused",
+        acquire=refuse,
+    )
+    with pytest.raises(BudgetExhaustedError):
+        provider.launch(launch_request())
+    assert not [c for c in replay.calls if c.method == "POST" and c.path.startswith(NOVA)]
+
+
+def test_no_response_is_an_unavailable_error_and_a_missing_endpoint_is_not_retryable() -> None:
+    replay = ReplayServer("discovery")
+    conn = connect(replay)
+    conn.compute.get_endpoint()  # token, catalog and Nova's version document from the replay
+    replay.close()  # then the cloud goes away
+    conn.session.session.close()  # and so do the kept-alive connections to it
+    provider = OpenStackProvider(
+        conn, owner_id=OWNER, region="eu-west-1", feed_endpoint="http://127.0.0.1:9"
+    )
+    for attempt, call in ((provider.list_by_tag, "nova.list_servers"),
+                          (provider.rate_cards, "feed.rate_cards")):  # fmt: skip
+        with pytest.raises(UnavailableError) as caught:
+            attempt()
+        assert caught.value.status is None and caught.value.call == call
+        assert caught.value.retryable and isinstance(caught.value, ProviderError)
+
+    elsewhere = OpenStackProvider(
+        conn, owner_id=OWNER, region="nowhere-1", feed_endpoint="http://127.0.0.1:9"
+    )
+    with pytest.raises(OpenStackCallError, match="EndpointNotFound") as missing:
+        elsewhere.leases()
+    assert type(missing.value) is OpenStackCallError and not missing.value.retryable
+
+
+# -- Placement --------------------------------------------------------------------------------
+
+AGGREGATE = "a3f1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+RP1 = "4e8ac7a1-2b3c-4d5e-9f60-718293a4b5c6"
+RP2 = "5f9bd8b2-3c4d-4e5f-a071-8293a4b5c6d7"
+
+
+def test_headroom_is_inventory_less_reserved_times_ratio_less_usage(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "placement_headroom")
+    budget = Budget()
+    node1, node2 = provider_for(replay, budget).headroom(member_of=AGGREGATE)
+
+    assert (node1.resource_provider_id, node1.name, node1.generation) == (
+        RP1,
+        "cmp-hall2-r07-n01",
+        12,
+    )
+    vcpu = node1.resources["VCPU"]
+    assert (vcpu.capacity, vcpu.used, vcpu.free) == ((64 - 4) * 4, 200, 40)
+    assert node1.free("MEMORY_MB") == 524288 - 8192 - 491520
+    assert node1.free("DISK_GB") == 1400
+    assert node1.free("VGPU") == 0  # no inventory of it
+    assert node2.free("VCPU") == 0  # fully allocated
+    assert node2.resources["MEMORY_MB"].capacity == int((1048576 - 16384) * 1.5)
+    assert node2.free("MEMORY_MB") == int((1048576 - 16384) * 1.5) - 1_000_000
+    assert budget.drawn == []  # reads draw nothing
+    assert replay.requests("/placement/") == [
+        ("GET", f"/placement/resource_providers?member_of={AGGREGATE}"),
+        ("GET", f"/placement/resource_providers/{RP1}/inventories"),
+        ("GET", f"/placement/resource_providers/{RP1}/usages"),
+        ("GET", f"/placement/resource_providers/{RP2}/inventories"),
+        ("GET", f"/placement/resource_providers/{RP2}/usages"),
+    ]
+
+
+# -- Blazar -----------------------------------------------------------------------------------
+
+DEC_1 = 1_796_083_200_000_000  # 2026-12-01T00:00:00Z
+JAN_1 = 1_798_761_600_000_000  # 2027-01-01T00:00:00Z
+FEB_1 = 1_801_440_000_000_000  # 2027-02-01T00:00:00Z
+
+
+def test_blazar_leases_are_listed_through_the_reservation_endpoint(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "blazar_leases")
+    floor, hosts = provider_for(replay).leases()
+
+    assert (floor.name, floor.status, floor.start_at_us, floor.end_at_us) == (
+        "floor-wl-render-2026-12",
+        "ACTIVE",
+        DEC_1,
+        JAN_1,
+    )
+    assert floor.reserved_vcpu == 24 * 8
+    assert floor.reservations[0].flavor_id == "ddc45423-f863-4e4e-8e7a-51d27cfec962"
+    assert hosts.reservations[0].resource_type == "physical:host"
+    assert (hosts.reservations[0].min_hosts, hosts.reservations[0].max_hosts) == (2, 4)
+    assert hosts.reserved_vcpu == 0
+    assert replay.requests("/reservation/") == [("GET", "/reservation/v1/leases")]
+
+
+def test_creating_a_lease_draws_one_reserve_token(replays: Callable[..., ReplayServer]) -> None:
+    replay = replays("discovery", "blazar_leases")
+    budget = Budget()
+    lease = provider_for(replay, budget).create_lease(
+        LeaseRequest(
+            name="floor-wl-ci-2027-01",
+            start_at_us=JAN_1,
+            end_at_us=FEB_1,
+            amount=10,
+            vcpus=4,
+            memory_mb=16384,
+            disk_gb=40,
+            resource_properties='["==", "$hall", "hall1"]',
+        )
+    )
+    assert (lease.lease_id, lease.status, lease.reserved_vcpu) == (
+        "8aa77e9a-ce74-43c8-9bc1-4f4f95dee688",
+        "PENDING",
+        40,
+    )
+    assert budget.drawn == ["reserve"]
+    assert replay.requests("/reservation/") == [("POST", "/reservation/v1/leases")]
+
+
+def test_a_blazar_409_is_a_conflict_error_naming_the_lease(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "blazar_leases")
+    request = LeaseRequest("floor-too-big", None, FEB_1, 500, 4, 16384, 40)
+    with pytest.raises(ConflictError) as caught:
+        provider_for(replay).create_lease(request)
+    assert (caught.value.call, caught.value.status) == ("blazar.create_lease", 409)
+    assert "floor-too-big" in caught.value.target
+    assert "Not enough resources" in caught.value.detail
+    assert replay.calls[-1].body["start_date"] == "now"
+
+
+def test_a_lease_time_off_the_minute_is_refused_before_any_request(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "blazar_leases")
+    request = LeaseRequest("x", JAN_1 + 1, FEB_1, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="whole minute"):
+        provider_for(replay).create_lease(request)
+    assert replay.requests("/reservation/") == []
+
+
+# -- the private cloud team's feeds -----------------------------------------------------------
+
+T0 = 1_796_022_000_000_000
+
+
+def test_rate_cards_and_forward_capacity_come_back_as_event_payloads(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "feeds")
+    provider = provider_for(replay)
+
+    cards = provider.rate_cards()
+    one = provider.rate_cards(POOL)
+    forecast = provider.forward_capacity()
+
+    assert cards.published_at_us == T0
+    assert [c.purchase_model for c in cards.items] == ["reclaimable", "guaranteed"]
+    assert cards.items[0].price_per_vcpu_h_eur_micros == 4200
+    assert cards.items[0].valid_until_at == T0 + 300_000_000
+    assert one.items == cards.items[:1]
+    assert [(f.horizon_s, f.available_vcpu) for f in forecast.items] == [(3600, 1920), (86400, 640)]
+    assert replay.requests("/feed/") == [
+        ("GET", "/feed/v1/rate-cards"),
+        ("GET", f"/feed/v1/rate-cards?pool_id={POOL}"),
+        ("GET", "/feed/v1/forward-capacity"),
+    ]
+
+
+def test_a_feed_answer_that_breaks_the_contract_is_a_feed_format_error(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "feeds")
+    with pytest.raises(FeedFormatError, match="price_per_vcpu_h_eur_micros"):
+        provider_for(replay).rate_cards("broken")
+
+
+def test_the_notice_feed_pages_notices_and_advisories_by_cursor(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "feeds")
+    page = provider_for(replay).notices(after="c-000041")
+
+    advisory, notice = page.messages
+    assert isinstance(advisory, ReclaimAdvisory) and isinstance(notice, Notice)
+    assert advisory.expected_reclaim_at_us == T0 + 600_000_000
+    assert (notice.instance_id, notice.workload_id, notice.deadline_at_us) == (
+        OWNED,
+        "wl-render",
+        T0 + 420_000_000,
+    )
+    assert page.cursor == "c-000043"
+
+
+def test_reclaim_checks_ownership_in_nova_then_calls_the_reclaim_api(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers", "feeds")
+    budget = Budget()
+    accepted = provider_for(replay, budget).reclaim(
+        OWNED, advisory_lead_s=60, correlation_id="exercise-2026-11-30"
+    )
+    assert (accepted.notice_at_us, accepted.deadline_at_us) == (
+        T0 + 60_000_000,
+        T0 + 180_000_000,
+    )
+    assert budget.drawn == ["reclaim"]
+    assert replay.requests(f"{NOVA}/servers") + replay.requests("/feed/") == [
+        ("GET", f"{NOVA}/servers/{OWNED}"),
+        ("POST", "/feed/v1/reclaim"),
+    ]
+
+
+def test_reclaim_refuses_servers_not_ours_or_not_reclaimable_sending_nothing(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers", "feeds")
+    budget = Budget()
+    provider = provider_for(replay, budget)
+    with pytest.raises(NotOwnedError):
+        provider.reclaim(FOREIGN)
+    with pytest.raises(NotReclaimableError, match="guaranteed"):
+        provider.reclaim(GUARANTEED)
+    with pytest.raises(ValueError, match="at least 120 s"):
+        provider.reclaim(OWNED, notice_s=60)
+    assert budget.drawn == []
+    assert replay.requests("/feed/") == []
+
+
+def test_a_reclaim_403_is_a_forbidden_error_with_the_feed_message(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "nova_servers", "feeds")
+    with pytest.raises(ForbiddenError) as caught:
+        provider_for(replay).reclaim(OWNED, correlation_id="exercise-at-night")
+    assert (caught.value.call, caught.value.status) == ("feed.reclaim", 403)
+    assert OWNED in caught.value.target
+    assert "09:00-16:00 UTC" in caught.value.detail
