@@ -159,6 +159,26 @@ class ContractPublished:
     """When the workload's work must be done, if it has a deadline."""
     source_commit: str | None = None
     """Commit in the contract repository the bundle was built from."""
+    scheduler: Scheduler | None = None
+    """The scheduler that places the workload's work and whose admission refuses it without this
+    contract (ADR-04); null in events written before this field.
+    """
+    checkpoint_method: str | None = None
+    """How the workload checkpoints (ADR-18): none, application, spark, pytorch or slurm-requeue;
+    null in events written before this field.
+    """
+    checkpoint_size_bytes: int | None = None
+    """Size of the final checkpoint one instance writes on a notice, in bytes; the compiler
+    checked that it fits the drain budget.
+    """
+    effects_on_completion_only: bool | None = None
+    """Whether the workload publishes externally visible effects only when a unit completes, so a
+    resumed or requeued unit does nothing twice (ADR-21).
+    """
+    source_path: str | None = None
+    """Path of the contract file in the contract repository, as given to the compiler."""
+    source_sha256: str | None = None
+    """Hex SHA-256 of the contract file as written; the signed bundle carries it too."""
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -180,6 +200,12 @@ class ContractPublished:
             "checkpoint_interval_s": self.checkpoint_interval_s,
             "deadline_at": self.deadline_at,
             "source_commit": self.source_commit,
+            "scheduler": self.scheduler,
+            "checkpoint_method": self.checkpoint_method,
+            "checkpoint_size_bytes": self.checkpoint_size_bytes,
+            "effects_on_completion_only": self.effects_on_completion_only,
+            "source_path": self.source_path,
+            "source_sha256": self.source_sha256,
         }
 
     @classmethod
@@ -203,6 +229,12 @@ class ContractPublished:
             checkpoint_interval_s=d["checkpoint_interval_s"],
             deadline_at=d["deadline_at"],
             source_commit=d["source_commit"],
+            scheduler=d["scheduler"],
+            checkpoint_method=d["checkpoint_method"],
+            checkpoint_size_bytes=d["checkpoint_size_bytes"],
+            effects_on_completion_only=d["effects_on_completion_only"],
+            source_path=d["source_path"],
+            source_sha256=d["source_sha256"],
         )
 
 

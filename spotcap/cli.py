@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from spotcap.cli_contracts import contracts
 from spotcap.config import ConfigError, Settings
 
 console = Console()
@@ -236,6 +237,8 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
         )
     console.print(table)
 
+
+main.add_command(contracts)
 
 # -- demo -------------------------------------------------------------------------------------
 

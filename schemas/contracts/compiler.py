@@ -1,0 +1,258 @@
+"""The contract compiler (ADR-03): contract files in, accepted contracts and located errors out.
+
+`compile_contracts` is pure: it reads the texts it is given and the pools in the
+`FeasibilityEnv`, never the disk or the clock (the caller passes ``published_at_us``). For each
+file it parses the YAML with line marks, validates the document, resolves it against its tier,
+checks consistency and feasibility, refuses workload ids declared in more than one file, then
+hands committed capacity to the floors of what is left (rule (c)). Every accepted contract comes
+with its unsigned `Bundle`, the bundle's SHA-256 and its ``contract_published`` event.
+Signing and writing happen at the edge (`output.write_outputs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from schemas.contracts.bundles import Bundle, bundle_for, bundle_sha256
+from schemas.contracts.diagnose import describe_validation_error, locate, locate_finding
+from schemas.contracts.errors import ContractError, ContractFindingsError
+from schemas.contracts.feasibility import (
+    RULES_NEEDING_POOLS,
+    FeasibilityEnv,
+    check_contract,
+    check_floors,
+)
+from schemas.contracts.model import Contract, ContractDocument
+from schemas.contracts.resolve import resolve
+from schemas.contracts.source import LoadedYaml, YamlSourceError, load_yaml_with_lines
+from schemas.events import ContractPublished, Envelope
+from schemas.ids import derived_event_id
+
+PRODUCER = "contracts/compiler"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledContract:
+    """An accepted contract, its bundle (unsigned) and its ``contract_published`` event."""
+
+    path: Path
+    contract: Contract
+    source_sha256: str
+    bundle: Bundle
+    bundle_sha256: str
+    event: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    """What the compiler accepted and refused; a file is accepted only with no error."""
+
+    accepted: tuple[CompiledContract, ...]
+    errors: tuple[ContractError, ...]
+    refused: tuple[Path, ...]
+    unchecked_rules: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def events(self) -> tuple[Envelope, ...]:
+        return tuple(c.event for c in self.accepted)
+
+    def errors_for(self, path: Path) -> tuple[ContractError, ...]:
+        return tuple(e for e in self.errors if e.file == path)
+
+
+@dataclass(slots=True)
+class _File:
+    path: Path
+    source_sha256: str
+    loaded: LoadedYaml | None = None
+    contract: Contract | None = None
+    errors: list[ContractError] = field(default_factory=list)
+
+    @property
+    def workload(self) -> str | None:
+        data = self.loaded.data if self.loaded is not None else None
+        value = data.get("workload") if isinstance(data, dict) else None
+        return value if isinstance(value, str) else None
+
+
+def _read(path: Path, text: str) -> _File:
+    parsed = _File(path, hashlib.sha256(text.encode("utf-8")).hexdigest())
+    try:
+        loaded = load_yaml_with_lines(text)
+    except YamlSourceError as problem:
+        parsed.errors.append(
+            ContractError(path, problem.line, problem.field, problem.message, problem.fix, "yaml")
+        )
+        return parsed
+    parsed.loaded = loaded
+    if not isinstance(loaded.data, dict):
+        parsed.errors.append(
+            locate(
+                path,
+                loaded,
+                (),
+                message="is not a contract: the file must be one YAML mapping",
+                fix="start the file with apiVersion: spotcap/v1 and kind: InterruptionContract",
+                rule="schema",
+            )
+        )
+        return parsed
+    try:
+        document = ContractDocument.model_validate(loaded.data)
+    except ValidationError as error:
+        for detail in error.errors():
+            key_path, message, fix = describe_validation_error(detail)
+            parsed.errors.append(
+                locate(path, loaded, key_path, message=message, fix=fix, rule="schema")
+            )
+        return parsed
+    try:
+        parsed.contract = resolve(document)
+    except ContractFindingsError as problems:
+        parsed.errors.extend(locate_finding(path, loaded, f) for f in problems.findings)
+    return parsed
+
+
+def _refuse_duplicates(files: list[_File]) -> None:
+    by_workload: dict[str, list[_File]] = defaultdict(list)
+    for parsed in files:
+        if parsed.workload is not None:
+            by_workload[parsed.workload].append(parsed)
+    for workload, declared in by_workload.items():
+        if len(declared) < 2:
+            continue
+        for parsed in declared:
+            assert parsed.loaded is not None
+            others = ", ".join(
+                f"{o.path.as_posix()}:{o.loaded.line_of(('workload',)) if o.loaded else 1}"
+                for o in declared
+                if o is not parsed
+            )
+            parsed.errors.append(
+                locate(
+                    parsed.path,
+                    parsed.loaded,
+                    ("workload",),
+                    message=f"workload {workload!r} is also declared in {others}",
+                    fix="keep one contract file per workload: merge the files, or rename one "
+                    "of the workloads",
+                    rule="duplicate",
+                )
+            )
+
+
+def _event(
+    compiled_path: Path,
+    contract: Contract,
+    source_sha256: str,
+    sha: str,
+    *,
+    published_at_us: int,
+    region: str,
+    source_commit: str | None,
+) -> Envelope:
+    payload = ContractPublished(
+        workload_id=contract.workload,
+        contract_version=contract.version,
+        contract_sha256=sha,
+        owner=contract.owner,
+        tier=contract.tier,
+        drain_budget_s=contract.drain_budget_s,
+        restart_semantics=contract.restart.semantics,
+        checkpoint_on_notice=contract.checkpoint_on_notice,
+        proactive_drain_on_advisory=contract.proactive_drain_on_advisory,
+        tolerated_interruption_per_h=contract.tolerated_interruptions_per_h,
+        target_vcpu=contract.target_vcpu,
+        floor_vcpu=contract.floor_vcpu,
+        spend_cap_eur_micros=contract.fallback.spend_cap_per_month_eur_micros,
+        approver=contract.fallback.approver or "",
+        priority=contract.priority,
+        checkpoint_interval_s=contract.checkpoint.periodic_interval_s,
+        deadline_at=contract.deadline_at_us,
+        source_commit=source_commit,
+        scheduler=contract.scheduler,
+        checkpoint_method=contract.checkpoint.method,
+        checkpoint_size_bytes=contract.checkpoint.size_bytes,
+        effects_on_completion_only=contract.restart.effects_on_completion_only,
+        source_path=compiled_path.as_posix(),
+        source_sha256=source_sha256,
+    )
+    return Envelope(
+        # Same bundle, same region: same id, so republishing an unchanged contract is a no-op.
+        event_id=derived_event_id(f"{region}/{sha}", ContractPublished.EVENT_TYPE),
+        event_type=ContractPublished.EVENT_TYPE,
+        occurred_at=published_at_us,
+        recorded_at=published_at_us,
+        region=region,
+        key=contract.workload,
+        causation_id=None,
+        correlation_id=None,
+        producer=PRODUCER,
+        payload=payload,
+    )
+
+
+def compile_contracts(
+    files: Mapping[Path, str],
+    env: FeasibilityEnv,
+    *,
+    published_at_us: int,
+    region: str = "dev",
+    source_commit: str | None = None,
+) -> CompileResult:
+    """Check every contract text in `files` (path -> YAML) and build what is accepted.
+
+    ``published_at_us`` becomes the events' ``occurred_at``: the compiler never reads the clock.
+    """
+    parsed = [_read(path, files[path]) for path in sorted(files)]
+    _refuse_duplicates(parsed)
+    for item in parsed:
+        if item.contract is not None and item.loaded is not None and not item.errors:
+            item.errors.extend(
+                locate_finding(item.path, item.loaded, finding)
+                for finding in check_contract(item.contract, env)
+            )
+    floor_findings = check_floors(
+        [p.contract for p in parsed if p.contract is not None and not p.errors], env
+    )
+    accepted: list[CompiledContract] = []
+    for item in parsed:
+        contract = item.contract
+        if contract is not None and contract.workload in floor_findings and not item.errors:
+            assert item.loaded is not None
+            item.errors.append(
+                locate_finding(item.path, item.loaded, floor_findings[contract.workload])
+            )
+        if contract is None or item.errors:
+            continue
+        bundle = bundle_for(contract, item.source_sha256)
+        sha = bundle_sha256(bundle)
+        event = _event(
+            item.path,
+            contract,
+            item.source_sha256,
+            sha,
+            published_at_us=published_at_us,
+            region=region,
+            source_commit=source_commit,
+        )
+        accepted.append(
+            CompiledContract(item.path, contract, item.source_sha256, bundle, sha, event)
+        )
+    errors = tuple(e for item in parsed for e in sorted(item.errors, key=lambda e: e.line))
+    return CompileResult(
+        accepted=tuple(accepted),
+        errors=errors,
+        refused=tuple(item.path for item in parsed if item.errors),
+        unchecked_rules=() if env.checks_pools else RULES_NEEDING_POOLS,
+    )

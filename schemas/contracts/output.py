@@ -1,0 +1,74 @@
+"""Writing a compile's outputs into the bundle directory: bundles and admission lists.
+
+The directory belongs to the compiler: one ``<workload>.bundle.json`` per accepted contract
+(signed when a signer is given), the three admission lists (`published`), and nothing else;
+bundles of workloads no longer accepted are removed. Each file is written to a temporary name
+and renamed, so a reader (an image build, a ConfigMap sync) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from schemas.contracts.bundles import sign_bundle, unsigned_bundle
+from schemas.contracts.compiler import CompileResult
+from schemas.contracts.published import (
+    DEFAULT_NAMESPACE,
+    PUBLISHED_CONFIGMAP,
+    PUBLISHED_JSON,
+    PUBLISHED_SLURM,
+    published_configmap,
+    published_json,
+    published_slurm,
+)
+from schemas.contracts.signing import Signer
+
+BUNDLE_SUFFIX = ".bundle.json"
+
+
+def bundle_file_name(workload: str) -> str:
+    return workload + BUNDLE_SUFFIX
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def write_outputs(
+    result: CompileResult,
+    out_dir: Path,
+    signer: Signer | None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Path]:
+    """Write the bundles and admission lists of `result`; return the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    keep: set[str] = set()
+    for compiled in result.accepted:
+        name = bundle_file_name(compiled.contract.workload)
+        keep.add(name)
+        data = (
+            sign_bundle(compiled.bundle, signer)
+            if signer is not None
+            else unsigned_bundle(compiled.bundle)
+        )
+        _write_atomically(out_dir / name, data)
+        written.append(out_dir / name)
+    for stale in sorted(out_dir.glob("*" + BUNDLE_SUFFIX)):
+        if stale.name not in keep:
+            stale.unlink()
+    lists = {
+        PUBLISHED_JSON: published_json(result.accepted),
+        PUBLISHED_SLURM: published_slurm(result.accepted),
+        PUBLISHED_CONFIGMAP: published_configmap(result.accepted, namespace),
+    }
+    for name, data in lists.items():
+        _write_atomically(out_dir / name, data)
+        written.append(out_dir / name)
+    return written

@@ -1,0 +1,133 @@
+"""Reading a YAML file while remembering the line of every key, for error messages.
+
+Validation reports a field by its path (``("checkpoint", "size_bytes")``); the compiler turns
+that path back into the line the author wrote it on. The file is composed once (PyYAML keeps a
+start mark on every node), the marks are recorded per key path, then the same node tree is
+constructed into plain Python data with the safe constructor. A key written twice in one
+mapping, which PyYAML would silently resolve to the last value, is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+KeyPath = tuple[str | int, ...]
+
+_KEY_AT_LINE_START = re.compile(r"^\s*-?\s*([A-Za-z_][\w.-]*)\s*:")
+
+
+class YamlSourceError(ValueError):
+    """The file is not the YAML a contract needs; carries the line and the offending key."""
+
+    def __init__(self, line: int, field: str, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.field = field
+        self.message = message
+        self.fix = fix
+
+
+def dotted(path: KeyPath) -> str:
+    """``("checkpoint", "size_bytes")`` -> ``"checkpoint.size_bytes"``; list items as ``[i]``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or "(document)"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedYaml:
+    """The data of one YAML document and the 1-based line of every key path in it."""
+
+    data: Any
+    lines: Mapping[KeyPath, int]
+
+    def line_of(self, path: KeyPath) -> int:
+        """The line of `path`, else of its nearest written ancestor, else 1."""
+        for end in range(len(path), 0, -1):
+            line = self.lines.get(path[:end])
+            if line is not None:
+                return line
+        return 1
+
+    def has(self, path: KeyPath) -> bool:
+        return path in self.lines
+
+
+def _record(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        first_seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            child = (*path, key)
+            if key in first_seen:
+                raise YamlSourceError(
+                    line,
+                    dotted(child),
+                    f"written twice in the same mapping (first on line {first_seen[key]})",
+                    "keep one of the two lines",
+                )
+            first_seen[key] = line
+            lines[child] = line
+            _record(value_node, child, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = (*path, index)
+            lines[child] = item.start_mark.line + 1
+            _record(item, child, lines)
+
+
+def _field_on_line(text: str, line: int) -> str:
+    """The key written on `line`, or on the nearest line above it that has one."""
+    lines = text.splitlines()
+    for index in range(min(line, len(lines)) - 1, -1, -1):
+        match = _KEY_AT_LINE_START.match(lines[index])
+        if match:
+            return match.group(1)
+    return "(document)"
+
+
+def load_yaml_with_lines(text: str) -> LoadedYaml:
+    """Parse one YAML document; raise `YamlSourceError` naming the line of a syntax error."""
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as error:
+        line = text[: error.position].count("\n") + 1
+        raise YamlSourceError(
+            line,
+            _field_on_line(text, line),
+            f"character {error.character!r} is not allowed in YAML",
+            "remove the control character from this line",
+        ) from error
+    try:
+        node = loader.get_single_node()
+        lines: dict[KeyPath, int] = {}
+        if node is None:
+            return LoadedYaml(data=None, lines=lines)
+        _record(node, (), lines)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problem = error.problem or "not valid YAML"
+        context = f" ({error.context})" if error.context else ""
+        raise YamlSourceError(
+            line,
+            _field_on_line(text, line),
+            f"YAML syntax error: {problem}{context}",
+            "fix the YAML on this line (indentation, a missing ':' or an unclosed quote), "
+            "and keep one contract per file",
+        ) from error
+    except yaml.YAMLError as error:
+        raise YamlSourceError(
+            1, "(document)", f"YAML error: {error}", "fix the YAML syntax of the file"
+        ) from error
+    finally:
+        loader.dispose()
+    return LoadedYaml(data=data, lines=lines)

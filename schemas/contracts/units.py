@@ -1,0 +1,160 @@
+"""Units a contract may be written in: durations, sizes, money and interruption rates.
+
+Each parser takes what YAML produced (an int, a float or a string) and returns the value in the
+unit the field's name carries (``_s``, ``_bytes``, ``_eur_micros``, ``_per_h``). A value in a
+unit it does not know raises `UnitError`, whose message says which units are accepted and whose
+``fix`` shows an example, so a contract author can correct the file without reading code.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600}
+SIZE_UNITS_BYTES = {
+    "B": 1,
+    "kB": 10**3,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+RATE_UNITS_PER_H = {"h": Decimal(1), "day": Decimal(1) / Decimal(24)}
+EUR_MICROS = 1_000_000
+
+_DURATION_PART = re.compile(r"(\d+)\s*([a-zA-Z]+)")
+_DURATION = re.compile(r"^(?:\s*\d+\s*[a-zA-Z]+)+\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$")
+_MONEY = re.compile(r"^\s*(?:(?:EUR|€)\s*(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:EUR|€))\s*$")
+_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/|per)\s*([a-zA-Z]+)\s*$")
+
+
+class FixableError(ValueError):
+    """A value a contract cannot hold; ``fix`` tells the author what to write instead."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+class UnitError(FixableError):
+    """A value in an unknown unit or form; the message lists the accepted units."""
+
+
+def _refuse_bool(value: object, what: str, fix: str) -> None:
+    # YAML reads `yes`/`true` as a bool, and bool is an int in Python: never take it as a number.
+    if isinstance(value, bool):
+        raise UnitError(f"{value!r} is a boolean, not {what}", fix)
+
+
+def parse_duration_s(value: object) -> int:
+    """Whole seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"`` (units: s, m, h)."""
+    accepted = "accepted units: s, m, h (e.g. 90s, 5m, 1h30m) or a whole number of seconds"
+    fix = "write a duration such as 90 (seconds), 90s or 5m"
+    _refuse_bool(value, "a duration", fix)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        raise UnitError(f"{value!r} is not a whole number of seconds; {accepted}", fix)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        if _DURATION.match(text):
+            total = 0
+            for number, unit in _DURATION_PART.findall(text):
+                if unit not in DURATION_UNITS_S:
+                    raise UnitError(f"{value!r}: unknown duration unit {unit!r}; {accepted}", fix)
+                total += int(number) * DURATION_UNITS_S[unit]
+            return total
+    raise UnitError(f"{value!r} is not a duration; {accepted}", fix)
+
+
+def parse_size_bytes(value: object) -> int:
+    """Bytes from ``2147483648`` or ``"2 GiB"`` (SI kB..TB, binary KiB..TiB)."""
+    accepted = "accepted units: " + ", ".join(SIZE_UNITS_BYTES) + " or a whole number of bytes"
+    fix = "write a size such as 2 GiB, 500 MB or a number of bytes"
+    _refuse_bool(value, "a size", fix)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            number, unit = match.groups()
+            if unit not in SIZE_UNITS_BYTES:
+                raise UnitError(f"{value!r}: unknown size unit {unit!r}; {accepted}", fix)
+            size = Decimal(number) * SIZE_UNITS_BYTES[unit]
+            if size != size.to_integral_value():
+                raise UnitError(f"{value!r} is not a whole number of bytes", fix)
+            return int(size)
+        if value.strip().isdigit():
+            return int(value.strip())
+    raise UnitError(f"{value!r} is not a size; {accepted}", fix)
+
+
+def parse_eur_micros(value: object) -> int:
+    """Micro-euros from ``120500000`` or ``"EUR 120.50"`` (also ``"120.50 EUR"``, ``"€120.50"``).
+
+    A bare decimal number is refused: 120.5 could mean euros or micro-euros, and money is never
+    a float (STYLE.md).
+    """
+    fix = 'write the amount as a string such as "EUR 120.50", or as whole micro-euros (120500000)'
+    _refuse_bool(value, "an amount of money", fix)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        raise UnitError(
+            f"{value!r} is ambiguous: money is written in euros with its currency or as whole "
+            "micro-euros, never as a bare decimal number",
+            fix,
+        )
+    if isinstance(value, str):
+        match = _MONEY.match(value)
+        if match:
+            amount = Decimal(match.group(1) or match.group(2))
+            micros = amount * EUR_MICROS
+            if micros != micros.to_integral_value():
+                raise UnitError(f"{value!r} has more than 6 decimal places", fix)
+            return int(micros)
+    raise UnitError(f"{value!r} is not an amount of money; accepted: EUR <amount>", fix)
+
+
+def parse_rate_per_h(value: object) -> float:
+    """Interruptions per instance-hour from ``0.05``, ``"0.05/h"`` or ``"1.2/day"``."""
+    accepted = "accepted units: /h, /day (e.g. 0.05/h, 1/day) or a number per hour"
+    fix = "write a rate such as 0.05 (per instance-hour), 0.05/h or 1/day"
+    _refuse_bool(value, "a rate", fix)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = _RATE.match(value)
+        if match:
+            number, unit = match.groups()
+            if unit not in RATE_UNITS_PER_H:
+                raise UnitError(f"{value!r}: unknown rate unit {unit!r}; {accepted}", fix)
+            return float(Decimal(number) * RATE_UNITS_PER_H[unit])
+        if _NUMBER.match(value):
+            return float(Decimal(value.strip()))
+    raise UnitError(f"{value!r} is not a rate; {accepted}", fix)
+
+
+def format_bytes(size_bytes: int) -> str:
+    """``2147483648`` -> ``"2 GiB"``; for messages."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = SIZE_UNITS_BYTES[unit]
+        if size_bytes >= scale:
+            value = size_bytes / scale
+            return f"{value:.1f} {unit}".replace(".0 ", " ")
+    return f"{size_bytes} B"
+
+
+def format_eur(micros: int) -> str:
+    """``120500000`` -> ``"EUR 120.50"``; for messages."""
+    return f"EUR {Decimal(micros) / EUR_MICROS:,.2f}"

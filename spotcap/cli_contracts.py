@@ -1,0 +1,392 @@
+"""``spotcap contracts``: compile, sign and verify interruption contracts (ADR-01..04).
+
+    spotcap contracts compile DIR --out BUNDLES [--pools FILE] [--key KEYFILE | --transit-key N]
+                                  [--publish] [--json]
+    spotcap contracts verify BUNDLE --pubkey FILE [--json]
+    spotcap contracts keygen --out KEYFILE
+
+``compile`` writes nothing unless every contract is accepted, so a broken change can never
+withdraw a published workload from admission; it exits 1 and prints each error as
+``file:line: field: what is wrong (fix: how)``. The command reads the clock once, for the
+events' time (``--published-at`` to fix it); the compiler itself never does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from schemas.contracts.bundles import BundleError, verify_bundle
+from schemas.contracts.compiler import CompileResult, compile_contracts
+from schemas.contracts.feasibility import RULES, FeasibilityEnv
+from schemas.contracts.model import to_epoch_us
+from schemas.contracts.output import write_outputs
+from schemas.contracts.pool_file import PoolFileError, load_pools
+from schemas.contracts.published import DEFAULT_NAMESPACE
+from schemas.contracts.signing import (
+    FileSigner,
+    Signer,
+    SigningError,
+    TransitSigner,
+    generate_key_pem,
+    key_id_of,
+    load_private_key,
+    load_public_key,
+)
+from schemas.contracts.units import UnitError, parse_size_bytes
+from spotcap.config import ConfigError, Settings
+
+console = Console()
+err_console = Console(stderr=True)
+CONTRACT_SUFFIXES = (".yaml", ".yml")
+
+
+def _fail(message: str, hint: str = "") -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    if hint:
+        err_console.print(f"[dim]{hint}[/]", highlight=False)
+    sys.exit(1)
+
+
+def _settings(ctx: click.Context) -> Settings:
+    """The main CLI's settings when registered under it, else loaded from the environment."""
+    found = ctx.find_object(Settings)
+    if found is not None:
+        return found
+    try:
+        return Settings.load()
+    except ConfigError as error:
+        _fail(str(error))
+        raise
+
+
+def contract_files(directory: Path) -> dict[Path, str]:
+    """Every ``*.yaml``/``*.yml`` under `directory` (hidden folders skipped), path -> text."""
+    files: dict[Path, str] = {}
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file() and path.suffix in CONTRACT_SUFFIXES:
+            files[path] = path.read_text(encoding="utf-8")
+    return files
+
+
+@click.group("contracts")
+def contracts() -> None:
+    """Compile, sign and verify interruption contracts (ADR-01..04)."""
+
+
+# -- compile ----------------------------------------------------------------------------------
+
+
+def _signer(key_file: Path | None, transit_key: str | None, transit_mount: str) -> Signer | None:
+    if key_file is not None and transit_key is not None:
+        _fail("give --key or --transit-key, not both")
+    if key_file is not None:
+        try:
+            return FileSigner(load_private_key(key_file.read_bytes()))
+        except SigningError as error:
+            _fail(f"{key_file}: {error}", "create a key with `spotcap contracts keygen --out FILE`")
+    if transit_key is not None:
+        import hvac
+
+        address = os.environ.get("BAO_ADDR") or os.environ.get("VAULT_ADDR")
+        token = os.environ.get("BAO_TOKEN") or os.environ.get("VAULT_TOKEN")
+        if not address or not token:
+            _fail("--transit-key needs BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or VAULT_TOKEN)")
+        try:
+            return TransitSigner(hvac.Client(url=address, token=token), transit_key, transit_mount)
+        except SigningError as error:
+            _fail(str(error))
+    return None
+
+
+def _publish(settings: Settings, result: CompileResult) -> int:
+    """Write the ``contract_published`` events to the region's demand topic; return how many."""
+    from spotcap.wiring import describe_log, make_codec, open_log
+    from streams.log import LogError
+    from streams.topics import region_topics, topic_name
+
+    topic = topic_name(settings.region, "demand")
+    codec = make_codec(settings)
+    try:
+        log = open_log(settings)
+        try:
+            log.apply_topics(
+                [spec for spec in region_topics(settings.region) if spec.name == topic]
+            )
+            producer = log.producer()
+            try:
+                for envelope in result.events:
+                    producer.produce(
+                        topic,
+                        codec.encode(envelope),
+                        envelope.key.encode(),
+                        timestamp_ms=envelope.occurred_at // 1000,
+                    )
+                delivered = producer.flush()
+            finally:
+                producer.close()
+        finally:
+            log.close()
+    except LogError as error:
+        _fail(f"publishing to {describe_log(settings)} failed: {error}")
+    return len(delivered)
+
+
+def _table(result: CompileResult) -> Table:
+    table = Table(title="interruption contracts")
+    table.add_column("file", overflow="fold")
+    for column in ("workload", "tier", "scheduler", "result"):
+        table.add_column(column)
+    accepted = {c.path: c for c in result.accepted}
+    for path in sorted({*accepted, *result.refused}):
+        compiled = accepted.get(path)
+        if compiled is not None:
+            c = compiled.contract
+            table.add_row(path.as_posix(), c.workload, c.tier, c.scheduler, "[green]accepted[/]")
+        else:
+            count = len(result.errors_for(path))
+            table.add_row(path.as_posix(), "", "", "", f"[red]refused[/] ({count} errors)")
+    return table
+
+
+def _result_json(
+    result: CompileResult, written: list[Path], published: int | None
+) -> dict[str, Any]:
+    return {
+        "ok": result.ok,
+        "accepted": [
+            {
+                "file": c.path.as_posix(),
+                "workload_id": c.contract.workload,
+                "contract_version": c.contract.version,
+                "tier": c.contract.tier,
+                "scheduler": c.contract.scheduler,
+                "contract_sha256": c.bundle_sha256,
+                "event_id": c.event.event_id,
+            }
+            for c in result.accepted
+        ],
+        "refused": [p.as_posix() for p in result.refused],
+        "errors": [e.to_json() for e in result.errors],
+        "unchecked_rules": list(result.unchecked_rules),
+        "written": [p.as_posix() for p in written],
+        "published": published,
+    }
+
+
+def _published_at_us(published_at: str | None) -> int:
+    if published_at is None:
+        return time.time_ns() // 1000
+    try:
+        moment = datetime.fromisoformat(published_at.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        _fail(f"--published-at {published_at!r} is not an ISO 8601 timestamp with a timezone")
+        raise AssertionError  # unreachable: _fail exits
+    return to_epoch_us(moment)
+
+
+@contracts.command("compile")
+@click.argument(
+    "contract_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR"
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Bundle directory: <workload>.bundle.json and the admission lists are written here.",
+)
+@click.option(
+    "--pools",
+    "pools_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Pool catalogue (YAML or JSON with a pools: list) for rules (c) and (d).",
+)
+@click.option(
+    "--key",
+    "key_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Ed25519 signing key: PEM private key or a raw 32-byte seed.",
+)
+@click.option(
+    "--transit-key",
+    help="Sign with this OpenBao/Vault transit key (type ed25519) instead; address and token "
+    "from BAO_ADDR/VAULT_ADDR and BAO_TOKEN/VAULT_TOKEN.",
+)
+@click.option("--transit-mount", default="transit", show_default=True)
+@click.option(
+    "--store-throughput",
+    default="50 MB",
+    show_default=True,
+    help="Checkpoint store write throughput of one writer, per second (bytes or e.g. '50 MB').",
+)
+@click.option("--publish", is_flag=True, help="Write contract_published events to the log.")
+@click.option("--published-at", help="Event time (ISO 8601 with timezone); default: now.")
+@click.option("--source-commit", help="Commit of the contract repository the files come from.")
+@click.option(
+    "--namespace",
+    default=DEFAULT_NAMESPACE,
+    show_default=True,
+    help="Namespace of the spotcap-published-contracts ConfigMap.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def compile_command(
+    ctx: click.Context,
+    *,
+    contract_dir: Path,
+    out_dir: Path,
+    pools_file: Path | None,
+    key_file: Path | None,
+    transit_key: str | None,
+    transit_mount: str,
+    store_throughput: str,
+    publish: bool,
+    published_at: str | None,
+    source_commit: str | None,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Check every contract in DIR, then write signed bundles and admission lists to --out."""
+    settings = _settings(ctx)
+    try:
+        throughput = parse_size_bytes(store_throughput)
+    except UnitError as error:
+        _fail(f"--store-throughput: {error.message}", error.fix)
+        raise
+    pools = None
+    if pools_file is not None:
+        try:
+            pools = load_pools(pools_file.as_posix(), pools_file.read_text(encoding="utf-8"))
+        except PoolFileError as error:
+            _fail(str(error))
+    files = contract_files(contract_dir)
+    if not files:
+        _fail(f"no contract files (*.yaml, *.yml) under {contract_dir}")
+    env = FeasibilityEnv(pools=pools, store_throughput_bytes_per_s=throughput)
+    result = compile_contracts(
+        files,
+        env,
+        published_at_us=_published_at_us(published_at),
+        region=settings.region,
+        source_commit=source_commit,
+    )
+    for rule in result.unchecked_rules:
+        err_console.print(
+            f"[yellow]warning:[/] rule {rule} was not checked ({RULES[rule]}): it needs the "
+            "pool catalogue, give --pools",
+            highlight=False,
+            soft_wrap=True,
+        )
+    written: list[Path] = []
+    published: int | None = None
+    if result.ok:
+        signer = _signer(key_file, transit_key, transit_mount)
+        if signer is None:
+            err_console.print(
+                "[yellow]warning:[/] no --key or --transit-key: bundles are written unsigned "
+                "and every node agent will refuse them",
+                highlight=False,
+                soft_wrap=True,
+            )
+        written = write_outputs(result, out_dir, signer, namespace)
+        if publish:
+            published = _publish(settings, result)
+    if as_json:
+        click.echo(json.dumps(_result_json(result, written, published), indent=2, sort_keys=True))
+    else:
+        console.print(_table(result))
+        for refusal in result.errors:
+            err_console.print(str(refusal), highlight=False, soft_wrap=True)
+        if result.ok:
+            console.print(f"wrote {len(written)} files to {out_dir}", highlight=False)
+        else:
+            err_console.print(
+                f"[red]{len(result.refused)} contracts refused[/]; nothing was written",
+                highlight=False,
+            )
+        if published is not None:
+            console.print(
+                f"published {published} contract_published events to {settings.region}.demand",
+                highlight=False,
+            )
+    sys.exit(0 if result.ok else 1)
+
+
+# -- verify and keygen ------------------------------------------------------------------------
+
+
+@contracts.command("verify")
+@click.argument("bundle_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--pubkey",
+    "pubkey_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Ed25519 public key: PEM, 32 raw bytes, or their base64.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
+    """Check a bundle's signature as a node does; exit 1 if it must not be used."""
+    try:
+        public_key = load_public_key(pubkey_file.read_bytes())
+    except SigningError as error:
+        _fail(f"{pubkey_file}: {error}")
+        raise
+    try:
+        bundle = verify_bundle(bundle_file.read_bytes(), public_key)
+    except BundleError as error:
+        if as_json:
+            click.echo(
+                json.dumps({"ok": False, "error": type(error).__name__, "reason": str(error)})
+            )
+            sys.exit(1)
+        _fail(f"{bundle_file}: refused ({type(error).__name__}): {error}")
+        raise
+    if as_json:
+        click.echo(
+            json.dumps({"ok": True, "bundle": bundle.model_dump(mode="json")}, sort_keys=True)
+        )
+        return
+    console.print(
+        f"[green]ok[/]: {bundle_file} is signed by {key_id_of(public_key)}", highlight=False
+    )
+    for name, value in bundle.model_dump(mode="json").items():
+        console.print(f"  {name}: {value}", highlight=False, soft_wrap=True)
+
+
+@contracts.command("keygen")
+@click.option(
+    "--out",
+    "key_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Private key file (PEM); the public key goes to <out>.pub.",
+)
+def keygen_command(key_file: Path) -> None:
+    """Create an Ed25519 signing key (PEM, mode 0600) and its public key (<out>.pub)."""
+    public_file = key_file.with_name(key_file.name + ".pub")
+    for existing in (key_file, public_file):
+        if existing.exists():
+            _fail(f"{existing} exists; refusing to overwrite a key")
+    private_pem, public_pem = generate_key_pem()
+    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(private_pem)
+    public_file.write_bytes(public_pem)
+    key_id = key_id_of(load_private_key(private_pem).public_key())
+    console.print(f"wrote {key_file} and {public_file} (key {key_id})", highlight=False)

@@ -1,0 +1,189 @@
+"""``spotcap contracts``: compile, verify and keygen through click, publishing to a real log."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from schemas.codec import Codec
+from schemas.events import ContractPublished
+from spotcap.cli_contracts import contracts
+from spotcap.config import Settings
+from streams.embedded import EmbeddedLog
+from streams.topics import topic_name
+from tests import test_bundles
+from tests.test_bundles import KEY_NAME, TOKEN, FakeTransit, recorded_keys_response
+from tests.test_contracts import BASE, EXAMPLES
+
+transit = test_bundles.transit  # the fake OpenBao transit server fixture
+PUBLISHED_AT = "2026-11-30T00:00:00Z"
+PUBLISHED_AT_US = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp()) * 1_000_000
+
+
+def cli(settings: Settings) -> click.Group:
+    """`contracts` registered under a parent that holds the settings, as the main CLI does."""
+
+    @click.group()
+    @click.pass_context
+    def root(ctx: click.Context) -> None:
+        ctx.obj = settings
+
+    root.add_command(contracts)
+    return root
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(home=tmp_path / "home", region="eu-west")
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    key_file = tmp_path / "signing.pem"
+    result = CliRunner().invoke(contracts, ["keygen", "--out", str(key_file)])
+    assert result.exit_code == 0, result.output
+    return key_file
+
+
+def invoke(settings: Settings, *args: str) -> Result:
+    return CliRunner().invoke(cli(settings), ["contracts", *args])
+
+
+def test_keygen_writes_a_private_key_only_its_owner_reads(tmp_path: Path, key: Path) -> None:
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert (tmp_path / "signing.pem.pub").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+    again = CliRunner().invoke(contracts, ["keygen", "--out", str(key)])
+    assert again.exit_code == 1
+    assert "refusing to overwrite" in again.output
+
+
+def test_compile_sign_publish_and_verify(settings: Settings, tmp_path: Path, key: Path) -> None:
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings,
+        "compile",
+        str(EXAMPLES),
+        "--out",
+        str(out),
+        "--key",
+        str(key),
+        "--pools",
+        str(EXAMPLES / "pools.catalogue.json"),
+        "--publish",
+        "--published-at",
+        PUBLISHED_AT,
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["published"] == 6 and report["unchecked_rules"] == []
+    workloads = sorted(a["workload_id"] for a in report["accepted"])
+    assert [p.name for p in sorted(out.glob("*.bundle.json"))] == [
+        f"{w}.bundle.json" for w in workloads
+    ]
+
+    verified = invoke(
+        settings,
+        "verify",
+        str(out / "etl-nightly.bundle.json"),
+        "--pubkey",
+        str(key.with_name(key.name + ".pub")),
+        "--json",
+    )
+    assert verified.exit_code == 0, verified.output
+    assert json.loads(verified.stdout)["bundle"]["drain_budget_s"] == 90
+
+    log = EmbeddedLog(settings.log_dir)
+    consumer = log.consumer("test", [topic_name("eu-west", "demand")])
+    records = consumer.poll(max_records=100, timeout_s=1.0)
+    consumer.close()
+    log.close()
+    codec = Codec()
+    events = [codec.decode(r.value or b"", r.origin) for r in records]
+    assert sorted(e.key for e in events) == workloads
+    for record, event in zip(records, events, strict=True):
+        assert record.key == event.key.encode()
+        assert event.region == "eu-west"
+        assert event.occurred_at == PUBLISHED_AT_US
+        assert isinstance(event.payload, ContractPublished)
+    by_workload = {a["workload_id"]: a for a in report["accepted"]}
+    for event in events:
+        assert isinstance(event.payload, ContractPublished)
+        assert event.event_id == by_workload[event.key]["event_id"]
+        assert event.payload.contract_sha256 == by_workload[event.key]["contract_sha256"]
+
+
+def test_a_tampered_bundle_fails_verification(
+    settings: Settings, tmp_path: Path, key: Path
+) -> None:
+    out = tmp_path / "bundles"
+    assert (
+        invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--key", str(key)).exit_code
+        == 0
+    )
+    bundle = out / "ci-runners.bundle.json"
+    bundle.write_bytes(bundle.read_bytes().replace(b'"drain_budget_s":30', b'"drain_budget_s":99'))
+    result = invoke(
+        settings, "verify", str(bundle), "--pubkey", str(key.with_name(key.name + ".pub"))
+    )
+    assert result.exit_code == 1
+    assert "TamperedBundleError" in result.output
+
+
+def test_a_refused_contract_writes_nothing_and_names_file_line_field(
+    settings: Settings, tmp_path: Path
+) -> None:
+    contracts_dir = tmp_path / "contracts"
+    shutil.copytree(EXAMPLES, contracts_dir)
+    (contracts_dir / "broken.yaml").write_text(
+        BASE.replace("workload: etl", "workload: broken") + "drain_budget_s: 90 sec\n"
+    )
+    out = tmp_path / "bundles"
+    result = invoke(settings, "compile", str(contracts_dir), "--out", str(out))
+    assert result.exit_code == 1
+    assert f"{contracts_dir}/broken.yaml:11: drain_budget_s: '90 sec'" in result.output
+    assert "nothing was written" in result.output
+    assert not out.exists()
+
+
+def test_without_pools_the_unchecked_rules_are_named(settings: Settings, tmp_path: Path) -> None:
+    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(tmp_path / "b"))
+    assert result.exit_code == 0, result.output
+    assert "rule floor-within-committed was not checked" in result.output
+    assert "rule rate-diversifiable was not checked" in result.output
+    assert "bundles are written unsigned" in result.output
+
+
+def test_a_stale_bundle_is_removed(settings: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "bundles"
+    out.mkdir()
+    (out / "retired-workload.bundle.json").write_text("{}")
+    assert invoke(settings, "compile", str(EXAMPLES), "--out", str(out)).exit_code == 0
+    assert not (out / "retired-workload.bundle.json").exists()
+
+
+def test_compile_signs_through_openbao_transit(
+    settings: Settings, tmp_path: Path, transit: tuple[FakeTransit, str]
+) -> None:
+    fake, url = transit
+    out = tmp_path / "bundles"
+    result = CliRunner(env={"BAO_ADDR": url, "BAO_TOKEN": TOKEN}).invoke(
+        cli(settings),
+        ["contracts", "compile", str(EXAMPLES), "--out", str(out), "--transit-key", KEY_NAME],
+    )
+    assert result.exit_code == 0, result.output
+    public = tmp_path / "transit.pub"
+    public.write_text(recorded_keys_response()["data"]["keys"]["2"]["public_key"])
+    verified = invoke(
+        settings, "verify", str(out / "api-gateway.bundle.json"), "--pubkey", str(public)
+    )
+    assert verified.exit_code == 0, verified.output
+    assert sum(1 for method, _, _ in fake.requests if method == "POST") == 6
