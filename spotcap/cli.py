@@ -13,6 +13,7 @@ from rich.table import Table
 
 from spotcap.cli_contracts import contracts
 from spotcap.config import ConfigError, Settings
+from spotcap.demo import demo
 
 console = Console()
 err_console = Console(stderr=True)
@@ -240,27 +241,7 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
 
 main.add_command(contracts)
 
-# -- demo -------------------------------------------------------------------------------------
-
-
-@main.command()
-@click.pass_obj
-def demo(settings: Settings) -> None:
-    """Run the main job on the embedded default.
-
-    Until the region simulator lands this sets up the region's topics in the data directory
-    and prints the event catalogue the simulation will write.
-    """
-    from spotcap.wiring import describe_log, open_log
-    from streams.topics import region_topics
-
-    log = open_log(settings)
-    created = [c for c in log.apply_topics(region_topics(settings.region)) if c.action == "created"]
-    console.print(
-        f"region [bold]{settings.region}[/]: {describe_log(settings)} "
-        f"({len(created)} topics created)"
-    )
-    _print_catalogue(as_json=False)
+main.add_command(demo)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,16 @@ from streams.topics import topic_name
 _READ_TIMEOUT_S = 10.0
 
 
-def publish_schema(producer: Producer, region: str, schema: Mapping[str, Any]) -> int:
+def publish_schema(
+    producer: Producer, region: str, schema: Mapping[str, Any], timestamp_ms: int | None = None
+) -> int:
     """Queue `schema` on the region's schema topic; returns its fingerprint."""
     fp = schema_fingerprint(schema)
     producer.produce(
         topic_name(region, "schemas"),
         json.dumps(schema, sort_keys=True).encode(),
         key=f"{fp:016x}".encode(),
+        timestamp_ms=timestamp_ms,
     )
     return fp
 

@@ -9,6 +9,7 @@ cut off (`repair`), leaving every block written before it.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from collections.abc import Iterator
@@ -81,10 +82,21 @@ def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
+def sync_marker(path: Path) -> bytes:
+    """The segment's sync marker, derived from its topic, partition and base offset.
+
+    The Avro spec asks only that it be unlikely to occur in the data; deriving it (rather than
+    drawing it at random) makes the same records give the same bytes, so a replayed or
+    simulated log is byte-identical to its original.
+    """
+    name = f"{path.parent.parent.name}/{path.parent.name}/{path.stem}".encode()
+    return hashlib.sha256(b"spotcap-segment:" + name).digest()[:SYNC_SIZE]
+
+
 def new_segment(path: Path) -> bytes:
     """Create an empty segment (header only) at `path`, durably; returns its sync marker."""
     buffer = io.BytesIO()
-    fastavro.writer(buffer, _PARSED, [])
+    fastavro.writer(buffer, _PARSED, [], sync_marker=sync_marker(path))
     data = buffer.getvalue()
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as handle:

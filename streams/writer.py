@@ -33,7 +33,13 @@ class EventWriter:
                 f"this writer to {self.region!r}"
             )
         if not self.schema_published:
-            publish_schema(self._producer, self.region, self._codec.schema)
+            # Stamped with the first event's time, so a log's bytes depend on its events only.
+            publish_schema(
+                self._producer,
+                self.region,
+                self._codec.schema,
+                timestamp_ms=envelope.occurred_at // 1000,
+            )
             self.schema_published = True
         logical = type(envelope.payload).TOPIC
         topic = self._topics.get(logical)

@@ -1,0 +1,76 @@
+"""Where the simulated region's facts go: an envelope per event, to the outbox and to listeners.
+
+Every event is stamped with sim time (`occurred_at` = `recorded_at`), the region and the key its
+payload class names (`KEY`). Ids are never `uuid4`: facts from outside get an id drawn from the
+seeded id stream; derived events get `derived_event_id` of their cause (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable
+
+from provider.sim.clock import Scheduler
+from schemas.events import Envelope, Payload
+from schemas.ids import derived_event_id
+
+Listener = Callable[[Envelope], None]
+
+
+class EventBus:
+    def __init__(self, region: str, clock: Scheduler, id_rng: random.Random) -> None:
+        self.region = region
+        self._clock = clock
+        self._ids = id_rng
+        self._outbox: deque[Envelope] = deque()
+        self._listeners: dict[str, list[Listener]] = {}
+
+    def subscribe(self, event_type: str, listener: Listener) -> None:
+        self._listeners.setdefault(event_type, []).append(listener)
+
+    def fact_id(self) -> str:
+        """A fresh id for a fact from outside, from the seeded id stream."""
+        return str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+
+    def emit(
+        self,
+        payload: Payload,
+        producer: str,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        discriminator: str = "",
+    ) -> Envelope:
+        """Publish `payload` now; its id is derived from `causation_id` when there is one."""
+        event_type = payload.EVENT_TYPE
+        if causation_id is None:
+            event_id = self.fact_id()
+        else:
+            event_id = derived_event_id(causation_id, event_type, discriminator)
+        now_us = self._clock.now_us
+        envelope = Envelope(
+            event_id=event_id,
+            event_type=event_type,
+            occurred_at=now_us,
+            recorded_at=now_us,
+            region=self.region,
+            key=getattr(payload, payload.KEY),
+            causation_id=causation_id,
+            correlation_id=correlation_id,
+            producer=producer,
+            payload=payload,
+        )
+        self._outbox.append(envelope)
+        for listener in self._listeners.get(event_type, ()):
+            listener(envelope)
+        return envelope
+
+    def drain(self, max_events: int) -> list[Envelope]:
+        """Up to `max_events` published envelopes, oldest first, removed from the outbox."""
+        out = self._outbox
+        count = min(max_events, len(out))
+        return [out.popleft() for _ in range(count)]
+
+    def __len__(self) -> int:
+        return len(self._outbox)

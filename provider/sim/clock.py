@@ -1,0 +1,58 @@
+"""Sim time and the event heap: the simulation never reads the wall clock.
+
+Time is integer microseconds since the Unix epoch, starting at `EPOCH_US` (Monday
+2026-11-02T00:00Z) unless configured otherwise. Actions scheduled for the same microsecond run
+in the order they were scheduled, so a run is a pure function of its seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+EPOCH_US = 1_793_577_600_000_000  # 2026-11-02T00:00:00Z, a Monday
+SECOND_US = 1_000_000
+MINUTE_US = 60 * SECOND_US
+HOUR_US = 60 * MINUTE_US
+DAY_US = 24 * HOUR_US
+
+Action = Callable[[], None]
+
+
+class Scheduler:
+    """A heap of timed actions and the current sim time."""
+
+    def __init__(self, start_us: int) -> None:
+        self.now_us = start_us
+        self._heap: list[tuple[int, int, Action]] = []
+        self._seq = 0
+
+    def at(self, when_us: int, action: Action) -> None:
+        """Run `action` at `when_us` (never earlier than now)."""
+        self._seq += 1
+        heapq.heappush(self._heap, (max(when_us, self.now_us), self._seq, action))
+
+    def after(self, delay_us: int, action: Action) -> None:
+        self.at(self.now_us + delay_us, action)
+
+    def every(self, first_us: int, period_us: int, action: Action) -> None:
+        """Run `action` at `first_us` and every `period_us` after it."""
+
+        def tick() -> None:
+            action()
+            self.after(period_us, tick)
+
+        self.at(first_us, tick)
+
+    def run_until(self, until_us: int) -> None:
+        """Run every action due before `until_us`; time then stands at `until_us`."""
+        heap = self._heap
+        while heap and heap[0][0] < until_us:
+            when_us, _, action = heapq.heappop(heap)
+            self.now_us = when_us
+            action()
+        self.now_us = max(self.now_us, until_us)
+
+    @property
+    def pending(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,78 @@
+"""The simulation's stand-in placement policy, behind a small interface.
+
+The real planner (ADR-08: floor first on committed capacity, depth-first water-filling over at
+least 8 pools with pool and correlation-group caps, excluded pools never chosen) is a decider
+that comes later and replaces `SpreadPolicy` through `PlacementPolicy`.
+
+`SpreadPolicy` water-fills by vCPU: each next instance goes to the eligible pool holding the
+least of the workload so far (ties: cheaper list price, then pool id), among pools with room,
+avoiding the given correlation groups while any other pool has room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schemas.events import PurchaseModel
+from schemas.pools import Pool, PoolCatalogue
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    """Place `vcpu` more of a workload under `purchase_model`."""
+
+    workload_id: str
+    purchase_model: PurchaseModel
+    vcpu: int
+    families: tuple[str, ...]
+    sizes_vcpu: tuple[int, ...] | None  # None: any size (floors take the committed sizes)
+    placed_vcpu_by_pool: Mapping[str, int] = field(default_factory=dict)
+    avoid_groups: frozenset[str] = frozenset()
+
+
+class PoolView(Protocol):
+    """What a policy may ask about the region now."""
+
+    def room_vcpu(self, pool_id: str) -> int: ...
+
+
+class PlacementPolicy(Protocol):
+    def plan(
+        self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+    ) -> list[str]:
+        """Pool ids to launch one instance in each, in order; may cover less than asked."""
+        ...
+
+
+class SpreadPolicy:
+    def plan(
+        self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+    ) -> list[str]:
+        eligible = [p for p in catalogue.pools(request.purchase_model) if _fits(p, request)]
+        room = {p.pool_id: view.room_vcpu(p.pool_id) for p in eligible}
+        eligible = [p for p in eligible if room[p.pool_id] >= p.size_vcpu]
+        preferred = [p for p in eligible if p.correlation_group not in request.avoid_groups]
+        candidates = preferred or eligible
+        placed = {p.pool_id: request.placed_vcpu_by_pool.get(p.pool_id, 0) for p in candidates}
+        plan: list[str] = []
+        remaining = request.vcpu
+        while remaining > 0 and candidates:
+            best = min(
+                candidates,
+                key=lambda p: (placed[p.pool_id], p.price_per_vcpu_h_eur_micros, p.pool_id),
+            )
+            plan.append(best.pool_id)
+            placed[best.pool_id] += best.size_vcpu
+            room[best.pool_id] -= best.size_vcpu
+            remaining -= best.size_vcpu
+            if room[best.pool_id] < best.size_vcpu:
+                candidates = [p for p in candidates if p.pool_id != best.pool_id]
+        return plan
+
+
+def _fits(pool: Pool, request: PlacementRequest) -> bool:
+    if pool.sku_family not in request.families:
+        return False
+    return request.sizes_vcpu is None or pool.size_vcpu in request.sizes_vcpu

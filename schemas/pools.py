@@ -1,0 +1,377 @@
+"""The pool catalogue (ADR-06): what a pool is, and the region's pools in a reviewed YAML file.
+
+A pool is SKU family x size x hall x purchase model; its id is derived from exactly those four
+(`pool_id_for`), so two catalogue rows can never describe the same pool under two names.
+
+**Correlation groups** start from what causes reclamation on premises: a guaranteed tenant's
+demand lands on the hosts of one *host aggregate* in one *hall*. The default group of a pool is
+therefore ``<hall>:<host_aggregate>`` (`correlation_group_for`); pools of different sizes drawn
+from the same aggregate share a group. A catalogue may name a coarser group (for example a whole
+hall, after observed co-reclamation, ADR-06) by writing ``correlation_group`` explicitly; the
+planner caps each group at 30% of a workload's reclaimable capacity (ADR-08).
+
+The file format (``format: spotcap.pools/v1``)::
+
+    format: spotcap.pools/v1
+    region: demo
+    pools:
+      - pool_id: c7-amd.16.hall-a.reclaimable   # optional: derived when omitted, checked if given
+        sku_family: c7-amd
+        size_vcpu: 16                            # vCPU per instance
+        memory_gib: 64                           # memory per instance
+        gpus: 0                                  # accelerators per instance (default 0)
+        hall: hall-a
+        host_aggregate: c7-amd-large
+        purchase_model: reclaimable              # reclaimable | guaranteed | committed
+        correlation_group: hall-a:c7-amd-large   # optional: <hall>:<host_aggregate> by default
+        capacity_vcpu: 1024                      # whole instances: a multiple of size_vcpu
+        expected_interruptions_per_h: 0.012      # per instance-hour; 0 unless reclaimable
+        price_per_vcpu_h_eur_micros: 9000
+        guaranteed_price_per_vcpu_h_eur_micros: 38000
+
+Errors name the file and the pool (its id, else its position in the list).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.events import PoolRegistered, PurchaseModel
+
+FORMAT = "spotcap.pools/v1"
+PURCHASE_MODELS: tuple[PurchaseModel, ...] = ("reclaimable", "guaranteed", "committed")
+
+
+class PoolCatalogueError(ValueError):
+    """A catalogue file or catalogue that cannot be used; the message names file and pool."""
+
+
+def pool_id_for(sku_family: str, size_vcpu: int | str, hall: str, purchase_model: str) -> str:
+    """The id of the pool SKU family x size x hall x purchase model (ADR-06)."""
+    return f"{sku_family}.{size_vcpu}.{hall}.{purchase_model}"
+
+
+def correlation_group_for(hall: str, host_aggregate: str) -> str:
+    """The default correlation group: the host aggregate, within its hall."""
+    return f"{hall}:{host_aggregate}"
+
+
+_NAME = r"^[a-z0-9][a-z0-9-]*$"
+
+
+class Pool(BaseModel):
+    """One pool of the catalogue; frozen, so it can be shared and hashed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool_id: str = ""
+    sku_family: str = Field(pattern=_NAME)
+    size_vcpu: int = Field(gt=0)
+    memory_gib: int = Field(gt=0)
+    gpus: int = Field(default=0, ge=0)
+    hall: str = Field(pattern=_NAME)
+    host_aggregate: str = Field(pattern=_NAME)
+    purchase_model: PurchaseModel
+    correlation_group: str = ""
+    capacity_vcpu: int = Field(ge=0)
+    expected_interruptions_per_h: float = Field(ge=0.0)
+    price_per_vcpu_h_eur_micros: int = Field(ge=0)
+    guaranteed_price_per_vcpu_h_eur_micros: int = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        filled = dict(data)
+        parts = ("sku_family", "size_vcpu", "hall", "purchase_model")
+        if not filled.get("pool_id") and all(p in filled for p in parts):
+            family, size, hall, model = (str(filled[p]) for p in parts)
+            filled["pool_id"] = pool_id_for(family, size, hall, model)
+        if not filled.get("correlation_group") and "hall" in filled and "host_aggregate" in filled:
+            filled["correlation_group"] = correlation_group_for(
+                str(filled["hall"]), str(filled["host_aggregate"])
+            )
+        return filled
+
+    @model_validator(mode="after")
+    def _check(self) -> Pool:
+        derived = pool_id_for(self.sku_family, self.size_vcpu, self.hall, self.purchase_model)
+        if self.pool_id != derived:
+            raise ValueError(
+                f"pool_id {self.pool_id!r} does not match SKU family x size x hall x purchase "
+                f"model, which give {derived!r}"
+            )
+        if self.capacity_vcpu % self.size_vcpu:
+            raise ValueError(
+                f"capacity_vcpu {self.capacity_vcpu} is not a whole number of "
+                f"{self.size_vcpu}-vCPU instances"
+            )
+        if self.purchase_model != "reclaimable" and self.expected_interruptions_per_h:
+            raise ValueError(
+                f"a {self.purchase_model} pool is never reclaimed: "
+                "expected_interruptions_per_h must be 0"
+            )
+        if self.price_per_vcpu_h_eur_micros > self.guaranteed_price_per_vcpu_h_eur_micros:
+            raise ValueError("price_per_vcpu_h_eur_micros is above the guaranteed price")
+        return self
+
+    @property
+    def capacity_instances(self) -> int:
+        return self.capacity_vcpu // self.size_vcpu
+
+    def registered(self) -> PoolRegistered:
+        """The `pool_registered` event payload announcing this pool."""
+        attributes = {"memory_gib": str(self.memory_gib), "gpus": str(self.gpus)}
+        return PoolRegistered(
+            pool_id=self.pool_id,
+            sku_family=self.sku_family,
+            instance_vcpu=self.size_vcpu,
+            hall=self.hall,
+            host_aggregate=self.host_aggregate,
+            purchase_model=self.purchase_model,
+            correlation_group=self.correlation_group,
+            capacity_vcpu=self.capacity_vcpu,
+            attributes=attributes,
+        )
+
+
+class PoolCatalogue:
+    """The pools of one region, by id, in file order."""
+
+    def __init__(self, region: str, pools: Iterable[Pool]) -> None:
+        self.region = region
+        self._pools: dict[str, Pool] = {}
+        for pool in pools:
+            if pool.pool_id in self._pools:
+                raise PoolCatalogueError(f"pool {pool.pool_id}: listed twice")
+            self._pools[pool.pool_id] = pool
+
+    def __len__(self) -> int:
+        return len(self._pools)
+
+    def __iter__(self) -> Iterator[Pool]:
+        return iter(self._pools.values())
+
+    def __contains__(self, pool_id: object) -> bool:
+        return pool_id in self._pools
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PoolCatalogue):
+            return NotImplemented
+        return self.region == other.region and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable container semantics: not hashable
+
+    def get(self, pool_id: str) -> Pool:
+        """The pool `pool_id`; `PoolCatalogueError` naming the region if there is none."""
+        try:
+            return self._pools[pool_id]
+        except KeyError:
+            raise PoolCatalogueError(
+                f"no pool {pool_id!r} in the catalogue of region {self.region}"
+            ) from None
+
+    def pools(self, purchase_model: PurchaseModel | None = None) -> list[Pool]:
+        return [p for p in self if purchase_model is None or p.purchase_model == purchase_model]
+
+    def halls(self) -> list[str]:
+        return sorted({p.hall for p in self})
+
+    def in_hall(self, hall: str) -> list[Pool]:
+        return [p for p in self if p.hall == hall]
+
+    def correlation_groups(self) -> dict[str, list[Pool]]:
+        """Pools by correlation group, groups sorted by name."""
+        groups: dict[str, list[Pool]] = {}
+        for pool in self:
+            groups.setdefault(pool.correlation_group, []).append(pool)
+        return dict(sorted(groups.items()))
+
+    def group_of(self, pool_id: str) -> list[Pool]:
+        """Every pool sharing `pool_id`'s correlation group (itself included)."""
+        group = self.get(pool_id).correlation_group
+        return [p for p in self if p.correlation_group == group]
+
+    # -- the file ---------------------------------------------------------------------------
+
+    def to_yaml(self) -> str:
+        rows = [pool.model_dump() for pool in self]
+        document = {"format": FORMAT, "region": self.region, "pools": rows}
+        header = (
+            f"# spotcap pool catalogue of region {self.region} ({len(self)} pools); "
+            "format documented in schemas/pools.py\n"
+        )
+        return header + yaml.safe_dump(document, sort_keys=False, width=100)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_yaml())
+
+    @classmethod
+    def load(cls, path: Path) -> PoolCatalogue:
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise PoolCatalogueError(f"{path}: cannot read: {error.strerror}") from error
+        return cls.from_yaml(text, source=str(path))
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "<catalogue>") -> PoolCatalogue:
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise PoolCatalogueError(f"{source}: not valid YAML: {error}") from error
+        if not isinstance(document, dict):
+            raise PoolCatalogueError(f"{source}: expected a mapping with format, region, pools")
+        unknown = sorted(set(document) - {"format", "region", "pools"})
+        if unknown:
+            raise PoolCatalogueError(f"{source}: unknown top-level keys {unknown}")
+        if document.get("format") != FORMAT:
+            raise PoolCatalogueError(
+                f"{source}: format is {document.get('format')!r}; this build reads {FORMAT!r}"
+            )
+        region = document.get("region")
+        rows = document.get("pools")
+        if not isinstance(region, str) or not region:
+            raise PoolCatalogueError(f"{source}: region must be a non-empty string")
+        if not isinstance(rows, list):
+            raise PoolCatalogueError(f"{source}: pools must be a list")
+        pools = []
+        seen: dict[str, int] = {}
+        for index, row in enumerate(rows):
+            label = _row_label(row, index)
+            if not isinstance(row, dict):
+                raise PoolCatalogueError(f"{source}: {label}: expected a mapping of fields")
+            try:
+                pool = Pool.model_validate(row)
+            except ValidationError as error:
+                raise PoolCatalogueError(f"{source}: {label}: {_explain(error)}") from error
+            if pool.pool_id in seen:
+                raise PoolCatalogueError(
+                    f"{source}: {label}: listed twice (first as pool #{seen[pool.pool_id]})"
+                )
+            seen[pool.pool_id] = index + 1
+            pools.append(pool)
+        return cls(region, pools)
+
+
+def _row_label(row: object, index: int) -> str:
+    if isinstance(row, dict) and row.get("pool_id"):
+        return f"pool {row['pool_id']} (#{index + 1})"
+    if isinstance(row, dict) and all(k in row for k in ("sku_family", "size_vcpu", "hall")):
+        model = row.get("purchase_model", "?")
+        derived = pool_id_for(row["sku_family"], row["size_vcpu"], row["hall"], model)
+        return f"pool {derived} (#{index + 1})"
+    return f"pool #{index + 1}"
+
+
+def _explain(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+# -- the demo region ------------------------------------------------------------------------
+
+# (family, sizes, memory GiB per vCPU, GPUs per instance per 12 vCPU, guaranteed EUR/vCPU-h)
+_FAMILIES: tuple[tuple[str, tuple[int, ...], int, int, float], ...] = (
+    ("c7-amd", (2, 4, 8, 16, 32, 64), 4, 0, 0.038),
+    ("c6-intel", (8, 16, 32), 4, 0, 0.034),
+    ("c8-arm", (8, 16, 32), 4, 0, 0.030),
+    ("m7-amd", (8, 16, 32, 64), 8, 0, 0.048),
+    ("m6-intel", (16, 32), 8, 0, 0.044),
+    ("h7-hpc", (32, 64), 4, 0, 0.052),
+    ("g5-a100", (12, 24, 48), 10, 1, 0.310),
+    ("l4-gpu", (8, 16), 6, 1, 0.140),
+)
+_GPU_FAMILIES = frozenset({"g5-a100", "l4-gpu"})
+_GUARANTEED = frozenset(
+    {("c7-amd", 8), ("c7-amd", 16), ("c7-amd", 32), ("m7-amd", 16), ("m7-amd", 32)}
+    | {("c6-intel", 16), ("c8-arm", 16)}
+)
+_COMMITTED = frozenset({("c7-amd", 16), ("c7-amd", 32), ("m7-amd", 32), ("g5-a100", 24)})
+
+
+def _aggregate(family: str, size_vcpu: int, purchase_model: str) -> str:
+    if purchase_model == "committed":
+        return f"blazar-{family}"  # reserved hosts, apart from the lent ones
+    if family in ("c7-amd", "m7-amd"):  # big families span two aggregates by host size
+        return f"{family}-{'small' if size_vcpu <= 8 else 'large'}"
+    return family
+
+
+def demo_region(seed: int = 1, region: str = "demo", halls: int = 4) -> PoolCatalogue:
+    """The demo region: about 140 pools over `halls` halls (GPU families in all but the first),
+    mostly reclaimable, plus guaranteed and committed (Blazar) pools. Deterministic in `seed`.
+    """
+    rng = random.Random(f"spotcap-pools/{seed}")
+    hall_names = [f"hall-{chr(ord('a') + i)}" for i in range(halls)]
+    pools: list[Pool] = []
+    for hall_index, hall in enumerate(hall_names):
+        for family, sizes, gib_per_vcpu, gpu_share, guaranteed_eur in _FAMILIES:
+            if family in _GPU_FAMILIES and hall_index == 0 and halls > 1:
+                continue
+            guaranteed_micros = round(guaranteed_eur * 1_000_000 * rng.uniform(0.97, 1.03))
+            for size in sizes:
+                models: list[PurchaseModel] = ["reclaimable"]
+                if (family, size) in _GUARANTEED:
+                    models.append("guaranteed")
+                if (family, size) in _COMMITTED:
+                    models.append("committed")
+                for model in models:
+                    shape = (family, size, gib_per_vcpu, gpu_share)
+                    pools.append(_demo_pool(rng, hall, shape, model, guaranteed_micros))
+    return PoolCatalogue(region, pools)
+
+
+def _demo_pool(
+    rng: random.Random,
+    hall: str,
+    shape: tuple[str, int, int, int],
+    purchase_model: PurchaseModel,
+    guaranteed_micros: int,
+) -> Pool:
+    family, size_vcpu, gib_per_vcpu, gpu_share = shape
+    if purchase_model == "reclaimable":
+        discount = rng.uniform(0.55, 0.85)
+        price = round(guaranteed_micros * (1 - discount))
+        # Deeper discounts come from pools the guaranteed tenants reclaim more often.
+        expected = round(0.002 + 0.03 * (discount - 0.55) / 0.30 * rng.uniform(0.8, 1.2), 5)
+        instances = max(4, rng.randint(384, 1536) // size_vcpu)
+    elif purchase_model == "committed":
+        price, expected = round(guaranteed_micros * 0.55), 0.0
+        instances = max(8, 768 // size_vcpu)
+    else:
+        price, expected = guaranteed_micros, 0.0
+        instances = max(8, 512 // size_vcpu)
+    return Pool(
+        sku_family=family,
+        size_vcpu=size_vcpu,
+        memory_gib=size_vcpu * gib_per_vcpu,
+        gpus=size_vcpu * gpu_share // 12,
+        hall=hall,
+        host_aggregate=_aggregate(family, size_vcpu, purchase_model),
+        purchase_model=purchase_model,
+        capacity_vcpu=instances * size_vcpu,
+        expected_interruptions_per_h=expected,
+        price_per_vcpu_h_eur_micros=price,
+        guaranteed_price_per_vcpu_h_eur_micros=guaranteed_micros,
+    )
+
+
+if __name__ == "__main__":  # regenerate the example: python -m schemas.pools [PATH]
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "examples/region/demo-region.yaml")
+    demo_region().save(target)
+    print(f"wrote {target}")

@@ -1,0 +1,233 @@
+"""`spotcap demo`: run the simulated region and write every event it produces to the log.
+
+The log's bytes are a function of the seed and the options alone: events carry sim time, the
+record timestamp is the event time (`occurred_at` // 1000) and batches are flushed at fixed
+points of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from provider.sim.clock import DAY_US, HOUR_US
+from provider.sim.region import RegionSim, SimConfig
+from provider.sim.summary import RunSummary
+from schemas.events import EVENT_CLASSES
+from schemas.pools import PoolCatalogue, PoolCatalogueError
+from spotcap.config import Settings
+from spotcap.wiring import describe_log, make_codec, open_log
+from streams.log import EventLog, LogError
+from streams.topics import LOGICAL_TOPICS, region_topics, topic_name
+from streams.writer import EventWriter
+
+FLUSH_EVENTS = 50_000
+EVENT_TOPICS = tuple(t.name for t in LOGICAL_TOPICS if t.name != "schemas")
+
+ProgressCallback = Callable[[float], None]
+
+
+def events_in_log(log: EventLog, region: str) -> int:
+    """How many records the region's event topics hold (0 when they do not exist yet)."""
+    total = 0
+    for logical in EVENT_TOPICS:
+        try:
+            total += sum(log.end_offsets(topic_name(region, logical)).values())
+        except LogError:
+            continue  # no such topic yet
+    return total
+
+
+def write_run(
+    sim: RegionSim, log: EventLog, settings: Settings, on_progress: ProgressCallback | None = None
+) -> RunSummary:
+    """Run `sim` to its end, writing each event to its topic; returns what was written."""
+    summary = RunSummary(sim.catalogue)
+    writer = EventWriter(log, make_codec(settings), sim.config.region, flush_every=FLUSH_EVENTS)
+    try:
+        for batch in sim.run(HOUR_US):
+            for envelope in batch:
+                summary.observe(envelope)
+                writer.write(envelope)
+            if on_progress is not None:
+                on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
+    finally:
+        writer.close()
+    return summary
+
+
+def run_demo(
+    settings: Settings, config: SimConfig, on_progress: ProgressCallback | None = None
+) -> dict[str, Any]:
+    """Apply the region's topics, refuse a log that already holds its events, run, report."""
+    log = open_log(settings)
+    try:
+        existing = events_in_log(log, config.region)
+        if existing:
+            raise DemoRefusedError(
+                f"the log ({describe_log(settings)}) already holds {existing} events of region "
+                f"{config.region}; a second run would mix two histories",
+                f"use another --home (or --region), or delete {settings.home}",
+            )
+        log.apply_topics(region_topics(config.region))
+        sim = RegionSim(config)
+        summary = write_run(sim, log, settings, on_progress)
+    finally:
+        log.close()
+    report = summary.report(sim.misbehaving_pool_ids)
+    report.update(region=config.region, seed=config.seed, pools=len(sim.catalogue))
+    return report
+
+
+class DemoRefusedError(RuntimeError):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+@click.command("demo")
+@click.option(
+    "--days",
+    type=click.FloatRange(min=0, min_open=True, max=400),
+    default=7.0,
+    show_default=True,
+    help="Sim days to run.",
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of every random choice.")
+@click.option(
+    "--workloads", type=click.IntRange(min=0), default=220, show_default=True, help="Workloads."
+)
+@click.option(
+    "--catalogue",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Pool catalogue file (default: the demo region generated from the seed).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_obj
+def demo(
+    settings: Settings,
+    *,
+    days: float,
+    seed: int,
+    workloads: int,
+    catalogue: Path | None,
+    as_json: bool,
+) -> None:
+    """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
+
+    Deterministic: the same seed and options write the same log, byte for byte.
+    """
+    err = Console(stderr=True)
+    config = SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads)
+    if catalogue is not None:
+        try:
+            loaded = PoolCatalogue.load(catalogue)
+        except PoolCatalogueError as error:
+            _fail(err, str(error), "fix the catalogue file named above")
+        config = replace(config, catalogue=loaded)
+    progress = Progress(
+        TextColumn("[bold]simulating[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.1f}/{task.total:.0f} sim-days"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=as_json,
+    )
+    with progress:
+        task = progress.add_task(f"region {settings.region}", total=days)
+        try:
+            report = run_demo(settings, config, lambda d: progress.update(task, completed=d))
+        except DemoRefusedError as error:
+            progress.stop()
+            _fail(err, str(error), error.hint)
+        except LogError as error:
+            progress.stop()
+            _fail(err, str(error))
+    report["log"] = describe_log(settings)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print_summary(report, Console())
+
+
+def _fail(err: Console, message: str, hint: str = "") -> Any:
+    err.print(f"[bold red]error:[/] {message}")
+    if hint:
+        err.print(f"[dim]{hint}[/]")
+    sys.exit(1)
+
+
+def print_summary(report: dict[str, Any], console: Console) -> None:
+    """The summary for people: events by type, reclaims, waves, misbehaving pools, capacity."""
+    events = Table(title=f"{report['events']:,} events written to {report['log']}")
+    events.add_column("event type")
+    events.add_column("topic")
+    events.add_column("events", justify="right")
+    for name, count in sorted(report["events_by_type"].items(), key=lambda kv: -kv[1]):
+        events.add_row(name, EVENT_CLASSES[name].TOPIC, f"{count:,}")
+    console.print(events)
+
+    figures = Table(title=f"region {report['region']}, seed {report['seed']}", show_header=False)
+    figures.add_column("figure")
+    figures.add_column("value", justify="right")
+    used = report["used_vcpu_h"]
+    rows = [
+        ("sim days", f"{report['sim_days']:g}"),
+        ("pools", str(report["pools"])),
+        ("workloads", str(report["workloads"])),
+        ("declared target vCPU (sum)", f"{report['target_vcpu']:,}"),
+        ("peak running vCPU", f"{report['peak_vcpu']:,}"),
+        *((f"vCPU-hours {model}", f"{vcpu_h:,.0f}") for model, vcpu_h in used.items()),
+        ("advisories", f"{report['advisories']:,}"),
+        ("notices", f"{report['notices']:,}"),
+        ("losses with notice", f"{report['losses_with_notice']:,}"),
+        ("losses without notice", f"{report['losses_without_notice']:,}"),
+        ("wasted vCPU-hours", f"{report['wasted_vcpu_h']:,.0f}"),
+        ("wasted share of reclaimable hours", f"{report['wasted_share_of_reclaimable']:.2%}"),
+    ]
+    for label, value in rows:
+        figures.add_row(label, value)
+    console.print(figures)
+
+    waves = report["waves"]
+    if waves:
+        sizes = [w["instances_lost"] for w in waves]
+        title = f"{len(waves)} hall-wide waves ({min(sizes)}-{max(sizes)} instances lost each)"
+        waves_table = Table(title=title)
+        for column in ("wave", "hall", "instances lost"):
+            waves_table.add_column(
+                column, justify="right" if column == "instances lost" else "left"
+            )
+        for wave in waves:
+            waves_table.add_row(wave["wave_id"], wave["hall"], str(wave["instances_lost"]))
+        console.print(waves_table)
+    else:
+        console.print("no hall-wide wave in this run")
+
+    pools = Table(
+        title="misbehaving pools: reclaimed far above their record and price",
+        caption="expected and observed: reclaims per instance-hour",
+    )
+    pools.add_column("pool", no_wrap=True)
+    for column in ("expected", "observed", "reclaims", "inst-hours"):
+        pools.add_column(column, justify="right")
+    for pool in report["misbehaving_pools"]:
+        pools.add_row(
+            pool["pool_id"],
+            f"{pool['expected_per_instance_h']:.4f}",
+            f"{pool['observed_per_instance_h']:.4f}",
+            str(pool["reclaims"]),
+            f"{pool['instance_h']:,.0f}",
+        )
+    console.print(pools)

@@ -1,0 +1,236 @@
+"""The region simulator: determinism, the provider contract in its events (notice >= 120 s, the
+no-notice case), rate cards every 5 minutes, waves, misbehaving pools, and the cause chains."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from provider.base import OWNER_TAG
+from provider.sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
+from provider.sim.clock import DAY_US, EPOCH_US, SECOND_US
+from schemas.events import (
+    CheckpointWritten,
+    ContractPublished,
+    Envelope,
+    InstanceDeleted,
+    InstanceLaunched,
+    InstanceLost,
+    NoticeReceived,
+    RateCard,
+    UsageInterval,
+    WorkWasted,
+)
+
+SMALL = SimConfig(
+    seed=3,
+    days=0.5,
+    halls=2,
+    workloads=30,
+    reclaims=ReclaimSettings(no_notice_share=0.2, advisory_share=0.5, waves_per_day=2.0),
+)
+
+
+@pytest.fixture(scope="module")
+def small_run() -> list[Envelope]:
+    return list(simulate(SMALL))
+
+
+def _of(events: list[Envelope], kind: type) -> list[Envelope]:
+    return [e for e in events if isinstance(e.payload, kind)]
+
+
+def check_invariants(events: list[Envelope]) -> None:
+    """What every run must satisfy, whatever the seed."""
+    assert len({e.event_id for e in events}) == len(events), "event ids are unique"
+    seen: dict[str, Envelope] = {}
+    notices: dict[str, Envelope] = {}
+    launched: dict[str, InstanceLaunched] = {}
+    previous_us = 0
+    for e in events:
+        assert e.occurred_at >= previous_us, "events come in event-time order"
+        previous_us = e.occurred_at
+        assert e.recorded_at == e.occurred_at
+        assert e.producer.startswith("sim/")
+        assert e.key == getattr(e.payload, e.payload.KEY)
+        if e.causation_id is not None:
+            assert e.causation_id in seen, f"{e.event_type} caused by an earlier event"
+        p = e.payload
+        if isinstance(p, InstanceLaunched):
+            launched[p.instance_id] = p
+        elif isinstance(p, NoticeReceived):
+            assert p.deadline_at - e.occurred_at >= 120 * SECOND_US
+            notices[p.instance_id] = e
+        elif isinstance(p, InstanceLost):
+            notice = notices.get(p.instance_id)
+            if p.with_notice:
+                assert notice is not None
+                assert isinstance(notice.payload, NoticeReceived)
+                assert e.causation_id == p.notice_event_id == notice.event_id
+                assert e.occurred_at - notice.occurred_at >= 120 * SECOND_US
+                assert e.occurred_at == notice.payload.deadline_at
+            else:
+                assert notice is None, "a loss without notice has no notice before it"
+                assert e.causation_id is None and p.notice_event_id is None
+        elif isinstance(p, InstanceDeleted):
+            assert launched[p.instance_id].tags[OWNER_TAG] == SMALL.orchestrator.orchestrator_id
+        elif isinstance(p, WorkWasted):
+            cause = seen[e.causation_id or ""]
+            assert isinstance(cause.payload, InstanceLost)
+            assert cause.payload.instance_id == p.instance_id
+            assert p.wasted_vcpu_s >= 0
+        elif isinstance(p, CheckpointWritten) and p.final:
+            cause = seen[e.causation_id or ""]
+            assert isinstance(cause.payload, NoticeReceived)
+            assert e.occurred_at < cause.payload.deadline_at
+        elif isinstance(p, UsageInterval):
+            assert p.start_at < p.end_at <= e.occurred_at
+            assert p.used_vcpu_h == pytest.approx(p.vcpu * (p.end_at - p.start_at) / 3.6e9)
+        seen[e.event_id] = e
+
+
+def test_the_same_seed_gives_the_same_events(small_run: list[Envelope]) -> None:
+    assert list(simulate(SMALL)) == small_run
+    assert list(simulate(replace(SMALL, seed=4))) != small_run
+
+
+def test_a_run_keeps_every_invariant(small_run: list[Envelope]) -> None:
+    check_invariants(small_run)
+    kinds = Counter(e.event_type for e in small_run)
+    assert kinds["notice_received"] and kinds["advisory"] and kinds["checkpoint_written"]
+    lost = [e.payload for e in _of(small_run, InstanceLost)]
+    assert any(p.with_notice for p in lost if isinstance(p, InstanceLost))
+    assert any(not p.with_notice for p in lost if isinstance(p, InstanceLost))
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), no_notice=st.sampled_from([0.0, 0.3, 1.0]))
+def test_invariants_hold_for_any_seed(seed: int, no_notice: float) -> None:
+    reclaims = replace(SMALL.reclaims, no_notice_share=no_notice, misbehaving_factor=40.0)
+    events = list(simulate(replace(SMALL, seed=seed, days=0.25, reclaims=reclaims)))
+    check_invariants(events)
+    lost = [e.payload for e in _of(events, InstanceLost) if isinstance(e.payload, InstanceLost)]
+    if no_notice == 1.0:
+        assert not _of(events, NoticeReceived)
+        assert all(not p.with_notice for p in lost)
+    if no_notice == 0.0:
+        assert all(p.with_notice for p in lost)
+
+
+def test_rate_cards_every_five_minutes_per_pool(small_run: list[Envelope]) -> None:
+    sim = RegionSim(SMALL)
+    times: defaultdict[str, list[int]] = defaultdict(list)
+    for e in _of(small_run, RateCard):
+        assert isinstance(e.payload, RateCard)
+        times[e.payload.pool_id].append(e.occurred_at)
+        assert e.payload.valid_until_at - e.payload.valid_from_at == 300 * SECOND_US
+    assert set(times) == {p.pool_id for p in sim.catalogue}
+    expected = [EPOCH_US + k * 300 * SECOND_US for k in range(int(SMALL.days * 288))]
+    for pool_times in times.values():
+        assert pool_times == expected
+
+
+def test_misbehaving_pools_are_reclaimed_far_above_their_rate() -> None:
+    config = SimConfig(seed=1, days=1.0, reclaims=ReclaimSettings(waves_per_day=0.0))
+    sim = RegionSim(config)
+    summary = RunSummary(sim.catalogue)
+    for batch in sim.run():
+        for e in batch:
+            summary.observe(e)
+    assert len(sim.misbehaving_pool_ids) == 2
+    ratios = {}
+    for pool in sim.catalogue.pools("reclaimable"):
+        if summary.instance_h_by_pool.get(pool.pool_id, 0.0) >= 100:
+            observed = summary.observed_per_instance_h(pool.pool_id)
+            ratios[pool.pool_id] = observed / pool.expected_interruptions_per_h
+    for pool_id in sim.misbehaving_pool_ids:
+        assert ratios[pool_id] > 5, pool_id
+    others = [r for p, r in ratios.items() if p not in sim.misbehaving_pool_ids]
+    assert statistics.median(others) < 2
+
+
+def test_a_wave_reclaims_much_of_a_hall_within_minutes() -> None:
+    reclaims = ReclaimSettings(waves_per_day=3.0, advisory_share=0.0, no_notice_share=0.0)
+    config = replace(SMALL, seed=5, days=1.0, workloads=60, reclaims=reclaims)
+    sim = RegionSim(config)
+    events = [e for batch in sim.run() for e in batch]
+    assert sim.reclaimer.waves
+    pools = {p.pool_id: p for p in sim.catalogue}
+    for wave in sim.reclaimer.waves:
+        live = set()
+        for e in events:
+            if e.occurred_at >= wave.start_us:
+                break
+            p = e.payload
+            if isinstance(p, InstanceLaunched) and pools[p.pool_id].hall == wave.hall:
+                if p.purchase_model == "reclaimable":
+                    live.add(p.instance_id)
+            elif isinstance(p, InstanceLost | InstanceDeleted):
+                live.discard(p.instance_id)
+        lost = [
+            e.payload
+            for e in _of(events, InstanceLost)
+            if e.correlation_id == wave.wave_id and isinstance(e.payload, InstanceLost)
+        ]
+        latest_us = wave.start_us + (wave.spread_s + 900 + 140) * SECOND_US
+        wave_times = [e.occurred_at for e in events if e.correlation_id == wave.wave_id]
+        assert all(wave.start_us <= t <= latest_us for t in wave_times)
+        assert all(pools[p.pool_id].hall == wave.hall for p in lost)
+        if len(live) >= 10:
+            assert len(lost) >= 0.3 * len(live), (wave, len(lost), len(live))
+
+
+def test_contracts_are_published_first_with_their_hash(small_run: list[Envelope]) -> None:
+    sim = RegionSim(SMALL)
+    contracts = _of(small_run, ContractPublished)
+    assert len(contracts) == SMALL.workloads
+    assert all(e.occurred_at == EPOCH_US for e in contracts)
+    by_id = {w.workload_id: w for w in sim.workloads}
+    for e in contracts:
+        p = e.payload
+        assert isinstance(p, ContractPublished)
+        canonical = by_id[p.workload_id].contract.canonical_json()
+        assert p.contract_sha256 == hashlib.sha256(canonical.encode()).hexdigest()
+        assert json.loads(canonical)["tier"] == p.tier
+
+
+def test_the_default_population_covers_five_kinds_and_tiers() -> None:
+    sim = RegionSim(SimConfig(days=0.01))
+    assert len(sim.workloads) == 220
+    assert {w.kind for w in sim.workloads} == {"spark", "pytorch", "ci", "service", "slurm"}
+    assert {w.contract.tier for w in sim.workloads} == {"t1", "t2", "t3", "t4", "t5"}
+    assert 12_000 <= sum(w.contract.target_vcpu for w in sim.workloads) <= 60_000
+
+
+def test_losses_are_relaunched_and_waste_is_charged(small_run: list[Envelope]) -> None:
+    losses = {e.event_id for e in _of(small_run, InstanceLost)}
+    relaunched = {e.causation_id for e in _of(small_run, InstanceLaunched)} & losses
+    wasted = {e.causation_id for e in _of(small_run, WorkWasted)}
+    assert wasted == losses
+    assert len(relaunched) >= 0.5 * len(losses)
+
+
+def test_no_wall_clock_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*_: object) -> float:
+        raise AssertionError("the simulation read the wall clock")
+
+    clocks: list[tuple[str, Callable[..., object]]] = [
+        ("time", time.time),
+        ("time_ns", time.time_ns),
+        ("monotonic", time.monotonic),
+        ("perf_counter", time.perf_counter),
+    ]
+    for name, _ in clocks:
+        monkeypatch.setattr(time, name, forbidden)
+    events = list(simulate(replace(SMALL, days=0.1)))
+    monkeypatch.undo()
+    assert events and events[-1].occurred_at < EPOCH_US + DAY_US
