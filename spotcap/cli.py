@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotcap.cli_contracts import contracts
+from spotcap.cli_notices import notices
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
 
@@ -240,6 +241,7 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
 
 
 main.add_command(contracts)
+main.add_command(notices)
 
 main.add_command(demo)
 
