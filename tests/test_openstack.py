@@ -8,29 +8,42 @@ adapter returns and on the exact requests it sent.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from provider.base import (
+    DeleteRequest,
+    Instance,
+    LaunchRequest,
+    NoticeTooShortError,
+    NotOwnedError,
+    NotReclaimableError,
+    ProviderError,
+    ReclaimRequest,
+    ReclaimScheduled,
+    owned_tags,
+)
 from provider.notices import Notice, ReclaimAdvisory
 from provider.openstack import (
+    BlazarLeases,
     ConflictError,
     FeedFormatError,
     ForbiddenError,
-    Instance,
-    LaunchRequest,
     LeaseRequest,
     MutatingCall,
     NotFoundError,
-    NotOwnedError,
-    NotReclaimableError,
     OpenStackCallError,
     OpenStackProvider,
+    PoolMapping,
+    ProviderFeeds,
     ServiceError,
     UnavailableError,
 )
-from provider.openstack.errors import ProviderError
 from provider.openstack.tags import from_metadata, owner_server_tag, to_metadata
-from tests.test_openstack_replay import ReplayServer, connect, replay_servers
+from schemas.events import PurchaseModel
+from schemas.pools import Pool, PoolCatalogue
+from tests.test_openstack_replay import REGION, ReplayServer, connect, replay_servers
 
 # Deprecations raised inside openstacksdk by its own calls, not by the adapter's.
 pytestmark = [
@@ -47,10 +60,46 @@ NEW = "c0ffee00-1d2e-4f3a-8b4c-5d6e7f8091a2"
 BUSY = "d1e2f3a4-b5c6-4d7e-8f90-a1b2c3d4e5f6"
 GONE = "e2f3a4b5-c6d7-4e8f-90a1-b2c3d4e5f607"
 GUARANTEED = "f3a4b5c6-d7e8-4f90-a1b2-c3d4e5f60718"
-POOL = "c3.2xlarge.hall2.reclaimable"
+POOL = "c3.8.hall2.reclaimable"
 IMAGE = "0e3c2b1a-9f8e-4d7c-b6a5-948372615a0b"
 NET = "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d"
+FLAVOR_ID = "5b2f1a7e-8c9d-4e0f-a1b2-c3d4e5f60708"  # c3.2xlarge in nova_flavors.json
 NOVA = "/compute/v2.1"
+MAPPING_FILE = (
+    Path(__file__).resolve().parent.parent / "provider" / "openstack" / "pool-mapping.example.yaml"
+)
+T_NOW = 1_796_022_900_000_000  # the tests' wall clock, after every recorded feed time
+
+
+def _pool(family: str, size: int, hall: str, model: PurchaseModel) -> Pool:
+    reclaimable = model == "reclaimable"
+    return Pool(
+        sku_family=family,
+        size_vcpu=size,
+        memory_gib=size * 4,
+        hall=hall,
+        host_aggregate=f"{family}-general",
+        purchase_model=model,
+        capacity_vcpu=size * 64,
+        expected_interruptions_per_h=0.01 if reclaimable else 0.0,
+        price_per_vcpu_h_eur_micros=4200 if reclaimable else 14000,
+        guaranteed_price_per_vcpu_h_eur_micros=14000,
+    )
+
+
+CATALOGUE = PoolCatalogue(
+    REGION,
+    [
+        _pool("c3", 8, "hall2", "reclaimable"),
+        _pool("c3", 8, "hall2", "guaranteed"),
+        _pool("c3", 4, "hall1", "reclaimable"),
+    ],
+)
+
+
+def pool_mapping() -> PoolMapping:
+    """The documented example mapping over the tests' catalogue."""
+    return PoolMapping.load(MAPPING_FILE, CATALOGUE)
 
 
 @pytest.fixture
@@ -68,28 +117,37 @@ class Budget:
         self.drawn.append(kind)
 
 
-def provider_for(replay: ReplayServer, budget: Budget | None = None) -> OpenStackProvider:
+def provider_for(
+    replay: ReplayServer, budget: Budget | None = None, *, pools: PoolMapping | None = None
+) -> OpenStackProvider:
     return OpenStackProvider(
         connect(replay),
-        owner_id=OWNER,
-        region="eu-west-1",
+        orchestrator_id=OWNER,
+        pools=pools or pool_mapping(),
         feed_endpoint=f"{replay.base_url}/feed",
         acquire=budget or Budget(),
         timeout_s=5.0,
+        clock=lambda: T_NOW,
     )
 
 
-def launch_request(name: str = "wl-render-0001") -> LaunchRequest:
+def feeds_for(replay: ReplayServer, budget: Budget | None = None) -> ProviderFeeds:
+    return ProviderFeeds(
+        connect(replay).session, f"{replay.base_url}/feed", budget or Budget(), timeout_s=5.0
+    )
+
+
+def launch_request(workload_id: str = "wl-render", pool_id: str = POOL) -> LaunchRequest:
     return LaunchRequest(
-        name=name,
-        pool_id=POOL,
-        workload_id="wl-render",
-        flavor_id="c3.2xlarge",
-        image_id=IMAGE,
-        network_ids=(NET,),
-        availability_zone="hall2",
-        tags={"team": "vfx"},
+        pool_id=pool_id,
+        workload_id=workload_id,
+        tags=owned_tags(OWNER, workload_id, {"team": "vfx"}),
+        causation_id="5d6e7f80-9a1b-4c2d-8e3f-4a5b6c7d8e9f",
     )
+
+
+def delete_request(instance_id: str) -> DeleteRequest:
+    return DeleteRequest(instance_id, reason="scale-down")
 
 
 # -- tags -------------------------------------------------------------------------------------
@@ -111,46 +169,24 @@ def test_tags_round_trip_through_nova_metadata_keys() -> None:
 # -- Nova -------------------------------------------------------------------------------------
 
 
-def test_launch_tags_the_server_as_ours_and_draws_one_launch_token(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "nova_servers")
-    budget = Budget()
-    instance = provider_for(replay, budget).launch(launch_request())
-
-    assert instance.instance_id == NEW
-    assert instance.owner_id == OWNER
-    assert (instance.pool_id, instance.workload_id) == (POOL, "wl-render")
-    assert instance.tags["spotcap.io/purchase-model"] == "reclaimable"
-    assert budget.drawn == ["launch"]
-    (create,) = [c for c in replay.calls if c.method == "POST" and c.path.startswith(NOVA)]
-    assert create.body["server"]["metadata"] == {
-        "spotcap.io:owner": OWNER,
-        "spotcap.io:pool": POOL,
-        "spotcap.io:workload": "wl-render",
-        "spotcap.io:purchase-model": "reclaimable",
-        "team": "vfx",
-    }
-    assert create.body["server"]["tags"] == [f"spotcap.io:owner={OWNER}"]
-
-
 def test_list_by_tag_asks_nova_for_our_tag_and_checks_the_metadata(
     replays: Callable[..., ReplayServer],
 ) -> None:
     replay = replays("discovery", "nova_servers")
     provider = provider_for(replay)
 
-    ours = provider.list_by_tag()
-    render = provider.list_by_tag({"spotcap.io/workload": "wl-render"})
+    ours = provider.list_by_tag("spotcap.io/owner", OWNER)
+    render = provider.list_by_tag("spotcap.io/workload", "wl-render")
 
     # The third server carries our server tag but another owner's metadata: not ours.
-    assert [i.instance_id for i in ours] == [OWNED, OWNED2]
+    assert [i.instance_id for i in ours] == [OWNED2, OWNED]
     assert [i.instance_id for i in render] == [OWNED]
-    first = ours[0]
-    assert first == Instance(
+    assert render[0] == Instance(
         instance_id=OWNED,
-        name="wl-render-0000",
-        status="ACTIVE",
+        pool_id=POOL,
+        workload_id="wl-render",
+        vcpu=8,
+        purchase_model="reclaimable",
         tags={
             "spotcap.io/owner": OWNER,
             "spotcap.io/pool": POOL,
@@ -158,9 +194,8 @@ def test_list_by_tag_asks_nova_for_our_tag_and_checks_the_metadata(
             "spotcap.io/purchase-model": "reclaimable",
             "team": "vfx",
         },
-        vcpus=8,
-        availability_zone="hall2",
-        created_at_us=1_796_021_892_000_000,
+        launched_at=1_796_021_892_000_000,
+        state="active",
     )
     assert (
         replay.requests(f"{NOVA}/servers")
@@ -176,9 +211,10 @@ def test_delete_of_an_owned_server_checks_ownership_then_deletes(
 ) -> None:
     replay = replays("discovery", "nova_servers")
     budget = Budget()
-    deleted = provider_for(replay, budget).delete(OWNED)
+    deleted = provider_for(replay, budget).delete(delete_request(OWNED))
 
-    assert deleted.instance_id == OWNED and deleted.owner_id == OWNER
+    assert (deleted.instance_id, deleted.pool_id, deleted.state) == (OWNED, POOL, "gone")
+    assert deleted.owned_by(OWNER)
     assert budget.drawn == ["delete"]
     assert replay.requests(f"{NOVA}/servers") == [
         ("GET", f"{NOVA}/servers/{OWNED}"),
@@ -186,40 +222,22 @@ def test_delete_of_an_owned_server_checks_ownership_then_deletes(
     ]
 
 
-@pytest.mark.parametrize(
-    ("server", "found_owner"), [(FOREIGN, "orch-us1"), (UNTAGGED, None)], ids=["other", "none"]
-)
-def test_delete_of_a_server_not_ours_is_refused_and_sends_no_delete(
-    replays: Callable[..., ReplayServer], server: str, found_owner: str | None
-) -> None:
-    replay = replays("discovery", "nova_servers")
-    budget = Budget()
-    with pytest.raises(NotOwnedError) as caught:
-        provider_for(replay, budget).delete(server)
-
-    assert (caught.value.instance_id, caught.value.found_owner) == (server, found_owner)
-    assert budget.drawn == []
-    assert replay.requests(f"{NOVA}/servers") == [("GET", f"{NOVA}/servers/{server}")]
-    assert not [c for c in replay.calls if c.method == "DELETE"]
-
-
 def test_nova_403_409_500_and_404_become_typed_errors_naming_the_call(
     replays: Callable[..., ReplayServer],
 ) -> None:
-    replay = replays("discovery", "nova_errors")
+    replay = replays("discovery", "nova_flavors", "nova_errors")
     budget = Budget()
     provider = provider_for(replay, budget)
 
     with pytest.raises(ForbiddenError) as quota:
-        provider.launch(launch_request("wl-render-0002"))
+        provider.launch(launch_request("wl-quota"))
     assert quota.value.call == "nova.create_server"
     assert quota.value.status == 403
-    assert POOL in quota.value.target and "wl-render-0002" in quota.value.target
+    assert POOL in quota.value.target and "wl-quota-" in quota.value.target
     assert "Quota exceeded for cores" in str(quota.value)
-    assert not quota.value.retryable
 
     with pytest.raises(ConflictError) as busy:
-        provider.delete(BUSY)
+        provider.delete(delete_request(BUSY))
     assert (busy.value.call, busy.value.status) == ("nova.delete_server", 409)
     assert BUSY in busy.value.target and POOL in busy.value.target
     assert "task_state rebuilding" in busy.value.detail
@@ -227,12 +245,12 @@ def test_nova_403_409_500_and_404_become_typed_errors_naming_the_call(
     assert busy.value.retryable
 
     with pytest.raises(ServiceError) as fault:
-        provider.list_by_tag()
+        provider.list_by_tag("spotcap.io/owner", OWNER)
     assert (fault.value.call, fault.value.status) == ("nova.list_servers", 500)
     assert "DBConnectionError" in fault.value.detail
 
     with pytest.raises(NotFoundError) as gone:
-        provider.delete(GONE)
+        provider.delete(delete_request(GONE))
     assert (gone.value.call, gone.value.status) == ("nova.get_server", 404)
 
     # One token per mutating request sent: the refused launch and the refused delete.
@@ -242,7 +260,7 @@ def test_nova_403_409_500_and_404_become_typed_errors_naming_the_call(
 def test_a_budget_that_refuses_stops_the_call_before_any_request(
     replays: Callable[..., ReplayServer],
 ) -> None:
-    replay = replays("discovery", "nova_servers")
+    replay = replays("discovery", "nova_flavors", "nova_servers")
 
     class BudgetExhaustedError(Exception):
         pass
@@ -252,8 +270,8 @@ def test_a_budget_that_refuses_stops_the_call_before_any_request(
 
     provider = OpenStackProvider(
         connect(replay),
-        owner_id=OWNER,
-        region="eu-west-1",
+        orchestrator_id=OWNER,
+        pools=pool_mapping(),
         feed_endpoint="http://unused",
         acquire=refuse,
     )
@@ -269,18 +287,18 @@ def test_no_response_is_an_unavailable_error_and_a_missing_endpoint_is_not_retry
     replay.close()  # then the cloud goes away
     conn.session.session.close()  # and so do the kept-alive connections to it
     provider = OpenStackProvider(
-        conn, owner_id=OWNER, region="eu-west-1", feed_endpoint="http://127.0.0.1:9"
+        conn, orchestrator_id=OWNER, pools=pool_mapping(), feed_endpoint="http://127.0.0.1:9"
     )
-    for attempt, call in ((provider.list_by_tag, "nova.list_servers"),
-                          (provider.rate_cards, "feed.rate_cards")):  # fmt: skip
+    feeds = ProviderFeeds(conn.session, "http://127.0.0.1:9")
+    for attempt, call in ((lambda: provider.list_by_tag("spotcap.io/owner", OWNER),
+                           "nova.list_servers"),
+                          (feeds.rate_cards, "feed.rate_cards")):  # fmt: skip
         with pytest.raises(UnavailableError) as caught:
             attempt()
         assert caught.value.status is None and caught.value.call == call
         assert caught.value.retryable and isinstance(caught.value, ProviderError)
 
-    elsewhere = OpenStackProvider(
-        conn, owner_id=OWNER, region="nowhere-1", feed_endpoint="http://127.0.0.1:9"
-    )
+    elsewhere = BlazarLeases(conn, region_name="nowhere-1")
     with pytest.raises(OpenStackCallError, match="EndpointNotFound") as missing:
         elsewhere.leases()
     assert type(missing.value) is OpenStackCallError and not missing.value.retryable
@@ -406,11 +424,11 @@ def test_rate_cards_and_forward_capacity_come_back_as_event_payloads(
     replays: Callable[..., ReplayServer],
 ) -> None:
     replay = replays("discovery", "feeds")
-    provider = provider_for(replay)
+    feeds = feeds_for(replay)
 
-    cards = provider.rate_cards()
-    one = provider.rate_cards(POOL)
-    forecast = provider.forward_capacity()
+    cards = feeds.rate_cards()
+    one = feeds.rate_cards(POOL)
+    forecast = feeds.forward_capacity()
 
     assert cards.published_at_us == T0
     assert [c.purchase_model for c in cards.items] == ["reclaimable", "guaranteed"]
@@ -429,15 +447,16 @@ def test_a_feed_answer_that_breaks_the_contract_is_a_feed_format_error(
     replays: Callable[..., ReplayServer],
 ) -> None:
     replay = replays("discovery", "feeds")
-    with pytest.raises(FeedFormatError, match="price_per_vcpu_h_eur_micros"):
-        provider_for(replay).rate_cards("broken")
+    with pytest.raises(FeedFormatError, match="price_per_vcpu_h_eur_micros") as caught:
+        feeds_for(replay).rate_cards("broken")
+    assert isinstance(caught.value, ProviderError) and not caught.value.retryable
 
 
 def test_the_notice_feed_pages_notices_and_advisories_by_cursor(
     replays: Callable[..., ReplayServer],
 ) -> None:
     replay = replays("discovery", "feeds")
-    page = provider_for(replay).notices(after="c-000041")
+    page = feeds_for(replay).notices(after="c-000041")
 
     advisory, notice = page.messages
     assert isinstance(advisory, ReclaimAdvisory) and isinstance(notice, Notice)
@@ -455,12 +474,11 @@ def test_reclaim_checks_ownership_in_nova_then_calls_the_reclaim_api(
 ) -> None:
     replay = replays("discovery", "nova_servers", "feeds")
     budget = Budget()
-    accepted = provider_for(replay, budget).reclaim(
-        OWNED, advisory_lead_s=60, correlation_id="exercise-2026-11-30"
+    scheduled = provider_for(replay, budget).reclaim(
+        ReclaimRequest(OWNED, advisory_lead_s=60, correlation_id="exercise-2026-11-30")
     )
-    assert (accepted.notice_at_us, accepted.deadline_at_us) == (
-        T0 + 60_000_000,
-        T0 + 180_000_000,
+    assert scheduled == ReclaimScheduled(
+        OWNED, T0 + 60_000_000, T0 + 180_000_000, "exercise-2026-11-30"
     )
     assert budget.drawn == ["reclaim"]
     assert replay.requests(f"{NOVA}/servers") + replay.requests("/feed/") == [
@@ -475,14 +493,18 @@ def test_reclaim_refuses_servers_not_ours_or_not_reclaimable_sending_nothing(
     replay = replays("discovery", "nova_servers", "feeds")
     budget = Budget()
     provider = provider_for(replay, budget)
-    with pytest.raises(NotOwnedError):
-        provider.reclaim(FOREIGN)
+    with pytest.raises(NotOwnedError, match="orch-us1"):
+        provider.reclaim(ReclaimRequest(FOREIGN))
     with pytest.raises(NotReclaimableError, match="guaranteed"):
-        provider.reclaim(GUARANTEED)
-    with pytest.raises(ValueError, match="at least 120 s"):
-        provider.reclaim(OWNED, notice_s=60)
+        provider.reclaim(ReclaimRequest(GUARANTEED))
+    with pytest.raises(NoticeTooShortError, match=">= 120 s"):
+        provider.reclaim(ReclaimRequest(OWNED, notice_s=60))
     assert budget.drawn == []
     assert replay.requests("/feed/") == []
+    assert replay.requests(f"{NOVA}/servers") == [
+        ("GET", f"{NOVA}/servers/{FOREIGN}"),
+        ("GET", f"{NOVA}/servers/{GUARANTEED}"),
+    ]  # the short notice is refused before Nova is asked
 
 
 def test_a_reclaim_403_is_a_forbidden_error_with_the_feed_message(
@@ -490,7 +512,8 @@ def test_a_reclaim_403_is_a_forbidden_error_with_the_feed_message(
 ) -> None:
     replay = replays("discovery", "nova_servers", "feeds")
     with pytest.raises(ForbiddenError) as caught:
-        provider_for(replay).reclaim(OWNED, correlation_id="exercise-at-night")
+        provider_for(replay).reclaim(ReclaimRequest(OWNED, correlation_id="exercise-at-night"))
     assert (caught.value.call, caught.value.status) == ("feed.reclaim", 403)
     assert OWNED in caught.value.target
     assert "09:00-16:00 UTC" in caught.value.detail
+    assert not caught.value.retryable

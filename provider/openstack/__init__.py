@@ -1,57 +1,70 @@
-"""The OpenStack provider adapter (ADR-05): Nova, Placement and Blazar through openstacksdk, and
-the provider feeds the private cloud team builds to the contract (see docs/providers.md)."""
+"""The OpenStack provider adapter (ADR-05): `provider.base.CapacityProvider` over Nova, Placement
+and Blazar through openstacksdk, and the provider feeds the private cloud team builds to the
+contract (see docs/providers.md).
+
+The seam's types (`LaunchRequest`, `Instance`, `NotOwnedError`, ...) are `provider.base`'s; this
+package adds only what is OpenStack's own: the pool mapping, the HTTP errors (each a
+`provider.base.ProviderError`), Placement headroom, Blazar leases and the feed position.
+"""
 
 from provider.openstack.blazar import BlazarLeases, Lease, LeaseRequest, LeaseReservation
 from provider.openstack.budget import Acquire, MutatingCall, unbounded
-from provider.openstack.compute import Instance, LaunchRequest, NovaInstances
 from provider.openstack.errors import (
     BadRequestError,
     ConflictError,
     FeedFormatError,
     ForbiddenError,
+    InstanceNotFoundError,
+    MappingMismatchError,
+    NoCapacityError,
     NotFoundError,
-    NotOwnedError,
     OpenStackCallError,
     OverLimitError,
-    ProviderError,
+    QuotaExceededError,
+    ReclaimConflictError,
     ServiceError,
     UnauthorizedError,
     UnavailableError,
 )
-from provider.openstack.feeds import FeedSnapshot, NoticePage, ProviderFeeds, ReclaimAccepted
+from provider.openstack.facts import PRODUCER, FeedPosition
+from provider.openstack.feeds import FeedSnapshot, NoticePage, ProviderFeeds
+from provider.openstack.mapping import PoolMapping, PoolMappingError
 from provider.openstack.placement import PlacementHeadroom, ProviderHeadroom, ResourceHeadroom
-from provider.openstack.provider import NotReclaimableError, OpenStackProvider
+from provider.openstack.provider import OpenStackProvider, wall_clock_us
 
 __all__ = [
+    "PRODUCER",
     "Acquire",
     "BadRequestError",
     "BlazarLeases",
     "ConflictError",
     "FeedFormatError",
+    "FeedPosition",
     "FeedSnapshot",
     "ForbiddenError",
-    "Instance",
-    "LaunchRequest",
+    "InstanceNotFoundError",
     "Lease",
     "LeaseRequest",
     "LeaseReservation",
+    "MappingMismatchError",
     "MutatingCall",
+    "NoCapacityError",
     "NotFoundError",
-    "NotOwnedError",
-    "NotReclaimableError",
     "NoticePage",
-    "NovaInstances",
     "OpenStackCallError",
     "OpenStackProvider",
     "OverLimitError",
     "PlacementHeadroom",
-    "ProviderError",
+    "PoolMapping",
+    "PoolMappingError",
     "ProviderFeeds",
     "ProviderHeadroom",
-    "ReclaimAccepted",
+    "QuotaExceededError",
+    "ReclaimConflictError",
     "ResourceHeadroom",
     "ServiceError",
     "UnauthorizedError",
     "UnavailableError",
     "unbounded",
+    "wall_clock_us",
 ]

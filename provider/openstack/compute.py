@@ -1,50 +1,37 @@
-"""Nova: launch servers tagged as the orchestrator's own, list them by tag, delete only ours.
+"""Nova: create servers tagged as the orchestrator's own, list them by tag, delete only ours.
 
 Tags are the reconstruction key of fleet state (ADR-11): every server carries the owner, pool,
 workload and purchase model in its metadata, and the owner also as a Nova server tag so that a
-list asks Nova for our servers only. Only servers whose metadata names this orchestrator as the
-owner can be deleted (ADR-12, ADR-29); ownership is read from Nova right before the delete.
+list asks Nova for one owner's servers only. Only servers whose metadata names this orchestrator
+as the owner can be deleted (ADR-12, ADR-29); ownership is read from Nova right before the
+delete. The types here are Nova's view and stay inside the adapter; the seam's `Instance` is
+made from them in ``provider.openstack.provider``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from openstack.compute.v2.server import Server
+from openstack import exceptions as sdk_exceptions
+from openstack.compute.v2.server import Server as SdkServer
 from openstack.connection import Connection
 
+from provider.base import NotOwnedError
 from provider.openstack import tags as spot_tags
 from provider.openstack._calls import translated
 from provider.openstack._time import iso_to_us
 from provider.openstack.budget import Acquire, unbounded
-from provider.openstack.errors import NotOwnedError
-from schemas.events import PurchaseModel
+from provider.openstack.errors import MappingMismatchError
+from provider.openstack.mapping import ServerSpec
 
 
 @dataclass(frozen=True, slots=True)
-class LaunchRequest:
-    """One server to launch for a workload in a pool."""
+class Server:
+    """A Nova server as the adapter reads it."""
 
-    name: str
-    pool_id: str
-    workload_id: str
-    flavor_id: str
-    image_id: str
-    network_ids: tuple[str, ...]
-    purchase_model: PurchaseModel = "reclaimable"
-    availability_zone: str | None = None
-    """The hall's availability zone; None lets Nova choose."""
-    tags: Mapping[str, str] = field(default_factory=dict)
-    """Extra tags; the owner, pool, workload and purchase-model tags are always set."""
-
-
-@dataclass(frozen=True, slots=True)
-class Instance:
-    """A Nova server as spotcap sees it."""
-
-    instance_id: str
+    server_id: str
     name: str
     status: str
     """Nova's status: BUILD, ACTIVE, ERROR, SHUTOFF, DELETED, ..."""
@@ -57,96 +44,119 @@ class Instance:
 
     @property
     def owner_id(self) -> str | None:
-        return self.tags.get(spot_tags.OWNER)
+        return self.tags.get(spot_tags.OWNER_TAG)
 
     @property
     def pool_id(self) -> str | None:
-        return self.tags.get(spot_tags.POOL)
-
-    @property
-    def workload_id(self) -> str | None:
-        return self.tags.get(spot_tags.WORKLOAD)
+        return self.tags.get(spot_tags.POOL_TAG)
 
 
 class NovaInstances:
-    """Launch, list and delete the orchestrator's servers through ``conn.compute``."""
+    """Create, read, list and delete servers through ``conn.compute``."""
 
     def __init__(self, conn: Connection, owner_id: str, acquire: Acquire = unbounded) -> None:
         self._conn = conn
         self._owner_id = owner_id
         self._owner_server_tag = spot_tags.owner_server_tag(owner_id)
         self._acquire = acquire
+        self._flavor_ids: dict[str, str] = {}
 
-    def launch(self, request: LaunchRequest) -> Instance:
-        """Create the server (Nova answers 202 at once; the server starts in BUILD)."""
-        tags = {
-            **request.tags,
-            spot_tags.OWNER: self._owner_id,
-            spot_tags.POOL: request.pool_id,
-            spot_tags.WORKLOAD: request.workload_id,
-            spot_tags.PURCHASE_MODEL: request.purchase_model,
-        }
+    def flavor_id(self, spec: ServerSpec) -> str:
+        """The id of the spec's flavor, asked of Nova once per flavor (a read: no token).
+
+        `MappingMismatchError` when Nova has no such flavor or its vCPU is not the pool's size.
+        """
+        cached = self._flavor_ids.get(spec.flavor)
+        if cached is not None:
+            return cached
+        call, target = "nova.find_flavor", f"flavor {spec.flavor} of pool {spec.pool.pool_id}"
+        with translated(call, target):
+            try:
+                flavor = self._conn.compute.find_flavor(spec.flavor, ignore_missing=False)
+            except sdk_exceptions.NotFoundException as exc:
+                if exc.status_code is not None:
+                    raise  # an HTTP 404 of its own: translated below
+                # the SDK's own "no match" after looking the name up in the flavor list
+                raise MappingMismatchError(f"{call} ({target}): Nova has no such flavor") from exc
+        if flavor.vcpus != spec.pool.size_vcpu:
+            raise MappingMismatchError(
+                f"{call} ({target}): the flavor has {flavor.vcpus} vCPU, "
+                f"the pool {spec.pool.size_vcpu}"
+            )
+        self._flavor_ids[spec.flavor] = str(flavor.id)
+        return str(flavor.id)
+
+    def create(self, spec: ServerSpec, name: str, tags: Mapping[str, str]) -> Server:
+        """Create the server (one ``launch`` token; Nova answers 202 and the server BUILDs)."""
         attrs: dict[str, Any] = {
-            "name": request.name,
-            "flavor_id": request.flavor_id,
-            "image_id": request.image_id,
-            "networks": [{"uuid": net} for net in request.network_ids],
+            "name": name,
+            "flavor_id": self.flavor_id(spec),
+            "image_id": spec.image_id,
+            "networks": [{"uuid": net} for net in spec.network_ids],
+            "availability_zone": spec.availability_zone,
             "metadata": spot_tags.to_metadata(tags),
             "tags": [self._owner_server_tag],
         }
-        if request.availability_zone is not None:
-            attrs["availability_zone"] = request.availability_zone
         self._acquire("launch")
-        with translated("nova.create_server", f"server {request.name} in pool {request.pool_id}"):
+        with translated("nova.create_server", f"server {name} in pool {spec.pool.pool_id}"):
             server = self._conn.compute.create_server(**attrs)
-        return Instance(
-            instance_id=str(server.id),
-            name=request.name,
+        return Server(
+            server_id=str(server.id),
+            name=name,
             status=str(server.status or "BUILD"),
-            tags=tags,
-            availability_zone=request.availability_zone,
+            tags=dict(tags),
+            vcpus=spec.pool.size_vcpu,
+            availability_zone=spec.availability_zone,
         )
 
-    def get(self, instance_id: str) -> Instance:
-        with translated("nova.get_server", f"server {instance_id}"):
-            server = self._conn.compute.get_server(instance_id)
-        return _instance(server)
+    def get(self, server_id: str) -> Server:
+        with translated("nova.get_server", f"server {server_id}"):
+            server = self._conn.compute.get_server(server_id)
+        return _server(server)
 
-    def delete(self, instance_id: str) -> Instance:
+    def owned(self, server_id: str, action: str) -> Server:
+        """The server, if its metadata names this orchestrator as the owner; else
+        `NotOwnedError`, naming the owner found (nothing else is sent, no token drawn)."""
+        server = self.get(server_id)
+        if server.owner_id != self._owner_id:
+            found = "no owner tag" if server.owner_id is None else f"owner tag {server.owner_id!r}"
+            raise NotOwnedError(
+                f"refusing to {action} server {server_id}: it has {found}, "
+                f"not this orchestrator's owner {self._owner_id!r}"
+            )
+        return server
+
+    def delete(self, server_id: str) -> Server:
         """Delete the server if, and only if, Nova says it carries our owner tag.
 
         Returns the server as it was just before the delete (Nova deletes asynchronously).
-        Raises NotOwnedError (sending no DELETE and drawing no token) otherwise, and
-        NotFoundError if the server does not exist.
         """
-        instance = self.get(instance_id)
-        if instance.owner_id != self._owner_id:
-            raise NotOwnedError(instance_id, self._owner_id, instance.owner_id)
-        target = f"server {instance_id} in pool {instance.pool_id or '?'}"
+        server = self.owned(server_id, "delete")
+        target = f"server {server_id} in pool {server.pool_id or '?'}"
         self._acquire("delete")
         with translated("nova.delete_server", target):
-            self._conn.compute.delete_server(instance_id, ignore_missing=False)
-        return instance
+            self._conn.compute.delete_server(server_id, ignore_missing=False)
+        return server
 
-    def list_by_tag(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
-        """Our servers (owner tag) whose metadata carries every one of ``tags``.
+    def list_owned_by(self, owner_id: str) -> list[Server]:
+        """Servers whose owner server tag *and* metadata name ``owner_id``, by id.
 
-        Nova filters on the owner server tag; the metadata is then checked here, including the
-        owner, so a server whose server tag and metadata disagree is not taken for ours.
+        Nova filters on the server tag; the metadata is checked here, so a server whose server
+        tag and metadata disagree is not taken for the owner's.
         """
-        wanted = {**(tags or {}), spot_tags.OWNER: self._owner_id}
-        with translated("nova.list_servers", f"servers tagged {self._owner_server_tag}"):
-            servers = list(self._conn.compute.servers(details=True, tags=self._owner_server_tag))
-        found = [_instance(s) for s in servers]
-        return [i for i in found if all(i.tags.get(k) == v for k, v in wanted.items())]
+        server_tag = spot_tags.owner_server_tag(owner_id)
+        with translated("nova.list_servers", f"servers tagged {server_tag}"):
+            found = list(self._conn.compute.servers(details=True, tags=server_tag))
+        servers = [_server(s) for s in found]
+        return sorted((s for s in servers if s.owner_id == owner_id), key=lambda s: s.server_id)
 
 
-def _instance(server: Server) -> Instance:
+def _server(server: SdkServer) -> Server:
     flavor = server.flavor if isinstance(server.flavor, Mapping) else {}
     vcpus = flavor.get("vcpus")
     created = server.created_at
-    return Instance(
-        instance_id=str(server.id),
+    return Server(
+        server_id=str(server.id),
         name=str(server.name),
         status=str(server.status),
         tags=spot_tags.from_metadata(server.metadata or {}),

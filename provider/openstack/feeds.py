@@ -21,13 +21,13 @@ from typing import Any, Generic, TypeGuard, TypeVar, get_args
 from keystoneauth1.adapter import Adapter
 from keystoneauth1.session import Session
 
+from provider.base import MIN_NOTICE_S, NoticeTooShortError, ReclaimRequest, ReclaimScheduled
 from provider.notices.model import Message, NoticeFormatError, message_from_json
 from provider.openstack._calls import raise_for_response, translated
 from provider.openstack.budget import Acquire, unbounded
 from provider.openstack.errors import FeedFormatError
 from schemas.events import ForwardCapacity, PurchaseModel, RateCard
 
-MIN_NOTICE_S = 120
 _PURCHASE_MODELS = frozenset(get_args(PurchaseModel))
 
 T = TypeVar("T")
@@ -47,17 +47,6 @@ class NoticePage:
 
     messages: tuple[Message, ...]
     cursor: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReclaimAccepted:
-    """What the reclaim API promised: the notice comes at ``notice_at_us``, deletion at
-    ``deadline_at_us`` (at least 120 s later)."""
-
-    instance_id: str
-    notice_at_us: int
-    deadline_at_us: int
-    correlation_id: str | None
 
 
 class ProviderFeeds:
@@ -126,36 +115,35 @@ class ProviderFeeds:
             raise FeedFormatError(call, str(exc)) from exc
         return NoticePage(messages, _field(call, body, "cursor", str))
 
-    def reclaim(
-        self,
-        instance_id: str,
-        *,
-        notice_s: int = MIN_NOTICE_S,
-        advisory_lead_s: int | None = None,
-        correlation_id: str | None = None,
-    ) -> ReclaimAccepted:
-        """Ask the provider to reclaim ``instance_id`` (one budget token of kind ``reclaim``)."""
-        if notice_s < MIN_NOTICE_S:
-            raise ValueError(f"notice_s={notice_s}: the provider contract gives at least 120 s")
-        call, target = "feed.reclaim", f"server {instance_id}"
-        request = {
-            "instance_id": instance_id,
-            "notice_s": notice_s,
-            "advisory_lead_s": advisory_lead_s,
-            "correlation_id": correlation_id,
+    def reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:
+        """Ask the provider to reclaim an instance (one budget token of kind ``reclaim``).
+
+        `NoticeTooShortError`, with nothing sent, for a notice under the contract's 120 s.
+        """
+        check_notice(request)
+        call, target = "feed.reclaim", f"server {request.instance_id}"
+        body = {
+            "instance_id": request.instance_id,
+            "notice_s": request.notice_s,
+            "advisory_lead_s": request.advisory_lead_s,
+            "correlation_id": request.correlation_id,
         }
         self._acquire("reclaim")
         with translated(call, target):
             response = self._adapter.post(
-                "/v1/reclaim", json=request, raise_exc=False, timeout=self._timeout_s
+                "/v1/reclaim", json=body, raise_exc=False, timeout=self._timeout_s
             )
         raise_for_response(call, target, response)
-        reclaim = _object(call, _object(call, response.json()).get("reclaim"))
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise FeedFormatError(call, "the body is not JSON") from exc
+        reclaim = _object(call, _object(call, data).get("reclaim"))
         correlation = reclaim.get("correlation_id")
-        return ReclaimAccepted(
+        return ReclaimScheduled(
             instance_id=_field(call, reclaim, "instance_id", str),
-            notice_at_us=_field(call, reclaim, "notice_at", int),
-            deadline_at_us=_field(call, reclaim, "deadline_at", int),
+            notice_at=_field(call, reclaim, "notice_at", int),
+            deadline_at=_field(call, reclaim, "deadline_at", int),
             correlation_id=correlation if isinstance(correlation, str) else None,
         )
 
@@ -172,6 +160,15 @@ class ProviderFeeds:
         except ValueError as exc:
             raise FeedFormatError(call, "the body is not JSON") from exc
         return _object(call, data)
+
+
+def check_notice(request: ReclaimRequest) -> None:
+    """`NoticeTooShortError` for a reclaim asking less than the contract's 120 s of notice."""
+    if request.notice_s < MIN_NOTICE_S:
+        raise NoticeTooShortError(
+            f"a notice of {request.notice_s} s for server {request.instance_id} breaks the "
+            f"provider contract (>= {MIN_NOTICE_S} s)"
+        )
 
 
 def _is_purchase_model(value: str) -> TypeGuard[PurchaseModel]:

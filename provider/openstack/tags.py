@@ -1,8 +1,9 @@
 """spotcap's tags on Nova servers: the reconstruction key of fleet state (ADR-11).
 
-spotcap names its tags ``spotcap.io/owner``, ``spotcap.io/pool``, ``spotcap.io/workload`` and
-``spotcap.io/purchase-model``. Nova refuses a ``/`` in a metadata key (its schema allows
-``^[a-zA-Z0-9-_:. ]{1,255}$``), so on the wire the ``/`` becomes ``:``: ``spotcap.io:owner``.
+spotcap names its tags ``spotcap.io/owner``, ``spotcap.io/pool``, ``spotcap.io/workload`` (the
+seam's ``OWNER_TAG``, ``POOL_TAG``, ``WORKLOAD_TAG``) and ``spotcap.io/purchase-model``. Nova
+refuses a ``/`` in a metadata key (its schema allows ``^[a-zA-Z0-9-_:. ]{1,255}$``), so on the
+wire the ``/`` becomes ``:``: ``spotcap.io:owner``.
 The owner tag is also written as a Nova server tag (``spotcap.io:owner=<owner>``, microversion
 2.52+), because Nova can filter a server list by tag but not by metadata.
 """
@@ -12,10 +13,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-OWNER = "spotcap.io/owner"
-POOL = "spotcap.io/pool"
-WORKLOAD = "spotcap.io/workload"
-PURCHASE_MODEL = "spotcap.io/purchase-model"
+from provider.base import OWNER_TAG, POOL_TAG, WORKLOAD_TAG
+
+PURCHASE_MODEL_TAG = "spotcap.io/purchase-model"
+"""The purchase model of the server's pool, so that a reclaim can be refused from Nova alone."""
+
+__all__ = [
+    "OWNER_TAG",
+    "POOL_TAG",
+    "PURCHASE_MODEL_TAG",
+    "WORKLOAD_TAG",
+    "from_metadata",
+    "owner_server_tag",
+    "to_metadata",
+]
 
 _PREFIX = "spotcap.io/"
 _WIRE_PREFIX = "spotcap.io:"
