@@ -30,7 +30,7 @@ from schemas.contracts.compiler import CompileResult, compile_contracts
 from schemas.contracts.feasibility import RULES, FeasibilityEnv
 from schemas.contracts.model import to_epoch_us
 from schemas.contracts.output import write_outputs
-from schemas.contracts.pool_file import PoolFileError, load_pools
+from schemas.contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
 from schemas.contracts.published import DEFAULT_NAMESPACE
 from schemas.contracts.signing import (
     FileSigner,
@@ -214,7 +214,8 @@ def _published_at_us(published_at: str | None) -> int:
     "--pools",
     "pools_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Pool catalogue (YAML or JSON with a pools: list) for rules (c) and (d).",
+    help="Pool catalogue file (format spotcap.pools/v1, YAML or JSON, e.g. "
+    "examples/region/demo-region.yaml) for rules (c) and (d).",
 )
 @click.option(
     "--key",
@@ -273,7 +274,7 @@ def compile_command(
         try:
             pools = load_pools(pools_file.as_posix(), pools_file.read_text(encoding="utf-8"))
         except PoolFileError as error:
-            _fail(str(error))
+            _fail(str(error), POOL_FILE_HINT)
     files = contract_files(contract_dir)
     if not files:
         _fail(f"no contract files (*.yaml, *.yml) under {contract_dir}")

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from provider.sim.clock import DAY_US, HOUR_US
-from provider.sim.region import RegionSim, SimConfig
+from provider.sim.region import RegionSim, SimConfig, workload_contract_files
 from provider.sim.summary import RunSummary
 from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
@@ -112,6 +112,13 @@ class DemoRefusedError(RuntimeError):
     default=None,
     help="Pool catalogue file (default: the demo region generated from the seed).",
 )
+@click.option(
+    "--contracts-out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write each simulated workload's contract file (YAML) under this directory, "
+    "for `spotcap contracts compile`.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def demo(
@@ -121,6 +128,7 @@ def demo(
     seed: int,
     workloads: int,
     catalogue: Path | None,
+    contracts_out: Path | None,
     as_json: bool,
 ) -> None:
     """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
@@ -135,6 +143,12 @@ def demo(
         except PoolCatalogueError as error:
             _fail(err, str(error), "fix the catalogue file named above")
         config = replace(config, catalogue=loaded)
+    if contracts_out is not None and _contract_files_in(contracts_out):
+        _fail(
+            err,
+            f"{contracts_out} already holds contract files; the simulated ones would mix with them",
+            "choose an empty --contracts-out directory",
+        )
     progress = Progress(
         TextColumn("[bold]simulating[/] {task.description}"),
         BarColumn(),
@@ -155,10 +169,40 @@ def demo(
             progress.stop()
             _fail(err, str(error))
     report["log"] = describe_log(settings)
+    if contracts_out is not None:
+        files = write_contract_files(config, contracts_out)
+        report["contracts_out"] = {"dir": str(contracts_out), "files": files}
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:
         print_summary(report, Console())
+    if contracts_out is not None and not as_json:
+        pools = catalogue or Path("examples/region/demo-region.yaml")
+        note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
+        Console().print(
+            f"wrote {report['contracts_out']['files']} contract files under {contracts_out}; "
+            f"check them with `spotcap contracts compile {contracts_out} --out BUNDLES "
+            f"--pools {pools}`{note}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def write_contract_files(config: SimConfig, directory: Path) -> int:
+    """Write the contract file of every simulated workload of `config` under `directory`, at its
+    path in the (simulated) contract repository; returns how many."""
+    files = workload_contract_files(config)
+    for path, text in files.items():
+        target = directory / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return len(files)
+
+
+def _contract_files_in(directory: Path) -> bool:
+    return directory.is_dir() and any(
+        p.suffix in (".yaml", ".yml") for p in directory.rglob("*") if p.is_file()
+    )
 
 
 def _fail(err: Console, message: str, hint: str = "") -> Any:

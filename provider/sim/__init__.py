@@ -9,9 +9,9 @@ from provider.sim.orchestrator import OrchestratorSettings
 from provider.sim.placement import PlacementPolicy, PlacementRequest, SpreadPolicy
 from provider.sim.provider import SimProvider
 from provider.sim.reclaimer import ReclaimSettings
-from provider.sim.region import RegionSim, SimConfig, simulate
+from provider.sim.region import RegionSim, SimConfig, simulate, workload_contract_files
 from provider.sim.summary import RunSummary
-from provider.sim.workloads import SimContract, SimWorkload
+from provider.sim.workloads import SimWorkload, WorkloadDraft
 
 __all__ = [
     "EPOCH_US",
@@ -22,9 +22,10 @@ __all__ = [
     "RegionSim",
     "RunSummary",
     "SimConfig",
-    "SimContract",
     "SimProvider",
     "SimWorkload",
     "SpreadPolicy",
+    "WorkloadDraft",
     "simulate",
+    "workload_contract_files",
 ]

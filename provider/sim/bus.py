@@ -66,6 +66,17 @@ class EventBus:
             listener(envelope)
         return envelope
 
+    def publish(self, envelope: Envelope) -> None:
+        """Publish an envelope built outside the simulation (the contract compiler's), as is."""
+        if envelope.occurred_at != self._clock.now_us:
+            raise ValueError(
+                f"{envelope.event_type} {envelope.event_id} occurred at {envelope.occurred_at}, "
+                f"not now ({self._clock.now_us}): sim time is event time"
+            )
+        self._outbox.append(envelope)
+        for listener in self._listeners.get(envelope.event_type, ()):
+            listener(envelope)
+
     def drain(self, max_events: int) -> list[Envelope]:
         """Up to `max_events` published envelopes, oldest first, removed from the outbox."""
         out = self._outbox

@@ -39,7 +39,6 @@ from schemas.events import (
 )
 
 CLAIMS = "sim/claims"
-CONTRACTS = "sim/contracts"
 RUN_TAG = "spotcap.io/run"
 RECONCILE_US = 5 * MINUTE_US
 
@@ -100,8 +99,7 @@ class SimOrchestrator:
         clock.every(clock.now_us + RECONCILE_US, RECONCILE_US, self._reconcile)
 
     def admit(self, workload: SimWorkload, runs: list[Run]) -> None:
-        """Publish the workload's contract now and schedule its runs."""
-        self._bus.emit(workload.contract.published(), CONTRACTS)
+        """Schedule the runs of a workload whose contract is published."""
         for run in runs:
             self._clock.at(run.start_us, partial(self._open, workload, run))
             if run.end_us is not None:
@@ -116,7 +114,7 @@ class SimOrchestrator:
                 claim_id=claim_id,
                 workload_id=run.workload_id,
                 scheduler=workload.scheduler,
-                cluster=workload.cluster,
+                cluster=workload.draft.cluster,
                 requested_vcpu=run.vcpu,
                 reason=run.reason,
             ),
@@ -181,7 +179,7 @@ class SimOrchestrator:
                     break
         rest_need = run.vcpu - max(run.floor_vcpu, 0) - state.placed_vcpu(floor=False)
         if rest_need > 0:
-            sizes = state.workload.sizes_vcpu
+            sizes = state.workload.draft.sizes_vcpu
             rest_need -= self._place(
                 state, "reclaimable", rest_need, sizes=sizes, cause=cause, floor=False
             )
@@ -209,8 +207,9 @@ class SimOrchestrator:
             workload_id=state.run.workload_id,
             purchase_model=model,
             vcpu=vcpu,
-            families=state.workload.families,
+            families=state.workload.draft.families,
             sizes_vcpu=sizes,
+            max_interruptions_per_h=state.workload.contract.tolerated_interruptions_per_h,
             placed_vcpu_by_pool=placed_by_pool,
             avoid_groups=avoid,
         )
@@ -277,7 +276,7 @@ class SimOrchestrator:
             return  # the 5-minute top-up got there first
         group = self._catalogue.get(lost.instance.pool_id).correlation_group
         model = lost.instance.purchase_model
-        sizes = None if lost.floor else state.workload.sizes_vcpu
+        sizes = None if lost.floor else state.workload.draft.sizes_vcpu
         avoid = frozenset({group})
         placed = self._place(
             state,

@@ -4,9 +4,10 @@ The real planner (ADR-08: floor first on committed capacity, depth-first water-f
 least 8 pools with pool and correlation-group caps, excluded pools never chosen) is a decider
 that comes later and replaces `SpreadPolicy` through `PlacementPolicy`.
 
-`SpreadPolicy` water-fills by vCPU: each next instance goes to the eligible pool holding the
-least of the workload so far (ties: cheaper list price, then pool id), among pools with room,
-avoiding the given correlation groups while any other pool has room.
+`SpreadPolicy` water-fills by vCPU: each next instance goes to the eligible pool (the
+workload's SKU families and sizes, expected to interrupt no more often than its contract
+tolerates) holding the least of the workload so far (ties: cheaper list price, then pool id),
+among pools with room, avoiding the given correlation groups while any other pool has room.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class PlacementRequest:
     vcpu: int
     families: tuple[str, ...]
     sizes_vcpu: tuple[int, ...] | None  # None: any size (floors take the committed sizes)
+    # The contract's tolerated rate: pools expected to interrupt more often are not used.
+    max_interruptions_per_h: float | None = None
     placed_vcpu_by_pool: Mapping[str, int] = field(default_factory=dict)
     avoid_groups: frozenset[str] = frozenset()
 
@@ -74,5 +77,8 @@ class SpreadPolicy:
 
 def _fits(pool: Pool, request: PlacementRequest) -> bool:
     if pool.sku_family not in request.families:
+        return False
+    tolerated = request.max_interruptions_per_h
+    if tolerated is not None and pool.expected_interruptions_per_h > tolerated:
         return False
     return request.sizes_vcpu is None or pool.size_vcpu in request.sizes_vcpu

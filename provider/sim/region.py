@@ -1,5 +1,6 @@
 """A simulated region, composed: the provider, its market, the guaranteed tenants, and the
-workloads with the stand-in orchestrator. The entry point of the simulation.
+workloads (their contracts compiled by the real compiler against the region's pools) with the
+stand-in orchestrator. The entry point of the simulation.
 
     sim = RegionSim(SimConfig(seed=1, days=7))
     for batch in sim.run():          # one list of envelopes per sim hour, oldest first
@@ -18,16 +19,19 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from provider.sim.bus import EventBus
 from provider.sim.clock import DAY_US, EPOCH_US, HOUR_US, Scheduler
+from provider.sim.contracts import compile_workload_contracts
 from provider.sim.market import Market
 from provider.sim.orchestrator import OrchestratorSettings, SimOrchestrator
 from provider.sim.parts import SimParts
 from provider.sim.placement import PlacementPolicy, SpreadPolicy
 from provider.sim.provider import SimProvider
 from provider.sim.reclaimer import Reclaimer, ReclaimSettings
-from provider.sim.workloads import generate_workloads, plan_runs
+from provider.sim.workloads import WorkloadDraft, admitted, draft_workloads, plan_runs
+from schemas.contracts import CompileResult
 from schemas.events import Envelope
 from schemas.pools import PoolCatalogue, demo_region
 
@@ -79,7 +83,17 @@ class RegionSim:
         )
         self.market.publish_catalogue()
         workload_rng = _stream(seed, "workloads")
-        self.workloads = generate_workloads(workload_rng, config.workloads, config.region)
+        self.drafts = _drafts(config, workload_rng)
+        self.contracts: CompileResult = compile_workload_contracts(
+            {d.source_path: d.contract_yaml for d in self.drafts},
+            self.catalogue.pools(),
+            published_at_us=config.start_us,
+            region=config.region,
+        )
+        # Admission (ADR-04): a workload whose contract the compiler refused never runs here.
+        self.workloads = admitted(self.drafts, self.contracts)
+        for published in self.contracts.events:
+            self.bus.publish(published)
         self.orchestrator = SimOrchestrator(
             parts, _stream(seed, "orchestrator"), policy or SpreadPolicy(), config.orchestrator
         )
@@ -110,6 +124,18 @@ def simulate(config: SimConfig) -> Iterator[Envelope]:
     """Every event of a run of `config`, in order."""
     for batch in RegionSim(config).run():
         yield from batch
+
+
+def workload_contract_files(config: SimConfig) -> dict[Path, str]:
+    """The contract file of every simulated workload of `config` (path -> YAML), as its owner
+    wrote it: what `RegionSim(config)` compiles."""
+    return {
+        d.source_path: d.contract_yaml for d in _drafts(config, _stream(config.seed, "workloads"))
+    }
+
+
+def _drafts(config: SimConfig, rng: random.Random) -> list[WorkloadDraft]:
+    return draft_workloads(rng, config.workloads, config.region, config.start_us)
 
 
 def _stream(seed: int, purpose: str) -> random.Random:

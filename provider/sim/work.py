@@ -1,10 +1,12 @@
 """The workloads' side of each instance: what a workload and its node agent write about it.
 
-Periodic checkpoints at the contract's interval; a final checkpoint on notice when the write
-fits the drain budget and the time left; on a loss, the work wasted (vCPU-seconds since the last
-checkpoint for `resume`, since the current unit began for `requeue`, nothing for stateless
-`restart`, nothing after a final checkpoint); and usage intervals, every `usage_interval_s` and
-when the instance ends.
+Everything follows the workload's resolved contract: periodic checkpoints at its
+``checkpoint.periodic_interval_s``; a final checkpoint of ``checkpoint.size_bytes`` on notice
+when the method writes one and the write fits the drain budget and the time left; on a loss, the
+work wasted by its ``restart.semantics`` (vCPU-seconds since the last checkpoint for `resume`,
+since the current unit began for `requeue`, since the instance started for `restart` or work
+without units; nothing for a stateless service, nothing after a final checkpoint); and usage
+intervals, every `usage_interval_s` and when the instance ends.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class WorkloadSide:
 
     def start(self, unit: Unit) -> None:
         self.units[unit.instance.instance_id] = unit
-        interval_s = unit.workload.contract.checkpoint_interval_s
+        interval_s = unit.workload.contract.checkpoint.periodic_interval_s
         if interval_s:
             self._clock.after(interval_s * SECOND_US, partial(self._checkpoint, unit, interval_s))
 
@@ -138,13 +140,16 @@ class WorkloadSide:
         now_us, vcpu, workload = self._clock.now_us, unit.instance.vcpu, unit.workload
         if unit.final_checkpoint_us is not None:
             return 0.0  # drained: the work stopped at the final checkpoint
-        semantics = workload.contract.restart_semantics
-        if semantics == "requeue" and workload.unit_s:
-            in_unit_us = (now_us - unit.instance.launched_at) % (workload.unit_s * SECOND_US)
-            return round(vcpu * in_unit_us / SECOND_US, 3)
-        if semantics == "restart":
+        if workload.draft.stateless:
             return 0.0  # stateless replicas: nothing to redo
-        since_us = unit.last_checkpoint_us or unit.instance.launched_at
+        semantics = workload.contract.restart.semantics
+        unit_s = workload.draft.unit_s
+        if semantics == "requeue" and unit_s:
+            in_unit_us = (now_us - unit.instance.launched_at) % (unit_s * SECOND_US)
+            return round(vcpu * in_unit_us / SECOND_US, 3)
+        since_us = unit.instance.launched_at
+        if semantics == "resume" and unit.last_checkpoint_us is not None:
+            since_us = unit.last_checkpoint_us
         return round(vcpu * (now_us - since_us) / SECOND_US, 3)
 
     # -- usage ------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""The simulated workloads: who they are, what they declared, and when they need capacity.
+"""The simulated workloads: who they are, the contracts their owners wrote, and when they need
+capacity.
 
 Five kinds (Spark, PyTorch training, CI runners, stateless services, Slurm batch) over the five
-tiers. Each workload's contract is a `SimContract`, a plain dataclass holding what the
-`contract_published` event carries (the real contract model lives elsewhere and is not
-imported here); its sha256 is that of its canonical JSON.
+tiers. Each workload starts as a `WorkloadDraft`: its kind and the contract file its owner wrote
+(`provider.sim.contracts`). A kind has a nature (how it checkpoints, what a loss costs it) and a
+tier its owners usually pick; the file names the tier and overrides where the two differ. Only
+the drafts whose contracts the compiler accepts become `SimWorkload`s (ADR-04: no published
+contract, no reclaimable capacity), and the simulation reads their resolved `Contract`.
 
 Demand over time is a list of `Run`s per workload: services run throughout; CI runners keep a
 base pool and add a weekday daytime burst; Spark runs daily for 2-8 h; PyTorch trains for 1-3
@@ -12,16 +15,20 @@ days with gaps; Slurm batch arrives at random (about every 6 h) for 1-8 h.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from provider.sim.clock import DAY_US, HOUR_US, MINUTE_US
-from schemas.events import ContractPublished, RestartSemantics, Scheduler, Tier
+from provider.sim.contracts import MIB, Behaviour, Owner, contract_yaml, drain_budget_s
+from schemas.contracts import CompileResult, Contract
+from schemas.contracts.tiers import CheckpointMethod, TierName
+from schemas.events import RestartSemantics, Scheduler
 
 CHECKPOINT_BANDWIDTH_BYTES_PER_S = 80_000_000  # one instance's write rate to the checkpoint store
+BESPOKE_SHARE = 0.05  # of workloads whose owners write a reviewed bespoke contract
 Kind = Literal["spark", "pytorch", "ci", "service", "slurm"]
 KIND_SHARES: tuple[tuple[Kind, float], ...] = (
     ("spark", 0.23),
@@ -33,59 +40,43 @@ KIND_SHARES: tuple[tuple[Kind, float], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class SimContract:
-    """A workload's interruption contract, as the simulation declares it."""
+class WorkloadDraft:
+    """A workload and the contract file its owner wrote, before the compiler has read it."""
 
     workload_id: str
-    contract_version: int
-    owner: str
-    tier: Tier
-    drain_budget_s: int
-    restart_semantics: RestartSemantics
-    checkpoint_on_notice: bool
-    proactive_drain_on_advisory: bool
-    tolerated_interruption_per_h: float
-    target_vcpu: int
-    floor_vcpu: int
-    spend_cap_eur_micros: int
-    approver: str
-    priority: int
-    checkpoint_interval_s: int | None
-    deadline_at: int | None
-    source_commit: str
-    scheduler: Scheduler
-    checkpoint_method: str  # none | application | spark | pytorch | slurm-requeue
-    checkpoint_size_bytes: int | None
-    effects_on_completion_only: bool
-    source_path: str
-
-    def canonical_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-
-    def sha256(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
-
-    def published(self) -> ContractPublished:
-        # Only the fields this build's event has: the event gained optional fields over time.
-        known = {f.name for f in fields(ContractPublished)}
-        values = {k: v for k, v in asdict(self).items() if k in known}
-        return ContractPublished(contract_sha256=self.sha256(), **values)
+    kind: Kind
+    families: tuple[str, ...]
+    sizes_vcpu: tuple[int, ...]
+    cluster: str
+    unit_s: int  # a requeue unit's length (CI jobs); 0 if the work has no units
+    stateless: bool  # nothing is lost with an instance (services)
+    source_path: Path
+    contract_yaml: str
 
 
 @dataclass(frozen=True, slots=True)
 class SimWorkload:
-    contract: SimContract
-    kind: Kind
-    families: tuple[str, ...]
-    sizes_vcpu: tuple[int, ...]
-    scheduler: Scheduler
-    cluster: str
-    checkpoint_bytes: int  # per instance; 0 if the workload does not checkpoint
-    unit_s: int  # a requeue unit's length (CI jobs); 0 if not requeued
+    """An admitted workload: its draft and the contract the compiler resolved from it."""
+
+    draft: WorkloadDraft
+    contract: Contract
 
     @property
     def workload_id(self) -> str:
-        return self.contract.workload_id
+        return self.draft.workload_id
+
+    @property
+    def kind(self) -> Kind:
+        return self.draft.kind
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.contract.scheduler
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """The final checkpoint of one instance; 0 if the workload writes none."""
+        return self.contract.checkpoint.size_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,85 +94,91 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
+    title: str
     teams: tuple[str, ...]
     families: tuple[str, ...]
     sizes_vcpu: tuple[int, ...]
     targets_vcpu: tuple[int, ...]
-    tiers: tuple[Tier, ...]  # drawn uniformly: repeats weigh a tier
+    tiers: tuple[TierName, ...]  # drawn uniformly: repeats weigh a tier; the first is its usual
+    checkpoint_method: CheckpointMethod
+    checkpoint_mib: tuple[int, int]  # per instance, in steps of 256 MiB; (0, 0): none
     restart: RestartSemantics
-    drain_budget_s: int
-    checkpoint_gib: tuple[float, float]  # (0, 0): no checkpoints
-    checkpoint_method: str
+    effects_on_completion_only: bool | None  # None: the tier's
+    drain_budget_s: int | None  # at least this, more if the checkpoint needs it; None: the tier's
     unit_s: int = 0
+    stateless: bool = False
 
 
+# Checkpoint sizes stay below what rule (a) lets a 115 s drain write (5.1 GiB at 50 MB/s):
+# a big model's checkpoint is sharded, each instance writes its part.
 _SHAPES: dict[Kind, _Shape] = {
     "spark": _Shape(
+        "daily Spark pipeline",
         ("etl", "risk", "ads", "search", "billing"),
         ("c7-amd", "c6-intel", "m7-amd", "m6-intel", "c8-arm"),
         (16, 32),
         (128, 192, 256, 384, 512),
-        ("t2", "t3", "t3", "t4"),
-        "resume",
-        90,
-        (0.25, 2.0),
+        ("t3", "t3", "t3", "t2", "t4"),
         "spark",
+        (256, 2048),
+        "resume",
+        True,
+        90,
     ),
     "pytorch": _Shape(
+        "PyTorch training",
         ("vision", "nlp", "recsys", "speech"),
         ("g5-a100", "l4-gpu"),
         (16, 24, 48),
         (96, 144, 192, 288),
-        ("t2", "t3", "t3", "t4"),
-        "resume",
-        110,
-        (2.0, 10.0),
+        ("t2", "t2", "t3", "t4"),
         "pytorch",
+        (1536, 5120),
+        "resume",
+        True,
+        90,
     ),
     "ci": _Shape(
+        "CI runners",
         ("platform", "web", "mobile", "data"),
         ("c7-amd", "c6-intel", "c8-arm"),
         (4, 8),
         (64, 96, 128, 192, 256),
-        ("t4", "t5"),
-        "requeue",
-        60,
-        (0.0, 0.0),
+        ("t4", "t4", "t4", "t5"),
         "none",
+        (0, 0),
+        "requeue",
+        True,
+        None,
         unit_s=1200,
     ),
     "service": _Shape(
+        "stateless service",
         ("api", "render", "thumbs", "gateway", "search"),
         ("c7-amd", "c8-arm", "m7-amd"),
         (4, 8, 16),
         (32, 48, 64, 96, 128, 192),
         ("t1", "t1", "t2", "t2", "t3"),
-        "restart",
-        30,
-        (0.0, 0.0),
         "none",
+        (0, 0),
+        "requeue",
+        False,
+        None,
+        stateless=True,
     ),
     "slurm": _Shape(
+        "Slurm batch jobs",
         ("genomics", "cfd", "quant", "climate"),
         ("h7-hpc", "c7-amd", "c6-intel"),
         (32, 64),
         (128, 256, 384, 512, 768),
-        ("t3", "t4", "t5"),
-        "resume",
-        100,
-        (0.5, 4.0),
+        ("t3", "t3", "t4", "t5"),
         "slurm-requeue",
+        (512, 4096),
+        "resume",
+        True,
+        90,
     ),
-}
-
-# tier: (floor share, tolerated interruptions per instance-hour, priority, spend cap EUR/month)
-_TIERS: dict[Tier, tuple[float, float, int, int]] = {
-    "t1": (0.30, 0.002, 0, 2000),
-    "t2": (0.10, 0.005, 1, 1000),
-    "t3": (0.0, 0.01, 2, 400),
-    "t4": (0.0, 0.02, 3, 100),
-    "t5": (0.0, 0.05, 4, 0),
-    "bespoke": (0.0, 0.01, 2, 0),
 }
 
 
@@ -195,64 +192,59 @@ def kind_counts(count: int) -> list[tuple[Kind, int]]:
     return [(kind, counts[kind]) for kind, _ in KIND_SHARES]
 
 
-def generate_workloads(rng: random.Random, count: int, region: str) -> list[SimWorkload]:
-    workloads: list[SimWorkload] = []
+def draft_workloads(
+    rng: random.Random, count: int, region: str, start_us: int
+) -> list[WorkloadDraft]:
+    """`count` workloads of the five kinds, each with the contract file its owner wrote."""
+    drafts: list[WorkloadDraft] = []
     for kind, how_many in kind_counts(count):
         for _ in range(how_many):
-            workloads.append(_workload(rng, kind, len(workloads) + 1, region))
-    return workloads
+            drafts.append(_draft(rng, kind, len(drafts) + 1, region, start_us))
+    return drafts
 
 
-def _workload(rng: random.Random, kind: Kind, number: int, region: str) -> SimWorkload:
+def admitted(drafts: Sequence[WorkloadDraft], compiled: CompileResult) -> list[SimWorkload]:
+    """The drafts whose contract the compiler accepted, in draft order, with that contract."""
+    contracts = {c.path: c.contract for c in compiled.accepted}
+    return [SimWorkload(d, contracts[d.source_path]) for d in drafts if d.source_path in contracts]
+
+
+def _draft(
+    rng: random.Random, kind: Kind, number: int, region: str, start_us: int
+) -> WorkloadDraft:
     shape = _SHAPES[kind]
     team = rng.choice(shape.teams)
     tier = rng.choice(shape.tiers)
-    floor_share, tolerated_per_h, priority, cap_eur = _TIERS[tier]
-    target_vcpu = rng.choice(shape.targets_vcpu)
-    resumes = shape.checkpoint_gib != (0.0, 0.0)
-    checkpoint_bytes = int(rng.uniform(*shape.checkpoint_gib) * 2**30) if resumes else 0
-    # A final checkpoint is declared only where it fits the drain budget (the compiler's check);
-    # bigger ones rely on the periodic checkpoints alone.
-    write_s = checkpoint_bytes / CHECKPOINT_BANDWIDTH_BYTES_PER_S
-    final_fits = resumes and write_s <= shape.drain_budget_s
-    scheduler: Scheduler = "slurm" if kind == "slurm" else "kubernetes"
-    interval_s = None
-    if resumes:
-        interval_s = {"t1": 900, "t2": 1800, "t3": 1800}.get(tier, 3600)
+    bespoke = rng.random() < BESPOKE_SHARE
     workload_id = f"{kind}-{team}-{number:03d}"
-    contract = SimContract(
-        workload_id=workload_id,
-        contract_version=1,
-        owner=f"team-{team}",
-        tier=tier,
-        drain_budget_s=shape.drain_budget_s,
-        restart_semantics=shape.restart,
-        checkpoint_on_notice=final_fits,
-        proactive_drain_on_advisory=tier == "t1",
-        tolerated_interruption_per_h=tolerated_per_h,
-        target_vcpu=target_vcpu,
-        floor_vcpu=_round_up(int(target_vcpu * floor_share), 16),
-        spend_cap_eur_micros=cap_eur * 1_000_000,
-        approver=f"lead-{team}",
-        priority=priority,
-        checkpoint_interval_s=interval_s,
-        deadline_at=None,
-        source_commit=f"{rng.getrandbits(160):040x}",
-        scheduler=scheduler,
+    scheduler: Scheduler = "slurm" if kind == "slurm" else "kubernetes"
+    owner = Owner(workload_id, team, shape.title, scheduler, rng.choice(shape.targets_vcpu))
+    size_bytes = 0
+    interval_s = None
+    drain_s = shape.drain_budget_s
+    if shape.checkpoint_mib != (0, 0):
+        size_bytes = rng.randrange(shape.checkpoint_mib[0], shape.checkpoint_mib[1] + 1, 256) * MIB
+        interval_s = rng.choice((1800, 2700, 3600, 3600))
+        drain_s = drain_budget_s(size_bytes, at_least_s=drain_s or 0)
+    behaviour = Behaviour(
         checkpoint_method=shape.checkpoint_method,
-        checkpoint_size_bytes=checkpoint_bytes or None,
-        effects_on_completion_only=shape.restart != "restart",
-        source_path=f"contracts/{team}/{workload_id}.yaml",
+        checkpoint_size_bytes=size_bytes,
+        periodic_interval_s=interval_s,
+        restart_semantics=shape.restart,
+        effects_on_completion_only=shape.effects_on_completion_only,
+        drain_budget_s=drain_s,
     )
-    return SimWorkload(
-        contract=contract,
+    text = contract_yaml(rng, owner, tier, behaviour, bespoke=bespoke, start_us=start_us)
+    return WorkloadDraft(
+        workload_id=workload_id,
         kind=kind,
         families=shape.families,
         sizes_vcpu=shape.sizes_vcpu,
-        scheduler=scheduler,
         cluster=f"slurm-{region}-hpc" if kind == "slurm" else f"k8s-{region}-1",
-        checkpoint_bytes=checkpoint_bytes,
         unit_s=shape.unit_s,
+        stateless=shape.stateless,
+        source_path=Path(f"contracts/{team}/{workload_id}.yaml"),
+        contract_yaml=text,
     )
 
 
@@ -302,6 +294,6 @@ def plan_runs(rng: random.Random, workload: SimWorkload, start_us: int, end_us: 
     spans = [s for s in spans if start_us <= s[0] < end_us]
     spans.sort(key=lambda s: s[0])
     return [
-        Run(f"{c.workload_id}/run-{n:03d}", c.workload_id, begin, finish, vcpu, floor, reason)
+        Run(f"{c.workload}/run-{n:03d}", c.workload, begin, finish, vcpu, floor, reason)
         for n, (begin, finish, vcpu, floor, reason) in enumerate(spans, start=1)
     ]
