@@ -250,19 +250,26 @@ class KafkaConsumer:
         self._consumer.subscribe(self._topics)
 
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record]:
+        # librdkafka's consume(n, timeout) waits until it has n messages or the timeout ends;
+        # this poll returns as soon as there is anything: take what is queued, else wait for
+        # one message, then take what came with it.
         deadline = time.monotonic() + timeout_s
         out: list[Record] = []
-        while not out:
+        messages = self._consumer.consume(max_records, timeout=0)
+        while not messages:
             left = deadline - time.monotonic()
             if left <= 0:
-                break
-            for message in self._consumer.consume(max_records, timeout=left):
-                error = message.error()
-                if error is not None:
-                    if error.fatal():
-                        raise LogError(f"Kafka consumer of group {self.group}: {error}")
-                    continue
-                out.append(_record(message))
+                return out
+            first = self._consumer.poll(timeout=left)
+            if first is not None:
+                messages = [first, *self._consumer.consume(max_records - 1, timeout=0)]
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise LogError(f"Kafka consumer of group {self.group}: {error}")
+                continue
+            out.append(_record(message))
         return out
 
     def commit(self, positions: Mapping[TopicPartition, int]) -> None:
