@@ -8,6 +8,7 @@ positions are committed by the pipeline after its effects are durable.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from streams.log import (
 )
 
 _ADMIN_TIMEOUT_S = 30.0
+_LIBRDKAFKA_LOG = logging.getLogger("spotcap.kafka.librdkafka")
 
 
 class KafkaLog:
@@ -38,7 +40,13 @@ class KafkaLog:
 
     def __init__(self, bootstrap: str, client_config: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
-        self._base: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_config or {})}
+        # librdkafka logs to stderr by default, from its own threads, even after a test or a
+        # command has finished; route it through Python logging instead.
+        self._base: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "logger": _LIBRDKAFKA_LOG,
+            **(client_config or {}),
+        }
         self._admin = AdminClient(dict(self._base))
 
     def _metadata(self, timeout_s: float = 10.0) -> Any:
