@@ -29,6 +29,7 @@ from schemas.catalogue import (
     load_schema_dir,
     non_null,
 )
+from schemas.codec import strip_logical_types
 from schemas.events import EVENT_CLASSES, PAYLOAD_TYPES, Envelope, NoticeReceived
 from tests.strategies import envelopes, payload_of
 
@@ -193,14 +194,6 @@ def test_the_envelope_refuses_a_mismatched_payload() -> None:
 
 
 # -- round trips ------------------------------------------------------------------------------
-
-
-def strip_logical_types(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {k: strip_logical_types(v) for k, v in schema.items() if k != "logicalType"}
-    if isinstance(schema, list):
-        return [strip_logical_types(s) for s in schema]
-    return schema
 
 
 PARSED = {t.name: fastavro.parse_schema(strip_logical_types(dict(t.schema))) for t in event_types()}
