@@ -114,8 +114,7 @@ class Partition:
         i = max(0, bisect.bisect_right(self._bases, offset) - 1)
         for base in self._bases[i:]:
             blocks = self._blocks[base]
-            starts = [b.first_offset for b in blocks]
-            j = max(0, bisect.bisect_right(starts, offset) - 1)
+            j = max(0, bisect.bisect_right(blocks, offset, key=_first_offset) - 1)
             for block in blocks[j:]:
                 if block.first_offset + block.count <= offset:
                     continue
@@ -190,6 +189,10 @@ class Partition:
             os.fsync(handle.fileno())
         self._scan(base)
         return written
+
+
+def _first_offset(block: Block) -> int:
+    return block.first_offset
 
 
 class EmbeddedLog:
