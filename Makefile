@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Run the main job on the embedded default (everything under ./.spotcap).
+## Run the main job on the embedded default (everything under ./.spotcap; a rerun replaces it).
 demo: install
-	$(BIN)/spotcap demo
+	$(BIN)/spotcap demo --fresh
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers.py.

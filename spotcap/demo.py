@@ -26,6 +26,7 @@ from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.config import Settings
 from spotcap.wiring import describe_log, make_codec, open_log
+from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
 from streams.topics import LOGICAL_TOPICS, region_topics, topic_name
 from streams.writer import EventWriter
@@ -66,17 +67,32 @@ def write_run(
 
 
 def run_demo(
-    settings: Settings, config: SimConfig, on_progress: ProgressCallback | None = None
+    settings: Settings,
+    config: SimConfig,
+    on_progress: ProgressCallback | None = None,
+    *,
+    fresh: bool = False,
 ) -> dict[str, Any]:
-    """Apply the region's topics, refuse a log that already holds its events, run, report."""
+    """Apply the region's topics, refuse a log that already holds its events, run, report.
+
+    With `fresh`, an embedded log's topics of the region are deleted first (never Kafka's).
+    """
     log = open_log(settings)
     try:
+        if fresh:
+            if not isinstance(log, EmbeddedLog):
+                raise DemoRefusedError(
+                    "--fresh deletes the region's topics and works on the embedded log only",
+                    "delete Kafka topics deliberately with kafka-topics, or use another --region",
+                )
+            log.delete_topics(s.name for s in region_topics(config.region))
         existing = events_in_log(log, config.region)
         if existing:
             raise DemoRefusedError(
                 f"the log ({describe_log(settings)}) already holds {existing} events of region "
                 f"{config.region}; a second run would mix two histories",
-                f"use another --home (or --region), or delete {settings.home}",
+                f"use --fresh to replace them, another --home (or --region), "
+                f"or delete {settings.home}",
             )
         log.apply_topics(region_topics(config.region))
         sim = RegionSim(config)
@@ -119,6 +135,11 @@ class DemoRefusedError(RuntimeError):
     help="Also write each simulated workload's contract file (YAML) under this directory, "
     "for `spotcap contracts compile`.",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Replace the region's events from an earlier run (embedded log only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def demo(
@@ -129,6 +150,7 @@ def demo(
     workloads: int,
     catalogue: Path | None,
     contracts_out: Path | None,
+    fresh: bool,
     as_json: bool,
 ) -> None:
     """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
@@ -161,7 +183,9 @@ def demo(
     with progress:
         task = progress.add_task(f"region {settings.region}", total=days)
         try:
-            report = run_demo(settings, config, lambda d: progress.update(task, completed=d))
+            report = run_demo(
+                settings, config, lambda d: progress.update(task, completed=d), fresh=fresh
+            )
         except DemoRefusedError as error:
             progress.stop()
             _fail(err, str(error), error.hint)

@@ -25,6 +25,7 @@ import bisect
 import fcntl
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -242,6 +243,30 @@ class EmbeddedLog:
             _write_json(path, wanted)
             changes.append(TopicChange(spec.name, action))
         return changes
+
+    def delete_topics(self, names: Iterable[str]) -> list[str]:
+        """Delete topics with their records and their groups' offsets; returns those deleted.
+
+        Only the writer may (the lock keeps a producer in another process from appending to a
+        topic while it goes).
+        """
+        self.acquire_writer()
+        deleted = []
+        for name in names:
+            directory = self.root / name
+            if not (directory / "topic.json").exists():
+                continue
+            for key in [k for k in self._partitions if k[0] == name]:
+                del self._partitions[key]
+            shutil.rmtree(directory)
+            deleted.append(name)
+        for group_file in (self.root / "_groups").glob("*.json"):
+            offsets: dict[str, int] = json.loads(group_file.read_text())
+            kept = {k: v for k, v in offsets.items() if k.rpartition("/")[0] not in deleted}
+            if kept != offsets:
+                _write_json(group_file, kept)
+        fsync_dir(self.root)
+        return deleted
 
     def topics(self) -> list[str]:
         return sorted(p.parent.name for p in self.root.glob("*/topic.json"))

@@ -84,6 +84,28 @@ def test_a_used_home_is_refused(tmp_path: Path) -> None:
     assert CliRunner().invoke(demo, ARGS, obj=other_region).exit_code == 0
 
 
+def test_fresh_replaces_the_regions_events_with_the_same_bytes(tmp_path: Path) -> None:
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert _run(first).exit_code == 0
+    assert _run(again).exit_code == 0
+    other_region = Settings(home=again, region="elsewhere")
+    assert CliRunner().invoke(demo, ARGS, obj=other_region).exit_code == 0
+    kept = {p: b for p, b in _segments(again).items() if "elsewhere" in p}
+
+    replaced = _run(again, "--fresh")
+    assert replaced.exit_code == 0, replaced.output
+    after = _segments(again)
+    assert {p: b for p, b in after.items() if "elsewhere" not in p} == _segments(first)
+    assert {p: b for p, b in after.items() if "elsewhere" in p} == kept
+
+
+def test_fresh_never_deletes_kafka_topics(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, region=REGION, kafka_bootstrap="127.0.0.1:9")
+    result = CliRunner().invoke(demo, [*ARGS, "--fresh"], obj=settings)
+    assert result.exit_code == 1
+    assert "embedded log only" in result.output
+
+
 def test_the_readable_summary(tmp_path: Path) -> None:
     result = _run(tmp_path)
     assert result.exit_code == 0, result.output
