@@ -20,6 +20,7 @@ from schemas.catalogue import envelope_schema, event_types
 from schemas.codec import Codec, schema_fingerprint
 from schemas.errors import (
     BadMagicError,
+    CodecError,
     CorruptRecordError,
     Origin,
     TruncatedRecordError,
@@ -169,3 +170,26 @@ def test_confluent_wire_format_with_a_registry(registry_url: str) -> None:
 def test_an_unreachable_registry_says_so() -> None:
     with pytest.raises(RegistryError, match="unreachable"):
         Codec(registry=HttpSchemaRegistry("http://127.0.0.1:9", timeout_s=2))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    data=st.binary(max_size=300),
+    header=st.sampled_from([b"", b"\xc3\x01", "current", b"\x00\x00\x00\x00\x01"]),
+    cut=st.integers(0, 400),
+)
+def test_any_bytes_decode_or_fail_with_a_codec_error(
+    data: bytes, header: bytes | str, cut: int
+) -> None:
+    """Whatever arrives, decode returns an envelope or raises a CodecError naming the origin:
+    never another exception that would stop a consumer."""
+    if header == "current":
+        valid = CODEC.encode(notice("dev", 5))
+        framed = valid[:10] + data if data else valid[: max(10, cut)]
+    else:
+        assert isinstance(header, bytes)
+        framed = header + data
+    try:
+        CODEC.decode(framed, ORIGIN)
+    except CodecError as error:
+        assert "dev.lifecycle[3]@1234" in str(error)
