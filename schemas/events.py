@@ -148,7 +148,9 @@ class ContractPublished:
     floor_vcpu: int
     """Guaranteed floor: vCPU kept on committed or guaranteed capacity whatever happens (ADR-22)."""
     spend_cap_eur_micros: int
-    """Fallback spend the arbiter may commit automatically per calendar month, in micro-euros."""
+    """Fallback spend the arbiter may commit automatically per day (UTC), in micro-euros; beyond
+    it the approver is paged (ADR-23).
+    """
     approver: str
     """The named person paged to approve fallback spend beyond the cap."""
     priority: int
@@ -1152,9 +1154,9 @@ class FallbackDecided:
     vcpu: int
     """vCPU moved to guaranteed capacity."""
     spend_eur_micros: int
-    """Fallback spend of the workload this month, including this decision's projected cost."""
+    """Fallback spend of the workload this day (UTC), including this decision's projected cost."""
     cap_eur_micros: int
-    """The workload's declared monthly fallback cap."""
+    """The workload's declared daily (UTC) fallback cap."""
     approver: str
     """The named approver (paged when kind is escalated)."""
     priority: int

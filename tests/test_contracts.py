@@ -151,14 +151,14 @@ def test_units_are_converted_to_the_unit_the_field_names() -> None:
         "drain_budget_s: 1m30s\n"
         "tolerated_interruptions_per_h: 1.2/day\n"
         "fallback:\n"
-        '  spend_cap_per_month_eur_micros: "EUR 120.50"\n'
+        '  spend_cap_per_day_eur_micros: "EUR 120.50"\n'
         "  approver: a.person@example.org\n"
     )
     contract = compile_one(text).accepted[0].contract
     assert contract.checkpoint.size_bytes == 1536 * 2**20
     assert contract.drain_budget_s == 90
     assert contract.tolerated_interruptions_per_h == pytest.approx(0.05)
-    assert contract.fallback.spend_cap_per_month_eur_micros == 120_500_000
+    assert contract.fallback.spend_cap_per_day_eur_micros == 120_500_000
 
 
 # -- every error names file, line and field ---------------------------------------------------
@@ -183,7 +183,7 @@ def test_unknown_tier() -> None:
 
 
 def test_missing_approver_when_a_spend_cap_is_set() -> None:
-    text = BASE + 'fallback:\n  spend_cap_per_month_eur_micros: "EUR 120.50"\n'
+    text = BASE + 'fallback:\n  spend_cap_per_day_eur_micros: "EUR 120.50"\n'
     error = only_error(text)
     assert error.rule == "spend-cap-has-approver"
     assert_located(error, 11, "fallback.approver", "EUR 120.50", "add fallback.approver")
@@ -207,9 +207,9 @@ def test_wrong_size_unit_on_a_nested_field() -> None:
 
 
 def test_money_as_a_bare_decimal_is_refused() -> None:
-    text = BASE + "fallback:\n  spend_cap_per_month_eur_micros: 120.5\n  approver: x\n"
+    text = BASE + "fallback:\n  spend_cap_per_day_eur_micros: 120.5\n  approver: x\n"
     error = only_error(text)
-    assert_located(error, 12, "fallback.spend_cap_per_month_eur_micros", "EUR 120.50")
+    assert_located(error, 12, "fallback.spend_cap_per_day_eur_micros", "EUR 120.50")
 
 
 def test_unknown_field_suggests_the_closest_name() -> None:
@@ -219,9 +219,9 @@ def test_unknown_field_suggests_the_closest_name() -> None:
     )
 
 
-def test_a_daily_spend_cap_is_pointed_at_the_monthly_one() -> None:
-    error = only_error(BASE + "fallback:\n  spend_cap_per_day_eur_micros: 5\n")
-    assert_located(error, 12, "fallback.spend_cap_per_day_eur_micros", "per calendar month")
+def test_a_monthly_spend_cap_is_pointed_at_the_daily_one() -> None:
+    error = only_error(BASE + "fallback:\n  spend_cap_per_month_eur_micros: 5\n")
+    assert_located(error, 12, "fallback.spend_cap_per_month_eur_micros", "per day")
 
 
 def test_wrong_api_version() -> None:

@@ -202,7 +202,7 @@ def test_without_pools_rules_c_and_d_are_not_checked() -> None:
 
 
 def test_a_spend_cap_without_an_approver_is_refused_and_with_one_accepted() -> None:
-    capped = BASE + 'fallback:\n  spend_cap_per_month_eur_micros: "EUR 50"\n'
+    capped = BASE + 'fallback:\n  spend_cap_per_day_eur_micros: "EUR 50"\n'
     assert only_error(capped).rule == "spend-cap-has-approver"
     assert compile_one(capped + "  approver: ops@example.org\n").ok
-    assert compile_one(BASE + "fallback:\n  spend_cap_per_month_eur_micros: 0\n").ok
+    assert compile_one(BASE + "fallback:\n  spend_cap_per_day_eur_micros: 0\n").ok

@@ -173,12 +173,12 @@ def _bespoke_fields(
     }
 
 
-# tier: (share of workloads that declare a fallback spend cap, the cap in EUR a month)
+# tier: (share of workloads that declare a fallback spend cap, the cap in EUR a day)
 _SPEND_CAPS: Mapping[str, tuple[float, int]] = {
-    "t1": (1.0, 2000),
-    "t2": (0.8, 1000),
-    "t3": (0.3, 400),
-    "t4": (0.2, 100),
+    "t1": (1.0, 70),
+    "t2": (0.8, 35),
+    "t3": (0.3, 15),
+    "t4": (0.2, 4),
     "t5": (0.0, 0),
 }
 
@@ -189,7 +189,7 @@ def _spend_cap_eur(rng: random.Random, tier: TierName) -> int:
 
 
 def _fallback(owner: Owner, cap_eur: int) -> dict[str, Any]:
-    fallback: dict[str, Any] = {"spend_cap_per_month_eur_micros": f"EUR {cap_eur}.00"}
+    fallback: dict[str, Any] = {"spend_cap_per_day_eur_micros": f"EUR {cap_eur}.00"}
     if cap_eur:
         fallback["approver"] = f"oncall-{owner.team}@example.org"
     return fallback

@@ -174,7 +174,7 @@ def _event(
         tolerated_interruption_per_h=contract.tolerated_interruptions_per_h,
         target_vcpu=contract.target_vcpu,
         floor_vcpu=contract.floor_vcpu,
-        spend_cap_eur_micros=contract.fallback.spend_cap_per_month_eur_micros,
+        spend_cap_eur_micros=contract.fallback.spend_cap_per_day_eur_micros,
         approver=contract.fallback.approver or "",
         priority=contract.priority,
         checkpoint_interval_s=contract.checkpoint.periodic_interval_s,

@@ -35,9 +35,9 @@ _MODELS: dict[KeyPath, type[BaseModel]] = {
 
 # Names authors reach for that mean something else here; the fix says what to write.
 _RENAMED: dict[str, str] = {
-    "spend_cap_per_day_eur_micros": "the fallback cap is per calendar month (ADR-23): write "
-    "fallback.spend_cap_per_month_eur_micros",
-    "spend_cap_eur_micros": "write fallback.spend_cap_per_month_eur_micros (the cap is monthly)",
+    "spend_cap_per_month_eur_micros": "the fallback cap is per day, UTC (ADR-23): write "
+    "fallback.spend_cap_per_day_eur_micros",
+    "spend_cap_eur_micros": "write fallback.spend_cap_per_day_eur_micros (the cap is daily)",
     "tolerated_interruptions_per_day": "write tolerated_interruptions_per_h: <n>/day",
     "tolerated_interruption_per_h": "write tolerated_interruptions_per_h",
     "floor": "write floor_vcpu",
@@ -56,7 +56,7 @@ _FIELD_FIXES: dict[str, str] = {
     "checkpoint": "write checkpoint as a mapping, e.g. method: spark, size_bytes: 2 GiB, "
     "periodic_interval_s: 60m, each on its own indented line",
     "restart": "write restart as a mapping of semantics and effects_on_completion_only",
-    "fallback": "write fallback as a mapping of spend_cap_per_month_eur_micros and approver",
+    "fallback": "write fallback as a mapping of spend_cap_per_day_eur_micros and approver",
 }
 
 _KIND_WORDS = {

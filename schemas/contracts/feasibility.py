@@ -165,15 +165,15 @@ def check_drain_within_notice(contract: Contract, env: FeasibilityEnv) -> Findin
 def check_spend_cap_has_approver(contract: Contract) -> Finding | None:
     """(e) a spend cap above zero names the person paged beyond it."""
     fallback = contract.fallback
-    if fallback.spend_cap_per_month_eur_micros == 0 or fallback.approver:
+    if fallback.spend_cap_per_day_eur_micros == 0 or fallback.approver:
         return None
     return Finding(
         "spend-cap-has-approver",
         ("fallback", "approver"),
-        f"a fallback spend cap of {format_eur(fallback.spend_cap_per_month_eur_micros)} a "
-        "month is declared but nobody is named to approve spend beyond it (ADR-23)",
+        f"a fallback spend cap of {format_eur(fallback.spend_cap_per_day_eur_micros)} a "
+        "day is declared but nobody is named to approve spend beyond it (ADR-23)",
         "add fallback.approver: <the person paged beyond the cap>, or set "
-        "fallback.spend_cap_per_month_eur_micros: 0",
+        "fallback.spend_cap_per_day_eur_micros: 0",
     )
 
 

@@ -106,7 +106,7 @@ class RestartDocument(_Frozen):
 class FallbackDocument(_Frozen):
     """``fallback:`` as written: the authority to spend on guaranteed capacity (ADR-23)."""
 
-    spend_cap_per_month_eur_micros: EurMicros | None = Field(default=None, ge=0)
+    spend_cap_per_day_eur_micros: EurMicros | None = Field(default=None, ge=0)
     approver: Name | None = None
 
 
@@ -153,9 +153,9 @@ class Restart(_Frozen):
 
 
 class FallbackAuthority(_Frozen):
-    """Automatic fallback spend per calendar month, and who is paged beyond it (ADR-23)."""
+    """Automatic fallback spend per day (UTC), and who is paged beyond it (ADR-23)."""
 
-    spend_cap_per_month_eur_micros: int = Field(ge=0)
+    spend_cap_per_day_eur_micros: int = Field(ge=0)
     approver: str | None = None
 
 

@@ -38,7 +38,7 @@ _EXAMPLES: dict[KeyPath, str] = {
     ("tolerated_interruptions_per_h",): "0.05",
     ("floor_vcpu",): "0",
     ("priority",): "2",
-    ("fallback", "spend_cap_per_month_eur_micros"): '"EUR 500.00"',
+    ("fallback", "spend_cap_per_day_eur_micros"): '"EUR 20.00"',
     ("proactive_drain_on_advisory",): "false",
 }
 
@@ -115,8 +115,8 @@ def resolve(document: ContractDocument) -> Contract:
         "floor_vcpu": r.take(("floor_vcpu",), floor_default),
         "priority": r.take(("priority",), r.default("priority")),
         "cap": r.take(
-            ("fallback", "spend_cap_per_month_eur_micros"),
-            r.default("spend_cap_per_month_eur_micros"),
+            ("fallback", "spend_cap_per_day_eur_micros"),
+            r.default("spend_cap_per_day_eur_micros"),
         ),
         "proactive": r.take(
             ("proactive_drain_on_advisory",), r.default("proactive_drain_on_advisory")
@@ -147,7 +147,7 @@ def resolve(document: ContractDocument) -> Contract:
             deadline=document.deadline,
             priority=fields["priority"],
             fallback=FallbackAuthority(
-                spend_cap_per_month_eur_micros=fields["cap"], approver=approver
+                spend_cap_per_day_eur_micros=fields["cap"], approver=approver
             ),
             proactive_drain_on_advisory=fields["proactive"],
             reviewed_by=document.reviewed_by,

@@ -40,7 +40,7 @@ class TierDefaults:
     floor_percent: int
     priority: int
     proactive_drain_on_advisory: bool
-    spend_cap_per_month_eur_micros: int = 0
+    spend_cap_per_day_eur_micros: int = 0
 
     def floor_vcpu(self, target_vcpu: int) -> int:
         return -(-target_vcpu * self.floor_percent // 100)
