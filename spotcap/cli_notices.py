@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 
 import click
 from rich.console import Console
@@ -41,6 +43,7 @@ def notices() -> None:
     show_default=True,
     help="Sim seconds per wall second (60: an hour of notices in a minute).",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON at the end.")
 @click.pass_obj
 def serve(
     settings: Settings,
@@ -51,6 +54,7 @@ def serve(
     seed: int,
     workloads: int,
     speed: float,
+    as_json: bool,
 ) -> None:
     """Run the simulated region and deliver its notices and advisories as they fall due.
 
@@ -65,6 +69,9 @@ def serve(
         raise click.ClickException(f"{error}; start NATS or leave out --nats") from error
     except KeyboardInterrupt:
         console.print("stopped")
+        return
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(counts), sort_keys=True))
         return
     table = Table(title=f"notices served for region {settings.region}")
     for column in ("notices", "advisories", "withdrawn", "relay failures"):
