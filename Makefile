@@ -20,7 +20,7 @@ demo: install
 	$(BIN)/spotcap demo --fresh
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
-## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers.py.
+## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers/.
 test: install kafka-jars system-packages
 	$(BIN)/pytest
 
@@ -31,13 +31,13 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.4; }
 
 kafka-jars: install
-	$(BIN)/python infra/servers.py fetch-kafka
+	$(BIN)/python -m infra.servers fetch-kafka
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy --strict tests bench infra/servers.py
+	$(BIN)/mypy --strict tests bench infra
 
 format: install
 	$(BIN)/ruff format .

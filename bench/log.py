@@ -3,7 +3,7 @@ the embedded log and for a real Kafka broker, with the same encoded events.
 
     .venv/bin/python bench/log.py [--events N] [--batch B] [--kafka HOST:PORT | --no-kafka]
 
-Without --kafka, a single-node broker is started with infra/servers.py for the run.
+Without --kafka, a single-node broker is started with infra/servers/ for the run.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class KafkaLog:
             raise LogError(
                 f"Kafka at {self.bootstrap} did not answer within {timeout_s:.0f} s ({error}); "
                 "check SPOTCAP_KAFKA_BOOTSTRAP and that the broker is running "
-                "(python infra/servers.py kafka start --dir DIR)"
+                "(python -m infra.servers kafka start --dir DIR)"
             ) from error
 
     def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]:

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS) from infra/servers.py.
+"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS) from infra/servers/.
 
 Each server is started once per test session under the session's temporary directory and stopped
 at the end. A server that cannot start fails the tests that need it (never skips them).

@@ -1,4 +1,4 @@
-"""The real servers of infra/servers.py answer, and a Kafka that cannot start says why."""
+"""The real servers of infra/servers/ answer, and a Kafka that cannot start says why."""
 
 from __future__ import annotations
 
@@ -137,17 +137,18 @@ def test_kafka_with_missing_java_fails_naming_it(tmp_path: Path) -> None:
 
 
 def test_cli_help_and_error_exit(tmp_path: Path) -> None:
-    script = str(REPO_ROOT / "infra" / "servers.py")
+    cli = [sys.executable, "-m", "infra.servers"]
     out = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, check=True
+        [*cli, "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=True
     ).stdout
     assert "fetch-kafka" in out and "status" in out
     env = {**os.environ, "SPOTCAP_JAVA": "/nonexistent/bin/java"}
     with_error = subprocess.run(
-        [sys.executable, script, "kafka", "start", "--dir", str(tmp_path / "k")],
+        [*cli, "kafka", "start", "--dir", str(tmp_path / "k")],
         capture_output=True,
         text=True,
         env=env,
+        cwd=REPO_ROOT,
         check=False,
     )
     assert with_error.returncode == 1

