@@ -43,6 +43,7 @@ from streams.log import (
 from streams.partitioner import partition_for
 from streams.segment import (
     Block,
+    SegmentCorruptError,
     decode_block,
     encode_block,
     fsync_dir,
@@ -429,7 +430,13 @@ class EmbeddedConsumer:
             partition = self._log.partition(*tp)
             if self._positions[tp] >= partition.end_offset:
                 partition.refresh()
-            got = partition.read(self._positions[tp], max_records - len(out))
+            try:
+                got = partition.read(self._positions[tp], max_records - len(out))
+            except SegmentCorruptError as error:
+                raise LogError(
+                    f"embedded log at {self._log.root}: {error}; restore the partition's "
+                    "segments from a copy, or replay them from Kafka"
+                ) from error
             if got:
                 self._positions[tp] = got[-1].offset + 1
                 out.extend(got)

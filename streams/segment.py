@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,33 +25,45 @@ from streams.log import Headers, Record
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
 
+_LOG_RECORD_FIELDS: list[dict[str, Any]] = [
+    {"name": "offset", "type": "long"},
+    {"name": "timestamp_ms", "type": "long"},
+    {"name": "key", "type": ["null", "bytes"]},
+    {"name": "value", "type": ["null", "bytes"]},
+    {
+        "name": "headers",
+        "type": {
+            "type": "array",
+            "items": {
+                "type": "record",
+                "name": "Header",
+                "fields": [
+                    {"name": "key", "type": "string"},
+                    {"name": "value", "type": "bytes"},
+                ],
+            },
+        },
+    },
+]
 LOG_RECORD_SCHEMA: dict[str, Any] = {
     "type": "record",
     "name": "LogRecord",
     "namespace": "spotcap.log",
-    "doc": "One record of an embedded log segment (the same fields as a Kafka record).",
-    "fields": [
-        {"name": "offset", "type": "long"},
-        {"name": "timestamp_ms", "type": "long"},
-        {"name": "key", "type": ["null", "bytes"]},
-        {"name": "value", "type": ["null", "bytes"]},
-        {
-            "name": "headers",
-            "type": {
-                "type": "array",
-                "items": {
-                    "type": "record",
-                    "name": "Header",
-                    "fields": [
-                        {"name": "key", "type": "string"},
-                        {"name": "value", "type": "bytes"},
-                    ],
-                },
-            },
-        },
-    ],
+    "doc": "One record of an embedded log segment (the same fields as a Kafka record), with a "
+    "CRC-32 of the record's other fields as encoded, so corruption at rest is detected.",
+    "fields": [*_LOG_RECORD_FIELDS, {"name": "crc32", "type": "long"}],
 }
 _PARSED = fastavro.parse_schema(LOG_RECORD_SCHEMA)
+# The same record without its checksum: what the checksum covers (Avro encodes a record as
+# its fields one after another, so the bytes are a prefix of the full record's).
+_BODY = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "LogRecordBody",
+        "namespace": "spotcap.log",
+        "fields": _LOG_RECORD_FIELDS,
+    }
+)
 
 
 class SegmentCorruptError(ValueError):
@@ -153,9 +166,10 @@ def encode_block(records: list[Record], sync: bytes) -> bytes:
     """One container block holding `records`."""
     body = io.BytesIO()
     for record in records:
+        start = body.tell()
         fastavro.schemaless_writer(
             body,
-            _PARSED,
+            _BODY,
             {
                 "offset": record.offset,
                 "timestamp_ms": record.timestamp_ms,
@@ -164,6 +178,7 @@ def encode_block(records: list[Record], sync: bytes) -> bytes:
                 "headers": [{"key": k, "value": v} for k, v in record.headers],
             },
         )
+        body.write(_zigzag(zlib.crc32(body.getbuffer()[start:])))
     data = body.getvalue()
     return _zigzag(len(records)) + _zigzag(len(data)) + data + sync
 
@@ -198,9 +213,25 @@ def _first_offset(body: bytes) -> int:
 
 
 def decode_block(block: Block, topic: str, partition: int) -> Iterator[Record]:
-    stream = io.BytesIO(block.body)
+    """The records of a whole block; `SegmentCorruptError` if one fails its checksum."""
+    body = block.body
+    stream = io.BytesIO(body)
     for _ in range(block.count):
-        raw: Any = fastavro.schemaless_reader(stream, _PARSED, None)
+        start = stream.tell()
+        try:
+            raw: Any = fastavro.schemaless_reader(stream, _BODY, None)
+            crc, end = _read_long(body, stream.tell())
+        except (EOFError, ValueError, IndexError, UnicodeDecodeError) as error:
+            raise SegmentCorruptError(
+                f"{topic}[{partition}]: a record after offset {block.first_offset} in the block "
+                f"at byte {block.position} does not decode ({error})"
+            ) from error
+        if zlib.crc32(body[start : stream.tell()]) != crc:
+            raise SegmentCorruptError(
+                f"{topic}[{partition}]@{raw['offset']}: checksum mismatch in the block at byte "
+                f"{block.position}: the segment was changed or damaged on disk"
+            )
+        stream.seek(end)
         headers: Headers = tuple((h["key"], h["value"]) for h in raw["headers"])
         yield Record(
             topic, partition, raw["offset"], raw["key"], raw["value"], raw["timestamp_ms"], headers

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 import fastavro
+import pytest
 
 from streams.embedded import EmbeddedLog
-from streams.log import Record
-from streams.topics import topic_name
+from streams.log import LogError, Record
+from streams.topics import region_topics, topic_name
 
 REPO = Path(__file__).resolve().parent.parent
 REGION = "crash"
@@ -117,3 +118,24 @@ def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
     assert [int(r.value or b"") for r in read_all(root)] == [*range(10), 20]
     with open(segment, "rb") as handle:
         assert [r["offset"] for r in fastavro.reader(handle)] == list(range(11))  # type: ignore[index,call-overload]
+
+
+def test_a_record_damaged_on_disk_is_detected_not_decoded(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    log = EmbeddedLog(root)
+    log.apply_topics(region_topics(REGION))
+    producer = log.producer()
+    for n in range(10):
+        producer.produce(TOPIC, b"value-%03d" % n, key=b"i-1")
+    producer.flush()
+    log.close()
+    (segment,) = [p for p in root.glob(f"{TOPIC}/*/*.avro") if p.stat().st_size > 600]
+    data = bytearray(segment.read_bytes())
+    at = data.index(b"value-007")
+    data[at + 8] ^= 0x01  # one bit of one value: still valid Avro, no longer the record
+    segment.write_bytes(bytes(data))
+
+    consumer = EmbeddedLog(root).consumer("verify", [TOPIC])
+    with pytest.raises(LogError, match=r"checksum mismatch") as raised:
+        consumer.poll(100, timeout_s=0)
+    assert f"{TOPIC}[" in str(raised.value) and "@7" in str(raised.value)
