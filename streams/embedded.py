@@ -43,6 +43,7 @@ from streams.log import (
 from streams.partitioner import partition_for
 from streams.segment import (
     Block,
+    Header,
     SegmentCorruptError,
     decode_block,
     encode_block,
@@ -66,7 +67,10 @@ class Partition:
         self._bases: list[int] = []  # base offset of each segment, ascending
         self._blocks: dict[int, list[Block]] = {}  # per segment base: whole blocks seen
         self._scanned: dict[int, int] = {}  # per segment base: file position scanned to
-        self._syncs: dict[int, bytes] = {}
+        self._headers: dict[int, Header] = {}
+        # Segments read to their end after a newer one appeared: the writer finishes a segment
+        # before it creates the next, so they cannot grow any more.
+        self._sealed: set[int] = set()
         # The last decoded block: consumers read a block in several polls.
         self._decoded: tuple[tuple[int, int], list[Record]] | None = None
         self.refresh()
@@ -82,22 +86,32 @@ class Partition:
                 self._blocks[base] = []
                 self._scanned[base] = 0
         self._bases = bases
-        for base in bases:  # whole older segments once; after that only the newest grow
-            if self._scanned[base] == 0 or base in bases[-2:]:
+        for base in bases:
+            if base not in self._sealed:
                 self._scan(base)
+                if base != bases[-1]:
+                    self._sealed.add(base)
 
     def _scan(self, base: int) -> None:
+        """Read the bytes appended to a segment since the last scan (only those)."""
         path = self._path(base)
-        size = path.stat().st_size if path.exists() else 0
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return
         if size <= self._scanned[base]:
             return
         with open(path, "rb") as handle:
-            data = handle.read()
-        if base not in self._syncs:
-            sync, start = read_header(data)
-            self._syncs[base] = sync
-            self._scanned[base] = start
-        blocks, end = scan_blocks(data, self._syncs[base], self._scanned[base])
+            if base not in self._headers:
+                data = handle.read()
+                header = read_header(data)
+                self._headers[base] = header
+                self._scanned[base] = header.start
+                data = data[header.start :]
+            else:
+                handle.seek(self._scanned[base])
+                data = handle.read()
+        blocks, end = scan_blocks(data, self._headers[base].sync, self._scanned[base])
         self._blocks[base].extend(blocks)
         self._scanned[base] = end
 
@@ -130,7 +144,8 @@ class Partition:
     def _decode(self, base: int, block: Block) -> list[Record]:
         key = (base, block.position)
         if self._decoded is None or self._decoded[0] != key:
-            self._decoded = (key, list(decode_block(block, self.topic, self.number)))
+            records = decode_block(block, self.topic, self.number, self._headers[base])
+            self._decoded = (key, records)
         return self._decoded[1]
 
     # -- writer side (only under the writer lock) -----------------------------------------
@@ -144,13 +159,13 @@ class Partition:
         with open(path, "rb") as handle:
             data = handle.read()
         try:
-            sync, start = read_header(data)
-        except ValueError:
+            header = read_header(data)
+        except SegmentCorruptError:
             # The writer died while creating the segment: it holds no record yet.
             new_segment(path)
             self._reset(base)
             return len(data)
-        _, end = scan_blocks(data, sync, start)
+        _, end = scan_blocks(data[header.start :], header.sync, header.start)
         cut = len(data) - end
         if cut:
             with open(path, "r+b") as handle:
@@ -164,15 +179,21 @@ class Partition:
         self._decoded = None
         self._blocks[base] = []
         self._scanned[base] = 0
-        self._syncs.pop(base, None)
+        self._headers.pop(base, None)
         self._scan(base)
 
     def append(
         self, records: list[tuple[bytes | None, bytes | None, Headers, int]]
     ) -> list[Record]:
         """Write records as one block, fsync, and return them with their offsets."""
-        if not self._bases or self._path(self._bases[-1]).stat().st_size >= SEGMENT_BYTES:
+        if (
+            not self._bases
+            or self._scanned[self._bases[-1]] >= SEGMENT_BYTES
+            or not self._headers[self._bases[-1]].checked  # an older format: start anew
+        ):
             base = self.end_offset
+            if self._bases:
+                self._sealed.add(self._bases[-1])
             new_segment(self._path(base))
             self._blocks[base] = []
             self._scanned[base] = 0
@@ -184,12 +205,15 @@ class Partition:
             Record(self.topic, self.number, first + i, key, value, ts, headers)
             for i, (key, value, headers, ts) in enumerate(records)
         ]
-        data = encode_block(written, self._syncs[base])
+        data = encode_block(written, self._headers[base].sync)
         with open(self._path(base), "ab") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        self._scan(base)
+        # What was just written, without reading it back.
+        blocks, end = scan_blocks(data, self._headers[base].sync, self._scanned[base])
+        self._blocks[base].extend(blocks)
+        self._scanned[base] = end
         return written
 
 
@@ -312,6 +336,8 @@ class EmbeddedLog:
                 "stop it or use another --home"
             ) from error
         self._lock_handle = handle
+        # What this process read before may be stale: another writer may have appended since.
+        self._partitions.clear()
         for topic in self.topics():
             for n in range(self.partitions_for(topic)):
                 self.partition(topic, n).repair()
@@ -404,9 +430,12 @@ class EmbeddedProducer:
 
 
 class EmbeddedConsumer:
+    """The one member of a consumer group (a per-group lock keeps out a second one)."""
+
     def __init__(self, log: EmbeddedLog, group: str, topics: Sequence[str]) -> None:
         self._log = log
         self.group = group
+        self._lock = _lock_group(log.root / "_groups" / f"{group}.lock", group)
         self._assigned: list[TopicPartition] = [
             (topic, n) for topic in topics for n in range(log.partitions_for(topic))
         ]
@@ -424,24 +453,27 @@ class EmbeddedConsumer:
 
     def _read(self, max_records: int) -> list[Record]:
         out: list[Record] = []
+        moved: dict[TopicPartition, int] = {}
         n = len(self._assigned)
         for i in range(n):
             tp = self._assigned[(self._next + i) % n]
             partition = self._log.partition(*tp)
-            if self._positions[tp] >= partition.end_offset:
-                partition.refresh()
             try:
+                if self._positions[tp] >= partition.end_offset:
+                    partition.refresh()
                 got = partition.read(self._positions[tp], max_records - len(out))
             except SegmentCorruptError as error:
                 raise LogError(
-                    f"embedded log at {self._log.root}: {error}; restore the partition's "
-                    "segments from a copy, or replay them from Kafka"
+                    f"embedded log at {self._log.root}: {tp[0]}[{tp[1]}]: {error}; restore the "
+                    "partition's segments from a copy, or replay them from Kafka"
                 ) from error
             if got:
-                self._positions[tp] = got[-1].offset + 1
+                moved[tp] = got[-1].offset + 1
                 out.extend(got)
             if len(out) >= max_records:
                 break
+        # Positions move only once the whole poll has succeeded: nothing read is skipped.
+        self._positions.update(moved)
         self._next = (self._next + 1) % max(n, 1)
         return out
 
@@ -457,4 +489,19 @@ class EmbeddedConsumer:
         self._positions[(topic, partition)] = offset
 
     def close(self) -> None:
-        pass
+        if not self._lock.closed:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+
+
+def _lock_group(path: Path, group: str) -> Any:
+    handle = open(path, "a+b")  # noqa: SIM115 (held until the consumer closes)
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as error:
+        handle.close()
+        raise LogError(
+            f"consumer group {group!r} already has a member (the embedded log allows one per "
+            f"group; see {path}): close it first or use another group"
+        ) from error
+    return handle

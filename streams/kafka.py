@@ -194,14 +194,17 @@ class KafkaProducer:
         headers: Headers = (),
         timestamp_ms: int | None = None,
     ) -> None:
-        slot = len(self._pending)
-        self._pending.append(None)
+        # Each report writes into the list of its own flush: a report that comes after its
+        # flush gave up (timed out) lands there, never in the next batch's slots.
+        batch = self._pending
+        slot = len(batch)
+        batch.append(None)
 
         def delivered(error: KafkaError | None, message: Any) -> None:
             if error is not None:
-                self._pending[slot] = error
+                batch[slot] = error
                 return
-            self._pending[slot] = Record(
+            batch[slot] = Record(
                 message.topic(),
                 message.partition(),
                 message.offset(),
@@ -223,6 +226,9 @@ class KafkaProducer:
             except BufferError:
                 # librdkafka's queue is full: serve delivery reports, which frees it.
                 self._producer.poll(0.1)
+            except KafkaException as error:
+                batch.pop()  # never queued: no report will come for it
+                raise LogError(f"could not produce to {topic}: {error}") from error
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> list[Record]:

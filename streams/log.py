@@ -14,6 +14,8 @@ from typing import Protocol
 from schemas.errors import Origin
 
 TopicPartition = tuple[str, int]
+# A record the log could read only in part (damaged at rest); its value says why.
+CORRUPT_HEADER = "spotcap.log.corrupt"
 Headers = tuple[tuple[str, bytes], ...]
 
 

@@ -12,10 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.codec import Codec
-from schemas.errors import CodecError, Origin, UnknownSchemaError
+from schemas.errors import CodecError, CorruptRecordError, Origin, UnknownSchemaError
 from schemas.events import Envelope
 from streams.deadletter import DeadLetters
-from streams.log import Consumer, Producer, Record, TopicPartition, next_positions
+from streams.log import (
+    CORRUPT_HEADER,
+    Consumer,
+    LogError,
+    Producer,
+    Record,
+    TopicPartition,
+    next_positions,
+)
 from streams.schema_store import SchemaStore
 
 
@@ -56,6 +64,9 @@ class DecodingReader:
         failed = 0
         for record in records:
             try:
+                damaged = dict(record.headers).get(CORRUPT_HEADER)
+                if damaged is not None:
+                    raise CorruptRecordError(damaged.decode(errors="replace"), record.origin)
                 if record.value is None:
                     raise CodecError("the record has no value (a tombstone)", record.origin)
                 envelope = self._decode(record.value, record)
@@ -65,8 +76,21 @@ class DecodingReader:
                 continue
             events.append(Decoded(record.origin, envelope))
         if failed:
-            self._producer.flush()
+            try:
+                self._producer.flush()
+            except LogError:
+                # The dead letters are not written: read these records again next poll.
+                self._rewind(records)
+                raise
         return Batch(events, failed, next_positions(records))
+
+    def _rewind(self, records: Sequence[Record]) -> None:
+        first: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = (record.topic, record.partition)
+            first[tp] = min(first.get(tp, record.offset), record.offset)
+        for (topic, partition), offset in first.items():
+            self.consumer.seek(topic, partition, offset)
 
     def _decode(self, value: bytes, record: Record) -> Envelope:
         try:

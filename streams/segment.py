@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fastavro
 
-from streams.log import Headers, Record
+from streams.log import CORRUPT_HEADER, Headers, Record
 
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
@@ -129,10 +129,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_header(data: bytes) -> tuple[bytes, int]:
-    """(sync marker, position of the first block) of a segment's bytes."""
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a segment's container header says about its blocks."""
+
+    sync: bytes
+    start: int  # file position of the first block
+    checked: bool  # records carry a crc32 (segments written before it existed do not)
+    schema: Any  # the parsed record schema to decode with (without the crc32 field)
+
+
+def read_header(data: bytes) -> Header:
+    """The header of a segment's bytes (which must hold at least the whole header)."""
     if data[:4] != MAGIC:
         raise SegmentCorruptError(f"not an Avro container file (starts {data[:4]!r})")
+    metadata: dict[str, bytes] = {}
     try:
         pos = 4
         while True:
@@ -142,15 +153,28 @@ def read_header(data: bytes) -> tuple[bytes, int]:
             if count < 0:
                 _, pos = _read_long(data, pos)
                 count = -count
-            for _ in range(count * 2):
+            for _ in range(count):
                 size, pos = _read_long(data, pos)
+                key = data[pos : pos + size].decode()
+                pos += size
+                size, pos = _read_long(data, pos)
+                metadata[key] = data[pos : pos + size]
                 pos += size
         sync = data[pos : pos + SYNC_SIZE]
-    except IndexError as error:
+    except (IndexError, UnicodeDecodeError) as error:
         raise SegmentCorruptError("the container header is cut short") from error
     if len(sync) != SYNC_SIZE:
         raise SegmentCorruptError("the container header is cut short")
-    return sync, pos + SYNC_SIZE
+    if metadata.get("avro.codec", b"null") != b"null":
+        raise SegmentCorruptError(f"unsupported Avro codec {metadata['avro.codec']!r}")
+    try:
+        schema = json.loads(metadata["avro.schema"])
+    except (KeyError, ValueError) as error:
+        raise SegmentCorruptError("the container header has no readable schema") from error
+    names = [f["name"] for f in schema.get("fields", ())]
+    if names[-1:] == ["crc32"]:
+        return Header(sync, pos + SYNC_SIZE, True, _BODY)
+    return Header(sync, pos + SYNC_SIZE, False, fastavro.parse_schema(schema))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +187,7 @@ class Block:
 
 
 def encode_block(records: list[Record], sync: bytes) -> bytes:
-    """One container block holding `records`."""
+    """One container block holding `records` (in the checked format)."""
     body = io.BytesIO()
     for record in records:
         start = body.tell()
@@ -183,14 +207,15 @@ def encode_block(records: list[Record], sync: bytes) -> bytes:
     return _zigzag(len(records)) + _zigzag(len(data)) + data + sync
 
 
-def scan_blocks(data: bytes, sync: bytes, start: int) -> tuple[list[Block], int]:
-    """The whole blocks of `data` from `start`, and where the whole part ends.
+def scan_blocks(data: bytes, sync: bytes, at: int = 0) -> tuple[list[Block], int]:
+    """The whole blocks of `data` (bytes of a segment from file position `at` on), and the
+    file position where the whole part ends.
 
     Stops at the first block that is cut short or not followed by the sync marker; the
     returned end position is where a repairing writer truncates.
     """
     blocks: list[Block] = []
-    pos = start
+    pos = 0
     while pos < len(data):
         try:
             count, body_at = _read_long(data, pos)
@@ -201,38 +226,61 @@ def scan_blocks(data: bytes, sync: bytes, start: int) -> tuple[list[Block], int]
         if count <= 0 or size < 0 or end > len(data) or data[end - SYNC_SIZE : end] != sync:
             break
         body = data[body_at : body_at + size]
-        first = _first_offset(body)
-        blocks.append(Block(pos, end, first, count, body))
+        try:
+            first, _ = _read_long(body, 0)
+        except (IndexError, ValueError):
+            break
+        blocks.append(Block(at + pos, at + end, first, count, body))
         pos = end
-    return blocks, pos
+    return blocks, at + pos
 
 
-def _first_offset(body: bytes) -> int:
-    offset, _ = _read_long(body, 0)
-    return offset
+def decode_block(block: Block, topic: str, partition: int, header: Header) -> list[Record]:
+    """The records of a whole block.
 
-
-def decode_block(block: Block, topic: str, partition: int) -> Iterator[Record]:
-    """The records of a whole block; `SegmentCorruptError` if one fails its checksum."""
+    Never raises: a record that fails its checksum comes back with its bytes as read and the
+    `CORRUPT_HEADER` saying why, for the reader to dead-letter; if the block stops decoding
+    part-way, each remaining offset comes back that way (offsets in a block are consecutive).
+    """
     body = block.body
     stream = io.BytesIO(body)
-    for _ in range(block.count):
+    out: list[Record] = []
+    for i in range(block.count):
         start = stream.tell()
         try:
-            raw: Any = fastavro.schemaless_reader(stream, _BODY, None)
-            crc, end = _read_long(body, stream.tell())
-        except (EOFError, ValueError, IndexError, UnicodeDecodeError) as error:
-            raise SegmentCorruptError(
-                f"{topic}[{partition}]: a record after offset {block.first_offset} in the block "
-                f"at byte {block.position} does not decode ({error})"
-            ) from error
-        if zlib.crc32(body[start : stream.tell()]) != crc:
-            raise SegmentCorruptError(
-                f"{topic}[{partition}]@{raw['offset']}: checksum mismatch in the block at byte "
-                f"{block.position}: the segment was changed or damaged on disk"
-            )
-        stream.seek(end)
+            raw: Any = fastavro.schemaless_reader(stream, header.schema, None)
+            end = stream.tell()
+            if header.checked:
+                crc, end = _read_long(body, end)
+                if zlib.crc32(body[start : stream.tell()]) != crc:
+                    out.append(
+                        _corrupt(topic, partition, raw["offset"], raw["value"], "checksum mismatch")
+                    )
+                    stream.seek(end)
+                    continue
+            stream.seek(end)
+        except (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError) as error:
+            reason = f"the block at byte {block.position} stops decoding: {error}"
+            rest = body[start:]
+            for j in range(i, block.count):
+                value = rest if j == i else None
+                out.append(_corrupt(topic, partition, block.first_offset + j, value, reason))
+            return out
         headers: Headers = tuple((h["key"], h["value"]) for h in raw["headers"])
-        yield Record(
-            topic, partition, raw["offset"], raw["key"], raw["value"], raw["timestamp_ms"], headers
+        out.append(
+            Record(
+                topic,
+                partition,
+                raw["offset"],
+                raw["key"],
+                raw["value"],
+                raw["timestamp_ms"],
+                headers,
+            )
         )
+    return out
+
+
+def _corrupt(topic: str, partition: int, offset: int, value: bytes | None, why: str) -> Record:
+    reason = f"{topic}[{partition}]@{offset}: {why}: the segment was changed or damaged on disk"
+    return Record(topic, partition, offset, None, value, 0, ((CORRUPT_HEADER, reason.encode()),))

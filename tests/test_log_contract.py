@@ -206,3 +206,17 @@ def test_an_older_reader_resolves_a_newer_writer_through_the_schema_topic(
         assert batch.dead_lettered == 0
         decoded.extend(d.envelope for d in batch.events)
     assert sorted(decoded, key=lambda e: e.event_id) == sorted(events, key=lambda e: e.event_id)
+
+
+def test_a_timed_out_flush_does_not_leak_into_the_next_batch() -> None:
+    """Delivery reports that arrive after their flush gave up stay with that batch."""
+    from streams.log import DeliveryError
+
+    producer = KafkaLog("127.0.0.1:9").producer({"message.timeout.ms": 1500})
+    producer.produce("nowhere", b"first")
+    with pytest.raises(DeliveryError):
+        producer.flush(timeout_s=0.5)  # gives up before the record's own timeout
+    time.sleep(1.5)  # the timed-out report arrives now, after its flush
+    producer.produce("nowhere", b"second")  # must not be disturbed by the late report
+    with pytest.raises(DeliveryError, match="1 of 1"):
+        producer.flush(timeout_s=5.0)
