@@ -182,17 +182,40 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
 
 
 @schemas.command("release")
-def schemas_release() -> None:
-    """Record the current schemas as the next released version (schemas/released/)."""
-    from schemas.catalogue import envelope_schema
-    from schemas.compat import release
+@click.option(
+    "--released-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    hidden=True,  # for tests: release somewhere other than the package's schemas/released/
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the version and file as JSON.")
+def schemas_release(released_dir: Path | None, as_json: bool) -> None:
+    """Record the current schemas as the next released version (schemas/released/).
 
+    An unchanged schema is not released again: the newest version is reported as it is.
+    """
+    from schemas.catalogue import envelope_schema
+    from schemas.codec import RELEASED_DIR
+    from schemas.compat import release, released_versions
+
+    folder = released_dir or RELEASED_DIR
+    before = released_versions(folder)
     try:
-        version, path = release(envelope_schema())
+        version, path = release(envelope_schema(), folder)
     except ValueError as error:
+        if as_json:
+            _emit_json({"ok": False, "error": str(error)})
+            sys.exit(1)
         _fail(str(error))
         return
-    console.print(f"released schema version {version}: {path}")
+    new_version = not before or version != before[-1][0]
+    if as_json:
+        _emit_json({"ok": True, "version": version, "path": str(path), "new": new_version})
+        return
+    if new_version:
+        console.print(f"released schema version {version}: {path}")
+    else:
+        console.print(f"unchanged since released schema version {version}: {path}")
 
 
 # -- topics -----------------------------------------------------------------------------------

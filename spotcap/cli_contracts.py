@@ -1,18 +1,21 @@
 """``spotcap contracts``: compile, sign and verify interruption contracts (ADR-01..04).
 
-    spotcap contracts compile DIR --out BUNDLES [--pools FILE] [--key KEYFILE | --transit-key N]
-                                  [--publish] [--json]
+    spotcap contracts compile DIR --out BUNDLES (--pools FILE | --unchecked)
+                                  [--key KEYFILE | --transit-key N] [--publish] [--json]
     spotcap contracts verify BUNDLE --pubkey FILE [--json]
-    spotcap contracts keygen --out KEYFILE
+    spotcap contracts keygen --out KEYFILE [--json]
 
 ``compile`` writes nothing unless every contract is accepted, so a broken change can never
 withdraw a published workload from admission; it exits 1 and prints each error as
-``file:line: field: what is wrong (fix: how)``. The command reads the clock once, for the
-events' time (``--published-at`` to fix it); the compiler itself never does.
+``file:line: field: what is wrong (fix: how)``. Without the pool catalogue it cannot check
+rules (c) and (d), so it writes nothing unless ``--unchecked`` says that is intended. The
+command reads the clock once, for the events' time (``--published-at`` to fix it); the
+compiler itself never does.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -27,7 +30,7 @@ from rich.table import Table
 
 from schemas.contracts.bundles import BundleError, verify_bundle
 from schemas.contracts.compiler import CompileResult, compile_contracts
-from schemas.contracts.feasibility import RULES, FeasibilityEnv
+from schemas.contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
 from schemas.contracts.model import to_epoch_us
 from schemas.contracts.output import write_outputs
 from schemas.contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
@@ -41,6 +44,7 @@ from schemas.contracts.signing import (
     key_id_of,
     load_private_key,
     load_public_key,
+    raw_public_bytes,
 )
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.config import ConfigError, Settings
@@ -51,9 +55,9 @@ CONTRACT_SUFFIXES = (".yaml", ".yml")
 
 
 def _fail(message: str, hint: str = "") -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     if hint:
-        err_console.print(f"[dim]{hint}[/]", highlight=False)
+        err_console.print(f"[dim]{hint}[/]", highlight=False, soft_wrap=True)
     sys.exit(1)
 
 
@@ -79,6 +83,17 @@ def contract_files(directory: Path) -> dict[Path, str]:
         if path.is_file() and path.suffix in CONTRACT_SUFFIXES:
             files[path] = path.read_text(encoding="utf-8")
     return files
+
+
+def _positive_size_bytes(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
+    """An option's size (``50 MB`` or a number of bytes) as bytes; a usage error unless > 0."""
+    try:
+        size = parse_size_bytes(value)
+    except UnitError as error:
+        raise click.BadParameter(f"{error.message} ({error.fix})") from error
+    if size <= 0:
+        raise click.BadParameter(f"{value!r} is not more than 0 bytes")
+    return size
 
 
 @click.group("contracts")
@@ -215,7 +230,14 @@ def _published_at_us(published_at: str | None) -> int:
     "pools_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Pool catalogue file (format spotcap.pools/v1, YAML or JSON, e.g. "
-    "examples/region/demo-region.yaml) for rules (c) and (d).",
+    "examples/region/demo-region.yaml) for rules (c) and (d). Required unless --unchecked.",
+)
+@click.option(
+    "--unchecked",
+    is_flag=True,
+    help="Without --pools, write the bundles anyway with rules (c) floor-within-committed and "
+    "(d) rate-diversifiable not checked (recorded in published-contracts.json): for trying "
+    "contracts out before a pool catalogue exists.",
 )
 @click.option(
     "--key",
@@ -232,8 +254,11 @@ def _published_at_us(published_at: str | None) -> int:
 @click.option(
     "--store-throughput",
     default="50 MB",
+    metavar="SIZE",
+    callback=_positive_size_bytes,
     show_default=True,
-    help="Checkpoint store write throughput of one writer, per second (bytes or e.g. '50 MB').",
+    help="Checkpoint store write throughput of one writer, per second (bytes or e.g. '50 MB'; "
+    "more than 0).",
 )
 @click.option("--publish", is_flag=True, help="Write contract_published events to the log.")
 @click.option("--published-at", help="Event time (ISO 8601 with timezone); default: now.")
@@ -252,23 +277,36 @@ def compile_command(
     contract_dir: Path,
     out_dir: Path,
     pools_file: Path | None,
+    unchecked: bool,
     key_file: Path | None,
     transit_key: str | None,
     transit_mount: str,
-    store_throughput: str,
+    store_throughput: int,
     publish: bool,
     published_at: str | None,
     source_commit: str | None,
     namespace: str,
     as_json: bool,
 ) -> None:
-    """Check every contract in DIR, then write signed bundles and admission lists to --out."""
+    """Check every contract in DIR, then write signed bundles and admission lists to --out.
+
+    Rules (c) and (d) need the pool catalogue, so --pools is required; --unchecked writes
+    without checking them, for trying contracts out before a pool catalogue exists.
+    """
     settings = _settings(ctx)
-    try:
-        throughput = parse_size_bytes(store_throughput)
-    except UnitError as error:
-        _fail(f"--store-throughput: {error.message}", error.fix)
-        raise
+    if pools_file is None and not unchecked:
+        rules = " and ".join(f"{rule} ({RULES[rule]})" for rule in RULES_NEEDING_POOLS)
+        _fail(
+            f"rules {rules} need the pool catalogue; nothing was written",
+            "give --pools FILE (format spotcap.pools/v1, e.g. examples/region/demo-region.yaml), "
+            "or --unchecked to try contracts out before a catalogue exists",
+        )
+    if pools_file is None and publish:
+        _fail(
+            "--unchecked contracts are not published: their floors and rates were never "
+            "checked against the pool catalogue, and admission would let their work in",
+            "give --pools FILE to publish, or leave out --publish to try them out",
+        )
     pools = None
     if pools_file is not None:
         try:
@@ -278,7 +316,7 @@ def compile_command(
     files = contract_files(contract_dir)
     if not files:
         _fail(f"no contract files (*.yaml, *.yml) under {contract_dir}")
-    env = FeasibilityEnv(pools=pools, store_throughput_bytes_per_s=throughput)
+    env = FeasibilityEnv(pools=pools, store_throughput_bytes_per_s=store_throughput)
     result = compile_contracts(
         files,
         env,
@@ -288,8 +326,8 @@ def compile_command(
     )
     for rule in result.unchecked_rules:
         err_console.print(
-            f"[yellow]warning:[/] rule {rule} was not checked ({RULES[rule]}): it needs the "
-            "pool catalogue, give --pools",
+            f"[yellow]warning:[/] rule {rule} was not checked ({RULES[rule]}): --unchecked "
+            "without --pools; published-contracts.json records it",
             highlight=False,
             soft_wrap=True,
         )
@@ -378,7 +416,8 @@ def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Private key file (PEM); the public key goes to <out>.pub.",
 )
-def keygen_command(key_file: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the key files and key id as JSON.")
+def keygen_command(key_file: Path, as_json: bool) -> None:
     """Create an Ed25519 signing key (PEM, mode 0600) and its public key (<out>.pub)."""
     public_file = key_file.with_name(key_file.name + ".pub")
     for existing in (key_file, public_file):
@@ -389,5 +428,15 @@ def keygen_command(key_file: Path) -> None:
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(private_pem)
     public_file.write_bytes(public_pem)
-    key_id = key_id_of(load_private_key(private_pem).public_key())
+    public_key = load_private_key(private_pem).public_key()
+    key_id = key_id_of(public_key)
+    if as_json:
+        report = {
+            "private_key_file": key_file.as_posix(),
+            "public_key_file": public_file.as_posix(),
+            "public_key": base64.b64encode(raw_public_bytes(public_key)).decode("ascii"),
+            "key_id": key_id,
+        }
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
     console.print(f"wrote {key_file} and {public_file} (key {key_id})", highlight=False)

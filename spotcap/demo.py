@@ -230,9 +230,10 @@ def _contract_files_in(directory: Path) -> bool:
 
 
 def _fail(err: Console, message: str, hint: str = "") -> Any:
-    err.print(f"[bold red]error:[/] {message}")
+    # soft_wrap: a long path must not be broken across lines (people copy it, tests grep it)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     if hint:
-        err.print(f"[dim]{hint}[/]")
+        err.print(f"[dim]{hint}[/]", highlight=False, soft_wrap=True)
     sys.exit(1)
 
 

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS) from infra/servers/.
+"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS, OpenBao) from infra/servers/.
 
 Each server is started once per test session under the session's temporary directory and stopped
 at the end. A server that cannot start fails the tests that need it (never skips them).
@@ -49,3 +49,10 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Serve
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
     """A real nats-server with JetStream; ``.address`` is ``nats://127.0.0.1:PORT``."""
     yield from _serve(tmp_path_factory, "nats", servers.start_nats)
+
+
+@pytest.fixture(scope="session")
+def openbao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+    """A real OpenBao dev server (in memory); ``.address`` is ``http://127.0.0.1:PORT``, its root
+    token is ``servers.openbao_token(openbao)``. Nothing is mounted but the defaults."""
+    yield from _serve(tmp_path_factory, "openbao", servers.start_openbao)

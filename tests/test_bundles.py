@@ -1,21 +1,22 @@
-"""Signed bundles: what a node verifies before acting, and the two signers (file, transit)."""
+"""Signed bundles: what a node verifies before acting, and the two signers (file, and transit
+on a real OpenBao)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+import uuid
+from dataclasses import dataclass
 
 import hvac
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infra import servers
+from infra.servers.process import free_ports
 from schemas.contracts import (
     Bundle,
     BundleError,
@@ -35,6 +36,8 @@ from schemas.contracts import (
 )
 from schemas.contracts.bundles import canonical_json, signed_bytes, unsigned_bundle
 from tests.test_contracts import BASE, compile_one
+
+__all__ = ["TransitKey", "transit_key"]  # tests/test_contracts_cli.py signs with them too
 
 SEED = bytes(range(32))
 OTHER_SEED = bytes(range(1, 33))
@@ -169,167 +172,123 @@ def test_public_keys_are_pem_raw_or_base64() -> None:
         assert key_id_of(load_public_key(form)) == SIGNER.key_id
 
 
-# -- the transit signer against Vault's documented API ----------------------------------------
+# -- the transit signer against a real OpenBao ------------------------------------------------
 
-TOKEN = "s.test-token"
-KEY_NAME = "spotcap-bundles"
-
-
-def _raw_public(seed: bytes) -> str:
-    public = Ed25519PrivateKey.from_private_bytes(seed).public_key()
-    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode()
+MOUNT = "transit"
 
 
-def recorded_keys_response(key_type: str = "ed25519") -> dict[str, Any]:
-    """``GET /v1/transit/keys/spotcap-bundles`` as Vault answers it for an ed25519 key
-    rotated once: each version with its base64 raw public key, and ``latest_version``."""
-    return {
-        "request_id": "2f8d1f4c-0000-4000-8000-000000000001",
-        "lease_id": "",
-        "renewable": False,
-        "lease_duration": 0,
-        "data": {
-            "allow_plaintext_backup": False,
-            "auto_rotate_period": 0,
-            "deletion_allowed": False,
-            "derived": False,
-            "exportable": False,
-            "imported_key": False,
-            "keys": {
-                "1": {
-                    "certificate_chain": "",
-                    "creation_time": "2026-01-05T10:00:00.000000000Z",
-                    "name": "ed25519",
-                    "public_key": _raw_public(OTHER_SEED),
-                },
-                "2": {
-                    "certificate_chain": "",
-                    "creation_time": "2026-06-05T10:00:00.000000000Z",
-                    "name": "ed25519",
-                    "public_key": _raw_public(SEED),
-                },
-            },
-            "latest_version": 2,
-            "min_available_version": 0,
-            "min_decryption_version": 1,
-            "min_encryption_version": 0,
-            "name": KEY_NAME,
-            "supports_decryption": False,
-            "supports_derivation": True,
-            "supports_encryption": False,
-            "supports_signing": True,
-            "type": key_type,
-        },
-        "wrap_info": None,
-        "warnings": None,
-        "auth": None,
-    }
+@dataclass(frozen=True)
+class TransitKey:
+    """An ed25519 key on the real OpenBao's transit engine, rotated once (versions 1 and 2)."""
 
+    address: str
+    token: str
+    name: str
 
-class FakeTransit:
-    """Answers the transit keys and sign endpoints the way Vault's API documents them."""
+    def client(self, token: str | None = None) -> hvac.Client:
+        return hvac.Client(url=self.address, token=token or self.token, timeout=10)
 
-    def __init__(self, key_type: str = "ed25519", sign_with: bytes | None = None) -> None:
-        self.key_type = key_type
-        self.versions = {1: OTHER_SEED, 2: SEED}
-        self.sign_with = sign_with  # a wrong key, to test the signer's own check
-        self.requests: list[tuple[str, str, dict[str, Any]]] = []
-
-    def answer(self, method: str, path: str, token: str, body: dict[str, Any]) -> tuple[int, Any]:
-        self.requests.append((method, path, body))
-        if token != TOKEN:
-            return 403, {"errors": ["permission denied"]}
-        if method == "GET" and path == f"/v1/transit/keys/{KEY_NAME}":
-            return 200, recorded_keys_response(self.key_type)
-        if method in ("POST", "PUT") and path == f"/v1/transit/sign/{KEY_NAME}":
-            version = int(body.get("key_version") or 2)
-            seed = self.sign_with or self.versions[version]
-            signature = Ed25519PrivateKey.from_private_bytes(seed).sign(
-                base64.b64decode(body["input"])
-            )
-            encoded = base64.b64encode(signature).decode()
-            return 200, {
-                "request_id": "2f8d1f4c-0000-4000-8000-000000000002",
-                "lease_id": "",
-                "renewable": False,
-                "lease_duration": 0,
-                "data": {"key_version": version, "signature": f"vault:v{version}:{encoded}"},
-                "wrap_info": None,
-                "warnings": None,
-                "auth": None,
-            }
-        return 404, {"errors": []}
+    def exported_public_key(self, version: int) -> Ed25519PublicKey:
+        """The public key OpenBao exports for that version (``transit/export/public-key``)."""
+        answer = self.client().read(f"{MOUNT}/export/public-key/{self.name}")
+        return load_public_key(str(answer["data"]["keys"][str(version)]).encode())
 
 
 @pytest.fixture
-def transit() -> Iterator[tuple[FakeTransit, str]]:
-    fake = FakeTransit()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
-            token = self.headers.get("X-Vault-Token", "")
-            status, answer = fake.answer(self.command, self.path, token, body)
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_POST = do_PUT = _serve  # noqa: N815
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def transit_key(openbao: servers.Server) -> TransitKey:
+    """A new ed25519 transit key on the session's OpenBao, created and rotated through hvac."""
+    key = TransitKey(openbao.address, servers.openbao_token(openbao), f"bundles-{uuid.uuid4().hex}")
+    client = key.client()
+    if f"{MOUNT}/" not in client.sys.list_mounted_secrets_engines()["data"]:
+        client.sys.enable_secrets_engine("transit", path=MOUNT)
+    client.secrets.transit.create_key(name=key.name, key_type="ed25519", mount_point=MOUNT)
+    client.secrets.transit.rotate_key(name=key.name, mount_point=MOUNT)
+    return key
 
 
 def test_transit_signer_signs_with_the_latest_version_and_verifies(
-    transit: tuple[FakeTransit, str],
+    transit_key: TransitKey,
 ) -> None:
-    fake, url = transit
-    signer = TransitSigner(hvac.Client(url=url, token=TOKEN), KEY_NAME)
+    signer = TransitSigner(transit_key.client(), transit_key.name)
     assert signer.version == 2
-    # the public key the keys endpoint returns verifies what transit signed
-    public = load_public_key(recorded_keys_response()["data"]["keys"]["2"]["public_key"].encode())
+    public = transit_key.exported_public_key(2)
+    assert signer.key_id == key_id_of(public)
     data = sign_bundle(a_bundle(), signer)
     assert verify_bundle(data, public) == a_bundle()
-    assert data == SIGNED  # the same key signs the same bytes, in transit or from a file
-    method, path, body = fake.requests[-1]
-    assert (method, path) == ("POST", f"/v1/transit/sign/{KEY_NAME}")
-    assert body["key_version"] == 2
-    assert base64.b64decode(body["input"]) == signed_bytes(a_bundle())
+    assert sign_bundle(a_bundle(), signer) == data  # Ed25519 is deterministic, in transit too
+    with pytest.raises(WrongKeyError):  # pinned to the latest version, not the first
+        verify_bundle(data, transit_key.exported_public_key(1))
+    # OpenBao itself agrees: version 2 signed exactly the bundle's signed bytes
+    signature = json.loads(data)["signature"]["value"]
+    answer = transit_key.client().secrets.transit.verify_signed_data(
+        name=transit_key.name,
+        hash_input=base64.b64encode(signed_bytes(a_bundle())).decode(),
+        signature=f"vault:v2:{signature}",
+        mount_point=MOUNT,
+    )
+    assert answer["data"]["valid"] is True
 
 
-def test_transit_signer_refuses_a_key_that_is_not_ed25519(
-    transit: tuple[FakeTransit, str],
-) -> None:
-    fake, url = transit
-    fake.key_type = "rsa-2048"
+def test_a_transit_signed_bundle_refuses_every_byte_flip(transit_key: TransitKey) -> None:
+    public = transit_key.exported_public_key(2)
+    data = sign_bundle(a_bundle(), TransitSigner(transit_key.client(), transit_key.name))
+    for position in range(len(data)):
+        altered = bytearray(data)
+        altered[position] ^= 0x01
+        with pytest.raises(BundleError):
+            verify_bundle(bytes(altered), public)
+
+
+def test_transit_signer_refuses_a_key_that_is_not_ed25519(transit_key: TransitKey) -> None:
+    client = transit_key.client()
+    name = f"{transit_key.name}-rsa"
+    client.secrets.transit.create_key(name=name, key_type="rsa-2048", mount_point=MOUNT)
     with pytest.raises(SigningError, match="rsa-2048"):
-        TransitSigner(hvac.Client(url=url, token=TOKEN), KEY_NAME)
+        TransitSigner(client, name)
 
 
-def test_transit_signer_checks_the_signature_it_gets(transit: tuple[FakeTransit, str]) -> None:
-    fake, url = transit
-    fake.sign_with = bytes(32)
-    signer = TransitSigner(hvac.Client(url=url, token=TOKEN), KEY_NAME)
+def test_transit_signer_checks_the_signature_it_gets(transit_key: TransitKey) -> None:
+    signer = TransitSigner(transit_key.client(), transit_key.name)
+    # the key is deleted and created anew under the same name: transit now signs "vault:v2:..."
+    # with other key material than the public key the signer read
+    transit = transit_key.client().secrets.transit
+    transit.update_key_configuration(
+        name=transit_key.name, deletion_allowed=True, mount_point=MOUNT
+    )
+    transit.delete_key(name=transit_key.name, mount_point=MOUNT)
+    transit.create_key(name=transit_key.name, key_type="ed25519", mount_point=MOUNT)
+    transit.rotate_key(name=transit_key.name, mount_point=MOUNT)
     with pytest.raises(SigningError, match="does not verify"):
         sign_bundle(a_bundle(), signer)
 
 
-def test_transit_signer_reports_a_refused_token(transit: tuple[FakeTransit, str]) -> None:
-    _, url = transit
-    with pytest.raises(SigningError, match="cannot read transit key"):
-        TransitSigner(hvac.Client(url=url, token="wrong"), KEY_NAME)
+def test_transit_signer_reports_a_key_deleted_after_it_was_read(transit_key: TransitKey) -> None:
+    signer = TransitSigner(transit_key.client(), transit_key.name)
+    transit = transit_key.client().secrets.transit
+    transit.update_key_configuration(
+        name=transit_key.name, deletion_allowed=True, mount_point=MOUNT
+    )
+    transit.delete_key(name=transit_key.name, mount_point=MOUNT)
+    with pytest.raises(SigningError, match=f"transit sign with key {transit_key.name} failed"):
+        sign_bundle(a_bundle(), signer)
+
+
+def test_transit_signer_reports_a_refused_token(transit_key: TransitKey) -> None:
+    with pytest.raises(SigningError, match=r"cannot read transit key.*permission denied"):
+        TransitSigner(transit_key.client(token="wrong"), transit_key.name)
+
+
+def test_transit_signer_names_a_missing_key(transit_key: TransitKey) -> None:
+    with pytest.raises(
+        SigningError, match=f"cannot read transit key {MOUNT}/keys/no-such-key: no such key"
+    ):
+        TransitSigner(transit_key.client(), "no-such-key")
+
+
+def test_transit_signer_reports_an_unreachable_openbao() -> None:
+    (port,) = free_ports(1)  # nothing listens there
+    client = hvac.Client(url=f"http://127.0.0.1:{port}", token="any", timeout=5)
+    with pytest.raises(
+        SigningError, match=r"cannot read transit key.*unreachable.*Connection refused"
+    ):
+        TransitSigner(client, "spotcap-bundles")

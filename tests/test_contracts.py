@@ -254,6 +254,14 @@ def test_a_key_written_twice_is_refused() -> None:
     assert_located(error, 11, "owner", "written twice", "first on line 5")
 
 
+def test_a_second_document_is_refused_at_its_own_line() -> None:
+    lines = BASE.splitlines(keepends=True)
+    assert lines[7].startswith("target_vcpu:")
+    error = only_error("".join([*lines[:8], "---\n", *lines[8:]]))
+    assert error.rule == "yaml"
+    assert_located(error, 9, "(document)", "second YAML document", "one contract per file")
+
+
 def test_bespoke_names_every_missing_field_at_the_tier_line() -> None:
     result = compile_one(BASE.replace("tier: t3", "tier: bespoke"))
     fields = {e.field for e in result.errors}

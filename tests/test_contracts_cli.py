@@ -13,16 +13,18 @@ import pytest
 from click.testing import CliRunner, Result
 
 from schemas.codec import Codec
+from schemas.contracts.signing import key_id_of, load_public_key
 from schemas.events import ContractPublished
 from spotcap.cli_contracts import contracts
 from spotcap.config import Settings
 from streams.embedded import EmbeddedLog
 from streams.topics import topic_name
 from tests import test_bundles
-from tests.test_bundles import KEY_NAME, TOKEN, FakeTransit, recorded_keys_response
+from tests.test_bundles import TransitKey
 from tests.test_contracts import BASE, EXAMPLES
 
-transit = test_bundles.transit  # the fake OpenBao transit server fixture
+transit_key = test_bundles.transit_key  # a fresh ed25519 key on the real OpenBao
+POOLS = str(EXAMPLES / "pools.catalogue.json")
 PUBLISHED_AT = "2026-11-30T00:00:00Z"
 PUBLISHED_AT_US = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp()) * 1_000_000
 
@@ -56,6 +58,18 @@ def invoke(settings: Settings, *args: str) -> Result:
     return CliRunner().invoke(cli(settings), ["contracts", *args])
 
 
+def test_keygen_json_names_the_files_and_the_public_key(tmp_path: Path) -> None:
+    key_file = tmp_path / "k.pem"
+    result = CliRunner().invoke(contracts, ["keygen", "--out", str(key_file), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["private_key_file"] == str(key_file)
+    assert report["public_key_file"] == str(tmp_path / "k.pem.pub")
+    public_key = load_public_key((tmp_path / "k.pem.pub").read_bytes())
+    assert load_public_key(report["public_key"].encode()) == public_key
+    assert report["key_id"] == key_id_of(public_key)
+
+
 def test_keygen_writes_a_private_key_only_its_owner_reads(tmp_path: Path, key: Path) -> None:
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
@@ -76,7 +90,7 @@ def test_compile_sign_publish_and_verify(settings: Settings, tmp_path: Path, key
         "--key",
         str(key),
         "--pools",
-        str(EXAMPLES / "pools.catalogue.json"),
+        POOLS,
         "--publish",
         "--published-at",
         PUBLISHED_AT,
@@ -89,6 +103,7 @@ def test_compile_sign_publish_and_verify(settings: Settings, tmp_path: Path, key
     assert [p.name for p in sorted(out.glob("*.bundle.json"))] == [
         f"{w}.bundle.json" for w in workloads
     ]
+    assert json.loads((out / "published-contracts.json").read_text())["unchecked_rules"] == []
 
     verified = invoke(
         settings,
@@ -125,10 +140,10 @@ def test_a_tampered_bundle_fails_verification(
     settings: Settings, tmp_path: Path, key: Path
 ) -> None:
     out = tmp_path / "bundles"
-    assert (
-        invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--key", str(key)).exit_code
-        == 0
+    compiled = invoke(
+        settings, "compile", str(EXAMPLES), "--out", str(out), "--key", str(key), "--pools", POOLS
     )
+    assert compiled.exit_code == 0, compiled.output
     bundle = out / "ci-runners.bundle.json"
     bundle.write_bytes(bundle.read_bytes().replace(b'"drain_budget_s":30', b'"drain_budget_s":99'))
     result = invoke(
@@ -147,43 +162,92 @@ def test_a_refused_contract_writes_nothing_and_names_file_line_field(
         BASE.replace("workload: etl", "workload: broken") + "drain_budget_s: 90 sec\n"
     )
     out = tmp_path / "bundles"
-    result = invoke(settings, "compile", str(contracts_dir), "--out", str(out))
+    result = invoke(settings, "compile", str(contracts_dir), "--out", str(out), "--pools", POOLS)
     assert result.exit_code == 1
     assert f"{contracts_dir}/broken.yaml:11: drain_budget_s: '90 sec'" in result.output
     assert "nothing was written" in result.output
     assert not out.exists()
 
 
-def test_without_pools_the_unchecked_rules_are_named(settings: Settings, tmp_path: Path) -> None:
-    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(tmp_path / "b"))
+def test_without_pools_compile_refuses_and_writes_nothing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    out = tmp_path / "b"
+    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out))
+    assert result.exit_code == 1
+    for words in ("floor-within-committed", "rate-diversifiable", "--pools", "--unchecked"):
+        assert words in result.output, words
+    assert "nothing was written" in result.output
+    assert not out.exists()
+
+
+def test_unchecked_writes_and_records_the_rules_not_checked(
+    settings: Settings, tmp_path: Path
+) -> None:
+    out = tmp_path / "b"
+    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--unchecked")
     assert result.exit_code == 0, result.output
     assert "rule floor-within-committed was not checked" in result.output
     assert "rule rate-diversifiable was not checked" in result.output
     assert "bundles are written unsigned" in result.output
+    published = json.loads((out / "published-contracts.json").read_text())
+    assert published["unchecked_rules"] == ["floor-within-committed", "rate-diversifiable"]
+    assert len(published["contracts"]) == 6
+
+
+@pytest.mark.parametrize("throughput", ["0", "0 MB", "-5 MB", "fast"])
+def test_a_store_throughput_that_is_not_positive_is_refused_at_the_option(
+    settings: Settings, tmp_path: Path, throughput: str
+) -> None:
+    out = tmp_path / "b"
+    result = invoke(
+        settings,
+        *["compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS],
+        *["--store-throughput", throughput],
+    )
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # a usage error, not a traceback
+    assert "Invalid value for '--store-throughput'" in result.output
+    assert not out.exists()
 
 
 def test_a_stale_bundle_is_removed(settings: Settings, tmp_path: Path) -> None:
     out = tmp_path / "bundles"
     out.mkdir()
     (out / "retired-workload.bundle.json").write_text("{}")
-    assert invoke(settings, "compile", str(EXAMPLES), "--out", str(out)).exit_code == 0
+    compiled = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS)
+    assert compiled.exit_code == 0, compiled.output
     assert not (out / "retired-workload.bundle.json").exists()
 
 
 def test_compile_signs_through_openbao_transit(
-    settings: Settings, tmp_path: Path, transit: tuple[FakeTransit, str]
+    settings: Settings, tmp_path: Path, transit_key: TransitKey
 ) -> None:
-    fake, url = transit
     out = tmp_path / "bundles"
-    result = CliRunner(env={"BAO_ADDR": url, "BAO_TOKEN": TOKEN}).invoke(
+    env = {"BAO_ADDR": transit_key.address, "BAO_TOKEN": transit_key.token}
+    result = CliRunner(env=env).invoke(
         cli(settings),
-        ["contracts", "compile", str(EXAMPLES), "--out", str(out), "--transit-key", KEY_NAME],
+        [
+            *["contracts", "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS],
+            *["--transit-key", transit_key.name],
+        ],
     )
     assert result.exit_code == 0, result.output
     public = tmp_path / "transit.pub"
-    public.write_text(recorded_keys_response()["data"]["keys"]["2"]["public_key"])
-    verified = invoke(
-        settings, "verify", str(out / "api-gateway.bundle.json"), "--pubkey", str(public)
+    exported = transit_key.client().read(f"transit/export/public-key/{transit_key.name}")
+    public.write_text(exported["data"]["keys"]["2"])
+    bundles = sorted(out.glob("*.bundle.json"))
+    assert len(bundles) == 6  # every accepted contract was signed through transit
+    for bundle in bundles:
+        verified = invoke(settings, "verify", str(bundle), "--pubkey", str(public))
+        assert verified.exit_code == 0, verified.output
+
+
+def test_unchecked_contracts_are_never_published(settings: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings, "compile", str(EXAMPLES), "--out", str(out), "--unchecked", "--publish"
     )
-    assert verified.exit_code == 0, verified.output
-    assert sum(1 for method, _, _ in fake.requests if method == "POST") == 6
+    assert result.exit_code == 1
+    assert "not published" in result.output
+    assert not out.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,12 @@ def test_the_boundary_of_rule_a_is_inclusive() -> None:
 def test_rule_a_uses_the_declared_store_throughput() -> None:
     slow = FeasibilityEnv(store_throughput_bytes_per_s=10_000_000)
     assert only_error(BASE, slow).rule == "checkpoint-fits-drain"
+
+
+@pytest.mark.parametrize("throughput", [0, -1])
+def test_a_store_throughput_that_is_not_positive_is_refused(throughput: int) -> None:
+    with pytest.raises(ValueError, match="store_throughput_bytes_per_s must be a positive"):
+        FeasibilityEnv(store_throughput_bytes_per_s=throughput)
 
 
 # -- (b) the drain budget fits the notice -----------------------------------------------------

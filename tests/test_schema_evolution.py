@@ -148,6 +148,33 @@ def test_release_records_versions_and_refuses_incompatible(tmp_path: Path) -> No
         release(broken, released)
 
 
+def release_json(released: Path) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(
+        main, ["schemas", "release", "--released-dir", str(released), "--json"]
+    )
+    report: dict[str, Any] = json.loads(result.stdout)
+    return result.exit_code, report
+
+
+def test_release_json_gives_the_version_and_its_file(tmp_path: Path) -> None:
+    released = tmp_path / "released"
+    code, report = release_json(released)
+    assert code == 0, report
+    path = released / "envelope-v0001.avsc"
+    assert report == {"ok": True, "version": 1, "path": str(path), "new": True}
+    assert json.loads(path.read_text()) == envelope_schema()
+    code, report = release_json(released)  # unchanged: the same version, nothing new
+    assert (code, report["version"], report["new"]) == (0, 1, False)
+
+    broken = envelope_schema()
+    field(broken, "region")["type"] = "long"
+    path.write_text(json.dumps(broken))
+    code, report = release_json(released)
+    assert code == 1
+    assert report["ok"] is False and "incompatible" in report["error"]
+    assert sorted(p.name for p in released.iterdir()) == ["envelope-v0001.avsc"]
+
+
 def test_the_console_script_exits_non_zero_on_a_breaking_change(schema_copy: Path) -> None:
     edit(schema_copy, "notice_received.avsc", lambda r: field(r, "pool_id").update(type="long"))
     spotcap = Path(sys.executable).parent / "spotcap"

@@ -117,6 +117,52 @@ def test_nats_stop_is_clean_and_idempotent(tmp_path: Path) -> None:
     servers.stop(server.data_dir)
 
 
+def test_openbao_answers_with_its_root_token(openbao: servers.Server) -> None:
+    import hvac
+
+    token = servers.openbao_token(openbao)
+    client = hvac.Client(url=openbao.address, token=token, timeout=10)
+    assert client.is_authenticated()
+    assert client.sys.read_health_status(method="GET")["sealed"] is False
+    assert (openbao.data_dir / "token").stat().st_mode & 0o077 == 0  # owner only
+    assert token not in Path(f"/proc/{openbao.pid}/cmdline").read_text()
+    assert servers.start_openbao(openbao.data_dir) == openbao
+
+
+def test_openbao_with_a_missing_binary_fails_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTCAP_BAO", "/nonexistent/bin/bao")
+    with pytest.raises(servers.ServerError) as info:
+        servers.start_openbao(tmp_path / "bao", timeout_s=10)
+    assert str(info.value).startswith("openbao: ")
+    assert "/nonexistent/bin/bao" in str(info.value)
+
+
+def test_openbao_cli_start_status_stop(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "infra.servers", "openbao"]
+    data_dir = tmp_path / "bao"
+
+    def run(action: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, action, "--dir", str(data_dir)],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            check=False,
+            timeout=60,
+        )
+
+    started = run("start")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert json.loads(started.stdout)["address"].startswith("http://127.0.0.1:")
+        assert run("status").returncode == 0
+    finally:
+        assert run("stop").returncode == 0
+    assert run("status").returncode == 3
+
+
 def test_kafka_with_bogus_java_fails_with_its_log(tmp_path: Path) -> None:
     fake_java = tmp_path / "java"
     fake_java.write_text("#!/bin/sh\necho 'Error: fake JVM refuses to run' >&2\nexit 3\n")

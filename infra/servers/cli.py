@@ -10,15 +10,17 @@ from pathlib import Path
 
 from infra.servers.kafka import fetch_kafka, start_kafka
 from infra.servers.nats import start_nats
+from infra.servers.openbao import start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 
-NAMES = ("kafka", "postgres", "nats")
+NAMES = ("kafka", "postgres", "nats", "openbao")
 
 _STARTERS: dict[str, Callable[[Path], Server]] = {
     "kafka": start_kafka,
     "postgres": start_postgres,
     "nats": start_nats,
+    "openbao": start_openbao,
 }
 
 
@@ -28,15 +30,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m infra.servers",
         description=(
             "Fetch and run spotcap's real servers on 127.0.0.1 (free ports).\n\n"
-            "  fetch-kafka                       fetch Kafka's jars from Maven Central (cached)\n"
-            "  {kafka|postgres|nats} start       start; prints {name, address, pid} as JSON\n"
-            "  {kafka|postgres|nats} stop        stop cleanly (idempotent)\n"
-            "  {kafka|postgres|nats} status      print the state as JSON; exit 3 if not running\n"
+            "  fetch-kafka                fetch Kafka's jars from Maven Central (cached)\n"
+            "  SERVER start               start; prints {name, address, pid} as JSON\n"
+            "  SERVER stop                stop cleanly (idempotent)\n"
+            "  SERVER status              print the state as JSON; exit 3 if not running\n"
+            "\n"
+            "SERVER is kafka, postgres, nats or openbao. OpenBao runs in dev mode (in memory);\n"
+            "its root token is in DIR/token.\n"
         ),
         epilog=(
             "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "
-            "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_NATS_SERVER. Errors go to stderr, "
-            "exit code 1."
+            "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_NATS_SERVER, SPOTCAP_BAO (bao for "
+            "OpenBao). Errors go to stderr, exit code 1."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,10 @@ class ServerError(RuntimeError):
 class Server:
     """A running server."""
 
-    name: str  # "kafka" | "postgres" | "nats"
-    address: str  # kafka "127.0.0.1:PORT"; postgres a libpq URI; nats "nats://127.0.0.1:PORT"
+    name: str  # "kafka" | "postgres" | "nats" | "openbao"
+    # kafka "127.0.0.1:PORT"; postgres a libpq URI; nats "nats://127.0.0.1:PORT";
+    # openbao "http://127.0.0.1:PORT"
+    address: str
     pid: int
     data_dir: Path
     log_path: Path
@@ -194,8 +196,18 @@ def prepare_dir(data_dir: Path | str) -> Path:
     return path
 
 
-def spawn(name: str, argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start ``argv`` detached (own session), stdout and stderr appended to ``log_path``."""
+def spawn(
+    name: str,
+    argv: list[str],
+    log_path: Path,
+    cwd: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` detached (own session), stdout and stderr appended to ``log_path``.
+
+    ``env`` is added to this process's environment (for values kept off the command line).
+    """
     append_log(log_path, "starting: " + " ".join(argv))
     with log_path.open("ab") as log:
         try:
@@ -205,6 +217,7 @@ def spawn(name: str, argv: list[str], log_path: Path, cwd: Path) -> subprocess.P
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
+                env={**os.environ, **env} if env else None,
                 start_new_session=True,
             )
         except OSError as exc:

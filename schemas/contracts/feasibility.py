@@ -82,6 +82,14 @@ class FeasibilityEnv:
     max_pool_percent: int = 15
     max_group_percent: int = 30
 
+    def __post_init__(self) -> None:
+        if self.store_throughput_bytes_per_s <= 0:
+            raise ValueError(
+                "store_throughput_bytes_per_s must be a positive number of bytes per second, "
+                f"not {self.store_throughput_bytes_per_s}: rule (a) divides the checkpoint "
+                "size by it"
+            )
+
     @property
     def max_drain_budget_s(self) -> int:
         return self.notice_s - self.signal_margin_s - self.safety_margin_s

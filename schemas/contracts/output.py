@@ -64,7 +64,7 @@ def write_outputs(
         if stale.name not in keep:
             stale.unlink()
     lists = {
-        PUBLISHED_JSON: published_json(result.accepted),
+        PUBLISHED_JSON: published_json(result.accepted, result.unchecked_rules),
         PUBLISHED_SLURM: published_slurm(result.accepted),
         PUBLISHED_CONFIGMAP: published_configmap(result.accepted, namespace),
     }

@@ -2,7 +2,8 @@
 
 Three renderings of the accepted contracts, all deterministic (sorted by workload id):
 
-* ``published-contracts.json``: every accepted contract with its bundle SHA-256, for people
+* ``published-contracts.json``: every accepted contract with its bundle SHA-256, and the
+  feasibility rules that were not checked (``--unchecked``, no pool catalogue), for people
   and tools;
 * ``published-contracts.slurm``: the Slurm job_submit filter's list, one ``<workload> <sha256>``
   line per contract whose scheduler is slurm;
@@ -34,7 +35,9 @@ def _sorted(accepted: Sequence[CompiledContract]) -> list[CompiledContract]:
     return sorted(accepted, key=lambda c: c.contract.workload)
 
 
-def published_json(accepted: Sequence[CompiledContract]) -> bytes:
+def published_json(
+    accepted: Sequence[CompiledContract], unchecked_rules: Sequence[str] = ()
+) -> bytes:
     entries = [
         {
             "workload_id": c.contract.workload,
@@ -47,7 +50,11 @@ def published_json(accepted: Sequence[CompiledContract]) -> bytes:
         }
         for c in _sorted(accepted)
     ]
-    document = {"format": "spotcap.published/v1", "contracts": entries}
+    document = {
+        "format": "spotcap.published/v1",
+        "contracts": entries,
+        "unchecked_rules": list(unchecked_rules),
+    }
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 

@@ -135,6 +135,17 @@ class FileSigner:
         return self._private_key.sign(message)
 
 
+def _why(error: Exception) -> str:
+    """hvac's error in plain words (a 404 reads "None, on get <url>")."""
+    from hvac.exceptions import InvalidPath
+
+    if isinstance(error, InvalidPath):
+        return f"no such key, or no transit engine mounted there ({error})"
+    if isinstance(error, OSError):  # requests' connection errors and time-outs
+        return f"OpenBao/Vault is unreachable: {error}"
+    return str(error)
+
+
 class TransitSigner:
     """Signs through an OpenBao/Vault transit key of type ed25519, via an `hvac.Client`."""
 
@@ -147,7 +158,7 @@ class TransitSigner:
             answer = client.secrets.transit.read_key(name=key_name, mount_point=mount_point)
         except Exception as error:  # hvac raises its own hierarchy and requests' errors
             raise SigningError(
-                f"cannot read transit key {mount_point}/keys/{key_name}: {error}"
+                f"cannot read transit key {mount_point}/keys/{key_name}: {_why(error)}"
             ) from error
         data = answer.get("data", {}) if isinstance(answer, dict) else {}
         if data.get("type") != "ed25519":
@@ -181,7 +192,9 @@ class TransitSigner:
                 mount_point=self._mount_point,
             )
         except Exception as error:
-            raise SigningError(f"transit sign with key {self._key_name} failed: {error}") from error
+            raise SigningError(
+                f"transit sign with key {self._key_name} failed: {_why(error)}"
+            ) from error
         text = str(answer.get("data", {}).get("signature", ""))
         match = _TRANSIT_SIGNATURE.match(text)
         if not match or int(match.group(1)) != self.version:

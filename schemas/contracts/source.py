@@ -93,6 +93,24 @@ def _field_on_line(text: str, line: int) -> str:
     return "(document)"
 
 
+def _single_document(loader: yaml.SafeLoader) -> yaml.Node | None:
+    """`get_single_node`, but a second document is refused at its own line, not a key's."""
+    if not loader.check_node():  # drops the stream start; False when the stream is empty
+        return None
+    node = loader.compose_document()
+    if loader.check_node():
+        second: yaml.Event = loader.current_event  # the next document's start, peeked
+        mark = second.start_mark
+        raise YamlSourceError(
+            mark.line + 1 if mark is not None else 1,
+            "(document)",
+            "a second YAML document starts here; a contract file holds one document",
+            "keep one contract per file: move this document to a file of its own, or delete "
+            "the '---' line",
+        )
+    return node
+
+
 def load_yaml_with_lines(text: str) -> LoadedYaml:
     """Parse one YAML document; raise `YamlSourceError` naming the line of a syntax error."""
     try:
@@ -106,7 +124,7 @@ def load_yaml_with_lines(text: str) -> LoadedYaml:
             "remove the control character from this line",
         ) from error
     try:
-        node = loader.get_single_node()
+        node = _single_document(loader)
         lines: dict[KeyPath, int] = {}
         if node is None:
             return LoadedYaml(data=None, lines=lines)
