@@ -24,8 +24,10 @@ WRITER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
+import streams.embedded
 from streams.embedded import EmbeddedLog
 from streams.topics import region_topics, topic_name
+streams.embedded.SEGMENT_BYTES = 40_000  # roll segments often, under the reader's feet
 log = EmbeddedLog(Path({root!r}))
 log.apply_topics(region_topics({region!r}))
 producer = log.producer()
@@ -55,6 +57,9 @@ def read_all(root: Path) -> list[Record]:
 def test_kill_9_mid_append_loses_no_acknowledged_record(tmp_path: Path) -> None:
     root = tmp_path / "log"
     acknowledged: dict[int, int] = {}
+    tail: list[Record] = []  # a reader following the log while writers come and die
+    tail_log: EmbeddedLog | None = None
+    tail_consumer = None
     for round_ in range(4):
         script = WRITER.format(repo=str(REPO), root=str(root), region=REGION, round=round_)
         writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -64,6 +69,11 @@ def test_kill_9_mid_append_loses_no_acknowledged_record(tmp_path: Path) -> None:
             line = writer.stdout.readline()
             assert line, "the writer died on its own"
             acked = int(line)
+            if tail_consumer is None and (root / TOPIC).exists():
+                tail_log = EmbeddedLog(root)
+                tail_consumer = tail_log.consumer("tail", [TOPIC])
+            if tail_consumer is not None:
+                tail.extend(tail_consumer.poll(300, timeout_s=0))
         time.sleep(0.002 * round_)  # land the kill at different points of a write
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
@@ -79,7 +89,16 @@ def test_kill_9_mid_append_loses_no_acknowledged_record(tmp_path: Path) -> None:
             with open(segment, "rb") as handle:
                 list(fastavro.reader(handle))
 
-    stored = [(r.value or b"")[300:].decode() for r in read_all(root)]
+    assert tail_consumer is not None
+    while got := tail_consumer.poll(5000, timeout_s=0):
+        tail.extend(got)
+    tail_consumer.close()
+    everything = read_all(root)
+    key = lambda r: (r.partition, r.offset)  # noqa: E731
+    assert sorted(tail, key=key) == sorted(everything, key=key), "the tailing reader saw it all"
+    assert len(list(root.glob(f"{TOPIC}/*/*.avro"))) > 12 * 2, "segments rolled"
+
+    stored = [(r.value or b"")[300:].decode() for r in everything]
     assert len(stored) == len(set(stored)), "no record is stored twice"
     wanted = {f"{r}:{n}" for r, acked in acknowledged.items() for n in range((acked + 1) * 200)}
     assert not wanted - set(stored), (
