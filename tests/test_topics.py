@@ -85,3 +85,12 @@ def test_an_unreachable_kafka_fails_with_a_clear_message(tmp_path: Path) -> None
     result = CliRunner().invoke(main, ["--kafka", "127.0.0.1:9", "topics", "apply"])
     assert result.exit_code == 1
     assert "did not answer" in result.output or "did not answer" in (result.stderr or "")
+
+
+def test_every_event_topic_of_the_catalogue_is_a_region_topic() -> None:
+    from schemas.catalogue import TOPICS, event_types
+    from streams.topics import LOGICAL_NAMES
+
+    # The catalogue cannot import streams (it sits below it), so the two lists are checked here.
+    assert LOGICAL_NAMES - {"schemas"} == TOPICS
+    assert {t.topic for t in event_types()} <= LOGICAL_NAMES
