@@ -263,6 +263,50 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
     console.print(table)
 
 
+@topics.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the topics as JSON.")
+@click.pass_obj
+def topics_list(settings: Settings, as_json: bool) -> None:
+    """Show the region's topics: partitions and how many records each holds (end offsets)."""
+    from spotcap.wiring import describe_log, open_log
+    from streams.log import LogError
+    from streams.topics import region_topics
+
+    rows = []
+    try:
+        log = open_log(settings)
+        for spec in region_topics(settings.region):
+            try:
+                ends = log.end_offsets(spec.name)
+            except LogError:
+                rows.append({"topic": spec.name, "exists": False, "partitions": 0, "records": 0})
+                continue
+            rows.append(
+                {
+                    "topic": spec.name,
+                    "exists": True,
+                    "partitions": len(ends),
+                    "records": sum(ends.values()),
+                }
+            )
+    except LogError as error:
+        _fail(str(error))
+        return
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table(title=f"topics of region {settings.region} ({describe_log(settings)})")
+    table.add_column("topic")
+    table.add_column("partitions", justify="right")
+    table.add_column("records", justify="right")
+    for row in rows:
+        if row["exists"]:
+            table.add_row(str(row["topic"]), str(row["partitions"]), f"{row['records']:,}")
+        else:
+            table.add_row(str(row["topic"]), "-", "missing: run `spotcap topics apply`")
+    console.print(table)
+
+
 main.add_command(contracts)
 main.add_command(notices)
 

@@ -33,6 +33,15 @@ from streams.log import (
 
 _ADMIN_TIMEOUT_S = 30.0
 _LIBRDKAFKA_LOG = logging.getLogger("spotcap.kafka.librdkafka")
+_NEW_TOPIC_ERRORS = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
 
 
 class KafkaLog:
@@ -149,12 +158,27 @@ class KafkaLog:
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         consumer = _KafkaConsumer({**self._base, "group.id": "spotcap-offsets-probe"})
+        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
         try:
             result = {}
             for n in range(self.partitions_for(topic)):
-                _, high = consumer.get_watermark_offsets(
-                    _KafkaTopicPartition(topic, n), timeout=_ADMIN_TIMEOUT_S
-                )
+                while True:
+                    try:
+                        _, high = consumer.get_watermark_offsets(
+                            _KafkaTopicPartition(topic, n), timeout=_ADMIN_TIMEOUT_S
+                        )
+                        break
+                    except KafkaException as error:
+                        # A new topic's partitions answer once every client's metadata and
+                        # the partition's leader have caught up with its creation.
+                        transient = error.args[0].retriable() or error.args[0].code() in (
+                            _NEW_TOPIC_ERRORS
+                        )
+                        if not transient or time.monotonic() > deadline:
+                            raise LogError(
+                                f"end offsets of {topic}[{n}] on {self.bootstrap}: {error}"
+                            ) from error
+                        time.sleep(0.1)
                 result[n] = high
             return result
         finally:

@@ -49,6 +49,23 @@ def retention(admin: AdminClient, topic: str) -> str:
     return value
 
 
+def test_list_shows_partitions_and_records(where: list[str]) -> None:
+    region = where[where.index("--region") + 1]
+    before = CliRunner().invoke(main, [*where, "topics", "list", "--json"])
+    assert before.exit_code == 0, before.output
+    assert not any(row["exists"] for row in json.loads(before.stdout))
+    apply(where)
+    result = CliRunner().invoke(main, [*where, "topics", "list", "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    rows = {row["topic"]: row for row in json.loads(result.stdout)}
+    assert rows[f"{region}.lifecycle"] == {
+        "topic": f"{region}.lifecycle",
+        "exists": True,
+        "partitions": 12,
+        "records": 0,
+    }
+
+
 def test_apply_restores_a_changed_config_on_kafka(kafka: Server) -> None:
     region = f"t{uuid.uuid4().hex[:8]}"
     args = ["--kafka", kafka.address, "--region", region]
