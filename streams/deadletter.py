@@ -32,7 +32,6 @@ class DeadLetters:
     def envelope(self, record: Record, error: Exception) -> Envelope:
         """The `dead_lettered` event for `record` that failed with `error`."""
         origin = record.origin
-        reason = error.reason if isinstance(error, CodecError) else "processing_error"
         cls = type(error)
         return Envelope(
             event_id=derived_event_id(str(origin), DeadLettered.EVENT_TYPE, self._processor),
@@ -50,7 +49,7 @@ class DeadLetters:
                 origin_offset=origin.offset,
                 processor=self._processor,
                 error_class=f"{cls.__module__}.{cls.__qualname__}",
-                reason=f"{reason}: {error}",
+                reason=_reason(error),
                 raw_value=record.value or b"",
                 raw_key=record.key,
             ),
@@ -63,7 +62,14 @@ class DeadLetters:
             self.topic,
             self._codec.encode(envelope),
             key=envelope.key.encode(),
-            headers=(("spotcap.reason", envelope.payload.reason.encode()),),  # type: ignore[union-attr]
+            headers=(("spotcap.reason", _reason(error).encode()),),
             timestamp_ms=record.timestamp_ms,
         )
         self.sent += 1
+
+
+def _reason(error: Exception) -> str:
+    """The kind of failure, then what and where (a CodecError's message already says both)."""
+    if isinstance(error, CodecError):
+        return str(error)
+    return f"processing_error: {type(error).__name__}: {error}"
