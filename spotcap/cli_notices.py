@@ -32,6 +32,13 @@ def notices() -> None:
     metavar="URL",
     help="NATS to publish on (default $SPOTCAP_NATS_URL; none: metadata endpoint only).",
 )
+@click.option(
+    "--metadata-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metadata endpoint listens on (0.0.0.0: every interface, for agents on "
+    "other nodes).",
+)
 @click.option("--metadata-port", type=int, default=0, show_default=True, help="0: a free port.")
 @click.option("--days", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
@@ -49,6 +56,7 @@ def serve(
     settings: Settings,
     *,
     nats_url: str | None,
+    metadata_host: str,
     metadata_port: int,
     days: float,
     seed: int,
@@ -64,7 +72,7 @@ def serve(
     """
     config = SimConfig(seed=seed, days=days, workloads=workloads, region=settings.region)
     try:
-        counts = asyncio.run(_serve(config, nats_url, metadata_port, speed))
+        counts = asyncio.run(_serve(config, nats_url, metadata_host, metadata_port, speed))
     except RelayUnavailableError as error:
         raise click.ClickException(f"{error}; start NATS or leave out --nats") from error
     except KeyboardInterrupt:
@@ -86,12 +94,12 @@ def serve(
 
 
 async def _serve(
-    config: SimConfig, nats_url: str | None, metadata_port: int, speed: float
+    config: SimConfig, nats_url: str | None, host: str, port: int, speed: float
 ) -> DispatchCounts:
     board = NoticeBoard()
     relay = await NoticeRelay.connect(nats_url) if nats_url else None
     try:
-        async with MetadataServer(board, port=metadata_port) as metadata:
+        async with MetadataServer(board, host=host, port=port) as metadata:
             console.print(
                 f"metadata endpoint {metadata.url}/v1/instances/<id>/notice; "
                 + (
