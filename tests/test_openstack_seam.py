@@ -7,6 +7,7 @@ recorded, and `poll_events` turns the feeds into envelopes once, under ids that 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,8 +25,10 @@ from provider.base import (
     UnknownPoolError,
 )
 from provider.openstack import (
+    NOTICE_FEED_TOPIC,
     PRODUCER,
     ConflictError,
+    FeedFormatError,
     FeedPosition,
     InstanceNotFoundError,
     LeaseRequest,
@@ -42,6 +45,7 @@ from provider.openstack import (
 from provider.openstack.errors import error_for_status
 from schemas.events import (
     Advisory,
+    DeadLettered,
     ForwardCapacity,
     InstanceDeleted,
     InstanceLaunched,
@@ -367,6 +371,92 @@ def test_a_failing_feed_does_not_hold_back_the_others_and_is_read_again(
     assert [e.event_type for e in second] == ["rate_card"]
     assert provider.feed_errors == ()
     assert provider.poll_events() == []
+
+
+BAD_PAGE_CAUSE = f"openstack:{REGION}:notices@start"  # the page read from the feed's start
+GOOD_ID = "4d5e6f7a-8b9c-4d0e-9f1a-2b3c4d5e6f70"  # feeds_bad_elements.json
+
+
+def test_bad_notice_elements_are_dead_lettered_and_the_good_ones_delivered(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "feeds_bad_elements")
+    provider = provider_for(replay)
+
+    first = provider.poll_events()
+    notice, *dead = first
+    assert (notice.event_type, notice.event_id, notice.key) == ("notice_received", GOOD_ID, OWNED2)
+    assert [e.event_type for e in dead] == ["dead_lettered"] * 3
+    letters = [e.payload for e in dead]
+    assert all(isinstance(p, DeadLettered) for p in letters)
+    foreign, bad_id, not_object = (p for p in letters if isinstance(p, DeadLettered))
+    # the foreign region (element 1); element 2, a server spotcap did not launch, is skipped
+    assert (foreign.origin_topic, foreign.origin_partition, foreign.origin_offset) == (
+        NOTICE_FEED_TOPIC,
+        0,
+        1,
+    )
+    assert foreign.processor == PRODUCER
+    assert foreign.error_class == "provider.openstack.errors.FeedFormatError"
+    assert "notice feed" in foreign.reason and "element 1" in foreign.reason
+    assert "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f70819" in foreign.reason
+    assert "'us-east-2'" in foreign.reason
+    assert json.loads(foreign.raw_value)["region"] == "us-east-2"
+    assert bad_id.origin_offset == 3 and "'adv-17'" in bad_id.reason
+    assert "not a UUID" in bad_id.reason
+    assert not_object.origin_offset == 4 and "without an event_id" in not_object.reason
+    assert not_object.error_class == "provider.notices.model.NoticeFormatError"
+    assert json.loads(not_object.raw_value) == "reclaim 8e5fa043"
+    assert [e.event_id for e in dead] == [
+        derived_event_id(BAD_PAGE_CAUSE, "dead_lettered", str(i)) for i in (1, 3, 4)
+    ]
+    assert all(e.key == NOTICE_FEED_TOPIC and e.region == REGION for e in dead)
+    assert provider.notices_not_ours == 1
+    assert provider.feed_errors == ()
+    assert provider.position.notices_after == "c-000212"  # the cursor moved past the bad ones
+
+    assert provider.poll_events() == []
+    assert provider.notices_not_ours == 1
+    assert replay.requests("/feed/v1/notices") == [
+        ("GET", "/feed/v1/notices?limit=500"),
+        ("GET", "/feed/v1/notices?limit=500&after=c-000212"),
+    ]
+
+
+def test_two_providers_dead_letter_the_same_bad_elements_under_the_same_ids(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    one = provider_for(replays("discovery", "feeds_bad_elements")).poll_events()
+    other = provider_for(replays("discovery", "feeds_bad_elements")).poll_events()
+    assert len(one) == 4
+    assert one == other  # the same ids, and (the same clock) the same envelopes
+
+
+def test_a_notice_page_that_is_not_the_feeds_shape_holds_the_cursor(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    replay = replays("discovery", "feeds_bad_elements")
+    provider = OpenStackProvider(
+        connect(replay),
+        orchestrator_id=OWNER,
+        pools=pool_mapping(),
+        feed_endpoint=f"{replay.base_url}/feed",
+        position=FeedPosition("c-000900"),
+        clock=lambda: T_NOW,
+    )
+    assert provider.poll_events() == []
+    (error,) = provider.feed_errors
+    assert isinstance(error, FeedFormatError) and error.call == "feed.notices"
+    assert "'notices' must be a list" in str(error)
+    assert provider.position.notices_after == "c-000900"
+    assert provider.poll_events() == [] and len(provider.feed_errors) == 1
+    assert (
+        replay.requests("/feed/v1/notices")
+        == [
+            ("GET", "/feed/v1/notices?limit=500&after=c-000900"),
+        ]
+        * 2
+    )
 
 
 def test_a_noticed_instance_is_listed_as_noticed(replays: Callable[..., ReplayServer]) -> None:

@@ -26,13 +26,14 @@ from provider.openstack.errors import (
     UnauthorizedError,
     UnavailableError,
 )
-from provider.openstack.facts import PRODUCER, FeedPosition
-from provider.openstack.feeds import FeedSnapshot, NoticePage, ProviderFeeds
+from provider.openstack.facts import NOTICE_FEED_TOPIC, PRODUCER, FeedPosition
+from provider.openstack.feeds import FeedSnapshot, NoticePage, ProviderFeeds, UnreadNotice
 from provider.openstack.mapping import PoolMapping, PoolMappingError
 from provider.openstack.placement import PlacementHeadroom, ProviderHeadroom, ResourceHeadroom
 from provider.openstack.provider import OpenStackProvider, wall_clock_us
 
 __all__ = [
+    "NOTICE_FEED_TOPIC",
     "PRODUCER",
     "Acquire",
     "BadRequestError",
@@ -65,6 +66,7 @@ __all__ = [
     "ServiceError",
     "UnauthorizedError",
     "UnavailableError",
+    "UnreadNotice",
     "unbounded",
     "wall_clock_us",
 ]

@@ -19,6 +19,14 @@ consumers, idempotent on ``event_id``, keep one copy:
 - a notice: ``notice_received``, id the notice's own ``event_id``, occurred at its ``issued_at``;
 - an advisory: ``advisory``, id the advisory's own ``event_id``, occurred at its ``issued_at``.
 
+An element of a notice page that cannot be taken (it does not read, is for another region, or its
+id is not a UUID) is data, not a stop: it comes out in its place as ``dead_lettered`` (origin
+topic ``openstack-feed:notices``, partition 0, offset its index in the page, the element's JSON
+as the raw value), id ``derived_event_id("openstack:<region>:notices@<cursor>", "dead_lettered",
+"<index>")`` where cursor is the one the page was asked after (``start`` for none), and the cursor
+moves past it. A notice naming no workload is a server spotcap did not launch: it is skipped and
+counted (`FeedFacts.not_ours`). Only a page that breaks the feed's shape holds the cursor.
+
 A notice keeps its own id (a UUID, checked) because that id *is* the notice on every channel:
 the node agent reads the same notice from NATS or the metadata endpoint under the same
 ``event_id`` (ADR-17, ``provider.notices``), so both copies in the log are one event. A
@@ -28,17 +36,23 @@ endpoint, is the provider's HTTP answer, and the schema has no third channel.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from provider.notices.model import Message, Notice
 from provider.openstack.errors import FeedFormatError
-from provider.openstack.feeds import ProviderFeeds
-from schemas.events import Advisory, Envelope, NoticeReceived, Payload
+from provider.openstack.feeds import ProviderFeeds, UnreadNotice
+from schemas.events import Advisory, DeadLettered, Envelope, NoticeReceived, Payload
 from schemas.ids import derived_event_id
 
+log = logging.getLogger(__name__)
+
 PRODUCER = "provider/openstack"
+
+NOTICE_FEED_TOPIC = "openstack-feed:notices"
+"""The ``origin_topic`` of a notice-feed element's ``dead_lettered`` event."""
 
 Clock = Callable[[], int]
 """Microseconds since the epoch, UTC."""
@@ -98,19 +112,52 @@ class FeedFacts:
         self._clock = clock
         self.position = position or FeedPosition()
         self._page_size = page_size
+        self.not_ours = 0
+        """Notices skipped because they name no workload: servers spotcap did not launch."""
 
     def notices(self, into: list[Envelope], wanted: int) -> None:
-        """Notice pages after the cursor until a short page or ``wanted`` envelopes."""
+        """Notice pages after the cursor until a short page or ``wanted`` envelopes.
+
+        An element that cannot be taken comes out as a ``dead_lettered`` envelope in its place and
+        the cursor moves past it; a notice of a server spotcap did not launch is counted in
+        `not_ours` and skipped. Only a page that breaks the feed's shape holds the cursor.
+        """
         call = "feed.notices"
         added = 0
         while added < wanted:
             after = self.position.notices_after
             page = self._feeds.notices(after, self._page_size)
-            fresh = [self._message(call, m) for m in page.messages]
+            fresh: list[Envelope] = []
+            skipped = 0
+            for index, element in enumerate(page.elements):
+                if isinstance(element, UnreadNotice):
+                    if element.not_ours:
+                        log.debug(
+                            "notice feed: skipped notice %s after cursor %r (element %d): no "
+                            "workload, a server spotcap did not launch",
+                            element.event_id,
+                            after,
+                            index,
+                        )
+                        skipped += 1
+                        continue
+                    fresh.append(self._dead_letter(after, index, element))
+                    continue
+                try:
+                    fresh.append(self._message(call, element))
+                except FeedFormatError as exc:
+                    unread = UnreadNotice(
+                        element.to_json(),
+                        element.event_id,
+                        str(exc),
+                        f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    )
+                    fresh.append(self._dead_letter(after, index, unread))
             into.extend(fresh)
             added += len(fresh)
+            self.not_ours += skipped
             self.position = replace(self.position, notices_after=page.cursor)
-            if len(page.messages) < self._page_size or page.cursor == after:
+            if len(page.elements) < self._page_size or page.cursor == after:
                 return
 
     def rate_cards(self, into: list[Envelope]) -> None:
@@ -154,6 +201,36 @@ class FeedFacts:
             for forecast in snapshot.items
         )
         self.position = replace(self.position, forward_capacity_published_at=at)
+
+    def _dead_letter(self, after: str | None, index: int, element: UnreadNotice) -> Envelope:
+        """The ``dead_lettered`` event of element ``index`` of the page after cursor ``after``.
+
+        Its id comes from the cursor and the index, so re-reading the page gives the same id."""
+        cursor = "start" if after is None else after
+        named = "without an event_id" if element.event_id is None else repr(element.event_id)
+        reason = (
+            f"notice feed (GET /v1/notices after cursor {cursor}): element {index} "
+            f"(event_id {named}) refused: {element.reason}"
+        )
+        log.warning("%s", reason)
+        now = self._clock()
+        return envelope(
+            DeadLettered(
+                origin_topic=NOTICE_FEED_TOPIC,
+                origin_partition=0,
+                origin_offset=index,
+                processor=PRODUCER,
+                error_class=element.error_class,
+                reason=reason,
+                raw_value=element.raw,
+            ),
+            event_id=derived_event_id(
+                f"openstack:{self._region}:notices@{cursor}", DeadLettered.EVENT_TYPE, str(index)
+            ),
+            occurred_at=now,
+            recorded_at=now,
+            region=self._region,
+        )
 
     def _message(self, call: str, message: Message) -> Envelope:
         if message.region != self._region:

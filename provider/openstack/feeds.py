@@ -14,9 +14,10 @@ and advisories in the JSON shape of the notice path (``provider.notices``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeGuard, TypeVar, get_args
+from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, get_args
 
 from keystoneauth1.adapter import Adapter
 from keystoneauth1.session import Session
@@ -42,11 +43,49 @@ class FeedSnapshot(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class NoticePage:
-    """Notices and advisories in issue order, and the cursor to ask for the next ones."""
+class UnreadNotice:
+    """An element of a notice page that is not a notice or advisory spotcap can read.
 
-    messages: tuple[Message, ...]
+    ``not_ours`` marks a notice that reads in every field but an empty or missing
+    ``workload_id``: the feed's notice of a server spotcap did not launch (no
+    ``spotcap.io/workload`` tag), which is not spotcap's to act on rather than a broken element.
+    """
+
+    raw: bytes
+    """The element's JSON, compact."""
+    event_id: str | None
+    """The element's ``event_id`` if it has a string one, to name it in errors."""
+    reason: str
+    """What is wrong with it, naming the field."""
+    error_class: str
+    """The error's class, e.g. 'provider.notices.model.NoticeFormatError'."""
+    not_ours: bool = False
+
+
+NoticeElement: TypeAlias = Message | UnreadNotice
+
+
+@dataclass(frozen=True, slots=True)
+class NoticePage:
+    """The elements of one page in issue order, and the cursor to ask for the next ones.
+
+    A page that breaks the feed's shape (not JSON, no ``notices`` list, no ``cursor``) is refused
+    whole (`FeedFormatError`); an element that cannot be read is kept in its place as an
+    `UnreadNotice`, so the good elements of the page are not held back by it.
+    """
+
+    elements: tuple[NoticeElement, ...]
     cursor: str
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The elements that read as notices or advisories."""
+        return tuple(e for e in self.elements if not isinstance(e, UnreadNotice))
+
+    @property
+    def unread(self) -> tuple[UnreadNotice, ...]:
+        """The elements that did not."""
+        return tuple(e for e in self.elements if isinstance(e, UnreadNotice))
 
 
 class ProviderFeeds:
@@ -109,11 +148,11 @@ class ProviderFeeds:
         if after is not None:
             query["after"] = after
         body = self._get(call, f"after cursor {after}", "/v1/notices", query)
-        try:
-            messages = tuple(message_from_json(m) for m in _list(call, body, "notices"))
-        except NoticeFormatError as exc:
-            raise FeedFormatError(call, str(exc)) from exc
-        return NoticePage(messages, _field(call, body, "cursor", str))
+        items = body.get("notices")
+        if not isinstance(items, list):
+            raise FeedFormatError(call, "field 'notices' must be a list")
+        cursor = _field(call, body, "cursor", str)
+        return NoticePage(tuple(_notice_element(item) for item in items), cursor)
 
     def reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:
         """Ask the provider to reclaim an instance (one budget token of kind ``reclaim``).
@@ -169,6 +208,27 @@ def check_notice(request: ReclaimRequest) -> None:
             f"a notice of {request.notice_s} s for server {request.instance_id} breaks the "
             f"provider contract (>= {MIN_NOTICE_S} s)"
         )
+
+
+def _notice_element(item: Any) -> NoticeElement:
+    """One element of a notice page: the message it reads as, or why it does not."""
+    raw = json.dumps(item, separators=(",", ":"), sort_keys=True, default=repr).encode()
+    event_id = item.get("event_id") if isinstance(item, Mapping) else None
+    named = event_id if isinstance(event_id, str) else None
+    try:
+        return message_from_json(item if isinstance(item, Mapping) else raw)
+    except NoticeFormatError as exc:
+        error = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        not_ours = False
+        if isinstance(item, Mapping) and item.get("kind") == "notice":
+            workload = item.get("workload_id")
+            if workload is None or workload == "":
+                try:  # everything else reads: a notice of a server spotcap did not launch
+                    message_from_json({**item, "workload_id": "-"})
+                    not_ours = True
+                except NoticeFormatError:
+                    pass
+        return UnreadNotice(raw, named, str(exc), error, not_ours)
 
 
 def _is_purchase_model(value: str) -> TypeGuard[PurchaseModel]:

@@ -196,7 +196,11 @@ class OpenStackProvider:
         oldest first.
 
         A feed that fails does not hold the others back: its error is kept in `feed_errors`
-        (and logged), its position does not move, and the next poll reads it again.
+        (and logged), its position does not move, and the next poll reads it again. One element
+        of a notice page that cannot be taken does not hold back the rest of the page: it comes
+        out as a ``dead_lettered`` event (naming the feed, the element and what is wrong) and the
+        cursor moves past it; a notice of a server spotcap did not launch (no workload) is
+        skipped and counted in `notices_not_ours`.
         """
         if len(self._outbox) < max_events:
             self._read_feeds(max_events - len(self._outbox))
@@ -218,6 +222,12 @@ class OpenStackProvider:
     def feed_errors(self) -> tuple[ProviderError, ...]:
         """The feeds that failed during the last `poll_events`, as their typed errors."""
         return self._feed_errors
+
+    @property
+    def notices_not_ours(self) -> int:
+        """Feed notices skipped since this adapter started because they name no workload: the
+        reclaims of servers in the project that spotcap did not launch."""
+        return self._facts.not_ours
 
     def get(self, instance_id: str) -> Instance:
         """One server, ours or not, as a seam `Instance`."""
