@@ -129,6 +129,11 @@ def run_filter(
         {"partition": "spot", "comment": "nightly run; spotcap:workload=llm-finetune"},
         {"partition": "reclaimable", "wckey": "thumbnail-backfill"},
         {"partition": "reclaimable", "wckey": "*thumbnail-backfill"},
+        {"partition": "reclaimable", "comment": "run 7;spotcap:workload=genomics-align,retry"},
+        {
+            "partition": "spot",
+            "comment": "spotcap:workload=llm-finetune spotcap:workload=llm-finetune",
+        },
         {"partition": "batch"},
         {"partition": "batch", "comment": "spotcap:workload=nothing-published"},
         {},
@@ -158,6 +163,15 @@ def test_slurm_refuses_a_reclaimable_job_that_names_no_workload(
         ({"comment": "spotcap:workload=genomics"}, "genomics", "--comment"),  # a prefix only
         ({"comment": "spotcap:workload=etl-nightly"}, "etl-nightly", "--comment"),  # Kubernetes
         ({"wckey": "api-gateway"}, "api-gateway", "--wckey"),
+        # The id runs to whitespace, ';', ',' or the end, and must be published exactly.
+        (
+            {"comment": "spotcap:workload=genomics-align.other-team"},
+            "genomics-align.other-team",
+            "--comment",
+        ),
+        ({"comment": "spotcap:workload=genomics-align_x"}, "genomics-align_x", "--comment"),
+        ({"comment": "spotcap:workload=genomics-align/x"}, "genomics-align/x", "--comment"),
+        ({"wckey": "genomics-align extra"}, "genomics-align extra", "--wckey"),
     ],
 )
 def test_slurm_refuses_a_workload_without_a_published_slurm_contract(
@@ -169,6 +183,25 @@ def test_slurm_refuses_a_workload_without_a_published_slurm_contract(
         f"spotcap: workload '{workload}' (from {source}) has no published interruption contract "
         "for Slurm, so it cannot run on partition spot; publish its contract with `spotcap "
         "contracts compile` (scheduler: slurm) or correct the workload id"
+    ]
+
+
+def test_slurm_takes_the_workload_key_only_as_a_word_of_its_own(
+    tmp_path: Path, outputs: Path
+) -> None:
+    job = {"partition": "spot", "comment": "xspotcap:workload=genomics-align"}
+    rc, messages = run_filter(tmp_path, outputs / PUBLISHED_SLURM, job)
+    assert rc == ERROR
+    assert "needs a published interruption contract" in messages[0]
+
+
+def test_slurm_refuses_a_comment_that_names_two_workloads(tmp_path: Path, outputs: Path) -> None:
+    job = {"partition": "spot", "comment": "spotcap:workload=genomics-align spotcap:workload=x"}
+    rc, messages = run_filter(tmp_path, outputs / PUBLISHED_SLURM, job)
+    assert rc == ERROR
+    assert messages == [
+        "spotcap: the comment names more than one workload (genomics-align, x); a job on "
+        "reclaimable partition spot must name exactly one"
     ]
 
 
@@ -207,6 +240,39 @@ def test_slurm_checks_a_job_moved_onto_a_reclaimable_partition(
     assert run_filter(tmp_path, published, {"time_limit": 60}, job_rec={}) == (SUCCESS, [])
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"comment": "spotcap:workload=not-published"},
+        {"comment": ""},
+        {"wckey": "not-published"},
+        {"partition": "batch", "comment": "spotcap:workload=not-published"},
+    ],
+)
+def test_slurm_checks_a_renamed_workload_on_a_reclaimable_partition(
+    tmp_path: Path, outputs: Path, change: dict[str, Any]
+) -> None:
+    running = {"partition": "reclaimable", "comment": "", "wckey": "genomics-align"}
+    if "comment" in change:
+        running = {"partition": "reclaimable", "comment": "spotcap:workload=genomics-align"}
+    rc, messages = run_filter(tmp_path, outputs / PUBLISHED_SLURM, change, job_rec=running)
+    assert rc == ERROR
+    assert messages[0].startswith("spotcap: ")
+    assert "partition reclaimable" in messages[0]
+
+
+def test_slurm_lets_a_job_off_reclaimable_capacity_be_renamed(
+    tmp_path: Path, outputs: Path
+) -> None:
+    published = outputs / PUBLISHED_SLURM
+    on_batch = {"partition": "batch", "comment": "spotcap:workload=genomics-align"}
+    change = {"comment": "spotcap:workload=not-published"}
+    assert run_filter(tmp_path, published, change, job_rec=on_batch) == (SUCCESS, [])
+    renamed = {"comment": "spotcap:workload=llm-finetune"}
+    on_spot = {"partition": "spot", "comment": "spotcap:workload=genomics-align"}
+    assert run_filter(tmp_path, published, renamed, job_rec=on_spot) == (SUCCESS, [])
+
+
 # -- Kyverno ----------------------------------------------------------------------------------
 
 POLICY = yaml.safe_load(POLICY_FILE.read_text())
@@ -229,6 +295,11 @@ def holds(condition: dict[str, Any], context: dict[str, Any]) -> bool:
     operator = condition["operator"]
     if operator == "Equals":
         return bool(key == value)
+    if operator == "NotEquals":
+        return bool(key != value)
+    if operator == "AnyIn":
+        keys = key if isinstance(key, list) else [key]
+        return any(k in value for k in keys)
     if operator == "GreaterThan":
         return float(key) > float(value)
     if operator == "AnyNotIn":
@@ -245,10 +316,18 @@ def block_holds(block: dict[str, Any], context: dict[str, Any]) -> bool:
     return every and some
 
 
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+
+
 def admit(
-    pod: dict[str, Any], configmap: dict[str, Any], operation: str = "CREATE"
+    pod: dict[str, Any],
+    configmap: dict[str, Any],
+    operation: str = "CREATE",
+    *,
+    username: str = "alice",
+    old: dict[str, Any] | None = None,
 ) -> tuple[bool, str]:
-    """The policy's verdict on an AdmissionReview of `pod`: (allowed, message)."""
+    """The policy's verdict on an AdmissionReview of `pod` by `username`: (allowed, message)."""
     (rule,) = POLICY["spec"]["rules"]
     (match,) = rule["match"]["any"]
     if pod["kind"] not in match["resources"]["kinds"]:
@@ -259,7 +338,13 @@ def admit(
     (source,) = rule["context"]
     assert source["configMap"] == {"name": CONFIGMAP_NAME, "namespace": DEFAULT_NAMESPACE}
     context = {
-        "request": {"operation": operation, "namespace": namespace, "object": pod},
+        "request": {
+            "operation": operation,
+            "namespace": namespace,
+            "userInfo": {"username": username},
+            "object": pod,
+            "oldObject": old if old is not None else (pod if operation == "UPDATE" else None),
+        },
         source["name"]: configmap,
     }
     if not block_holds(rule["preconditions"], context):
@@ -288,8 +373,10 @@ TOLERATES: dict[str, Any] = {
 }
 
 
-def affinity(operator: str) -> dict[str, Any]:
-    term = {"key": "spotcap.io/capacity", "operator": operator, "values": ["reclaimable"]}
+def affinity(operator: str, values: list[str] | None = None) -> dict[str, Any]:
+    term: dict[str, Any] = {"key": "spotcap.io/capacity", "operator": operator}
+    if operator in ("In", "NotIn"):
+        term["values"] = ["reclaimable"] if values is None else values
     zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["hall1"]}
     required = {"nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchExpressions": [term]}]}
     return {
@@ -329,7 +416,7 @@ def test_the_compiler_writes_the_configmap_the_policy_reads(configmap: dict[str,
         pod(labels={"spotcap.io/workload": "ci-runners"}, **affinity("In")),
         pod(),  # no reclaimable capacity asked for: no contract needed
         pod(nodeSelector={"spotcap.io/capacity": "guaranteed"}),
-        pod(**affinity("NotIn")),
+        pod(**affinity("In", ["guaranteed", "on-demand"])),  # positively confined elsewhere
         pod(namespace="kube-system", **RECLAIMABLE),
         pod(tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]),
     ],
@@ -339,9 +426,16 @@ def test_kyverno_admits(candidate: dict[str, Any], configmap: dict[str, Any]) ->
 
 
 def test_a_daemonset_pod_is_node_infrastructure(configmap: dict[str, Any]) -> None:
-    daemon = pod(**RECLAIMABLE)
+    daemon = pod(**TOLERATES)
     daemon["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "cni", "uid": "1"}]
-    assert admit(daemon, configmap) == (True, "")
+    assert admit(daemon, configmap, username=DAEMONSET_CONTROLLER) == (True, "")
+
+
+def test_an_owner_reference_does_not_make_a_daemonset_pod(configmap: dict[str, Any]) -> None:
+    # Any pod creator can write ownerReferences; only the API server sets userInfo.
+    forged = pod(**TOLERATES)
+    forged["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "cni", "uid": "1"}]
+    assert admit(forged, configmap)[0] is False
 
 
 @pytest.mark.parametrize(
@@ -351,6 +445,14 @@ def test_a_daemonset_pod_is_node_infrastructure(configmap: dict[str, Any]) -> No
         (pod(labels={"team": "web"}, **TOLERATES), ""),
         (pod(**affinity("In")), ""),
         (pod(tolerations=[{"operator": "Exists"}]), ""),  # tolerates every taint
+        (pod(tolerations=[{"key": "", "operator": "Exists"}]), ""),
+        (pod(**affinity("NotIn", ["guaranteed"])), ""),
+        (pod(**affinity("NotIn")), ""),  # also matches nodes without the label
+        (pod(**affinity("Exists")), ""),
+        (pod(**affinity("DoesNotExist")), ""),
+        (pod(**affinity("Gt", None)), ""),
+        (pod(nodeName="reclaimable-node-7"), ""),  # skips the scheduler
+        (pod(labels={"spotcap.io/workload": "nobody"}, nodeName="node-7"), "nobody"),
         (pod(labels={"spotcap.io/workload": "nobody"}, **RECLAIMABLE), "nobody"),
         (pod(labels={"spotcap.io/workload": "llm-finetune"}, **RECLAIMABLE), "llm-finetune"),
     ],
@@ -369,5 +471,26 @@ def test_kyverno_refuses_everything_reclaimable_when_nothing_is_published() -> N
     assert admit(candidate, empty)[0] is False
 
 
-def test_kyverno_checks_creation_only(configmap: dict[str, Any]) -> None:
-    assert admit(pod(**RECLAIMABLE), configmap, operation="UPDATE") == (True, "")
+def test_kyverno_checks_updates_too(configmap: dict[str, Any]) -> None:
+    before = pod()
+    tolerating = pod(**TOLERATES)
+    assert admit(tolerating, configmap, operation="UPDATE", old=before)[0] is False
+    gated = pod(schedulingGates=[{"name": "example.com/quota"}])
+    selecting = pod(schedulingGates=[{"name": "example.com/quota"}], **affinity("Exists"))
+    assert admit(selecting, configmap, operation="UPDATE", old=gated)[0] is False
+    published = pod(labels={"spotcap.io/workload": "api-gateway"}, **TOLERATES)
+    assert admit(published, configmap, operation="UPDATE", old=before) == (True, "")
+    assert admit(tolerating, configmap, operation="DELETE") == (True, "")
+
+
+def test_kyverno_leaves_bound_and_terminating_pods_alone_on_update(
+    configmap: dict[str, Any],
+) -> None:
+    # Every scheduled pod has spec.nodeName; only a pod created with it skipped the scheduler.
+    bound = pod(nodeName="node-7")
+    assert admit(bound, configmap, operation="UPDATE") == (True, "")
+    terminating = pod(**TOLERATES)
+    terminating["metadata"]["deletionTimestamp"] = "2024-05-01T00:00:00Z"
+    assert admit(terminating, configmap, operation="UPDATE") == (True, "")
+    # deletionTimestamp is read from the stored object, never from the one submitted.
+    assert admit(terminating, configmap, operation="UPDATE", old=pod())[0] is False

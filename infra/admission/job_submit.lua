@@ -7,10 +7,15 @@ contract is published for Slurm:
     sbatch --partition=reclaimable --comment=spotcap:workload=genomics-align job.sh
     sbatch --partition=reclaimable --wckey=genomics-align job.sh
 
-The comment wins over the wckey. The published list is the file `spotcap contracts compile`
+In the comment, `spotcap:workload=<id>` is a word of its own: it starts the comment or follows
+whitespace, ';' or ',', and the id runs to the next of those or the end; it must equal a
+published id exactly. A comment naming two different workloads is refused. The comment wins
+over the wckey (taken whole, less Slurm's default-marking '*'). The published list is the file `spotcap contracts compile`
 writes as published-contracts.slurm (one "<workload id> <bundle sha256>" a line, '#' comments);
 only contracts with `scheduler: slurm` are in it. It is read on every submission to a
-reclaimable partition, so a new compile takes effect without restarting slurmctld. If it
+reclaimable partition, so a new compile takes effect without restarting slurmctld.
+`scontrol update` is checked too: moving a job onto a reclaimable partition, or changing the
+comment or wckey of a job whose current or new partition is reclaimable. If it
 cannot be read, jobs on reclaimable partitions are refused (fail closed); others are untouched.
 
 Configuration, from slurmctld's environment (e.g. Environment= in its systemd unit):
@@ -23,7 +28,8 @@ Install as job_submit.lua next to slurm.conf, with JobSubmitPlugins=lua.
 
 local DEFAULT_PARTITIONS = "reclaimable"
 local DEFAULT_PUBLISHED = "/etc/slurm/spotcap/published-contracts.slurm"
-local WORKLOAD_ID = "[%w%-]+"
+local SEPARATORS = "%s;,"
+local WORKLOAD_KEY = "spotcap:workload="
 
 local function reclaimable_partitions()
    local names = {}
@@ -47,7 +53,7 @@ local function published_contracts(path)
    local published = {}
    for line in file:lines() do
       if not string.match(line, "^%s*#") then
-         local id = string.match(line, "^%s*(" .. WORKLOAD_ID .. ")")
+         local id = string.match(line, "^%s*(%S+)")
          if id ~= nil then
             published[id] = true
          end
@@ -74,12 +80,27 @@ local function requested_partitions(partition, part_list)
    return names
 end
 
--- The workload a job names, and where it was found.
+-- The workload a job names and where it was found; or nil, and the ids if the comment names
+-- more than one.
 local function workload_of(comment, wckey)
    if comment ~= nil then
-      local id = string.match(comment, "spotcap:workload=(" .. WORKLOAD_ID .. ")")
-      if id ~= nil then
-         return id, "--comment"
+      local found, ids = nil, {}
+      for word in string.gmatch(comment, "[^" .. SEPARATORS .. "]+") do
+         if string.sub(word, 1, #WORKLOAD_KEY) == WORKLOAD_KEY then
+            local id = string.sub(word, #WORKLOAD_KEY + 1)
+            if found == nil then
+               found = id
+            elseif id ~= found then
+               table.insert(ids, id)
+            end
+         end
+      end
+      if #ids > 0 then
+         table.insert(ids, 1, found)
+         return nil, nil, ids
+      end
+      if found ~= nil then
+         return found, "--comment"
       end
    end
    if wckey ~= nil and wckey ~= "" then
@@ -91,9 +112,10 @@ end
 
 local function admit(partition, comment, wckey, part_list, uid)
    local reclaimable = reclaimable_partitions()
-   local targeted = {}
+   local targeted, seen = {}, {}
    for _, name in ipairs(requested_partitions(partition, part_list)) do
-      if reclaimable[name] then
+      if reclaimable[name] and not seen[name] then
+         seen[name] = true
          table.insert(targeted, name)
       end
    end
@@ -101,7 +123,13 @@ local function admit(partition, comment, wckey, part_list, uid)
       return slurm.SUCCESS
    end
    local where = table.concat(targeted, ",")
-   local workload, source = workload_of(comment, wckey)
+   local workload, source, several = workload_of(comment, wckey)
+   if several ~= nil then
+      slurm.log_user("spotcap: the comment names more than one workload (%s); a job on "
+         .. "reclaimable partition %s must name exactly one", table.concat(several, ", "), where)
+      slurm.log_info("spotcap: refused a job of uid %s on %s: several workloads named", uid, where)
+      return slurm.ERROR
+   end
    if workload == nil then
       slurm.log_user("spotcap: partition %s runs on reclaimable capacity and needs a published "
          .. "interruption contract: submit with --comment=spotcap:workload=<workload id> "
@@ -135,13 +163,22 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-   -- Moving a job onto a reclaimable partition needs a contract too.
-   if job_desc.partition == nil then
+   -- Moving a job onto a reclaimable partition needs a contract; so does renaming the workload
+   -- (comment or wckey) of a job whose current or new partition is reclaimable.
+   local renamed = job_desc.comment ~= nil or job_desc.wckey ~= nil
+   local partitions = {}
+   if job_desc.partition ~= nil then
+      table.insert(partitions, job_desc.partition)
+   end
+   if renamed and job_rec ~= nil and job_rec.partition ~= nil then
+      table.insert(partitions, job_rec.partition)
+   end
+   if #partitions == 0 and not renamed then
       return slurm.SUCCESS
    end
    local comment = job_desc.comment or (job_rec and job_rec.comment)
    local wckey = job_desc.wckey or (job_rec and job_rec.wckey)
-   return admit(job_desc.partition, comment, wckey, part_list, modify_uid)
+   return admit(table.concat(partitions, ","), comment, wckey, part_list, modify_uid)
 end
 
 return slurm.SUCCESS
