@@ -1,16 +1,20 @@
 """``spotcap contracts``: compile, sign and verify interruption contracts (ADR-01..04).
 
     spotcap contracts compile DIR --out BUNDLES (--pools FILE | --unchecked)
-                                  [--key KEYFILE | --transit-key N] [--publish] [--json]
+                                  (--key KEYFILE | --transit-key N | --unsigned)
+                                  [--publish] [--json]
     spotcap contracts verify BUNDLE --pubkey FILE [--json]
     spotcap contracts keygen --out KEYFILE [--json]
 
 ``compile`` writes nothing unless every contract is accepted, so a broken change can never
 withdraw a published workload from admission; it exits 1 and prints each error as
 ``file:line: field: what is wrong (fix: how)``. Without the pool catalogue it cannot check
-rules (c) and (d), so it writes nothing unless ``--unchecked`` says that is intended. The
-command reads the clock once, for the events' time (``--published-at`` to fix it); the
-compiler itself never does.
+rules (c) and (d), so it writes nothing unless ``--unchecked`` says that is intended; without a
+signer (``--key``, ``--transit-key``) it writes nothing unless ``--unsigned`` says that is
+intended, and neither ``--unchecked`` nor ``--unsigned`` contracts are ever published. Everything
+that can still fail (signing, encoding and publishing the events) happens before the first
+file is written. The command reads the clock once, for the events' time (``--published-at`` to
+fix it); the compiler itself never does.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from schemas.contracts.bundles import BundleError, verify_bundle
 from schemas.contracts.compiler import CompileResult, compile_contracts
 from schemas.contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
 from schemas.contracts.model import to_epoch_us
-from schemas.contracts.output import write_outputs
+from schemas.contracts.output import render_outputs, write_rendered
 from schemas.contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
 from schemas.contracts.published import DEFAULT_NAMESPACE
 from schemas.contracts.signing import (
@@ -73,15 +77,19 @@ def _settings(ctx: click.Context) -> Settings:
         raise
 
 
-def contract_files(directory: Path) -> dict[Path, str]:
-    """Every ``*.yaml``/``*.yml`` under `directory` (hidden folders skipped), path -> text."""
-    files: dict[Path, str] = {}
+def contract_files(directory: Path) -> dict[Path, bytes]:
+    """Every ``*.yaml``/``*.yml`` under `directory` (hidden folders skipped), path -> bytes.
+
+    Bytes, not text: the compiler hashes the file exactly as written (``source_sha256``) and
+    reports a file that is not UTF-8 at its line.
+    """
+    files: dict[Path, bytes] = {}
     for path in sorted(directory.rglob("*")):
         relative = path.relative_to(directory)
         if any(part.startswith(".") for part in relative.parts):
             continue
         if path.is_file() and path.suffix in CONTRACT_SUFFIXES:
-            files[path] = path.read_text(encoding="utf-8")
+            files[path] = path.read_bytes()
     return files
 
 
@@ -126,14 +134,31 @@ def _signer(key_file: Path | None, transit_key: str | None, transit_mount: str) 
     return None
 
 
-def _publish(settings: Settings, result: CompileResult) -> int:
-    """Write the ``contract_published`` events to the region's demand topic; return how many."""
-    from spotcap.wiring import describe_log, make_codec, open_log
+def _encoded_events(settings: Settings, result: CompileResult, publish: bool) -> list[bytes]:
+    """Every ``contract_published`` event encoded, or a clean error before anything is written.
+
+    Encoding without ``--publish`` checks the events with the local codec (no registry).
+    """
+    from schemas.codec import Codec
+    from schemas.errors import CodecError
+    from schemas.registry import RegistryError
+    from spotcap.wiring import make_codec
+
+    try:
+        codec = make_codec(settings) if publish else Codec()
+        return [codec.encode(envelope) for envelope in result.events]
+    except (CodecError, RegistryError) as error:
+        _fail(f"the contract_published events cannot be encoded: {error}; nothing was written")
+        raise
+
+
+def _publish(settings: Settings, result: CompileResult, encoded: list[bytes]) -> int:
+    """Write the encoded events to the region's demand topic; return how many."""
+    from spotcap.wiring import describe_log, open_log
     from streams.log import LogError
     from streams.topics import region_topics, topic_name
 
     topic = topic_name(settings.region, "demand")
-    codec = make_codec(settings)
     try:
         log = open_log(settings)
         try:
@@ -142,10 +167,10 @@ def _publish(settings: Settings, result: CompileResult) -> int:
             )
             producer = log.producer()
             try:
-                for envelope in result.events:
+                for envelope, value in zip(result.events, encoded, strict=True):
                     producer.produce(
                         topic,
-                        codec.encode(envelope),
+                        value,
                         envelope.key.encode(),
                         timestamp_ms=envelope.occurred_at // 1000,
                     )
@@ -155,7 +180,7 @@ def _publish(settings: Settings, result: CompileResult) -> int:
         finally:
             log.close()
     except LogError as error:
-        _fail(f"publishing to {describe_log(settings)} failed: {error}")
+        _fail(f"publishing to {describe_log(settings)} failed: {error}; nothing was written")
     return len(delivered)
 
 
@@ -214,6 +239,25 @@ def _published_at_us(published_at: str | None) -> int:
     return to_epoch_us(moment)
 
 
+def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> None:
+    """Refuse, before compiling, what would publish or admit unsigned bundles."""
+    if unsigned and signing:
+        _fail("give --key or --transit-key, or --unsigned, not both")
+    if unsigned and publish:
+        _fail(
+            "--unsigned contracts are not published: every node agent refuses their bundles, "
+            "and admission would let their work in",
+            "give --key KEYFILE or --transit-key NAME to publish, or leave out --publish to "
+            "try them out",
+        )
+    if publish and not signing:
+        _fail(
+            "--publish needs signed bundles; nothing was written",
+            "give --key KEYFILE (create one with `spotcap contracts keygen --out FILE`) or "
+            "--transit-key NAME",
+        )
+
+
 @contracts.command("compile")
 @click.argument(
     "contract_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR"
@@ -252,6 +296,12 @@ def _published_at_us(published_at: str | None) -> int:
 )
 @click.option("--transit-mount", default="transit", show_default=True)
 @click.option(
+    "--unsigned",
+    is_flag=True,
+    help="Without --key or --transit-key, write the bundles unsigned (every node refuses them) "
+    "and the admission lists anyway: for trying contracts out. Never published.",
+)
+@click.option(
     "--store-throughput",
     default="50 MB",
     metavar="SIZE",
@@ -281,6 +331,7 @@ def compile_command(
     key_file: Path | None,
     transit_key: str | None,
     transit_mount: str,
+    unsigned: bool,
     store_throughput: int,
     publish: bool,
     published_at: str | None,
@@ -291,7 +342,9 @@ def compile_command(
     """Check every contract in DIR, then write signed bundles and admission lists to --out.
 
     Rules (c) and (d) need the pool catalogue, so --pools is required; --unchecked writes
-    without checking them, for trying contracts out before a pool catalogue exists.
+    without checking them, for trying contracts out before a pool catalogue exists. Bundles
+    are signed with --key or --transit-key; --unsigned writes them unsigned, for trying
+    contracts out. Unchecked or unsigned contracts are never published.
     """
     settings = _settings(ctx)
     if pools_file is None and not unchecked:
@@ -307,6 +360,9 @@ def compile_command(
             "checked against the pool catalogue, and admission would let their work in",
             "give --pools FILE to publish, or leave out --publish to try them out",
         )
+    _check_signing_flags(
+        signing=key_file is not None or transit_key is not None, unsigned=unsigned, publish=publish
+    )
     pools = None
     if pools_file is not None:
         try:
@@ -335,16 +391,30 @@ def compile_command(
     published: int | None = None
     if result.ok:
         signer = _signer(key_file, transit_key, transit_mount)
+        if signer is None and not unsigned:
+            _fail(
+                "no --key or --transit-key: bundles must be signed for nodes and admission to "
+                "use them; nothing was written",
+                "give --key KEYFILE (create one with `spotcap contracts keygen --out FILE`) or "
+                "--transit-key NAME, or --unsigned to try contracts out",
+            )
         if signer is None:
             err_console.print(
-                "[yellow]warning:[/] no --key or --transit-key: bundles are written unsigned "
-                "and every node agent will refuse them",
+                "[yellow]warning:[/] --unsigned: bundles are written unsigned and every node "
+                "agent will refuse them",
                 highlight=False,
                 soft_wrap=True,
             )
-        written = write_outputs(result, out_dir, signer, namespace)
+        # Everything that can still fail happens before the first file is written.
+        try:
+            rendered = render_outputs(result, signer, namespace)
+        except SigningError as error:
+            _fail(f"signing failed: {error}; nothing was written")
+            raise
+        encoded = _encoded_events(settings, result, publish)
         if publish:
-            published = _publish(settings, result)
+            published = _publish(settings, result, encoded)
+        written = write_rendered(out_dir, rendered)
     if as_json:
         click.echo(json.dumps(_result_json(result, written, published), indent=2, sort_keys=True))
     else:

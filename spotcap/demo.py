@@ -206,7 +206,7 @@ def demo(
         Console().print(
             f"wrote {report['contracts_out']['files']} contract files under {contracts_out}; "
             f"check them with `spotcap contracts compile {contracts_out} --out BUNDLES "
-            f"--pools {pools}`{note}",
+            f"--pools {pools} --unsigned` (or --key KEYFILE to sign){note}",
             highlight=False,
             soft_wrap=True,
         )

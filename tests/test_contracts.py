@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.codec import Codec
 from schemas.contracts import (
     TIERS,
     CompileResult,
@@ -20,6 +22,14 @@ from schemas.contracts import (
 )
 from schemas.contracts.pool_file import load_pools
 from schemas.contracts.units import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_DURATION_S,
+    MAX_EUR_MICROS,
+    MAX_PRIORITY,
+    MAX_SIZE_BYTES,
+    MAX_VCPU,
+    MAX_VERSION,
     UnitError,
     parse_duration_s,
     parse_eur_micros,
@@ -419,3 +429,143 @@ def test_any_value_in_any_field_gives_located_errors(line: int, value: object) -
     for error in result.errors:
         if error.rule == "schema" and error.field != "(document)":
             assert error.line == line + 1 or error.field.startswith("checkpoint"), str(error)
+
+
+# -- bounds: every integer fits the event, and a realistic range ------------------------------
+
+
+def _set(text: str, key: str, value: str) -> str:
+    return re.sub(rf"^{key}: .*$", f"{key}: {value}", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "field"),
+    [
+        (lambda t: _set(t, "version", "99999999999"), 4, "version"),
+        (lambda t: _set(t, "target_vcpu", "99999999999999999999"), 8, "target_vcpu"),
+        (lambda t: t + "floor_vcpu: 10000001\n", 11, "floor_vcpu"),
+        (lambda t: t + "priority: 3000000000\n", 11, "priority"),
+        (lambda t: t + "drain_budget_s: 9999999h\n", 11, "drain_budget_s"),
+        (lambda t: t.replace("1 GiB", "2000 TiB"), 10, "checkpoint.size_bytes"),
+        (
+            lambda t: t.replace("1 GiB", "1 GiB\n  periodic_interval_s: 99999999999"),
+            11,
+            "checkpoint.periodic_interval_s",
+        ),
+        (
+            lambda t: (
+                t
+                + 'fallback:\n  spend_cap_per_day_eur_micros: "EUR 99999999999999999.00"\n'
+                + "  approver: a@example.org\n"
+            ),
+            12,
+            "fallback.spend_cap_per_day_eur_micros",
+        ),
+        (lambda t: _set(t, "version", "9" * 5000), 4, "version"),
+        (lambda t: t.replace("1 GiB", "9" * 5000 + " GiB"), 10, "checkpoint.size_bytes"),
+    ],
+)
+def test_integers_beyond_their_bound_are_refused_located(
+    edit: object, line: int, field: str
+) -> None:
+    assert callable(edit)
+    error = only_error(edit(BASE))
+    assert_located(error, line, field)
+    assert "too large" in error.message or "digits" in error.message, str(error)
+
+
+def test_the_bounds_fit_the_events_avro_types_and_encode() -> None:
+    bounds = (MAX_VERSION, MAX_VCPU, MAX_DURATION_S, MAX_SIZE_BYTES, MAX_EUR_MICROS)
+    assert all(b <= INT64_MAX for b in bounds)
+    assert MAX_PRIORITY <= INT32_MAX  # priority is an Avro int
+    text = (
+        _set(_set(BASE, "version", str(MAX_VERSION)), "target_vcpu", str(MAX_VCPU))
+        + f"priority: {MAX_PRIORITY}\n"
+        + f"fallback:\n  spend_cap_per_day_eur_micros: {MAX_EUR_MICROS}\n"
+        + "  approver: a@example.org\n"
+    )
+    (compiled,) = compile_one(text).accepted
+    assert Codec().decode(Codec().encode(compiled.event)) == compiled.event
+
+
+# -- the file's bytes ------------------------------------------------------------------------
+
+
+def compile_bytes(data: bytes, published_at_us: int = T0_US) -> CompileResult:
+    return compile_contracts(
+        {Path("contracts/etl.yaml"): data}, FeasibilityEnv(), published_at_us=published_at_us
+    )
+
+
+def test_source_sha256_is_the_sha256_of_the_bytes_as_written() -> None:
+    for data in (
+        BASE.encode(),
+        BASE.replace("\n", "\r\n").encode(),
+        b"\xef\xbb\xbf" + BASE.encode(),
+    ):
+        (compiled,) = compile_bytes(data).accepted
+        assert compiled.source_sha256 == hashlib.sha256(data).hexdigest()
+        assert compiled.bundle.source_sha256 == compiled.source_sha256
+    # a text stands for its UTF-8 bytes
+    assert compile_one(BASE).accepted[0].source_sha256 == hashlib.sha256(BASE.encode()).hexdigest()
+
+
+def test_a_file_that_is_not_utf8_is_refused_at_the_line_of_the_bad_byte() -> None:
+    result = compile_bytes((BASE + "description: café\n").encode("latin-1"))
+    (error,) = result.errors
+    assert str(error).startswith("contracts/etl.yaml:11: (encoding): byte 0xe9"), str(error)
+    assert "UTF-8" in error.fix
+
+
+# -- event ids ------------------------------------------------------------------------------
+
+
+def test_each_publication_is_a_distinct_event_and_rerunning_one_is_idempotent() -> None:
+    first = compile_one(BASE).accepted[0]
+    changed = compile_contracts(
+        {Path("contracts/etl.yaml"): BASE.replace("1 GiB", "2 GiB")},
+        FeasibilityEnv(),
+        published_at_us=T0_US + 1_000_000,
+    ).accepted[0]
+    reverted = compile_bytes(BASE.encode(), published_at_us=T0_US + 2_000_000).accepted[0]
+    assert reverted.bundle_sha256 == first.bundle_sha256  # byte-for-byte the same contract
+    ids = {first.event.event_id, changed.event.event_id, reverted.event.event_id}
+    assert len(ids) == 3  # the revert is not dropped as a duplicate of the first publication
+    assert compile_bytes(BASE.encode()).accepted[0].event.event_id == first.event.event_id
+
+
+# -- YAML features that hide where a value came from ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        (BASE + "description: &d text\nreviewed_by: *d\n", 11, "description", "anchor '&d'"),
+        (
+            "x-common: &common\n  size_bytes: 1 GiB\n" + BASE,
+            1,
+            "x-common",
+            "anchor '&common'",
+        ),
+        (BASE + "<<: {drain_budget_s: 500}\n", 11, "<<", "merge keys"),
+        (
+            BASE.replace("  size_bytes: 1 GiB\n", "  <<: {size_bytes: 1 GiB}\n"),
+            10,
+            "checkpoint.<<",
+            "merge keys",
+        ),
+    ],
+)
+def test_anchors_aliases_and_merge_keys_are_refused_at_their_line(
+    text: str, line: int, field: str, words: str
+) -> None:
+    error = only_error(text)
+    assert error.rule == "yaml"
+    assert_located(error, line, field, words)
+
+
+@pytest.mark.parametrize("section", ["checkpoint", "restart", "fallback"])
+def test_a_section_written_empty_is_refused(section: str) -> None:
+    text = BASE.replace("checkpoint:\n  size_bytes: 1 GiB\n", "") + f"{section}:\n"
+    error = only_error(text)
+    assert_located(error, 9, section, "is empty (null)", "or leave the section out")

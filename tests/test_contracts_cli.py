@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import stat
@@ -14,10 +15,12 @@ from click.testing import CliRunner, Result
 
 from schemas.codec import Codec
 from schemas.contracts.signing import key_id_of, load_public_key
+from schemas.errors import EncodeError
 from schemas.events import ContractPublished
 from spotcap.cli_contracts import contracts
 from spotcap.config import Settings
 from streams.embedded import EmbeddedLog
+from streams.log import LogError
 from streams.topics import topic_name
 from tests import test_bundles
 from tests.test_bundles import TransitKey
@@ -185,7 +188,9 @@ def test_unchecked_writes_and_records_the_rules_not_checked(
     settings: Settings, tmp_path: Path
 ) -> None:
     out = tmp_path / "b"
-    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--unchecked")
+    result = invoke(
+        settings, "compile", str(EXAMPLES), "--out", str(out), "--unchecked", "--unsigned"
+    )
     assert result.exit_code == 0, result.output
     assert "rule floor-within-committed was not checked" in result.output
     assert "rule rate-diversifiable was not checked" in result.output
@@ -215,7 +220,9 @@ def test_a_stale_bundle_is_removed(settings: Settings, tmp_path: Path) -> None:
     out = tmp_path / "bundles"
     out.mkdir()
     (out / "retired-workload.bundle.json").write_text("{}")
-    compiled = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS)
+    compiled = invoke(
+        settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS, "--unsigned"
+    )
     assert compiled.exit_code == 0, compiled.output
     assert not (out / "retired-workload.bundle.json").exists()
 
@@ -250,4 +257,140 @@ def test_unchecked_contracts_are_never_published(settings: Settings, tmp_path: P
     )
     assert result.exit_code == 1
     assert "not published" in result.output
+    assert not out.exists()
+
+
+# -- nothing is written unsigned, and nothing half-way -----------------------------------------
+
+
+def test_without_a_signer_compile_writes_nothing(settings: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "bundles"
+    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS)
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    for words in ("no --key or --transit-key", "--unsigned", "nothing was written"):
+        assert words in result.output, words
+    assert not out.exists()  # no bundles, no Kyverno ConfigMap, no Slurm list
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--publish"], "--publish needs signed bundles"),
+        (["--unsigned", "--publish"], "--unsigned contracts are not published"),
+        (["--unsigned", "--key", "KEY"], "not both"),
+    ],
+)
+def test_unsigned_contracts_are_never_published(
+    settings: Settings, tmp_path: Path, key: Path, flags: list[str], words: str
+) -> None:
+    out = tmp_path / "bundles"
+    flags = [str(key) if flag == "KEY" else flag for flag in flags]
+    result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS, *flags)
+    assert result.exit_code == 1
+    assert words in result.output
+    assert not out.exists()
+    assert not settings.log_dir.exists()
+
+
+def test_unsigned_writes_unsigned_bundles_and_says_so(settings: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS, "--unsigned"
+    )
+    assert result.exit_code == 0, result.output
+    assert "bundles are written unsigned" in result.output
+    bundle = json.loads((out / "etl-nightly.bundle.json").read_text())
+    assert "signature" not in bundle
+
+
+def test_huge_values_are_refused_located_before_anything_is_written(
+    settings: Settings, tmp_path: Path, key: Path
+) -> None:
+    contracts_dir = tmp_path / "contracts"
+    contracts_dir.mkdir()
+    (contracts_dir / "etl.yaml").write_text(
+        BASE
+        + "fallback:\n"
+        + '  spend_cap_per_day_eur_micros: "EUR 99999999999999999.00"\n'
+        + "  approver: a@example.com\n"
+    )
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings,
+        *["compile", str(contracts_dir), "--out", str(out), "--unchecked", "--key", str(key)],
+    )
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    assert f"{contracts_dir}/etl.yaml:12: fallback.spend_cap_per_day_eur_micros:" in result.output
+    assert "too large" in result.output
+    assert not out.exists()
+
+
+def test_an_event_that_cannot_be_encoded_writes_nothing(
+    settings: Settings, tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: Codec, envelope: object) -> bytes:
+        raise EncodeError("int too large to encode")
+
+    monkeypatch.setattr(Codec, "encode", refuse)
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings,
+        *["compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS, "--key", str(key)],
+        "--publish",
+    )
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)  # a clean error, not a traceback
+    assert "cannot be encoded" in result.output and "nothing was written" in result.output
+    assert not out.exists()
+
+
+def test_a_log_that_refuses_the_events_writes_nothing(
+    settings: Settings, tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(_settings: Settings) -> object:
+        raise LogError("broker unreachable")
+
+    monkeypatch.setattr("spotcap.wiring.open_log", unreachable)
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings,
+        *["compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS, "--key", str(key)],
+        "--publish",
+    )
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    assert "broker unreachable" in result.output and "nothing was written" in result.output
+    assert not out.exists()
+
+
+# -- the file as written ---------------------------------------------------------------------
+
+
+def test_source_sha256_is_the_hash_of_the_files_bytes(settings: Settings, tmp_path: Path) -> None:
+    contracts_dir = tmp_path / "contracts"
+    contracts_dir.mkdir()
+    data = BASE.replace("\n", "\r\n").encode()
+    (contracts_dir / "etl.yaml").write_bytes(data)
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings, "compile", str(contracts_dir), "--out", str(out), "--unchecked", "--unsigned"
+    )
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads((out / "published-contracts.json").read_text())["contracts"]
+    assert entry["source_sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_that_is_not_utf8_is_refused_at_its_line(settings: Settings, tmp_path: Path) -> None:
+    contracts_dir = tmp_path / "contracts"
+    contracts_dir.mkdir()
+    (contracts_dir / "etl.yaml").write_bytes((BASE + "description: café\n").encode("latin-1"))
+    out = tmp_path / "bundles"
+    result = invoke(
+        settings, "compile", str(contracts_dir), "--out", str(out), "--unchecked", "--unsigned"
+    )
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    assert f"{contracts_dir}/etl.yaml:11: (encoding): byte 0xe9" in result.output
     assert not out.exists()

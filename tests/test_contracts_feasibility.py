@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,19 @@ def test_a_spend_cap_without_an_approver_is_refused_and_with_one_accepted() -> N
     assert only_error(capped).rule == "spend-cap-has-approver"
     assert compile_one(capped + "  approver: ops@example.org\n").ok
     assert compile_one(BASE + "fallback:\n  spend_cap_per_day_eur_micros: 0\n").ok
+
+
+def test_the_suggested_rate_is_rounded_up_to_one_that_passes() -> None:
+    # The nearest 6-digit rendering of 0.012345649 (0.0123456) is below the pools' rate.
+    pools = [
+        *reclaimable_pools(3, 3, rate=0.01, prefix="calm"),
+        *reclaimable_pools(4, 3, rate=0.012345649, prefix="busy"),
+    ]
+    env = FeasibilityEnv(pools=pools)
+    text = BASE.replace("target_vcpu: 100", "target_vcpu: 7000")
+    (error,) = compile_one(text + "tolerated_interruptions_per_h: 0.01\n", env).errors
+    match = re.search(r"at least ([0-9.]+)", error.fix)
+    assert match, error.fix
+    suggested = match.group(1)
+    assert float(suggested) >= 0.012345649
+    assert compile_one(text + f"tolerated_interruptions_per_h: {suggested}\n", env).ok

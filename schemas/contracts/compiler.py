@@ -1,6 +1,6 @@
 """The contract compiler (ADR-03): contract files in, accepted contracts and located errors out.
 
-`compile_contracts` is pure: it reads the texts it is given and the pools in the
+`compile_contracts` is pure: it reads the files' bytes it is given and the pools in the
 `FeasibilityEnv`, never the disk or the clock (the caller passes ``published_at_us``). For each
 file it parses the YAML with line marks, validates the document, resolves it against its tier,
 checks consistency and feasibility, refuses workload ids declared in more than one file, then
@@ -85,8 +85,31 @@ class _File:
         return value if isinstance(value, str) else None
 
 
-def _read(path: Path, text: str) -> _File:
-    parsed = _File(path, hashlib.sha256(text.encode("utf-8")).hexdigest())
+def _decode(path: Path, data: bytes) -> str | ContractError:
+    """The UTF-8 text of `data`, or an error at the line of the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        return ContractError(
+            path,
+            line,
+            "(encoding)",
+            f"byte 0x{data[error.start]:02x} at offset {error.start} is not UTF-8",
+            "save the file as UTF-8 (a contract file is UTF-8 text)",
+            "yaml",
+        )
+
+
+def _read(path: Path, source: str | bytes) -> _File:
+    # The hash is of the file's bytes exactly as written (CRLF, BOM and all); a text given as a
+    # str stands for its UTF-8 encoding.
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    parsed = _File(path, hashlib.sha256(data).hexdigest())
+    text = _decode(path, data)
+    if isinstance(text, ContractError):
+        parsed.errors.append(text)
+        return parsed
     try:
         loaded = load_yaml_with_lines(text)
     except YamlSourceError as problem:
@@ -188,8 +211,11 @@ def _event(
         source_sha256=source_sha256,
     )
     return Envelope(
-        # Same bundle, same region: same id, so republishing an unchanged contract is a no-op.
-        event_id=derived_event_id(f"{region}/{sha}", ContractPublished.EVENT_TYPE),
+        # Same bundle, region and publish time: same id, so re-running one publication is a
+        # no-op; publishing the same bundle again later (a revert) is a new event.
+        event_id=derived_event_id(
+            f"{region}/{sha}@{published_at_us}", ContractPublished.EVENT_TYPE
+        ),
         event_type=ContractPublished.EVENT_TYPE,
         occurred_at=published_at_us,
         recorded_at=published_at_us,
@@ -203,14 +229,15 @@ def _event(
 
 
 def compile_contracts(
-    files: Mapping[Path, str],
+    files: Mapping[Path, str | bytes],
     env: FeasibilityEnv,
     *,
     published_at_us: int,
     region: str = "dev",
     source_commit: str | None = None,
 ) -> CompileResult:
-    """Check every contract text in `files` (path -> YAML) and build what is accepted.
+    """Check every contract file in `files` (path -> its bytes, or its text) and build what is
+    accepted. Bytes are hashed as they are (``source_sha256``) and must be UTF-8.
 
     ``published_at_us`` becomes the events' ``occurred_at``: the compiler never reads the clock.
     """

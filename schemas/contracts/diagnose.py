@@ -24,7 +24,7 @@ from schemas.contracts.model import (
 )
 from schemas.contracts.source import KeyPath, LoadedYaml, dotted
 from schemas.contracts.tiers import TIERS
-from schemas.contracts.units import FixableError
+from schemas.contracts.units import FixableError, format_bytes, format_eur
 
 _MODELS: dict[KeyPath, type[BaseModel]] = {
     (): ContractDocument,
@@ -96,6 +96,19 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _bound(name: str, bound: Any) -> str:
+    """A bound in the unit the field is written in, e.g. ``1125899906842624 (1 PiB)``."""
+    if not isinstance(bound, int):
+        return str(bound)
+    if name.endswith("_bytes"):
+        return f"{bound} ({format_bytes(bound)})"
+    if name.endswith("_eur_micros"):
+        return f"{bound} ({format_eur(bound)})"
+    if name.endswith("_s"):
+        return f"{bound} s ({bound // 86_400} days)" if bound >= 86_400 else f"{bound} s"
+    return str(bound)
+
+
 def describe_validation_error(detail: ErrorDetails) -> tuple[KeyPath, str, str]:
     """(field path, message, fix) of one pydantic error on a `ContractDocument`."""
     path = _key_path(detail["loc"])
@@ -128,6 +141,14 @@ def describe_validation_error(detail: ErrorDetails) -> tuple[KeyPath, str, str]:
         bound = ctx.get("gt", ctx.get("ge"))
         relation = "above" if kind == "greater_than" else "at least"
         return path, f"{_short(value)} is too small", f"use a value {relation} {bound}"
+    if kind in ("less_than", "less_than_equal"):
+        bound = ctx.get("lt", ctx.get("le"))
+        relation = "below" if kind == "less_than" else "at most"
+        return (
+            path,
+            f"{_short(value)} is too large",
+            f"use a value {relation} {_bound(name, bound)}",
+        )
     if kind == "finite_number":
         return path, f"{_short(value)} is not a finite number", "write a finite number"
     if kind.startswith(("datetime", "timezone")):

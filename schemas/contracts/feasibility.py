@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from typing import Protocol
 
@@ -291,6 +292,21 @@ def _largest_placeable(pools: Sequence[PoolLike], env: FeasibilityEnv, upper: in
     return low
 
 
+def _rate_text(candidate: float, passes: Callable[[float], bool]) -> str:
+    """The shortest decimal >= `candidate` (rounded up) at which `passes` holds, as written.
+
+    ``f"{candidate:g}"`` rounds to the nearest: 0.012345649 became 0.0123456, which is below
+    the pool's rate and still fails.
+    """
+    exact = Decimal(repr(candidate))
+    for digits in range(2, 18):
+        step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+        rounded = exact.quantize(step, rounding=ROUND_CEILING)
+        if float(rounded) >= candidate and passes(float(rounded)):
+            return format(rounded.normalize(), "f")
+    return repr(candidate)
+
+
 def check_rate_diversifiable(contract: Contract, env: FeasibilityEnv) -> Finding | None:
     """(d) the tolerated rate leaves enough pools and groups to hold the reclaimable part."""
     if env.pools is None or contract.reclaimable_vcpu == 0:
@@ -318,11 +334,16 @@ def check_rate_diversifiable(contract: Contract, env: FeasibilityEnv) -> Finding
             f"{found.reclaimable_vcpu} reclaimable vCPU (target_vcpu - floor_vcpu)"
         )
     fixes = []
+    all_pools = env.pools
+
+    def passes(candidate: float) -> bool:
+        eligible = eligible_pools(all_pools, candidate)
+        return diversification(contract.reclaimable_vcpu, eligible, env).feasible(env)
+
     for candidate in sorted({p.expected_interruptions_per_h for p in env.pools}):
-        if candidate > rate and diversification(
-            contract.reclaimable_vcpu, eligible_pools(env.pools, candidate), env
-        ).feasible(env):
-            fixes.append(f"raise tolerated_interruptions_per_h to at least {candidate:g}")
+        if candidate > rate and passes(candidate):
+            suggested = _rate_text(candidate, passes)
+            fixes.append(f"raise tolerated_interruptions_per_h to at least {suggested}")
             break
     largest = _largest_placeable(pools, env, contract.reclaimable_vcpu)
     if largest > 0:

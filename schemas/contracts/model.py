@@ -24,12 +24,19 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    field_validator,
     model_validator,
 )
 
 from schemas.contracts.errors import ContractFindingsError, Finding
 from schemas.contracts.tiers import CheckpointMethod
 from schemas.contracts.units import (
+    MAX_DURATION_S,
+    MAX_EUR_MICROS,
+    MAX_PRIORITY,
+    MAX_SIZE_BYTES,
+    MAX_VCPU,
+    MAX_VERSION,
     FixableError,
     parse_duration_s,
     parse_eur_micros,
@@ -92,8 +99,8 @@ class CheckpointDocument(_Frozen):
     """``checkpoint:`` as written; absent fields come from the tier."""
 
     method: CheckpointMethod | None = None
-    size_bytes: SizeBytes | None = Field(default=None, ge=0)
-    periodic_interval_s: DurationS | None = Field(default=None, gt=0)
+    size_bytes: SizeBytes | None = Field(default=None, ge=0, le=MAX_SIZE_BYTES)
+    periodic_interval_s: DurationS | None = Field(default=None, gt=0, le=MAX_DURATION_S)
 
 
 class RestartDocument(_Frozen):
@@ -106,8 +113,11 @@ class RestartDocument(_Frozen):
 class FallbackDocument(_Frozen):
     """``fallback:`` as written: the authority to spend on guaranteed capacity (ADR-23)."""
 
-    spend_cap_per_day_eur_micros: EurMicros | None = Field(default=None, ge=0)
+    spend_cap_per_day_eur_micros: EurMicros | None = Field(default=None, ge=0, le=MAX_EUR_MICROS)
     approver: Name | None = None
+
+
+_SECTIONS = ("checkpoint", "restart", "fallback")
 
 
 class ContractDocument(_Frozen):
@@ -116,22 +126,34 @@ class ContractDocument(_Frozen):
     api_version: Literal["spotcap/v1"] = Field(alias="apiVersion")
     kind: Literal["InterruptionContract"]
     workload: WorkloadId
-    version: StrictInt = Field(ge=1)
+    version: StrictInt = Field(ge=1, le=MAX_VERSION)
     owner: Name
     scheduler: Scheduler
     tier: Tier
-    target_vcpu: StrictInt = Field(gt=0)
+    target_vcpu: StrictInt = Field(gt=0, le=MAX_VCPU)
     description: str | None = None
     reviewed_by: Name | None = None
-    drain_budget_s: DurationS | None = Field(default=None, gt=0)
+    drain_budget_s: DurationS | None = Field(default=None, gt=0, le=MAX_DURATION_S)
     checkpoint: CheckpointDocument | None = None
     restart: RestartDocument | None = None
     tolerated_interruptions_per_h: RatePerH | None = Field(default=None, ge=0)
-    floor_vcpu: StrictInt | None = Field(default=None, ge=0)
+    floor_vcpu: StrictInt | None = Field(default=None, ge=0, le=MAX_VCPU)
     deadline: AwareDatetime | None = None
-    priority: StrictInt | None = Field(default=None, ge=0)
+    priority: StrictInt | None = Field(default=None, ge=0, le=MAX_PRIORITY)
     fallback: FallbackDocument | None = None
     proactive_drain_on_advisory: StrictBool | None = None
+
+    @field_validator(*_SECTIONS, mode="before")
+    @classmethod
+    def _section_not_empty(cls, value: object) -> object:
+        # `checkpoint:` with nothing under it is null in YAML; taking the tier's defaults for it
+        # would silently ignore what the author meant to write.
+        if value is None:
+            raise FixableError(
+                "is empty (null)",
+                "write the fields, or leave the section out to take the tier defaults",
+            )
+        return value
 
 
 # -- resolved ---------------------------------------------------------------------------------

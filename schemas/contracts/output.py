@@ -4,6 +4,9 @@ The directory belongs to the compiler: one ``<workload>.bundle.json`` per accept
 (signed when a signer is given), the three admission lists (`published`), and nothing else;
 bundles of workloads no longer accepted are removed. Each file is written to a temporary name
 and renamed, so a reader (an image build, a ConfigMap sync) never sees half a file.
+
+`render_outputs` signs and renders everything in memory, so a caller can do whatever may still
+fail (signing, encoding and publishing the events) before `write_rendered` touches the disk.
 """
 
 from __future__ import annotations
@@ -40,6 +43,43 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
+def render_outputs(
+    result: CompileResult,
+    signer: Signer | None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> dict[str, bytes]:
+    """File name -> bytes of every bundle (signed when `signer` is given) and admission list."""
+    rendered: dict[str, bytes] = {}
+    for compiled in result.accepted:
+        rendered[bundle_file_name(compiled.contract.workload)] = (
+            sign_bundle(compiled.bundle, signer)
+            if signer is not None
+            else unsigned_bundle(compiled.bundle)
+        )
+    rendered[PUBLISHED_JSON] = published_json(result.accepted, result.unchecked_rules)
+    rendered[PUBLISHED_SLURM] = published_slurm(result.accepted)
+    rendered[PUBLISHED_CONFIGMAP] = published_configmap(result.accepted, namespace)
+    return rendered
+
+
+def write_rendered(out_dir: Path, rendered: dict[str, bytes]) -> list[Path]:
+    """Write `rendered` into `out_dir`, bundles first; remove bundles not in it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    bundles = {n: d for n, d in rendered.items() if n.endswith(BUNDLE_SUFFIX)}
+    for name, data in bundles.items():
+        _write_atomically(out_dir / name, data)
+        written.append(out_dir / name)
+    for stale in sorted(out_dir.glob("*" + BUNDLE_SUFFIX)):
+        if stale.name not in bundles:
+            stale.unlink()
+    for name, data in rendered.items():
+        if name not in bundles:
+            _write_atomically(out_dir / name, data)
+            written.append(out_dir / name)
+    return written
+
+
 def write_outputs(
     result: CompileResult,
     out_dir: Path,
@@ -47,28 +87,4 @@ def write_outputs(
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Path]:
     """Write the bundles and admission lists of `result`; return the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    keep: set[str] = set()
-    for compiled in result.accepted:
-        name = bundle_file_name(compiled.contract.workload)
-        keep.add(name)
-        data = (
-            sign_bundle(compiled.bundle, signer)
-            if signer is not None
-            else unsigned_bundle(compiled.bundle)
-        )
-        _write_atomically(out_dir / name, data)
-        written.append(out_dir / name)
-    for stale in sorted(out_dir.glob("*" + BUNDLE_SUFFIX)):
-        if stale.name not in keep:
-            stale.unlink()
-    lists = {
-        PUBLISHED_JSON: published_json(result.accepted, result.unchecked_rules),
-        PUBLISHED_SLURM: published_slurm(result.accepted),
-        PUBLISHED_CONFIGMAP: published_configmap(result.accepted, namespace),
-    }
-    for name, data in lists.items():
-        _write_atomically(out_dir / name, data)
-        written.append(out_dir / name)
-    return written
+    return write_rendered(out_dir, render_outputs(result, signer, namespace))

@@ -4,7 +4,9 @@ Validation reports a field by its path (``("checkpoint", "size_bytes")``); the c
 that path back into the line the author wrote it on. The file is composed once (PyYAML keeps a
 start mark on every node), the marks are recorded per key path, then the same node tree is
 constructed into plain Python data with the safe constructor. A key written twice in one
-mapping, which PyYAML would silently resolve to the last value, is refused.
+mapping, which PyYAML would silently resolve to the last value, is refused; so are anchors,
+aliases and merge keys (``&name``, ``*name``, ``<<``): they put one value on several lines, so no
+error could name the line it came from, and a contract is short enough to write out.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import yaml
 KeyPath = tuple[str | int, ...]
 
 _KEY_AT_LINE_START = re.compile(r"^\s*-?\s*([A-Za-z_][\w.-]*)\s*:")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_MAX_INT_CHARS = 40  # Python refuses to convert ints of > 4300 digits; no contract needs 40
 
 
 class YamlSourceError(ValueError):
@@ -60,12 +65,27 @@ class LoadedYaml:
 
 
 def _record(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == _INT_TAG and len(str(node.value)) > _MAX_INT_CHARS:
+            raise YamlSourceError(
+                node.start_mark.line + 1,
+                dotted(path),
+                f"a number of {len(str(node.value))} characters is far too large",
+                "write a realistic value (see docs/contracts.md for each field's limit)",
+            )
+    elif isinstance(node, yaml.MappingNode):
         first_seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             key = str(key_node.value)
             line = key_node.start_mark.line + 1
             child = (*path, key)
+            if key_node.tag == _MERGE_TAG:
+                raise YamlSourceError(
+                    line,
+                    dotted(child),
+                    "merge keys ('<<') are not allowed in a contract",
+                    "write each field out under its own key",
+                )
             if key in first_seen:
                 raise YamlSourceError(
                     line,
@@ -93,6 +113,30 @@ def _field_on_line(text: str, line: int) -> str:
     return "(document)"
 
 
+class _ContractLoader(yaml.SafeLoader):
+    """The safe loader, refusing anchors and aliases where they are written."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        alias = isinstance(event, yaml.AliasEvent)
+        anchor = getattr(event, "anchor", None)
+        if alias or anchor is not None:
+            mark = event.start_mark
+            line = mark.line + 1 if mark is not None else 1
+            what = f"alias '*{anchor}'" if alias else f"anchor '&{anchor}'"
+            raise YamlSourceError(
+                line,
+                _field_on_line(self.text, line),
+                f"{what}: anchors and aliases are not allowed in a contract",
+                "write the value out in full where it applies, and remove the '&' anchor",
+            )
+        return super().compose_node(parent, index)
+
+
 def _single_document(loader: yaml.SafeLoader) -> yaml.Node | None:
     """`get_single_node`, but a second document is refused at its own line, not a key's."""
     if not loader.check_node():  # drops the stream start; False when the stream is empty
@@ -114,7 +158,7 @@ def _single_document(loader: yaml.SafeLoader) -> yaml.Node | None:
 def load_yaml_with_lines(text: str) -> LoadedYaml:
     """Parse one YAML document; raise `YamlSourceError` naming the line of a syntax error."""
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _ContractLoader(text)
     except yaml.reader.ReaderError as error:
         line = text[: error.position].count("\n") + 1
         raise YamlSourceError(

@@ -9,7 +9,7 @@ unit it does not know raises `UnitError`, whose message says which units are acc
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600}
 SIZE_UNITS_BYTES = {
@@ -27,12 +27,30 @@ SIZE_UNITS_BYTES = {
 RATE_UNITS_PER_H = {"h": Decimal(1), "day": Decimal(1) / Decimal(24)}
 EUR_MICROS = 1_000_000
 
-_DURATION_PART = re.compile(r"(\d+)\s*([a-zA-Z]+)")
-_DURATION = re.compile(r"^(?:\s*\d+\s*[a-zA-Z]+)+\s*$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$")
-_MONEY = re.compile(r"^\s*(?:(?:EUR|€)\s*(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:EUR|€))\s*$")
-_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/|per)\s*([a-zA-Z]+)\s*$")
+# Upper bounds of what a contract may declare. Every integer of a contract ends up in an Avro
+# ``long`` (int64) or ``int`` (int32) of the ``contract_published`` event, so none may exceed
+# int64; where a realistic limit is obvious it is much lower. `MAX_DIGITS` stops a number with
+# thousands of digits before Python converts it (and refuses: int_max_str_digits).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_VERSION = INT32_MAX
+MAX_PRIORITY = INT32_MAX  # an Avro int in the event
+MAX_VCPU = 10_000_000  # ten million vCPU: more than any region holds
+MAX_DURATION_S = 366 * 86_400  # a year
+MAX_SIZE_BYTES = 2**50  # 1 PiB, the final checkpoint of one instance
+MAX_EUR_MICROS = 10**9 * EUR_MICROS  # EUR 1,000,000,000 a day
+MAX_DIGITS = 30
+
+# ASCII digits only: `\d` would also take other scripts' digits ('١٢٠') and '²'.
+_DURATION_PART = re.compile(r"(\d+)\s*([a-zA-Z]+)", re.ASCII)
+_DURATION = re.compile(r"^(?:\s*\d+\s*[a-zA-Z]+)+\s*$", re.ASCII)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$", re.ASCII)
+_MONEY = re.compile(
+    r"^\s*(?:(?:EUR|€)\s*(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:EUR|€))\s*$", re.ASCII
+)
+_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$", re.ASCII)
+_WHOLE = re.compile(r"^\s*\d+\s*$", re.ASCII)
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/|per)\s*([a-zA-Z]+)\s*$", re.ASCII)
 
 
 class FixableError(ValueError):
@@ -46,6 +64,19 @@ class FixableError(ValueError):
 
 class UnitError(FixableError):
     """A value in an unknown unit or form; the message lists the accepted units."""
+
+
+def _decimal(number: str, fix: str) -> Decimal:
+    """An exact Decimal of an ASCII number of at most `MAX_DIGITS` digits."""
+    if len(number.replace(".", "")) > MAX_DIGITS:
+        raise UnitError(f"{number[:20]}... has more than {MAX_DIGITS} digits", fix)
+    return Decimal(number)
+
+
+def _exact_product(number: Decimal, scale: int | Decimal) -> Decimal:
+    # The default context rounds to 28 digits: '1.0000000000000000000000000001 GiB' would pass.
+    with localcontext(prec=4 * MAX_DIGITS):
+        return number * scale
 
 
 def _refuse_bool(value: object, what: str, fix: str) -> None:
@@ -65,14 +96,14 @@ def parse_duration_s(value: object) -> int:
         raise UnitError(f"{value!r} is not a whole number of seconds; {accepted}", fix)
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
-            return int(text)
+        if _WHOLE.match(text):
+            return int(_decimal(text, fix))
         if _DURATION.match(text):
             total = 0
             for number, unit in _DURATION_PART.findall(text):
                 if unit not in DURATION_UNITS_S:
                     raise UnitError(f"{value!r}: unknown duration unit {unit!r}; {accepted}", fix)
-                total += int(number) * DURATION_UNITS_S[unit]
+                total += int(_decimal(number, fix)) * DURATION_UNITS_S[unit]
             return total
     raise UnitError(f"{value!r} is not a duration; {accepted}", fix)
 
@@ -90,12 +121,12 @@ def parse_size_bytes(value: object) -> int:
             number, unit = match.groups()
             if unit not in SIZE_UNITS_BYTES:
                 raise UnitError(f"{value!r}: unknown size unit {unit!r}; {accepted}", fix)
-            size = Decimal(number) * SIZE_UNITS_BYTES[unit]
+            size = _exact_product(_decimal(number, fix), SIZE_UNITS_BYTES[unit])
             if size != size.to_integral_value():
                 raise UnitError(f"{value!r} is not a whole number of bytes", fix)
             return int(size)
-        if value.strip().isdigit():
-            return int(value.strip())
+        if _WHOLE.match(value):
+            return int(_decimal(value.strip(), fix))
     raise UnitError(f"{value!r} is not a size; {accepted}", fix)
 
 
@@ -118,8 +149,8 @@ def parse_eur_micros(value: object) -> int:
     if isinstance(value, str):
         match = _MONEY.match(value)
         if match:
-            amount = Decimal(match.group(1) or match.group(2))
-            micros = amount * EUR_MICROS
+            amount = _decimal(match.group(1) or match.group(2), fix)
+            micros = _exact_product(amount, EUR_MICROS)
             if micros != micros.to_integral_value():
                 raise UnitError(f"{value!r} has more than 6 decimal places", fix)
             return int(micros)
@@ -139,9 +170,9 @@ def parse_rate_per_h(value: object) -> float:
             number, unit = match.groups()
             if unit not in RATE_UNITS_PER_H:
                 raise UnitError(f"{value!r}: unknown rate unit {unit!r}; {accepted}", fix)
-            return float(Decimal(number) * RATE_UNITS_PER_H[unit])
+            return float(_decimal(number, fix) * RATE_UNITS_PER_H[unit])
         if _NUMBER.match(value):
-            return float(Decimal(value.strip()))
+            return float(_decimal(value.strip(), fix))
     raise UnitError(f"{value!r} is not a rate; {accepted}", fix)
 
 
