@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import stat
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from infra import servers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# librdkafka logs through Python logging, not to stderr after the session has ended.
+CLIENT_LOG = logging.getLogger("tests.kafka")
 
 
 @pytest.mark.kafka
@@ -27,7 +32,8 @@ def test_kafka_topic_produce_consume(kafka: servers.Server) -> None:
     )
 
     topic = f"infra-check-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka.address})
+    admin_conf: dict[str, Any] = {"bootstrap.servers": kafka.address, "logger": CLIENT_LOG}
+    admin = AdminClient(admin_conf)
     for future in admin.create_topics(
         [NewTopic(topic, num_partitions=3, replication_factor=1)]
     ).values():
@@ -35,7 +41,12 @@ def test_kafka_topic_produce_consume(kafka: servers.Server) -> None:
     assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
 
     producer = Producer(
-        {"bootstrap.servers": kafka.address, "partitioner": "murmur2_random", "acks": "all"}
+        {
+            "bootstrap.servers": kafka.address,
+            "partitioner": "murmur2_random",
+            "acks": "all",
+            "logger": CLIENT_LOG,
+        }
     )
     sent = {f"key-{i}": f"value-{i}" for i in range(10)}
     for key, value in sent.items():
@@ -48,6 +59,7 @@ def test_kafka_topic_produce_consume(kafka: servers.Server) -> None:
             "group.id": f"g-{topic}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "logger": CLIENT_LOG,
         }
     )
     received: dict[str, str] = {}

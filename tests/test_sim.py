@@ -17,6 +17,7 @@ from provider.base import OWNER_TAG
 from provider.sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
 from provider.sim.clock import DAY_US, EPOCH_US, SECOND_US
 from schemas.events import (
+    Advisory,
     CheckpointWritten,
     ContractPublished,
     Envelope,
@@ -158,11 +159,12 @@ def test_misbehaving_pools_are_reclaimed_far_above_their_rate() -> None:
 
 
 def test_a_wave_reclaims_much_of_a_hall_within_minutes() -> None:
-    reclaims = ReclaimSettings(waves_per_day=3.0, advisory_share=0.0, no_notice_share=0.0)
+    # Background advisories stay on: a wave's instances must still follow the wave's decision.
+    reclaims = ReclaimSettings(waves_per_day=3.0, advisory_share=0.3, no_notice_share=0.2)
     config = replace(SMALL, seed=5, days=1.0, workloads=60, reclaims=reclaims)
     sim = RegionSim(config)
     events = [e for batch in sim.run() for e in batch]
-    assert sim.reclaimer.waves
+    assert {w.advised for w in sim.reclaimer.waves} == {True, False}
     pools = {p.pool_id: p for p in sim.catalogue}
     for wave in sim.reclaimer.waves:
         live = set()
@@ -175,17 +177,74 @@ def test_a_wave_reclaims_much_of_a_hall_within_minutes() -> None:
                     live.add(p.instance_id)
             elif isinstance(p, InstanceLost | InstanceDeleted):
                 live.discard(p.instance_id)
-        lost = [
-            e.payload
-            for e in _of(events, InstanceLost)
-            if e.correlation_id == wave.wave_id and isinstance(e.payload, InstanceLost)
-        ]
-        latest_us = wave.start_us + (wave.spread_s + 900 + 140) * SECOND_US
-        wave_times = [e.occurred_at for e in events if e.correlation_id == wave.wave_id]
-        assert all(wave.start_us <= t <= latest_us for t in wave_times)
-        assert all(pools[p.pool_id].hall == wave.hall for p in lost)
+        mine = [e for e in events if e.correlation_id == wave.wave_id]
+        lost = [e for e in mine if isinstance(e.payload, InstanceLost)]
+        lost_pools = {e.payload.pool_id for e in mine if isinstance(e.payload, InstanceLost)}
+        notices: dict[str, Envelope] = {}
+        advisories: dict[str, Envelope] = {}
+        for e in mine:
+            if isinstance(e.payload, NoticeReceived):
+                notices[e.payload.instance_id] = e
+            elif isinstance(e.payload, Advisory):
+                advisories[e.payload.instance_id] = e
+        assert all(pools[pool_id].hall == wave.hall for pool_id in lost_pools)
         if len(live) >= 10:
             assert len(lost) >= 0.3 * len(live), (wave, len(lost), len(live))
+        # The wave decides: a plain wave gives no advisories, an advised one one per notice,
+        # all with the wave's lead and notice; so each kind falls within one `spread` window.
+        spread_us, lead_us = wave.spread_s * SECOND_US, wave.advisory_lead_s * SECOND_US
+        assert bool(wave.advisory_lead_s) == wave.advised
+        assert set(advisories) == (set(notices) if wave.advised else set())
+        for instance_id, e in advisories.items():
+            assert wave.start_us <= e.occurred_at <= wave.start_us + spread_us
+            assert notices[instance_id].occurred_at == e.occurred_at + lead_us
+        for e in notices.values():
+            assert isinstance(e.payload, NoticeReceived)
+            assert e.payload.deadline_at - e.occurred_at == wave.notice_s * SECOND_US
+            assert 0 <= e.occurred_at - wave.start_us - lead_us <= spread_us
+        first_loss_us = wave.start_us + wave.path_s * SECOND_US
+        for e in lost:
+            assert first_loss_us <= e.occurred_at <= first_loss_us + spread_us
+        assert all(e.occurred_at <= first_loss_us + spread_us for e in mine)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    days=st.sampled_from([0.1, 0.3, 0.55]),
+    usage_interval_s=st.sampled_from([21600, 3600, 5000]),
+)
+def test_usage_covers_every_instance_from_launch_to_its_end(
+    seed: int, days: float, usage_interval_s: int
+) -> None:
+    """The usage intervals of an instance add up to vcpu x its whole life: from launch to its
+    loss or deletion, or to the end of the run for those still running then."""
+    config = replace(
+        SMALL,
+        seed=seed,
+        days=days,
+        workloads=20,
+        reclaims=replace(SMALL.reclaims, waves_per_day=3.0),
+        orchestrator=replace(SMALL.orchestrator, usage_interval_s=usage_interval_s),
+    )
+    events = list(simulate(config))
+    launched: dict[str, tuple[int, int]] = {}
+    ended: dict[str, int] = {}
+    used: defaultdict[str, float] = defaultdict(float)
+    for e in events:
+        p = e.payload
+        if isinstance(p, InstanceLaunched):
+            launched[p.instance_id] = (e.occurred_at, p.vcpu)
+        elif isinstance(p, InstanceLost | InstanceDeleted):
+            ended[p.instance_id] = e.occurred_at
+        elif isinstance(p, UsageInterval):
+            used[p.instance_id] += p.used_vcpu_h
+    assert launched and any(i not in ended for i in launched)
+    assert set(used) <= set(launched)
+    for instance_id, (launched_us, vcpu) in launched.items():
+        end_us = ended.get(instance_id, config.end_us)
+        expected = vcpu * (end_us - launched_us) / 3.6e9
+        assert used[instance_id] == pytest.approx(expected, rel=1e-9, abs=1e-9), instance_id
 
 
 def test_contracts_are_published_first_by_the_compiler(small_run: list[Envelope]) -> None:

@@ -239,6 +239,8 @@ def test_contracts_out_compile_through_the_cli_to_the_same_events(
     commit = simulated[0].payload.source_commit
     assert commit is not None
 
+    key = tmp_path / "key.pem"
+    assert runner.invoke(main, ["contracts", "keygen", "--out", str(key)]).exit_code == 0
     monkeypatch.chdir(out)  # so that the files' paths are those of the contract repository
     start = datetime.fromtimestamp(EPOCH_US // 1_000_000, UTC).isoformat()
     compiled = runner.invoke(
@@ -247,7 +249,7 @@ def test_contracts_out_compile_through_the_cli_to_the_same_events(
             *["--home", str(tmp_path / "compile"), "--region", region],
             *["contracts", "compile", ".", "--out", str(tmp_path / "bundles")],
             *["--pools", str(DEMO_REGION), "--publish", "--published-at", start],
-            *["--source-commit", commit, "--json"],
+            *["--source-commit", commit, "--key", str(key), "--json"],
         ],
     )
     assert compiled.exit_code == 0, compiled.output

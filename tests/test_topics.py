@@ -4,9 +4,11 @@ on real Kafka and in the embedded log."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -70,7 +72,11 @@ def test_apply_restores_a_changed_config_on_kafka(kafka: Server) -> None:
     region = f"t{uuid.uuid4().hex[:8]}"
     args = ["--kafka", kafka.address, "--region", region]
     apply(args)
-    admin = AdminClient({"bootstrap.servers": kafka.address})
+    conf: dict[str, Any] = {
+        "bootstrap.servers": kafka.address,
+        "logger": logging.getLogger("tests"),
+    }
+    admin = AdminClient(conf)
     topic = f"{region}.lifecycle"
     resource = ConfigResource(
         ConfigResource.Type.TOPIC,

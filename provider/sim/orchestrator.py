@@ -98,6 +98,10 @@ class SimOrchestrator:
         bus.subscribe(InstanceLost.EVENT_TYPE, self._on_loss)
         clock.every(clock.now_us + RECONCILE_US, RECONCILE_US, self._reconcile)
 
+    def close_usage(self) -> None:
+        """The run ends now: close the usage of every instance still running."""
+        self._work.close_usage()
+
     def admit(self, workload: SimWorkload, runs: list[Run]) -> None:
         """Schedule the runs of a workload whose contract is published."""
         for run in runs:

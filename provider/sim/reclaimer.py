@@ -9,9 +9,14 @@ Two processes, both deterministic in the seed:
 * **Hall-wide waves.** A guaranteed tenant's surge in one hall: the hall's reclaimable pools stop
   lending for `pressure` (1-4 h), and a `share` (by default 40-70%) of the hall's reclaimable
   instances are reclaimed within `spread` (2-8 minutes), all under the wave's correlation id.
+  The wave decides the path for all its instances: half the waves are *advised* (every instance
+  gets an advisory the same `advisory_lead_s` ahead of its notice), the others give no
+  advisory at all; every notice of the wave is the same `notice_s` long. So the wave's
+  advisories, its notices and its losses each fall within one `spread` window.
 
-Each reclaim comes without notice with probability `no_notice_share`; otherwise with an advisory
-some minutes ahead with probability `advisory_share`, then the hard notice (120-140 s).
+Each reclaim comes without notice with probability `no_notice_share` (in a wave, the loss comes
+when its notice would have ended); otherwise a background reclaim gets an advisory some minutes
+ahead with probability `advisory_share`, then the hard notice (120-140 s).
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ class Wave:
     spread_s: int
     pressure_s: int
     advised: bool
+    advisory_lead_s: int  # 0 when not advised
+    notice_s: int
+
+    @property
+    def path_s(self) -> int:
+        """From the start of an instance's reclaim (advisory or notice) to its loss."""
+        return self.advisory_lead_s + self.notice_s
 
 
 class Reclaimer:
@@ -86,15 +98,22 @@ class Reclaimer:
         mean_gap_us = 24 * HOUR_US / s.waves_per_day
         at_us = start_us + int(rng.expovariate(1.0) * mean_gap_us)
         while at_us < end_us:
+            hall = rng.choice(halls)
+            share = rng.uniform(*s.wave_share)
+            spread_s = rng.randint(*s.wave_spread_s)
+            pressure_s = rng.randint(*s.wave_pressure_s)
+            advised = rng.random() < 0.5
             waves.append(
                 Wave(
                     wave_id=f"wave-{len(waves) + 1:04d}",
-                    hall=rng.choice(halls),
+                    hall=hall,
                     start_us=at_us,
-                    share=rng.uniform(*s.wave_share),
-                    spread_s=rng.randint(*s.wave_spread_s),
-                    pressure_s=rng.randint(*s.wave_pressure_s),
-                    advised=rng.random() < 0.5,
+                    share=share,
+                    spread_s=spread_s,
+                    pressure_s=pressure_s,
+                    advised=advised,
+                    advisory_lead_s=rng.randint(*s.advisory_lead_s) if advised else 0,
+                    notice_s=rng.randint(*s.notice_s),
                 )
             )
             at_us += int(rng.expovariate(1.0) * mean_gap_us)
@@ -109,18 +128,17 @@ class Reclaimer:
         if rate <= 0:
             return
         lifetime_us = int(self._rng.expovariate(rate) * HOUR_US)
-        self._clock.after(lifetime_us, partial(self._reclaim, payload.instance_id, None))
+        self._clock.after(lifetime_us, partial(self._reclaim, payload.instance_id))
 
-    def _reclaim(self, instance_id: str, correlation_id: str | None, lead_s: int = 0) -> None:
+    def _reclaim(self, instance_id: str) -> None:
         if not self._provider.is_live(instance_id):
             return
         s, rng = self.settings, self._rng
         with_notice = rng.random() >= s.no_notice_share
-        if not lead_s and rng.random() < s.advisory_share:
-            lead_s = rng.randint(*s.advisory_lead_s)
+        lead_s = rng.randint(*s.advisory_lead_s) if rng.random() < s.advisory_share else 0
         notice_s = rng.randint(*s.notice_s)
         self._provider.start_reclaim(
-            instance_id, notice_s, lead_s or None, correlation_id, with_notice=with_notice
+            instance_id, notice_s, lead_s or None, None, with_notice=with_notice
         )
 
     # -- waves ------------------------------------------------------------------------------
@@ -131,7 +149,7 @@ class Reclaimer:
         self._clock.after(
             wave.pressure_s * SECOND_US, lambda: provider.set_hall_pressure(wave.hall, False)
         )
-        lead_s = rng.randint(*self.settings.advisory_lead_s) if wave.advised else 0
+        no_notice_share = self.settings.no_notice_share
         for pool in self._catalogue.in_hall(wave.hall):
             if pool.purchase_model != "reclaimable":
                 continue
@@ -139,5 +157,19 @@ class Reclaimer:
             taken = rng.sample(candidates, round(len(candidates) * wave.share))
             for instance_id in taken:
                 offset_us = rng.randint(0, wave.spread_s * SECOND_US)
-                reclaim = partial(self._reclaim, instance_id, wave.wave_id, lead_s)
+                with_notice = rng.random() >= no_notice_share
+                if not with_notice:  # lost when its notice would have ended, unannounced
+                    offset_us += wave.path_s * SECOND_US
+                reclaim = partial(self._wave_reclaim, wave, instance_id, with_notice)
                 self._clock.after(offset_us, reclaim)
+
+    def _wave_reclaim(self, wave: Wave, instance_id: str, with_notice: bool) -> None:
+        """Put one of the wave's instances on the path the wave decided: no advisory in a
+        plain wave, the wave's advisory lead in an advised one, and the wave's notice."""
+        self._provider.start_reclaim(
+            instance_id,
+            wave.notice_s,
+            wave.advisory_lead_s or None,
+            wave.wave_id,
+            with_notice=with_notice,
+        )

@@ -109,8 +109,13 @@ class RegionSim:
         return self.clock.now_us
 
     def run_until(self, until_us: int) -> None:
-        """Advance sim time to `until_us` (capped at the configured end)."""
-        self.clock.run_until(min(until_us, self.config.end_us))
+        """Advance sim time to `until_us` (capped at the configured end). Reaching the end
+        closes the run: every instance still running gets its last `usage_interval`, up to the
+        end (actions due at the end itself never run)."""
+        end_us = self.config.end_us
+        self.clock.run_until(min(until_us, end_us))
+        if self.clock.now_us >= end_us:
+            self.orchestrator.close_usage()
 
     def run(self, step_us: int = HOUR_US) -> Iterator[list[Envelope]]:
         """Run to the end, yielding the events of each `step_us` of sim time."""

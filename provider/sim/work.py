@@ -158,6 +158,11 @@ class WorkloadSide:
         for unit in self.units.values():
             self._usage(unit)
 
+    def close_usage(self) -> None:
+        """The run ends now: close the open usage interval of every live instance. (A unit
+        whose interval is already closed at this microsecond writes nothing.)"""
+        self._usage_tick()
+
     def _usage(self, unit: Unit) -> None:
         now_us = self._clock.now_us
         if now_us <= unit.usage_from_us:
