@@ -106,7 +106,9 @@ def test_compile_sign_publish_and_verify(settings: Settings, tmp_path: Path, key
     assert [p.name for p in sorted(out.glob("*.bundle.json"))] == [
         f"{w}.bundle.json" for w in workloads
     ]
-    assert json.loads((out / "published-contracts.json").read_text())["unchecked_rules"] == []
+    published = json.loads((out / "published-contracts.json").read_text())
+    assert published["unchecked_rules"] == []
+    assert published["bundles_signed"] is True
 
     verified = invoke(
         settings,
@@ -302,6 +304,7 @@ def test_unsigned_writes_unsigned_bundles_and_says_so(settings: Settings, tmp_pa
     assert "bundles are written unsigned" in result.output
     bundle = json.loads((out / "etl-nightly.bundle.json").read_text())
     assert "signature" not in bundle
+    assert json.loads((out / "published-contracts.json").read_text())["bundles_signed"] is False
 
 
 def test_huge_values_are_refused_located_before_anything_is_written(

@@ -56,7 +56,9 @@ def render_outputs(
             if signer is not None
             else unsigned_bundle(compiled.bundle)
         )
-    rendered[PUBLISHED_JSON] = published_json(result.accepted, result.unchecked_rules)
+    rendered[PUBLISHED_JSON] = published_json(
+        result.accepted, result.unchecked_rules, signed=signer is not None
+    )
     rendered[PUBLISHED_SLURM] = published_slurm(result.accepted)
     rendered[PUBLISHED_CONFIGMAP] = published_configmap(result.accepted, namespace)
     return rendered

@@ -36,7 +36,10 @@ def _sorted(accepted: Sequence[CompiledContract]) -> list[CompiledContract]:
 
 
 def published_json(
-    accepted: Sequence[CompiledContract], unchecked_rules: Sequence[str] = ()
+    accepted: Sequence[CompiledContract],
+    unchecked_rules: Sequence[str] = (),
+    *,
+    signed: bool = True,
 ) -> bytes:
     entries = [
         {
@@ -54,6 +57,8 @@ def published_json(
         "format": "spotcap.published/v1",
         "contracts": entries,
         "unchecked_rules": list(unchecked_rules),
+        # False when compiled with --unsigned: every node agent refuses these bundles.
+        "bundles_signed": signed,
     }
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
