@@ -326,16 +326,11 @@ class EmbeddedLog:
         """Become the one writer: take the lock and repair torn tails left by a dead writer."""
         if self._lock_handle is not None:
             return
-        handle = open(self.root / ".writer.lock", "a+b")  # noqa: SIM115 (held until close)
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as error:
-            handle.close()
-            raise LogError(
-                f"another process is writing the embedded log at {self.root}; "
-                "stop it or use another --home"
-            ) from error
-        self._lock_handle = handle
+        self._lock_handle = _exclusive_lock(
+            self.root / ".writer.lock",
+            f"another process is writing the embedded log at {self.root}; "
+            "stop it or use another --home",
+        )
         # What this process read before may be stale: another writer may have appended since.
         self._partitions.clear()
         for topic in self.topics():
@@ -435,7 +430,12 @@ class EmbeddedConsumer:
     def __init__(self, log: EmbeddedLog, group: str, topics: Sequence[str]) -> None:
         self._log = log
         self.group = group
-        self._lock = _lock_group(log.root / "_groups" / f"{group}.lock", group)
+        lock_path = log.root / "_groups" / f"{group}.lock"
+        self._lock = _exclusive_lock(
+            lock_path,
+            f"consumer group {group!r} already has a member (the embedded log allows one per "
+            f"group; see {lock_path}): close it first or use another group",
+        )
         self._assigned: list[TopicPartition] = [
             (topic, n) for topic in topics for n in range(log.partitions_for(topic))
         ]
@@ -494,14 +494,15 @@ class EmbeddedConsumer:
             self._lock.close()
 
 
-def _lock_group(path: Path, group: str) -> Any:
-    handle = open(path, "a+b")  # noqa: SIM115 (held until the consumer closes)
+def _exclusive_lock(path: Path, held_elsewhere: str) -> Any:
+    """An open file holding an exclusive flock on `path`; LogError(`held_elsewhere`) if taken.
+
+    The lock lasts until the file is closed (or the process ends, however it ends).
+    """
+    handle = open(path, "a+b")  # noqa: SIM115 (held until the owner closes it)
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as error:
         handle.close()
-        raise LogError(
-            f"consumer group {group!r} already has a member (the embedded log allows one per "
-            f"group; see {path}): close it first or use another group"
-        ) from error
+        raise LogError(held_elsewhere) from error
     return handle
