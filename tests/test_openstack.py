@@ -45,12 +45,6 @@ from schemas.events import PurchaseModel
 from schemas.pools import Pool, PoolCatalogue
 from tests.test_openstack_replay import REGION, ReplayServer, connect, replay_servers
 
-# Deprecations raised inside openstacksdk by its own calls, not by the adapter's.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK50Warning"),
-    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK60Warning"),
-]
-
 OWNER = "orch-eu1"
 OWNED = "9b1f6c2e-4d3a-4b8e-9f7a-1c2d3e4f5a6b"
 OWNED2 = "2a7e9d14-6b5c-4f3e-8d2a-7b6c5d4e3f21"

@@ -43,12 +43,6 @@ REGION = "eu-west-1"
 TOKEN = "gAAAAABreplay-token-spotcap-orchestrator"  # the X-Subject-Token of keystone.json
 _ABSENT = object()
 
-# Deprecations raised inside openstacksdk by its own calls.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK50Warning"),
-    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK60Warning"),
-]
-
 
 @dataclass
 class Exchange:

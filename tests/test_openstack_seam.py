@@ -80,11 +80,6 @@ from tests.test_openstack import (
 )
 from tests.test_openstack_replay import REGION, ReplayServer, connect, replay_servers
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK50Warning"),
-    pytest.mark.filterwarnings("ignore::openstack.warnings.RemovedInSDK60Warning"),
-]
-
 T0 = 1_796_022_000_000_000  # the feeds' published_at
 ADVISORY_ID = "0f1e2d3c-4b5a-4969-8877-665544332211"  # the feed's own ids (feeds.json)
 NOTICE_ID = "1a2b3c4d-5e6f-4a8b-9c0d-1e2f3a4b5c6d"
