@@ -26,12 +26,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from schemas.topics import EVENT_TOPICS
+
 SCHEMA_DIR = Path(__file__).resolve().parent
 ENVELOPE_FILE = "envelope.avsc"
 TYPES_FILE = "_types.avsc"
 EVENTS_NAMESPACE = "spotcap.events"
 TYPES_NAMESPACE = "spotcap.types"
-TOPICS = frozenset({"lifecycle", "market", "demand", "decisions", "usage", "deadletter"})
+TOPICS = frozenset(EVENT_TOPICS)  # the topics events may name (schemas.topics)
 TOPIC_ATTR = "spotcap.topic"
 KEY_ATTR = "spotcap.key"
 

@@ -24,12 +24,12 @@ from typing import Any
 
 from schemas.catalogue import (
     SCHEMA_DIR,
-    TOPICS,
     Catalogue,
     full_name,
     load_catalogue,
     non_null,
 )
+from schemas.topics import LOGICAL_TOPICS
 
 ROOT = SCHEMA_DIR.parent
 EVENTS_PY = SCHEMA_DIR / "events.py"
@@ -311,26 +311,7 @@ _UNITS = (  # suffix -> unit, first match wins
     ("_bytes", "bytes"),
 )
 
-_TOPIC_DOCS = {
-    "lifecycle": (
-        "What happens to instances: launches, deletions, advisories, notices, drains, "
-        "checkpoints and losses. Keyed by instance, so each instance's story is in order."
-    ),
-    "market": (
-        "What the private cloud offers: the pool catalogue, rate cards, forward capacity and "
-        "committed reservations. Keyed by pool."
-    ),
-    "demand": (
-        "What workloads declare and ask for: contracts, capacity claims, and approvers' answers "
-        "to escalated fallback. Keyed by workload."
-    ),
-    "decisions": (
-        "What the deciders and the actuator decided: rankings, exclusions, placements, "
-        "replacements, fallbacks, throttling and breakers. Keyed by pool, workload or region."
-    ),
-    "usage": "What was used and what was wasted, for the ledger. Keyed by workload.",
-    "deadletter": "Input no processor could read, kept whole with its reason.",
-}
+_TOPIC_DOCS = {t.name: t.doc for t in LOGICAL_TOPICS if t.events}
 
 
 def unit_of(field_name: str) -> str:
@@ -386,7 +367,7 @@ def render_events_md(cat: Catalogue) -> str:
     """The text of ``docs/events.md``."""
     named = {**cat.named_types, **cat.records}
     env = cat.raw_envelope
-    by_topic: dict[str, list[Any]] = {t: [] for t in sorted(TOPICS, key=list(_TOPIC_DOCS).index)}
+    by_topic: dict[str, list[Any]] = {t: [] for t in _TOPIC_DOCS}
     for et in cat.event_types:
         by_topic[et.topic].append(et)
     out = [

@@ -32,14 +32,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from schemas.contracts.bundles import BundleError, verify_bundle
-from schemas.contracts.compiler import CompileResult, compile_contracts
-from schemas.contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
-from schemas.contracts.model import to_epoch_us
-from schemas.contracts.output import render_outputs, write_rendered
-from schemas.contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
-from schemas.contracts.published import DEFAULT_NAMESPACE
-from schemas.contracts.signing import (
+from contracts.bundles import BundleError, verify_bundle
+from contracts.compiler import CompileResult, compile_contracts
+from contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
+from contracts.output import render_outputs, write_rendered
+from contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
+from contracts.published import DEFAULT_NAMESPACE
+from contracts.signing import (
     FileSigner,
     Signer,
     SigningError,
@@ -50,6 +49,7 @@ from schemas.contracts.signing import (
     load_public_key,
     raw_public_bytes,
 )
+from schemas.contracts.model import to_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.config import ConfigError, Settings
 

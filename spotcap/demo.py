@@ -28,11 +28,10 @@ from spotcap.config import Settings
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
-from streams.topics import LOGICAL_TOPICS, region_topics, topic_name
+from streams.topics import EVENT_TOPICS, region_topics, topic_name
 from streams.writer import EventWriter
 
 FLUSH_EVENTS = 50_000
-EVENT_TOPICS = tuple(t.name for t in LOGICAL_TOPICS if t.name != "schemas")
 
 ProgressCallback = Callable[[float], None]
 

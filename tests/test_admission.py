@@ -21,9 +21,9 @@ import jmespath
 import pytest
 import yaml
 
-from schemas.contracts import FeasibilityEnv, compile_contracts
-from schemas.contracts.output import write_outputs
-from schemas.contracts.published import (
+from contracts import FeasibilityEnv, compile_contracts
+from contracts.output import write_outputs
+from contracts.published import (
     CONFIGMAP_NAME,
     DEFAULT_NAMESPACE,
     PUBLISHED_CONFIGMAP,

@@ -15,9 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra import servers
-from infra.servers.process import free_ports
-from schemas.contracts import (
+from contracts import (
     Bundle,
     BundleError,
     FileSigner,
@@ -34,7 +32,9 @@ from schemas.contracts import (
     sign_bundle,
     verify_bundle,
 )
-from schemas.contracts.bundles import canonical_json, signed_bytes, unsigned_bundle
+from contracts.bundles import canonical_json, signed_bytes, unsigned_bundle
+from infra import servers
+from infra.servers.process import free_ports
 from tests.test_contracts import BASE, compile_one
 
 __all__ = ["TransitKey", "transit_key"]  # tests/test_contracts_cli.py signs with them too

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.codec import Codec
-from schemas.contracts import (
+from contracts import (
     TIERS,
     CompileResult,
     ContractError,
     FeasibilityEnv,
     compile_contracts,
 )
-from schemas.contracts.pool_file import load_pools
+from contracts.pool_file import load_pools
+from schemas.codec import Codec
 from schemas.contracts.units import (
     INT32_MAX,
     INT64_MAX,

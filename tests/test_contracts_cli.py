@@ -13,8 +13,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from contracts.signing import key_id_of, load_public_key
 from schemas.codec import Codec
-from schemas.contracts.signing import key_id_of, load_public_key
 from schemas.errors import EncodeError
 from schemas.events import ContractPublished
 from spotcap.cli_contracts import contracts

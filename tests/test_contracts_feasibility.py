@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.contracts import FeasibilityEnv, compile_contracts
-from schemas.contracts.feasibility import (
+from contracts import FeasibilityEnv, compile_contracts
+from contracts.feasibility import (
     check_rate_diversifiable,
     diversification,
     eligible_pools,

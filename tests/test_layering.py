@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("schemas", "streams", "projections", "agent", "provider", "replay", "spotcap")
+PARTS = ("schemas", "contracts", "streams", "projections", "agent", "provider", "replay", "spotcap")
 ALLOWED = {
     "schemas": {"schemas"},
-    "streams": {"schemas", "streams"},
-    "projections": {"schemas", "projections"},
-    "agent": {"schemas", "agent"},
-    "provider": {"schemas", "provider"},
-    "replay": {"schemas", "streams", "projections", "agent", "provider", "replay"},
+    "contracts": {"schemas", "contracts"},
+    "streams": {"schemas", "contracts", "streams"},
+    "projections": {"schemas", "contracts", "projections"},
+    "agent": {"schemas", "contracts", "agent"},
+    "provider": {"schemas", "contracts", "provider"},
+    "replay": {"schemas", "contracts", "streams", "projections", "agent", "provider", "replay"},
     "spotcap": set(PARTS),
 }
 

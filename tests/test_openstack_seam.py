@@ -400,7 +400,7 @@ def test_bad_notice_elements_are_dead_lettered_and_the_good_ones_delivered(
     assert bad_id.origin_offset == 3 and "'adv-17'" in bad_id.reason
     assert "not a UUID" in bad_id.reason
     assert not_object.origin_offset == 4 and "without an event_id" in not_object.reason
-    assert not_object.error_class == "provider.notices.model.NoticeFormatError"
+    assert not_object.error_class == "schemas.notices.NoticeFormatError"
     assert json.loads(not_object.raw_value) == "reclaim 8e5fa043"
     assert [e.event_id for e in dead] == [
         derived_event_id(BAD_PAGE_CAUSE, "dead_lettered", str(i)) for i in (1, 3, 4)

@@ -16,13 +16,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from contracts import FeasibilityEnv, compile_contracts
+from contracts.pool_file import PoolFileError, load_pools
 from provider.sim import RegionSim, SimConfig, workload_contract_files
 from provider.sim.clock import EPOCH_US, SECOND_US
 from provider.sim.contracts import compile_workload_contracts, repository_commit
+from provider.sim.pools import demo_region
 from provider.sim.workloads import SimWorkload
 from schemas.codec import Codec
-from schemas.contracts import FeasibilityEnv, compile_contracts
-from schemas.contracts.pool_file import PoolFileError, load_pools
 from schemas.events import (
     CapacityClaimOpened,
     CheckpointWritten,
@@ -32,7 +33,7 @@ from schemas.events import (
     NoticeReceived,
     WorkWasted,
 )
-from schemas.pools import PoolCatalogue, demo_region
+from schemas.pools import PoolCatalogue
 from spotcap.cli import main
 from streams.embedded import EmbeddedLog
 from streams.topics import topic_name

@@ -114,6 +114,5 @@ def test_every_event_topic_of_the_catalogue_is_a_region_topic() -> None:
     from schemas.catalogue import TOPICS, event_types
     from streams.topics import LOGICAL_NAMES
 
-    # The catalogue cannot import streams (it sits below it), so the two lists are checked here.
     assert LOGICAL_NAMES - {"schemas"} == TOPICS
     assert {t.topic for t in event_types()} <= LOGICAL_NAMES

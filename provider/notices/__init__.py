@@ -2,7 +2,9 @@
 subscriber, over one JSON shape of notices and advisories (see docs/providers.md)."""
 
 from provider.notices.metadata import MetadataError, MetadataServer, NoticeBoard, fetch_notice
-from provider.notices.model import (
+from provider.notices.relay import NoticeRelay, RelayUnavailableError
+from provider.notices.subscriber import NoticeSubscriber
+from schemas.notices import (
     Delivery,
     Message,
     Notice,
@@ -12,8 +14,6 @@ from provider.notices.model import (
     message_from_json,
     notice_subject,
 )
-from provider.notices.relay import NoticeRelay, RelayUnavailableError
-from provider.notices.subscriber import NoticeSubscriber
 
 __all__ = [
     "Delivery",

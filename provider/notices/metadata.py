@@ -15,7 +15,7 @@ import json
 import re
 from urllib.parse import unquote, urlsplit
 
-from provider.notices.model import MAX_MESSAGE_BYTES, Notice, NoticeFormatError
+from schemas.notices import MAX_MESSAGE_BYTES, Notice, NoticeFormatError
 
 _NOTICE_PATH = re.compile(r"^/v1/instances/([^/?#]+)/notice$")
 _MAX_HEADER_BYTES = 16 * 1024

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from provider.notices.model import Message
+from schemas.notices import Message
 
 
 class RelayUnavailableError(Exception):

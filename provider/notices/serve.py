@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from provider.notices.metadata import NoticeBoard
-from provider.notices.model import Notice, ReclaimAdvisory
 from provider.notices.relay import NoticeRelay, RelayUnavailableError
 from schemas.events import Advisory, Envelope, InstanceDeleted, InstanceLost, NoticeReceived
+from schemas.notices import Notice, ReclaimAdvisory
 
 
 @dataclass(slots=True)

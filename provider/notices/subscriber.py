@@ -21,7 +21,9 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from provider.notices.metadata import MetadataError, fetch_notice
-from provider.notices.model import (
+from provider.notices.relay import RelayUnavailableError, connect_nats
+from schemas.events import NoticeSource
+from schemas.notices import (
     Delivery,
     Message,
     NoticeFormatError,
@@ -29,8 +31,6 @@ from provider.notices.model import (
     message_from_json,
     notice_subject,
 )
-from provider.notices.relay import RelayUnavailableError, connect_nats
-from schemas.events import NoticeSource
 
 log = logging.getLogger(__name__)
 

@@ -41,11 +41,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from provider.notices.model import Message, Notice
 from provider.openstack.errors import FeedFormatError
 from provider.openstack.feeds import ProviderFeeds, UnreadNotice
 from schemas.events import Advisory, DeadLettered, Envelope, NoticeReceived, Payload
 from schemas.ids import derived_event_id
+from schemas.notices import Message, Notice
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from keystoneauth1.adapter import Adapter
 from keystoneauth1.session import Session
 
 from provider.base import MIN_NOTICE_S, NoticeTooShortError, ReclaimRequest, ReclaimScheduled
-from provider.notices.model import Message, NoticeFormatError, message_from_json
 from provider.openstack._calls import raise_for_response, translated
 from provider.openstack.budget import Acquire, unbounded
 from provider.openstack.errors import FeedFormatError
 from schemas.events import ForwardCapacity, PurchaseModel, RateCard
+from schemas.notices import Message, NoticeFormatError, message_from_json
 
 _PURCHASE_MODELS = frozenset(get_args(PurchaseModel))
 
@@ -58,7 +58,7 @@ class UnreadNotice:
     reason: str
     """What is wrong with it, naming the field."""
     error_class: str
-    """The error's class, e.g. 'provider.notices.model.NoticeFormatError'."""
+    """The error's class, e.g. 'schemas.notices.NoticeFormatError'."""
     not_ours: bool = False
 
 

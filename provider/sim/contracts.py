@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from schemas.contracts import CompileResult, FeasibilityEnv, PoolLike, compile_contracts
-from schemas.contracts.feasibility import checkpoint_write_s
+from contracts import CompileResult, FeasibilityEnv, PoolLike, compile_contracts
+from contracts.feasibility import checkpoint_write_s
 from schemas.contracts.tiers import TIERS, CheckpointMethod, TierDefaults, TierName
 from schemas.events import RestartSemantics, Scheduler
 

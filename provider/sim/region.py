@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts import CompileResult
 from provider.sim.bus import EventBus
 from provider.sim.clock import DAY_US, EPOCH_US, HOUR_US, Scheduler
 from provider.sim.contracts import compile_workload_contracts
@@ -28,12 +29,12 @@ from provider.sim.market import Market
 from provider.sim.orchestrator import OrchestratorSettings, SimOrchestrator
 from provider.sim.parts import SimParts
 from provider.sim.placement import PlacementPolicy, SpreadPolicy
+from provider.sim.pools import demo_region
 from provider.sim.provider import SimProvider
 from provider.sim.reclaimer import Reclaimer, ReclaimSettings
 from provider.sim.workloads import WorkloadDraft, admitted, draft_workloads, plan_runs
-from schemas.contracts import CompileResult
 from schemas.events import Envelope
-from schemas.pools import PoolCatalogue, demo_region
+from schemas.pools import PoolCatalogue
 
 
 @dataclass(frozen=True)

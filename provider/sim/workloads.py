@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from contracts import CompileResult, Contract
 from provider.sim.clock import DAY_US, HOUR_US, MINUTE_US
 from provider.sim.contracts import MIB, Behaviour, Owner, contract_yaml, drain_budget_s
-from schemas.contracts import CompileResult, Contract
 from schemas.contracts.tiers import CheckpointMethod, TierName
 from schemas.events import RestartSemantics, Scheduler
 

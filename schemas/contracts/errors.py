@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.contracts.source import KeyPath, dotted
+KeyPath = tuple[str | int, ...]
+
+
+def dotted(path: KeyPath) -> str:
+    """``("checkpoint", "size_bytes")`` -> ``"checkpoint.size_bytes"``; list items as ``[i]``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or "(document)"
 
 
 @dataclass(frozen=True, slots=True)

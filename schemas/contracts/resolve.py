@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.contracts.errors import ContractFindingsError, Finding
+from schemas.contracts.errors import ContractFindingsError, Finding, KeyPath, dotted
 from schemas.contracts.model import (
     Checkpoint,
     Contract,
@@ -20,7 +20,6 @@ from schemas.contracts.model import (
     FallbackAuthority,
     Restart,
 )
-from schemas.contracts.source import KeyPath, dotted
 from schemas.contracts.tiers import TIERS, TierDefaults
 
 _MISSING = object()

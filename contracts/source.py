@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-KeyPath = tuple[str | int, ...]
+from schemas.contracts.errors import KeyPath, dotted
 
 _KEY_AT_LINE_START = re.compile(r"^\s*-?\s*([A-Za-z_][\w.-]*)\s*:")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -35,14 +35,6 @@ class YamlSourceError(ValueError):
         self.field = field
         self.message = message
         self.fix = fix
-
-
-def dotted(path: KeyPath) -> str:
-    """``("checkpoint", "size_bytes")`` -> ``"checkpoint.size_bytes"``; list items as ``[i]``."""
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text or "(document)"
 
 
 @dataclass(frozen=True, slots=True)

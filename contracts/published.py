@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import yaml
 
-from schemas.contracts.compiler import CompiledContract
+from contracts.compiler import CompiledContract
 
 PUBLISHED_JSON = "published-contracts.json"
 PUBLISHED_SLURM = "published-contracts.slurm"

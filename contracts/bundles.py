@@ -26,8 +26,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.signing import Signer, key_id_of
 from schemas.contracts.model import Contract
-from schemas.contracts.signing import Signer, key_id_of
 from schemas.contracts.tiers import CheckpointMethod
 from schemas.events import RestartSemantics, Scheduler
 

@@ -15,14 +15,14 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
-from schemas.contracts.errors import ContractError, Finding
+from contracts.source import LoadedYaml
+from schemas.contracts.errors import ContractError, Finding, KeyPath, dotted
 from schemas.contracts.model import (
     CheckpointDocument,
     ContractDocument,
     FallbackDocument,
     RestartDocument,
 )
-from schemas.contracts.source import KeyPath, LoadedYaml, dotted
 from schemas.contracts.tiers import TIERS
 from schemas.contracts.units import FixableError, format_bytes, format_eur
 

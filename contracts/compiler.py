@@ -19,18 +19,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from schemas.contracts.bundles import Bundle, bundle_for, bundle_sha256
-from schemas.contracts.diagnose import describe_validation_error, locate, locate_finding
-from schemas.contracts.errors import ContractError, ContractFindingsError
-from schemas.contracts.feasibility import (
+from contracts.bundles import Bundle, bundle_for, bundle_sha256
+from contracts.diagnose import describe_validation_error, locate, locate_finding
+from contracts.feasibility import (
     RULES_NEEDING_POOLS,
     FeasibilityEnv,
     check_contract,
     check_floors,
 )
+from contracts.source import LoadedYaml, YamlSourceError, load_yaml_with_lines
+from schemas.contracts.errors import ContractError, ContractFindingsError
 from schemas.contracts.model import Contract, ContractDocument
 from schemas.contracts.resolve import resolve
-from schemas.contracts.source import LoadedYaml, YamlSourceError, load_yaml_with_lines
 from schemas.events import ContractPublished, Envelope
 from schemas.ids import derived_event_id
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from schemas.contracts.bundles import sign_bundle, unsigned_bundle
-from schemas.contracts.compiler import CompileResult
-from schemas.contracts.published import (
+from contracts.bundles import sign_bundle, unsigned_bundle
+from contracts.compiler import CompileResult
+from contracts.published import (
     DEFAULT_NAMESPACE,
     PUBLISHED_CONFIGMAP,
     PUBLISHED_JSON,
@@ -25,7 +25,7 @@ from schemas.contracts.published import (
     published_json,
     published_slurm,
 )
-from schemas.contracts.signing import Signer
+from contracts.signing import Signer
 
 BUNDLE_SUFFIX = ".bundle.json"
 
