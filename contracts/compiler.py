@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from contracts.bundles import Bundle, bundle_for, bundle_sha256
 from contracts.diagnose import describe_validation_error, locate, locate_finding
+from contracts.event import Publication, contract_published
 from contracts.feasibility import (
     RULES_NEEDING_POOLS,
     FeasibilityEnv,
@@ -184,31 +185,14 @@ def _event(
     region: str,
     source_commit: str | None,
 ) -> Envelope:
-    payload = ContractPublished(
-        workload_id=contract.workload,
-        contract_version=contract.version,
-        contract_sha256=sha,
-        owner=contract.owner,
-        tier=contract.tier,
-        drain_budget_s=contract.drain_budget_s,
-        restart_semantics=contract.restart.semantics,
-        checkpoint_on_notice=contract.checkpoint_on_notice,
-        proactive_drain_on_advisory=contract.proactive_drain_on_advisory,
-        tolerated_interruption_per_h=contract.tolerated_interruptions_per_h,
-        target_vcpu=contract.target_vcpu,
-        floor_vcpu=contract.floor_vcpu,
-        spend_cap_eur_micros=contract.fallback.spend_cap_per_day_eur_micros,
-        approver=contract.fallback.approver or "",
-        priority=contract.priority,
-        checkpoint_interval_s=contract.checkpoint.periodic_interval_s,
-        deadline_at=contract.deadline_at_us,
-        source_commit=source_commit,
-        scheduler=contract.scheduler,
-        checkpoint_method=contract.checkpoint.method,
-        checkpoint_size_bytes=contract.checkpoint.size_bytes,
-        effects_on_completion_only=contract.restart.effects_on_completion_only,
-        source_path=compiled_path.as_posix(),
-        source_sha256=source_sha256,
+    payload = contract_published(
+        Publication(
+            contract=contract,
+            contract_sha256=sha,
+            source_path=compiled_path.as_posix(),
+            source_sha256=source_sha256,
+            source_commit=source_commit,
+        )
     )
     return Envelope(
         # Same bundle, region and publish time: same id, so re-running one publication is a

@@ -36,6 +36,8 @@ TYPES_NAMESPACE = "spotcap.types"
 TOPICS = frozenset(EVENT_TOPICS)  # the topics events may name (schemas.topics)
 TOPIC_ATTR = "spotcap.topic"
 KEY_ATTR = "spotcap.key"
+# On a deprecated field: the field that replaces it (expand/contract, docs/architecture.md).
+REPLACED_BY_ATTR = "spotcap.replaced_by"
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 MONEY_SUFFIX = "_eur_micros"
@@ -155,6 +157,33 @@ def _check_fields(file: str, record: Mapping[str, Any], named: Mapping[str, Any]
                     f"*{MONEY_SUFFIX} (micro-euros), not {json.dumps(fd['type'])}; "
                     "float and double are never used for money"
                 )
+    _check_replacements(file, record)
+
+
+def _check_replacements(file: str, record: Mapping[str, Any]) -> None:
+    """A deprecated field names its replacement, an optional field of the same type, so that
+    every record carries the value in one of the two (see `python_fields`)."""
+    where = full_name(record)
+    by_name = {fd["name"]: fd for fd in record["fields"]}
+    targets: set[str] = set()
+    for fd in record["fields"]:
+        new = fd.get(REPLACED_BY_ATTR)
+        if new is None:
+            continue
+        name = fd["name"]
+        target = by_name.get(new) if isinstance(new, str) else None
+        if target is None or new == name or REPLACED_BY_ATTR in target or new in targets:
+            raise CatalogueError(
+                f'{file}: field {name} of {where} has "{REPLACED_BY_ATTR}": {new!r}, which must '
+                "name another field of the record that replaces no field and is named once"
+            )
+        targets.add(new)
+        if target["type"] != ["null", fd["type"]] or "default" not in fd:
+            raise CatalogueError(
+                f"{file}: field {new} of {where} replaces {name}, so it must be "
+                f'["null", {json.dumps(fd["type"])}] with default null, and {name} must keep a '
+                "default (a later release may then drop it)"
+            )
 
 
 def _check_type(file: str, where: str, type_: Any, named: Mapping[str, Any]) -> None:
@@ -413,6 +442,26 @@ def envelope_schema() -> dict[str, Any]:
     return copy.deepcopy(catalogue().envelope)
 
 
+def python_fields(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fields of `record` as its generated class has them.
+
+    A deprecated field (``spotcap.replaced_by``) and its replacement are one attribute, named
+    after the replacement, at the deprecated field's place and of its (required) type: every
+    record carries the value, older ones in the deprecated field only.
+    """
+    fields = record["fields"]
+    by_name = {fd["name"]: fd for fd in fields}
+    replacing = {fd[REPLACED_BY_ATTR] for fd in fields if REPLACED_BY_ATTR in fd}
+    out: list[dict[str, Any]] = []
+    for fd in fields:
+        new = fd.get(REPLACED_BY_ATTR)
+        if new is not None:
+            out.append({"name": new, "type": fd["type"], "doc": by_name[new]["doc"]})
+        elif fd["name"] not in replacing:
+            out.append(dict(fd))
+    return out
+
+
 def iter_fields(schema: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(record full name, field) for every field of every record defined in `schema`."""
     if isinstance(schema, list):
@@ -441,4 +490,5 @@ __all__ = [
     "iter_fields",
     "load_catalogue",
     "load_schema_dir",
+    "python_fields",
 ]

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Self, TypeAlias
 
+from schemas.frozen import FrozenMap, frozen_map
+
 PurchaseModel: TypeAlias = Literal["reclaimable", "guaranteed", "committed"]
 """How a vCPU is bought from the private cloud: reclaimable (lent headroom the cloud can take
 back on a 120 s notice), guaranteed (on-demand, never reclaimed) or committed (a Blazar
@@ -141,8 +143,11 @@ class ContractPublished:
     """Whether an advisory starts a drain before the notice; false positives are charged to this
     contract (ADR-16).
     """
-    tolerated_interruption_per_h: float
-    """Interruptions per instance-hour the workload declares it tolerates; the breach threshold."""
+    tolerated_interruptions_per_h: float
+    """Interruptions per instance-hour the workload declares it tolerates; the breach threshold.
+    Records of release 1 carry it in tolerated_interruption_per_h instead (this field is then
+    null; the generated class reads either).
+    """
     target_vcpu: int
     """vCPU the workload aims to run on."""
     floor_vcpu: int
@@ -193,7 +198,7 @@ class ContractPublished:
             "restart_semantics": self.restart_semantics,
             "checkpoint_on_notice": self.checkpoint_on_notice,
             "proactive_drain_on_advisory": self.proactive_drain_on_advisory,
-            "tolerated_interruption_per_h": self.tolerated_interruption_per_h,
+            "tolerated_interruption_per_h": self.tolerated_interruptions_per_h,
             "target_vcpu": self.target_vcpu,
             "floor_vcpu": self.floor_vcpu,
             "spend_cap_eur_micros": self.spend_cap_eur_micros,
@@ -208,6 +213,7 @@ class ContractPublished:
             "effects_on_completion_only": self.effects_on_completion_only,
             "source_path": self.source_path,
             "source_sha256": self.source_sha256,
+            "tolerated_interruptions_per_h": self.tolerated_interruptions_per_h,
         }
 
     @classmethod
@@ -222,7 +228,11 @@ class ContractPublished:
             restart_semantics=d["restart_semantics"],
             checkpoint_on_notice=d["checkpoint_on_notice"],
             proactive_drain_on_advisory=d["proactive_drain_on_advisory"],
-            tolerated_interruption_per_h=d["tolerated_interruption_per_h"],
+            tolerated_interruptions_per_h=(
+                d["tolerated_interruption_per_h"]
+                if d.get("tolerated_interruptions_per_h") is None
+                else d["tolerated_interruptions_per_h"]
+            ),
             target_vcpu=d["target_vcpu"],
             floor_vcpu=d["floor_vcpu"],
             spend_cap_eur_micros=d["spend_cap_eur_micros"],
@@ -716,6 +726,9 @@ class InstanceLaunched:
     state when PostgreSQL is lost (ADR-11).
     """
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", frozen_map(self.tags))
+
     def to_avro(self) -> dict[str, Any]:
         return {
             "instance_id": self.instance_id,
@@ -734,7 +747,7 @@ class InstanceLaunched:
             workload_id=d["workload_id"],
             vcpu=d["vcpu"],
             purchase_model=d["purchase_model"],
-            tags=dict(d["tags"]),
+            tags=FrozenMap(d["tags"]),
         )
 
 
@@ -1446,6 +1459,9 @@ class PoolRegistered:
     attributes: Mapping[str, str]
     """Further attributes the eligibility filter reads (accelerator, memory per vCPU, ...)."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", frozen_map(self.attributes))
+
     def to_avro(self) -> dict[str, Any]:
         return {
             "pool_id": self.pool_id,
@@ -1470,7 +1486,7 @@ class PoolRegistered:
             purchase_model=d["purchase_model"],
             correlation_group=d["correlation_group"],
             capacity_vcpu=d["capacity_vcpu"],
-            attributes=dict(d["attributes"]),
+            attributes=FrozenMap(d["attributes"]),
         )
 
 

@@ -8,6 +8,12 @@ for people are derived from them, so the two cannot drift (STYLE.md). The genera
 ``from_avro`` and ``to_avro`` are straight-line code: they run on every decode and encode.
 They expect what the codec hands over: fastavro dicts and lists, with logical types stripped
 (timestamps as int microseconds, uuids as str).
+
+Events are hashable: arrays are tuples and maps `schemas.frozen.FrozenMap`s (a class with a map
+field freezes a dict it is given in ``__post_init__``). A deprecated field
+(``spotcap.replaced_by``) and its replacement are one attribute (`catalogue.python_fields`):
+``to_avro`` writes both, ``from_avro`` prefers the replacement and falls back to the deprecated
+field in records written before the replacement existed.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from schemas.catalogue import (
+    REPLACED_BY_ATTR,
     SCHEMA_DIR,
     Catalogue,
     full_name,
     load_catalogue,
     non_null,
+    python_fields,
 )
 from schemas.topics import LOGICAL_TOPICS
 
@@ -89,15 +97,44 @@ def py_type(type_: Any, named: Named) -> str:
 def _converts(type_: Any, named: Named) -> bool:
     """Whether values of `type_` need converting between fastavro and the dataclasses."""
     kind = _kind(type_, named)
-    if kind == "record":
+    if kind in ("record", "map"):  # maps: fastavro's dict in, a FrozenMap out
         return True
     if kind == "array":
         return _converts(type_["items"], named)
-    if kind == "map":
-        return _converts(type_["values"], named)
     if kind == "nullable":
         return _converts(non_null(type_), named)
     return False
+
+
+def _holds_map(type_: Any, named: Named) -> bool:
+    """Whether `type_` has a map outside any record (records freeze their own)."""
+    kind = _kind(type_, named)
+    if kind == "map":
+        return True
+    if kind == "array":
+        return _holds_map(type_["items"], named)
+    if kind == "nullable":
+        return _holds_map(non_null(type_), named)
+    return False
+
+
+def freeze_expr(type_: Any, src: str, named: Named, depth: int = 0) -> str:
+    """An expression making the value `src` that a caller passed hashable: its maps (outside
+    records) `FrozenMap`s, its arrays tuples."""
+    kind = _kind(type_, named)
+    var = f"x{depth}"
+    if kind == "map":
+        values = type_["values"]
+        if not _holds_map(values, named):
+            return f"frozen_map({src})"
+        inner = freeze_expr(values, var, named, depth + 1)
+        return f"FrozenMap({{k{depth}: {inner} for k{depth}, {var} in {src}.items()}})"
+    if kind == "array":
+        inner = freeze_expr(type_["items"], var, named, depth + 1)
+        return f"tuple([{inner} for {var} in {src}])"
+    if kind == "nullable" and _holds_map(type_, named):
+        return f"None if {src} is None else {freeze_expr(non_null(type_), src, named, depth)}"
+    return src
 
 
 def from_avro_expr(type_: Any, src: str, named: Named, depth: int = 0) -> str:
@@ -114,9 +151,9 @@ def from_avro_expr(type_: Any, src: str, named: Named, depth: int = 0) -> str:
     if kind == "map":
         values = type_["values"]
         if not _converts(values, named):
-            return f"dict({src})"
+            return f"FrozenMap({src})"
         inner = from_avro_expr(values, var, named, depth + 1)
-        return f"{{k{depth}: {inner} for k{depth}, {var} in {src}.items()}}"
+        return f"FrozenMap({{k{depth}: {inner} for k{depth}, {var} in {src}.items()}})"
     if kind == "nullable" and _converts(type_, named):
         return f"None if {src} is None else {from_avro_expr(non_null(type_), src, named, depth)}"
     return src
@@ -179,15 +216,22 @@ def _record_class(
             f'    KEY: ClassVar[str] = "{key}"',
             "",
         ]
-    fields = schema["fields"]
+    fields = python_fields(schema)
     for i, fd in enumerate(fields):
         default = _py_default(fields, i)
         suffix = "" if default is None else f" = {default}"
         out.append(f"    {fd['name']}: {py_type(fd['type'], named)}{suffix}")
         out += _docstring(str(fd["doc"]), 4)
+    frozen = [fd for fd in fields if _holds_map(fd["type"], named)]
+    if frozen:
+        out += ["", "    def __post_init__(self) -> None:"]
+        for fd in frozen:
+            value = freeze_expr(fd["type"], f"self.{fd['name']}", named)
+            out.append(f'        object.__setattr__(self, "{fd["name"]}", {value})')
     out += ["", "    def to_avro(self) -> dict[str, Any]:", "        return {"]
-    for fd in fields:
-        expr = to_avro_expr(fd["type"], f"self.{fd['name']}", named)
+    for fd in schema["fields"]:
+        attribute = fd.get(REPLACED_BY_ATTR, fd["name"])
+        expr = to_avro_expr(fd["type"], f"self.{attribute}", named)
         out.append(f'            "{fd["name"]}": {expr},')
     out += [
         "        }",
@@ -196,9 +240,15 @@ def _record_class(
         "    def from_avro(cls, d: Mapping[str, Any]) -> Self:",
         "        return cls(",
     ]
+    deprecated = {
+        fd[REPLACED_BY_ATTR]: fd["name"] for fd in schema["fields"] if REPLACED_BY_ATTR in fd
+    }
     for fd in fields:
-        expr = from_avro_expr(fd["type"], f'd["{fd["name"]}"]', named)
-        out.append(f"            {fd['name']}={expr},")
+        name = fd["name"]
+        src = f'd["{name}"]'
+        if name in deprecated:  # records written before the replacement carry only the old field
+            src = f'(d["{deprecated[name]}"] if d.get("{name}") is None else d["{name}"])'
+        out.append(f"            {name}={from_avro_expr(fd['type'], src, named)},")
     out.append("        )")
     return out
 
@@ -230,6 +280,9 @@ def render_events_py(cat: Catalogue) -> str:
     if len(set(shorts)) != len(shorts):
         raise ValueError(f"named types must have distinct short names: {sorted(shorts)}")
     has_enums = any(t["type"] == "enum" for t in cat.named_types.values())
+    uses_maps = any(
+        _holds_map(fd["type"], named) for r in named.values() for fd in r.get("fields", ())
+    )
     typing_names = ["Any", "ClassVar", *(["Literal"] if has_enums else []), "Self", "TypeAlias"]
     out = [
         f'"""Event payload classes, generated from ``schemas/*.avsc`` by ``{COMMAND}``.',
@@ -244,6 +297,7 @@ def render_events_py(cat: Catalogue) -> str:
         "from dataclasses import dataclass",
         "from types import MappingProxyType",
         f"from typing import {', '.join(typing_names)}",
+        *(["", "from schemas.frozen import FrozenMap, frozen_map"] if uses_maps else []),
     ]
     for type_name, schema in cat.named_types.items():
         if schema["type"] == "enum":
@@ -428,9 +482,15 @@ def render_events_md(cat: Catalogue) -> str:
         "Schemas evolve under full compatibility: a reader of version N reads N-1 and N+1, and "
         "`spotcap schemas check` refuses any other change. In practice: add a field only as "
         'optional (`["null", T]`, default `null`); remove only a field that has a default; never '
-        "change a field's type or rename it; add a new event type only by appending it to the "
-        "envelope's payload union (`schemas/envelope.avsc`) and never remove one. Then run "
-        f"`{COMMAND}` to refresh the Python classes and this page.",
+        "change a field's type; add a new event type only by appending it to the envelope's "
+        "payload union (`schemas/envelope.avsc`) and never remove one. A field is renamed in "
+        "two steps (expand, then contract): a release adds the new name as an optional field "
+        "and keeps writing the old one, marked `spotcap.replaced_by` (readers take the new "
+        "field and fall back to the old one in older records); a release after every reader "
+        "has the new name drops the old field. `tolerated_interruption_per_h` of "
+        "`contract_published` is in the first step (release 2). Then run "
+        f"`{COMMAND}` to refresh the Python classes and this page, and `spotcap schemas "
+        "release` to record the release (docs/architecture.md, schema evolution).",
         "",
         "## Contents",
         "",

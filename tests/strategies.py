@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schemas import events
-from schemas.catalogue import event_type, event_types, full_name
+from schemas.catalogue import event_type, event_types, full_name, python_fields
 from schemas.events import Envelope, Payload
 
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -73,7 +73,9 @@ def strategy_for(
         return named[name]
     if kind == "record":
         inner_ns = name.rpartition(".")[0]
-        fields = {fd["name"]: strategy_for(fd["type"], named, inner_ns) for fd in type_["fields"]}
+        fields = {
+            fd["name"]: strategy_for(fd["type"], named, inner_ns) for fd in python_fields(type_)
+        }
         cls = _record_class(name)
         named[name] = st.fixed_dictionaries(fields).map(lambda kw: cls(**kw))
         return named[name]

@@ -3,7 +3,10 @@ that is (DESIGN.md §3: a reader of N reads N-1 and N+1)."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -11,12 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 from click.testing import CliRunner
 
-from schemas.catalogue import SCHEMA_DIR, envelope_schema
+from schemas.catalogue import SCHEMA_DIR, CatalogueError, envelope_schema, load_schema_dir
+from schemas.codec import RELEASED_DIR, SINGLE_OBJECT_MAGIC, Codec, strip_logical_types
 from schemas.compat import check_against_released, check_compatible, release
+from schemas.events import ContractPublished, Envelope
 from spotcap.cli import main
+from tests.factories import example_envelope
 
 
 @pytest.fixture
@@ -186,3 +193,87 @@ def test_the_console_script_exits_non_zero_on_a_breaking_change(schema_copy: Pat
     )
     assert done.returncode == 1
     assert "incompatible" in done.stderr
+
+
+# -- a rename, by expand/contract (docs/architecture.md, "Schema evolution") -------------------
+
+RELEASE_1 = json.loads((RELEASED_DIR / "envelope-v0001.avsc").read_text())
+RELEASE_2 = json.loads((RELEASED_DIR / "envelope-v0002.avsc").read_text())
+OLD, NEW = "tolerated_interruption_per_h", "tolerated_interruptions_per_h"
+
+
+def contract_record(envelope: dict[str, Any]) -> dict[str, Any]:
+    payload = field(envelope, "payload")["type"]
+    found: dict[str, Any] = next(b for b in payload if b["name"] == "ContractPublished")
+    return found
+
+
+def published(rate: float) -> Envelope:
+    envelope = example_envelope("contract_published")
+    assert isinstance(envelope.payload, ContractPublished)
+    return dataclasses.replace(
+        envelope,
+        payload=dataclasses.replace(envelope.payload, tolerated_interruptions_per_h=rate),
+    )
+
+
+def test_release_2_renames_the_rate_fully_compatibly_both_ways() -> None:
+    result = check_compatible(RELEASE_1, RELEASE_2)
+    assert result.compatible, [str(p) for p in result.problems]
+    assert result.changed and result.added_event_types == ()
+
+
+def test_a_plain_rename_with_an_alias_would_be_only_backward_compatible() -> None:
+    renamed = json.loads(json.dumps(RELEASE_1))
+    rate = field(contract_record(renamed), OLD)
+    rate.update(name=NEW, aliases=[OLD])
+    # A reader of N+1 finds the old name through the alias (backward holds); a reader of N
+    # finds no field of its name in N+1's ContractPublished, so the branch does not resolve.
+    problems = check_compatible(RELEASE_1, renamed).problems
+    assert problems and {p.direction for p in problems} == {"forward"}
+
+
+def test_a_record_of_release_1_reads_into_the_new_field() -> None:
+    old_writer = Codec(reader_schema=RELEASE_1, known_schemas=())
+    data = old_writer.encode(published(0.05))
+    decoded = Codec().decode(data).payload
+    assert isinstance(decoded, ContractPublished)
+    assert decoded.tolerated_interruptions_per_h == 0.05
+
+
+def test_a_reader_of_release_1_reads_new_records() -> None:
+    data = Codec().encode(published(0.08))
+    assert data[:2] == SINGLE_OBJECT_MAGIC
+    writer = fastavro.parse_schema(strip_logical_types(envelope_schema()), _force=True)
+    reader = fastavro.parse_schema(strip_logical_types(RELEASE_1), _force=True)
+    record: Any = fastavro.schemaless_reader(
+        io.BytesIO(data[10:]), writer, reader, return_record_name=True
+    )
+    name, body = record["payload"]
+    assert name == "spotcap.events.ContractPublished"
+    assert body[OLD] == 0.08 and NEW not in body
+
+
+def test_the_generated_class_writes_both_fields_and_prefers_the_new_one() -> None:
+    payload = published(0.5).payload
+    assert isinstance(payload, ContractPublished)
+    written = payload.to_avro()
+    assert written[OLD] == written[NEW] == 0.5
+    assert ContractPublished.from_avro({**written, NEW: 0.7}).tolerated_interruptions_per_h == 0.7
+    assert ContractPublished.from_avro({**written, NEW: None}).tolerated_interruptions_per_h == 0.5
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: field(r, OLD).update({"spotcap.replaced_by": "nope"}), "must name another"),
+        (lambda r: field(r, NEW).update(type=["null", "long"]), 'must be ["null", "double"]'),
+        (lambda r: field(r, OLD).pop("default"), "must keep a default"),
+    ],
+)
+def test_a_replacement_that_could_lose_the_value_is_refused(
+    schema_copy: Path, change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    edit(schema_copy, "contract_published.avsc", change)
+    with pytest.raises(CatalogueError, match=re.escape(message)):
+        load_schema_dir(schema_copy)
