@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from spotcap.cli_contracts import contracts
 from spotcap.cli_notices import notices
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
+from spotcap.fail import fail
 
 console = Console()
 err_console = Console(stderr=True)
@@ -22,13 +22,6 @@ err_console = Console(stderr=True)
 
 def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-def _fail(message: str, hint: str = "") -> None:
-    err_console.print(f"[bold red]error:[/] {message}")
-    if hint:
-        err_console.print(f"[dim]{hint}[/]")
-    sys.exit(1)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,7 +52,7 @@ def main(
     try:
         ctx.obj = Settings.load(home=home, region=region, kafka_bootstrap=kafka_bootstrap)
     except ConfigError as error:
-        _fail(str(error))
+        fail(str(error))
 
 
 # -- events -----------------------------------------------------------------------------------
@@ -143,19 +136,19 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
     try:
         current = load_schema_dir(schema_dir) if schema_dir else envelope_schema()
     except CatalogueError as error:
-        _fail(str(error), "fix the schema file named above")
-        return
+        fail(str(error), "fix the schema file named above")
     result = check_against_released(current)
     if as_json:
-        _emit_json(
-            {
-                "compatible": result.compatible,
-                "released_version": result.released_version,
-                "changed": result.changed,
-                "added_event_types": list(result.added_event_types),
-                "problems": [str(p) for p in result.problems],
-            }
-        )
+        report = {
+            "compatible": result.compatible,
+            "released_version": result.released_version,
+            "changed": result.changed,
+            "added_event_types": list(result.added_event_types),
+            "problems": [str(p) for p in result.problems],
+        }
+        if not result.compatible:
+            fail("incompatible", json_report=report)
+        _emit_json(report)
     elif result.compatible:
         version = result.released_version
         if version is None:
@@ -169,16 +162,15 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
                 f"(new event types: {added}). Record it with `spotcap schemas release`."
             )
     else:
-        err_console.print(
-            f"[bold red]incompatible[/] with released version {result.released_version}:"
-        )
         for problem in result.problems:
-            err_console.print(f"  - {problem}")
-        err_console.print(
-            "[dim]Give new fields a default, keep removed fields' defaults, never change a "
-            "field's type or remove an event type; see docs/events.md#evolution.[/]"
+            err_console.print(f"  - {problem}", highlight=False, soft_wrap=True)
+        fail(
+            f"the schemas are incompatible with released version {result.released_version} "
+            f"({len(result.problems)} problems above)",
+            "give new fields a default, keep removed fields' defaults, never change a field's "
+            "type or remove an event type, rename by expand/contract; see "
+            "docs/events.md#evolution",
         )
-    sys.exit(0 if result.compatible else 1)
 
 
 @schemas.command("release")
@@ -203,11 +195,7 @@ def schemas_release(released_dir: Path | None, as_json: bool) -> None:
     try:
         version, path = release(envelope_schema(), folder)
     except ValueError as error:
-        if as_json:
-            _emit_json({"ok": False, "error": str(error)})
-            sys.exit(1)
-        _fail(str(error))
-        return
+        fail(str(error), json_report={"ok": False, "error": str(error)} if as_json else None)
     new_version = not before or version != before[-1][0]
     if as_json:
         _emit_json({"ok": True, "version": version, "path": str(path), "new": new_version})
@@ -240,8 +228,7 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
         log = open_log(settings)
         changes = log.apply_topics(specs)
     except LogError as error:
-        _fail(str(error))
-        return
+        fail(str(error))
     if as_json:
         _emit_json([{"topic": c.name, "action": c.action, "detail": c.detail} for c in changes])
         return
@@ -290,8 +277,7 @@ def topics_list(settings: Settings, as_json: bool) -> None:
                 }
             )
     except LogError as error:
-        _fail(str(error))
-        return
+        fail(str(error))
     if as_json:
         _emit_json(rows)
         return

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -52,17 +51,11 @@ from contracts.signing import (
 from schemas.contracts.model import to_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.config import ConfigError, Settings
+from spotcap.fail import fail
 
 console = Console()
 err_console = Console(stderr=True)
 CONTRACT_SUFFIXES = (".yaml", ".yml")
-
-
-def _fail(message: str, hint: str = "") -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    if hint:
-        err_console.print(f"[dim]{hint}[/]", highlight=False, soft_wrap=True)
-    sys.exit(1)
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -73,8 +66,7 @@ def _settings(ctx: click.Context) -> Settings:
     try:
         return Settings.load()
     except ConfigError as error:
-        _fail(str(error))
-        raise
+        fail(str(error))
 
 
 def contract_files(directory: Path) -> dict[Path, bytes]:
@@ -114,23 +106,23 @@ def contracts() -> None:
 
 def _signer(key_file: Path | None, transit_key: str | None, transit_mount: str) -> Signer | None:
     if key_file is not None and transit_key is not None:
-        _fail("give --key or --transit-key, not both")
+        fail("give --key or --transit-key, not both", usage=True)
     if key_file is not None:
         try:
             return FileSigner(load_private_key(key_file.read_bytes()))
         except SigningError as error:
-            _fail(f"{key_file}: {error}", "create a key with `spotcap contracts keygen --out FILE`")
+            fail(f"{key_file}: {error}", "create a key with `spotcap contracts keygen --out FILE`")
     if transit_key is not None:
         import hvac
 
         address = os.environ.get("BAO_ADDR") or os.environ.get("VAULT_ADDR")
         token = os.environ.get("BAO_TOKEN") or os.environ.get("VAULT_TOKEN")
         if not address or not token:
-            _fail("--transit-key needs BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or VAULT_TOKEN)")
+            fail("--transit-key needs BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or VAULT_TOKEN)")
         try:
             return TransitSigner(hvac.Client(url=address, token=token), transit_key, transit_mount)
         except SigningError as error:
-            _fail(str(error))
+            fail(str(error))
     return None
 
 
@@ -148,8 +140,7 @@ def _encoded_events(settings: Settings, result: CompileResult, publish: bool) ->
         codec = make_codec(settings) if publish else Codec()
         return [codec.encode(envelope) for envelope in result.events]
     except (CodecError, RegistryError) as error:
-        _fail(f"the contract_published events cannot be encoded: {error}; nothing was written")
-        raise
+        fail(f"the contract_published events cannot be encoded: {error}; nothing was written")
 
 
 def _publish(settings: Settings, result: CompileResult, encoded: list[bytes]) -> int:
@@ -180,7 +171,7 @@ def _publish(settings: Settings, result: CompileResult, encoded: list[bytes]) ->
         finally:
             log.close()
     except LogError as error:
-        _fail(f"publishing to {describe_log(settings)} failed: {error}; nothing was written")
+        fail(f"publishing to {describe_log(settings)} failed: {error}; nothing was written")
     return len(delivered)
 
 
@@ -234,27 +225,32 @@ def _published_at_us(published_at: str | None) -> int:
     except ValueError:
         moment = None
     if moment is None or moment.tzinfo is None:
-        _fail(f"--published-at {published_at!r} is not an ISO 8601 timestamp with a timezone")
-        raise AssertionError  # unreachable: _fail exits
+        fail(
+            f"--published-at {published_at!r} is not an ISO 8601 timestamp with a timezone",
+            "write it like 2026-11-30T09:00:00Z",
+            usage=True,
+        )
     return to_epoch_us(moment)
 
 
 def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> None:
     """Refuse, before compiling, what would publish or admit unsigned bundles."""
     if unsigned and signing:
-        _fail("give --key or --transit-key, or --unsigned, not both")
+        fail("give --key or --transit-key, or --unsigned, not both", usage=True)
     if unsigned and publish:
-        _fail(
+        fail(
             "--unsigned contracts are not published: every node agent refuses their bundles, "
             "and admission would let their work in",
             "give --key KEYFILE or --transit-key NAME to publish, or leave out --publish to "
             "try them out",
+            usage=True,
         )
     if publish and not signing:
-        _fail(
+        fail(
             "--publish needs signed bundles; nothing was written",
             "give --key KEYFILE (create one with `spotcap contracts keygen --out FILE`) or "
             "--transit-key NAME",
+            usage=True,
         )
 
 
@@ -349,16 +345,18 @@ def compile_command(
     settings = _settings(ctx)
     if pools_file is None and not unchecked:
         rules = " and ".join(f"{rule} ({RULES[rule]})" for rule in RULES_NEEDING_POOLS)
-        _fail(
+        fail(
             f"rules {rules} need the pool catalogue; nothing was written",
             "give --pools FILE (format spotcap.pools/v1, e.g. examples/region/demo-region.yaml), "
             "or --unchecked to try contracts out before a catalogue exists",
+            usage=True,
         )
     if pools_file is None and publish:
-        _fail(
+        fail(
             "--unchecked contracts are not published: their floors and rates were never "
             "checked against the pool catalogue, and admission would let their work in",
             "give --pools FILE to publish, or leave out --publish to try them out",
+            usage=True,
         )
     _check_signing_flags(
         signing=key_file is not None or transit_key is not None, unsigned=unsigned, publish=publish
@@ -368,10 +366,10 @@ def compile_command(
         try:
             pools = load_pools(pools_file.as_posix(), pools_file.read_text(encoding="utf-8"))
         except PoolFileError as error:
-            _fail(str(error), POOL_FILE_HINT)
+            fail(str(error), POOL_FILE_HINT)
     files = contract_files(contract_dir)
     if not files:
-        _fail(f"no contract files (*.yaml, *.yml) under {contract_dir}")
+        fail(f"no contract files (*.yaml, *.yml) under {contract_dir}")
     env = FeasibilityEnv(pools=pools, store_throughput_bytes_per_s=store_throughput)
     result = compile_contracts(
         files,
@@ -392,11 +390,12 @@ def compile_command(
     if result.ok:
         signer = _signer(key_file, transit_key, transit_mount)
         if signer is None and not unsigned:
-            _fail(
+            fail(
                 "no --key or --transit-key: bundles must be signed for nodes and admission to "
                 "use them; nothing was written",
                 "give --key KEYFILE (create one with `spotcap contracts keygen --out FILE`) or "
                 "--transit-key NAME, or --unsigned to try contracts out",
+                usage=True,
             )
         if signer is None:
             err_console.print(
@@ -409,31 +408,31 @@ def compile_command(
         try:
             rendered = render_outputs(result, signer, namespace)
         except SigningError as error:
-            _fail(f"signing failed: {error}; nothing was written")
-            raise
+            fail(f"signing failed: {error}; nothing was written")
         encoded = _encoded_events(settings, result, publish)
         if publish:
             published = _publish(settings, result, encoded)
         written = write_rendered(out_dir, rendered)
-    if as_json:
-        click.echo(json.dumps(_result_json(result, written, published), indent=2, sort_keys=True))
-    else:
+    report = _result_json(result, written, published) if as_json else None
+    if report is not None and result.ok:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    elif report is None:
         console.print(_table(result))
         for refusal in result.errors:
             err_console.print(str(refusal), highlight=False, soft_wrap=True)
         if result.ok:
             console.print(f"wrote {len(written)} files to {out_dir}", highlight=False)
-        else:
-            err_console.print(
-                f"[red]{len(result.refused)} contracts refused[/]; nothing was written",
-                highlight=False,
-            )
         if published is not None:
             console.print(
                 f"published {published} contract_published events to {settings.region}.demand",
                 highlight=False,
             )
-    sys.exit(0 if result.ok else 1)
+    if not result.ok:
+        fail(
+            f"{len(result.refused)} contracts refused; nothing was written",
+            "fix each error at the file and line named above, then compile again",
+            json_report=report,
+        )
 
 
 # -- verify and keygen ------------------------------------------------------------------------
@@ -454,18 +453,15 @@ def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
     try:
         public_key = load_public_key(pubkey_file.read_bytes())
     except SigningError as error:
-        _fail(f"{pubkey_file}: {error}")
-        raise
+        fail(f"{pubkey_file}: {error}")
     try:
         bundle = verify_bundle(bundle_file.read_bytes(), public_key)
     except BundleError as error:
-        if as_json:
-            click.echo(
-                json.dumps({"ok": False, "error": type(error).__name__, "reason": str(error)})
-            )
-            sys.exit(1)
-        _fail(f"{bundle_file}: refused ({type(error).__name__}): {error}")
-        raise
+        report = {"ok": False, "error": type(error).__name__, "reason": str(error)}
+        fail(
+            f"{bundle_file}: refused ({type(error).__name__}): {error}",
+            json_report=report if as_json else None,
+        )
     if as_json:
         click.echo(
             json.dumps({"ok": True, "bundle": bundle.model_dump(mode="json")}, sort_keys=True)
@@ -492,7 +488,7 @@ def keygen_command(key_file: Path, as_json: bool) -> None:
     public_file = key_file.with_name(key_file.name + ".pub")
     for existing in (key_file, public_file):
         if existing.exists():
-            _fail(f"{existing} exists; refusing to overwrite a key")
+            fail(f"{existing} exists; refusing to overwrite a key")
     private_pem, public_pem = generate_key_pem()
     descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as handle:

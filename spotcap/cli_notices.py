@@ -14,6 +14,7 @@ from provider.notices import MetadataServer, NoticeBoard, NoticeRelay, RelayUnav
 from provider.notices.serve import DispatchCounts, NoticeDispatcher, serve_events
 from provider.sim.region import RegionSim, SimConfig
 from spotcap.config import Settings
+from spotcap.fail import fail
 
 console = Console(stderr=True)
 
@@ -74,7 +75,7 @@ def serve(
     try:
         counts = asyncio.run(_serve(config, nats_url, metadata_host, metadata_port, speed))
     except RelayUnavailableError as error:
-        raise click.ClickException(f"{error}; start NATS or leave out --nats") from error
+        fail(f"{error}; start NATS or leave out --nats")
     except KeyboardInterrupt:
         console.print("stopped")
         return

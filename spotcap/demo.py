@@ -8,7 +8,6 @@ points of the run.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from provider.sim.summary import RunSummary
 from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.config import Settings
+from spotcap.fail import fail
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
@@ -162,11 +162,10 @@ def demo(
         try:
             loaded = PoolCatalogue.load(catalogue)
         except PoolCatalogueError as error:
-            _fail(err, str(error), "fix the catalogue file named above")
+            fail(str(error), "fix the catalogue file named above")
         config = replace(config, catalogue=loaded)
     if contracts_out is not None and _contract_files_in(contracts_out):
-        _fail(
-            err,
+        fail(
             f"{contracts_out} already holds contract files; the simulated ones would mix with them",
             "choose an empty --contracts-out directory",
         )
@@ -187,10 +186,10 @@ def demo(
             )
         except DemoRefusedError as error:
             progress.stop()
-            _fail(err, str(error), error.hint)
+            fail(str(error), error.hint)
         except LogError as error:
             progress.stop()
-            _fail(err, str(error))
+            fail(str(error))
     report["log"] = describe_log(settings)
     if contracts_out is not None:
         files = write_contract_files(config, contracts_out)
@@ -226,14 +225,6 @@ def _contract_files_in(directory: Path) -> bool:
     return directory.is_dir() and any(
         p.suffix in (".yaml", ".yml") for p in directory.rglob("*") if p.is_file()
     )
-
-
-def _fail(err: Console, message: str, hint: str = "") -> Any:
-    # soft_wrap: a long path must not be broken across lines (people copy it, tests grep it)
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    if hint:
-        err.print(f"[dim]{hint}[/]", highlight=False, soft_wrap=True)
-    sys.exit(1)
 
 
 def print_summary(report: dict[str, Any], console: Console) -> None:

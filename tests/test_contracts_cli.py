@@ -179,7 +179,7 @@ def test_without_pools_compile_refuses_and_writes_nothing(
 ) -> None:
     out = tmp_path / "b"
     result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as click gives for its own
     for words in ("floor-within-committed", "rate-diversifiable", "--pools", "--unchecked"):
         assert words in result.output, words
     assert "nothing was written" in result.output
@@ -257,7 +257,7 @@ def test_unchecked_contracts_are_never_published(settings: Settings, tmp_path: P
     result = invoke(
         settings, "compile", str(EXAMPLES), "--out", str(out), "--unchecked", "--publish"
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as click gives for its own
     assert "not published" in result.output
     assert not out.exists()
 
@@ -268,7 +268,7 @@ def test_unchecked_contracts_are_never_published(settings: Settings, tmp_path: P
 def test_without_a_signer_compile_writes_nothing(settings: Settings, tmp_path: Path) -> None:
     out = tmp_path / "bundles"
     result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as click gives for its own
     assert isinstance(result.exception, SystemExit)
     for words in ("no --key or --transit-key", "--unsigned", "nothing was written"):
         assert words in result.output, words
@@ -289,7 +289,7 @@ def test_unsigned_contracts_are_never_published(
     out = tmp_path / "bundles"
     flags = [str(key) if flag == "KEY" else flag for flag in flags]
     result = invoke(settings, "compile", str(EXAMPLES), "--out", str(out), "--pools", POOLS, *flags)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as click gives for its own
     assert words in result.output
     assert not out.exists()
     assert not settings.log_dir.exists()
