@@ -1,46 +1,182 @@
-"""Parts depend downward only (DESIGN.md §1): schemas <- streams/projections/agent/provider <-
-replay <- spotcap. A part importing upward or sideways fails here, naming the file and import."""
+"""Parts depend downward only and import only the third-party modules their rule lists; the
+deciders import nothing that does I/O or reads a clock (tests/layering.py holds the rule).
+
+The checker is shown to fail on a planted violation of every kind, written to files under a
+temporary repository and checked the way the real tree is.
+"""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
+from tests.layering import PROJECT, RULES, check_source, check_tree, rule_for
+
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("schemas", "contracts", "streams", "projections", "agent", "provider", "replay", "spotcap")
-ALLOWED = {
-    "schemas": {"schemas"},
-    "contracts": {"schemas", "contracts"},
-    "streams": {"schemas", "contracts", "streams"},
-    "projections": {"schemas", "contracts", "projections"},
-    "agent": {"schemas", "contracts", "agent"},
-    "provider": {"schemas", "contracts", "provider"},
-    "replay": {"schemas", "contracts", "streams", "projections", "agent", "provider", "replay"},
-    "spotcap": set(PARTS),
-}
 
 
-def imported_parts(path: Path) -> list[tuple[int, str]]:
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found.extend((node.lineno, n.split(".")[0]) for n in names if n.split(".")[0] in PARTS)
-    return found
+def test_the_repository_keeps_the_layering_rule() -> None:
+    violations = check_tree(REPO)
+    assert not violations, "layering violations:\n" + "\n".join(map(str, violations))
 
 
-@pytest.mark.parametrize("part", PARTS)
-def test_parts_import_only_what_is_below_them(part: str) -> None:
-    wrong = [
-        f"{path.relative_to(REPO)}:{line} imports {target}"
-        for path in sorted((REPO / part).rglob("*.py"))
-        for line, target in imported_parts(path)
-        if target not in ALLOWED[part]
+def test_every_folder_of_python_code_has_a_rule() -> None:
+    folders = {p.relative_to(REPO).parts[0] for p in REPO.glob("*/**/*.py")}
+    folders -= {".venv", "build", "spotcap.egg-info"}
+    assert folders <= set(PROJECT), folders - set(PROJECT)
+    assert set(PROJECT) <= set(RULES)
+    assert rule_for(Path("streams/deciders/exclusion.py")) == (
+        "streams/deciders",
+        RULES["streams/deciders"],
+    )
+    assert rule_for(Path("streams/kafka.py")) == ("streams", RULES["streams"])
+
+
+def plant(root: Path, relative: str, source: str) -> list[str]:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return [str(v) for v in check_tree(root)]
+
+
+PLANTED = (
+    [
+        # (file, source, words the violation names)
+        ("schemas/up.py", "from streams.log import Record\n", "schemas/ may import only schemas"),
+        ("contracts/up.py", "import provider.base\n", "contracts/ may import only"),
+        ("provider/side.py", "from agent import drain\n", "provider/ may import only"),
+        ("streams/side.py", "from projections import fleet\n", "streams/ may import only"),
+        ("projections/up.py", "from replay import engine\n", "projections/ may import only"),
+        ("replay/up.py", "import spotcap.cli\n", "replay/ may import only"),
+        ("schemas/kafka.py", "import confluent_kafka\n", "confluent_kafka is not on schemas/"),
+        ("provider/pg.py", "from psycopg import sql\n", "psycopg is not on provider/"),
+        ("infra/servers/x.py", "from schemas.codec import Codec\n", "infra/ may import only infra"),
+        ("spotcap/x.py", "from infra.servers import start_kafka\n", "spotcap/ may import only"),
+        (
+            "schemas/dyn.py",
+            "import importlib\nimportlib.import_module('streams.kafka')\n",
+            "by importlib.import_module",
+        ),
+        (
+            "schemas/dyn2.py",
+            "from importlib import import_module as im\nim('provider')\n",
+            "by importlib.import_module",
+        ),
+        ("contracts/dunder.py", "__import__('confluent_kafka')\n", "by __import__"),
+        (
+            "agent/computed.py",
+            "import importlib\nname = 'x'\nimportlib.import_module(name)\n",
+            "computed name",
+        ),
+        (
+            "streams/deciders/up.py",
+            "from streams.kafka import KafkaLog\n",
+            "streams/deciders/ may import only",
+        ),
+        (
+            "streams/deciders/c.py",
+            "from contracts import compile_contracts\n",
+            "streams/deciders/ may import only",
+        ),
+        (
+            "streams/deciders/codec.py",
+            "from schemas.codec import Codec\n",
+            "reads the released schemas",
+        ),
+        ("streams/deciders/ids.py", "from schemas.ids import new_event_id\n", "random"),
+        (
+            "streams/deciders/now.py",
+            "from datetime import datetime\nx = datetime.now()\n",
+            "calls datetime.datetime.now",
+        ),
+        (
+            "streams/deciders/now2.py",
+            "import datetime as dt\nx = dt.datetime.utcnow()\n",
+            "calls datetime.datetime.utcnow",
+        ),
+        (
+            "streams/deciders/now3.py",
+            "from datetime import date as d\nx = d.today()\n",
+            "calls datetime.date.today",
+        ),
+        (
+            "streams/deciders/now4.py",
+            "from datetime import datetime as D\nx = D.today()\n",
+            "calls datetime.datetime.today",
+        ),
+        ("streams/deciders/u4.py", "import uuid\nx = uuid.uuid4()\n", "calls uuid.uuid4"),
+        ("streams/deciders/u1.py", "from uuid import uuid1\n", "imports uuid.uuid1"),
+        ("streams/deciders/dyn.py", "__import__('time')\n", "reads the clock"),
+        ("streams/deciders/third.py", "import pydantic\n", "pydantic is not on streams/deciders/"),
     ]
-    assert not wrong, "upward or sideways imports:\n" + "\n".join(wrong)
+    + [
+        (
+            f"streams/deciders/m_{module}.py",
+            f"import {module}\n",
+            f"imports {module}: streams/deciders/ may not",
+        )
+        for module in (
+            "confluent_kafka",
+            "faust",
+            "time",
+            "random",
+            "os",
+            "socket",
+            "psycopg",
+            "chdb",
+            "subprocess",
+            "pathlib",
+            "asyncio",
+            "threading",
+        )
+    ]
+    + [
+        (
+            "streams/deciders/from_os.py",
+            "from os import path\n",
+            "imports os.path: streams/deciders/ may not",
+        ),
+        (
+            "streams/deciders/inner.py",
+            "def f():\n    import time\n    return time\n",
+            "imports time",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize(("relative", "source", "words"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_the_checker_fails_on_a_planted_violation(
+    tmp_path: Path, relative: str, source: str, words: str
+) -> None:
+    found = plant(tmp_path, relative, source)
+    assert len(found) >= 1 and all(f.startswith(f"{relative}:") for f in found), found
+    assert any(words in f for f in found), found
+
+
+def test_what_the_rule_allows_passes(tmp_path: Path) -> None:
+    allowed = {
+        "schemas/a.py": "import fastavro\nfrom schemas.events import Envelope\nimport os, json\n",
+        "contracts/a.py": "from schemas.contracts import Contract\nimport cryptography\n",
+        "provider/a.py": "from contracts import bundle_for\nimport openstack\n",
+        "replay/a.py": "from streams.log import Record\nfrom projections import x\n",
+        "spotcap/a.py": "import click\nfrom replay import y\nfrom streams.kafka import KafkaLog\n",
+        "infra/a.py": "import subprocess\nfrom infra.servers import process\n",
+        "bench/a.py": "from infra.servers import start_kafka\nfrom tests.factories import notice\n",
+        "tests/a.py": "import pytest\nfrom spotcap.cli import main\nimport chdb\n",
+        "streams/deciders/a.py": (
+            "from __future__ import annotations\n"
+            "import math, uuid\n"
+            "from datetime import datetime, timedelta\n"
+            "from dataclasses import dataclass\n"
+            "from schemas.events import Envelope\n"
+            "from schemas.ids import derived_event_id\n"
+            "from streams.deciders.maps import put\n"
+            "x = datetime.fromtimestamp(0) + timedelta(seconds=60)\n"
+            "y = uuid.uuid5(uuid.NAMESPACE_URL, 'x')\n"
+        ),
+        "streams/a.py": "import confluent_kafka\nimport time\nfrom streams.deciders import maps\n",
+    }
+    for relative, source in allowed.items():
+        assert check_source(Path(relative), source) == [], relative
