@@ -9,14 +9,17 @@ like the OpenStack API reference::
      "method": "GET", "path": "/compute/v2.1/servers/detail?tags=spotcap.io:owner=orch-eu1",
      "match_body": {...}, "match_headers": {"X-Auth-Token": "..."},
      "status": 200, "headers": {"x-openstack-request-id": "req-..."}, "response": {...},
-     "times": 1}
+     "times": 1, "after": ["DELETE /compute/v2.1/servers/9b1f..."]}
 
 A request matches an exchange when the method and path are equal, the query has the same
 parameters (in any order), every header of ``match_headers`` is present with that value, and
 ``match_body`` is contained in the JSON body (objects: a subset, recursively; lists and scalars:
-equal). The first matching exchange that has not been used ``times`` times (no limit if absent)
-answers. ``{base}`` in a response or header stands for the server's own ``http://127.0.0.1:PORT``,
-so the Keystone catalog points compute, placement and reservation back at the replay.
+equal), and every request named in ``after`` (``"METHOD /path"``, without the query) has been
+answered with a status below 400: a cloud's state after a call (a server listed as DELETED once
+it was deleted) is recorded as the answer that holds after it. The first matching exchange that
+has not been used ``times`` times (no limit if absent) answers. ``{base}`` in a response or
+header stands for the server's own ``http://127.0.0.1:PORT``, so the Keystone catalog points
+compute, placement and reservation back at the replay.
 
 A request that matches nothing is answered 501 and recorded in ``unexpected``; ``check()``
 (called when the server closes) fails the test with the list. Every answered request is kept in
@@ -58,6 +61,7 @@ class Exchange:
     match_body: Any = _ABSENT
     match_headers: dict[str, str] = field(default_factory=dict)
     times: int | None = None
+    after: tuple[str, ...] = ()
     used: int = 0
 
     @classmethod
@@ -74,12 +78,22 @@ class Exchange:
             match_body=raw.get("match_body", _ABSENT),
             match_headers=dict(raw.get("match_headers", {})),
             times=raw.get("times"),
+            after=tuple(raw.get("after", ())),
         )
 
     def matches(
-        self, method: str, path: str, query: dict[str, list[str]], headers: Any, body: Any
+        self,
+        *,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: Any,
+        body: Any,
+        answered: set[str],
     ) -> bool:
         if self.times is not None and self.used >= self.times:
+            return False
+        if not answered.issuperset(self.after):
             return False
         if (method, path) != (self.method, self.path) or query != self.query:
             return False
@@ -172,8 +186,16 @@ class ReplayServer:
         except ValueError:
             body = raw.decode("utf-8", errors="replace")
         with self._lock:
+            answered = {f"{c.method} {urlsplit(c.path).path}" for c in self.calls if c.status < 400}
             for exchange in self.exchanges:
-                if exchange.matches(method, split.path, query, headers, body):
+                if exchange.matches(
+                    method=method,
+                    path=split.path,
+                    query=query,
+                    headers=headers,
+                    body=body,
+                    answered=answered,
+                ):
                     exchange.used += 1
                     self.calls.append(Call(method, target, exchange.status, body))
                     return exchange.status, exchange.response, exchange.headers
@@ -303,5 +325,23 @@ def test_query_parameters_match_in_any_order_and_times_limits_reuse() -> None:
         assert (first.status_code, first.json()) == (200, {"n": 1})
         assert (second.status_code, second.json()) == (404, {"n": 2})
         assert replay.unexpected == []
+    finally:
+        replay.close()
+
+
+def test_an_exchange_with_after_answers_only_once_those_requests_were_answered() -> None:
+    replay = ReplayServer()
+    replay.exchanges = [
+        Exchange.parse("inline", {"method": "GET", "path": "/list", "status": 200,
+                                  "response": {"gone": True}, "after": ["DELETE /item"]}),
+        Exchange.parse("inline", {"method": "GET", "path": "/list", "status": 200,
+                                  "response": {"gone": False}}),
+        Exchange.parse("inline", {"method": "DELETE", "path": "/item?force=1", "status": 204}),
+    ]  # fmt: skip
+    try:
+        before = requests.get(f"{replay.base_url}/list", timeout=5).json()
+        requests.delete(f"{replay.base_url}/item?force=1", timeout=5)
+        after = requests.get(f"{replay.base_url}/list", timeout=5).json()
+        assert (before, after) == ({"gone": False}, {"gone": True})
     finally:
         replay.close()
