@@ -3,6 +3,10 @@ tuples), equal and equally hashed after a trip through the codec."""
 
 from __future__ import annotations
 
+import copy
+import json
+import pickle
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,7 +52,7 @@ def _maps_and_arrays(value: Any) -> list[Any]:
 def test_no_event_holds_a_mutable_container(name: str) -> None:
     decoded = CODEC.decode(CODEC.encode(example_envelope(name))).payload
     for payload in (example_payload(name), decoded):
-        mutable = [c for c in _maps_and_arrays(payload) if isinstance(c, dict | list)]
+        mutable = [c for c in _maps_and_arrays(payload) if type(c) in (dict, list)]
         assert mutable == [], f"{name} holds {mutable}"
 
 
@@ -58,9 +62,26 @@ def test_a_map_given_as_a_dict_is_copied_and_frozen() -> None:
     tags["team"] = "changed later"
     assert event.tags == {"spotcap.io/owner": "orch-1", "team": "vfx"}
     assert isinstance(event.tags, FrozenMap)
-    with pytest.raises(TypeError):
-        event.tags["team"] = "x"  # type: ignore[index]
-    assert not hasattr(event.tags, "update") and not hasattr(event.tags, "pop")
+    changes: list[Callable[[FrozenMap[str, str]], object]] = [
+        lambda m: m.__setitem__("team", "x"),
+        lambda m: m.__delitem__("team"),
+        lambda m: m.update(team="x"),
+        lambda m: m.pop("team"),
+        lambda m: m.popitem(),
+        lambda m: m.setdefault("new", "x"),
+        lambda m: m.clear(),
+    ]
+    for change in changes:
+        with pytest.raises(TypeError, match="cannot be changed"):
+            change(event.tags)
+    assert event.tags == {"spotcap.io/owner": "orch-1", "team": "vfx"}
+
+
+def test_a_frozen_map_survives_copy_and_pickle() -> None:
+    frozen = FrozenMap({"a": "1"})
+    for again in (copy.copy(frozen), copy.deepcopy(frozen), pickle.loads(pickle.dumps(frozen))):
+        assert type(again) is FrozenMap and again == frozen and hash(again) == hash(frozen)
+    assert json.dumps(frozen) == '{"a": "1"}' and dict(frozen) == {"a": "1"}
 
 
 def test_map_order_changes_neither_equality_nor_hash() -> None:
