@@ -32,9 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from streams.log import (
+    CLOSE_TIMEOUT_S,
+    COMMIT_TIMEOUT_S,
     DeliveryError,
+    FlushTimeoutError,
     Headers,
     LogError,
+    PartitionListener,
     Record,
     TopicChange,
     TopicPartition,
@@ -341,8 +345,10 @@ class EmbeddedLog:
         self.acquire_writer()
         return EmbeddedProducer(self)
 
-    def consumer(self, group: str, topics: Sequence[str]) -> EmbeddedConsumer:
-        return EmbeddedConsumer(self, group, topics)
+    def consumer(
+        self, group: str, topics: Sequence[str], *, listener: PartitionListener | None = None
+    ) -> EmbeddedConsumer:
+        return EmbeddedConsumer(self, group, topics, listener)
 
     # -- consumer groups ----------------------------------------------------------------------
 
@@ -409,8 +415,18 @@ class EmbeddedProducer:
         for i, item in enumerate(queued):
             by_partition.setdefault((item[0], item[1]), []).append(i)
         delivered: list[Record | None] = [None] * len(queued)
+        # A partition's write (one block, one fsync) cannot be interrupted: the deadline is
+        # checked before each one.
+        deadline = time.monotonic() + timeout_s
         try:
             for (topic, number), indexes in by_partition.items():
+                if time.monotonic() >= deadline:
+                    unwritten = sum(1 for r in delivered if r is None)
+                    raise FlushTimeoutError(
+                        f"embedded log flush: {unwritten} of {len(queued)} records not written "
+                        f"within {timeout_s} s (partitions written before the limit keep "
+                        "theirs: a retry writes those again, recognisable by event_id)"
+                    )
                 rows = [queued[i][2:] for i in indexes]
                 written = self._log.partition(topic, number).append(rows)
                 for i, record in zip(indexes, written, strict=True):
@@ -425,25 +441,47 @@ class EmbeddedProducer:
 
 
 class EmbeddedConsumer:
-    """The one member of a consumer group (a per-group lock keeps out a second one)."""
+    """The one member of a consumer group (a per-group lock keeps out a second one).
 
-    def __init__(self, log: EmbeddedLog, group: str, topics: Sequence[str]) -> None:
+    Every partition of its topics is assigned to it at its first poll and revoked at close;
+    the listener hears of both, as with Kafka.
+    """
+
+    def __init__(
+        self,
+        log: EmbeddedLog,
+        group: str,
+        topics: Sequence[str],
+        listener: PartitionListener | None = None,
+    ) -> None:
         self._log = log
         self.group = group
+        self.poll_errors = 0  # the embedded log has no transient errors; kept for the seam
+        self._listener = listener
         lock_path = log.root / "_groups" / f"{group}.lock"
         self._lock = _exclusive_lock(
             lock_path,
             f"consumer group {group!r} already has a member (the embedded log allows one per "
             f"group; see {lock_path}): close it first or use another group",
         )
-        self._assigned: list[TopicPartition] = [
+        self._partitions: list[TopicPartition] = [
             (topic, n) for topic in topics for n in range(log.partitions_for(topic))
         ]
-        committed = log.committed(group)
-        self._positions = {tp: committed.get(tp, 0) for tp in self._assigned}
+        self._assigned: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
         self._next = 0  # round-robin start, so no partition starves
 
+    def _assign(self) -> None:
+        committed = self._log.committed(self.group)
+        self._assigned = list(self._partitions)
+        self._positions = {tp: committed.get(tp, 0) for tp in self._assigned}
+        if self._listener is not None and self._assigned:
+            self._listener.on_assign(self, list(self._assigned))
+
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record]:
+        if not self._assigned:
+            self._assign()
         deadline = time.monotonic() + timeout_s
         while True:
             records = self._read(max_records)
@@ -457,6 +495,8 @@ class EmbeddedConsumer:
         n = len(self._assigned)
         for i in range(n):
             tp = self._assigned[(self._next + i) % n]
+            if tp in self._paused:
+                continue
             partition = self._log.partition(*tp)
             try:
                 if self._positions[tp] >= partition.end_offset:
@@ -477,19 +517,53 @@ class EmbeddedConsumer:
         self._next = (self._next + 1) % max(n, 1)
         return out
 
-    def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+    def commit(
+        self, positions: Mapping[TopicPartition, int], timeout_s: float = COMMIT_TIMEOUT_S
+    ) -> None:
+        # One fsynced file rename: bounded by the disk, not by a peer, so `timeout_s` is not
+        # needed here.
         self._log.commit(self.group, positions)
 
     def committed(self) -> dict[TopicPartition, int]:
-        return {tp: o for tp, o in self._log.committed(self.group).items() if tp in self._positions}
+        mine = set(self._partitions)
+        return {tp: o for tp, o in self._log.committed(self.group).items() if tp in mine}
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assigned)
+
+    def _check_assigned(self, tps: Iterable[TopicPartition], what: str) -> list[TopicPartition]:
+        wanted = list(tps)
+        stray = [tp for tp in wanted if tp not in self._positions]
+        if stray:
+            raise LogError(
+                f"cannot {what} {stray}: not assigned to group {self.group!r} (the embedded "
+                "log assigns every partition at the first poll; seek inside on_assign)"
+            )
+        return wanted
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        if (topic, partition) not in self._positions:
-            raise LogError(f"{topic}[{partition}] is not assigned to group {self.group!r}")
+        self._check_assigned([(topic, partition)], "seek")
         self._positions[(topic, partition)] = offset
 
-    def close(self) -> None:
-        if not self._lock.closed:
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._paused.update(self._check_assigned(partitions, "pause"))
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._paused.difference_update(self._check_assigned(partitions, "resume"))
+
+    def paused(self) -> list[TopicPartition]:
+        return sorted(self._paused)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        if self._lock.closed:
+            return
+        try:
+            if self._listener is not None and self._assigned:
+                self._listener.on_revoke(self, list(self._assigned))
+        finally:
+            self._assigned = []
+            self._positions = {}
+            self._paused.clear()
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
             self._lock.close()
 

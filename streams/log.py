@@ -73,6 +73,28 @@ class DeliveryError(LogError):
     """Some produced records were not acknowledged; none of them may be treated as written."""
 
 
+class LogTimeoutError(LogError):
+    """A bounded wait on the log ran out; the message names the wait and its limit."""
+
+
+class FlushTimeoutError(DeliveryError, LogTimeoutError):
+    """`flush` gave up before every queued record was acknowledged."""
+
+
+class ProduceTimeoutError(LogTimeoutError):
+    """The producer's queue stayed full for longer than its limit (the broker is not taking
+    records); the record was not queued."""
+
+
+class CommitTimeoutError(LogTimeoutError):
+    """A commit was not confirmed in time; it may or may not have happened."""
+
+
+class CloseTimeoutError(LogTimeoutError):
+    """A consumer did not leave its group in time (the broker learns of it by its session
+    timeout instead)."""
+
+
 class Producer(Protocol):
     def produce(
         self,
@@ -82,34 +104,96 @@ class Producer(Protocol):
         headers: Headers = (),
         timestamp_ms: int | None = None,
     ) -> None:
-        """Queue a record; it is written (acknowledged) only when `flush` returns."""
+        """Queue a record; it is written (acknowledged) only when `flush` returns.
+
+        Waits (bounded) while the producer's queue is full; raises `ProduceTimeoutError` if it
+        stays full.
+        """
 
     def flush(self, timeout_s: float = 30.0) -> list[Record]:
         """Wait for every queued record; return them with their positions, in produce order.
 
-        Raises `DeliveryError` if any record failed or the timeout ran out.
+        Raises `DeliveryError` if any record failed, `FlushTimeoutError` (a `DeliveryError`) if
+        `timeout_s` ran out first; either way none of the queued records may be treated as
+        written, and the queue is empty afterwards.
         """
         ...
 
     def close(self) -> None: ...
 
 
+# Bounded waits of the consumer seam (STYLE.md §7): each is shorter than the broker's patience
+# (Kafka's default session timeout is 45 s), so a stuck call is named before the group gives up.
+COMMIT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 10.0
+
+
 class Consumer(Protocol):
+    """One member of a consumer group.
+
+    Partitions are assigned to the member inside `poll` (the embedded log assigns every
+    partition to its one member at the first poll) and revoked inside `poll` (a rebalance) or
+    `close`; the listener given to `EventLog.consumer` hears of both before records move.
+    """
+
+    poll_errors: int
+    """Non-fatal errors met while polling (logged, then counted here; never dropped silently)."""
+
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record]:
         """Up to `max_records` records, waiting at most `timeout_s` for the first."""
         ...
 
-    def commit(self, positions: Mapping[TopicPartition, int]) -> None:
-        """Record, durably, the next offset to read for each partition."""
+    def commit(
+        self, positions: Mapping[TopicPartition, int], timeout_s: float = COMMIT_TIMEOUT_S
+    ) -> None:
+        """Record, durably, the next offset to read for each partition.
+
+        Raises `CommitTimeoutError` if the commit is not confirmed within `timeout_s`.
+        """
 
     def committed(self) -> dict[TopicPartition, int]:
         """The committed next offsets of this consumer's group, for its topics."""
         ...
 
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        """Read `partition` from `offset` next (assigned partitions only)."""
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions assigned to this member now (empty before the first assignment)."""
+        ...
 
-    def close(self) -> None: ...
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read `partition` from `offset` next (assigned partitions only).
+
+        Inside `PartitionListener.on_assign` this sets where a newly assigned partition starts
+        (a projection seeks to the offsets it stored in its own database there).
+        """
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop returning records of these (assigned) partitions until `resume`; nothing is
+        skipped: a paused partition resumes at the record after the last one returned."""
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Return records of these partitions again."""
+
+    def paused(self) -> list[TopicPartition]: ...
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Revoke the assignment (the listener's `on_revoke` runs) and leave the group.
+
+        Raises `CloseTimeoutError` if leaving takes longer than `timeout_s`.
+        """
+
+
+class PartitionListener(Protocol):
+    """Hears of partitions assigned to and revoked from a consumer (called inside its `poll`
+    and `close`, in the thread that calls them)."""
+
+    def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        """Newly assigned partitions: load their state; `consumer.seek` here sets where each
+        starts (else it starts at the group's committed offset, or at the beginning)."""
+
+    def on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        """Partitions about to go (a rebalance, or `close`): flush their state and commit.
+        With Kafka, partitions lost to the group (a missed session) come here too; committing
+        them then fails with a `LogError`."""
 
 
 class EventLog(Protocol):
@@ -125,7 +209,9 @@ class EventLog(Protocol):
 
     def producer(self) -> Producer: ...
 
-    def consumer(self, group: str, topics: Sequence[str]) -> Consumer: ...
+    def consumer(
+        self, group: str, topics: Sequence[str], *, listener: PartitionListener | None = None
+    ) -> Consumer: ...
 
     def close(self) -> None: ...
 

@@ -42,6 +42,35 @@ class Batch:
     positions: dict[TopicPartition, int]  # commit these after handling `events`
 
 
+class Decoder:
+    """Turns a record into its envelope, or raises a `CodecError` naming where and why.
+
+    A record written by a newer release names a writer schema this codec does not know; the
+    schema store (if given) loads the schemas published on the log and the decode is retried
+    once. A `LogError` from that load (the log unreachable) is not the record's fault: it
+    propagates, and the record must be read again, never dead-lettered.
+    """
+
+    def __init__(self, codec: Codec, schema_store: SchemaStore | None = None) -> None:
+        self.codec = codec
+        self._schema_store = schema_store
+
+    def decode(self, record: Record) -> Envelope:
+        if record.headers:
+            damaged = dict(record.headers).get(CORRUPT_HEADER)
+            if damaged is not None:
+                raise CorruptRecordError(damaged.decode(errors="replace"), record.origin)
+        if record.value is None:
+            raise CodecError("the record has no value (a tombstone)", record.origin)
+        try:
+            return self.codec.decode(record.value, record.origin)
+        except UnknownSchemaError:
+            # Written by a newer release? Its writer published the schema on the log.
+            if self._schema_store is None or not self._schema_store.refresh():
+                raise
+            return self.codec.decode(record.value, record.origin)
+
+
 class DecodingReader:
     def __init__(
         self,
@@ -55,33 +84,30 @@ class DecodingReader:
     ) -> None:
         self.consumer = consumer
         self.codec = codec
-        self._schema_store = schema_store
+        self.decoder = Decoder(codec, schema_store)
         self._producer = dead_letter_producer
         self.dead_letters = DeadLetters(dead_letter_producer, codec, region, processor)
 
     def decode(self, records: Sequence[Record]) -> Batch:
         events: list[Decoded] = []
         failed = 0
-        for record in records:
-            try:
-                damaged = dict(record.headers).get(CORRUPT_HEADER)
-                if damaged is not None:
-                    raise CorruptRecordError(damaged.decode(errors="replace"), record.origin)
-                if record.value is None:
-                    raise CodecError("the record has no value (a tombstone)", record.origin)
-                envelope = self._decode(record.value, record)
-            except CodecError as error:
-                self.dead_letters.send(record, error)
-                failed += 1
-                continue
-            events.append(Decoded(record.origin, envelope))
-        if failed:
-            try:
+        decode = self.decoder.decode
+        try:
+            for record in records:
+                try:
+                    envelope = decode(record)
+                except CodecError as error:
+                    self.dead_letters.send(record, error)
+                    failed += 1
+                    continue
+                events.append(Decoded(record.origin, envelope))
+            if failed:
                 self._producer.flush()
-            except LogError:
-                # The dead letters are not written: read these records again next poll.
-                self._rewind(records)
-                raise
+        except LogError:
+            # The dead letters are not written, or the schema topic could not be read: read
+            # these records again next poll.
+            self._rewind(records)
+            raise
         return Batch(events, failed, next_positions(records))
 
     def _rewind(self, records: Sequence[Record]) -> None:
@@ -91,15 +117,6 @@ class DecodingReader:
             first[tp] = min(first.get(tp, record.offset), record.offset)
         for (topic, partition), offset in first.items():
             self.consumer.seek(topic, partition, offset)
-
-    def _decode(self, value: bytes, record: Record) -> Envelope:
-        try:
-            return self.codec.decode(value, record.origin)
-        except UnknownSchemaError:
-            # Written by a newer release? Its writer published the schema on the log.
-            if self._schema_store is None or not self._schema_store.refresh():
-                raise
-            return self.codec.decode(value, record.origin)
 
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> Batch:
         return self.decode(self.consumer.poll(max_records, timeout_s))
