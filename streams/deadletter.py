@@ -67,6 +67,10 @@ class DeadLetters:
         )
         self.sent += 1
 
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Deliver the queued dead letters (before committing past their records)."""
+        self._producer.flush(timeout_s)
+
 
 def _reason(error: Exception) -> str:
     """The kind of failure, then what and where (a CodecError's message already says both)."""

@@ -339,6 +339,7 @@ class KafkaConsumer:
         # Seeks librdkafka refused just after an assignment: retried at each poll; records of
         # those partitions are held back until one succeeds.
         self._pending_seeks: dict[TopicPartition, int] = {}
+        self._staged_pauses: set[TopicPartition] = set()
         self._closing = False
         self._closed = False
         self._consumer.subscribe(
@@ -368,6 +369,11 @@ class KafkaConsumer:
                 consumer.incremental_assign(partitions)
             else:
                 consumer.assign(partitions)
+            if self._staged_pauses:
+                # Paused inside on_assign: librdkafka knows the partitions only from here on.
+                consumer.pause([_KafkaTopicPartition(*tp) for tp in self._staged_pauses])
+                self._paused.update(self._staged_pauses)
+                self._staged_pauses = set()
 
     def _on_revoke(self, consumer: Any, partitions: list[_KafkaTopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
@@ -463,6 +469,9 @@ class KafkaConsumer:
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         tps = self._check_assigned(partitions, "pause")
+        if self._staged is not None:
+            self._staged_pauses.update(tps)
+            return
         self._consumer.pause([_KafkaTopicPartition(*tp) for tp in tps])
         self._paused.update(tps)
         # Records fetched before the pause would still come out of librdkafka's queue: a seek
@@ -473,6 +482,9 @@ class KafkaConsumer:
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         tps = self._check_assigned(partitions, "resume")
+        if self._staged is not None:
+            self._staged_pauses.difference_update(tps)
+            return
         self._consumer.resume([_KafkaTopicPartition(*tp) for tp in tps])
         self._paused.difference_update(tps)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from schemas import events
 from schemas.catalogue import envelope_schema, event_type, full_name, non_null, python_fields
-from schemas.events import Envelope, NoticeReceived, Payload
+from schemas.events import Envelope, NoticeReceived, Payload, RateCard
 from schemas.ids import derived_event_id
 
 T0_US = 1_796_000_000_000_000  # 2026-11-30, inside every retention window
@@ -107,6 +107,31 @@ def example_envelope(name: str, seed: int = 0, region: str = "test") -> Envelope
         correlation_id=f"corr-{seed}",
         producer="tests",
         payload=payload,
+    )
+
+
+def rate_card(region: str, pool: int, seq: int = 0, at_us: int | None = None) -> Envelope:
+    """A rate card for pool `pool` (a market event), at `at_us` or the `seq`-th second."""
+    pool_id = f"pool-{pool:03d}"
+    occurred_at = T0_US + seq * 1_000_000 if at_us is None else at_us
+    return Envelope(
+        event_id=derived_event_id(f"test/{region}/{pool_id}/{seq}/{occurred_at}", "rate_card"),
+        event_type="rate_card",
+        occurred_at=occurred_at,
+        recorded_at=occurred_at + 1_000,
+        region=region,
+        key=pool_id,
+        causation_id=None,
+        correlation_id=None,
+        producer="tests",
+        payload=RateCard(
+            pool_id=pool_id,
+            purchase_model="reclaimable",
+            price_per_vcpu_h_eur_micros=10_000 + seq,
+            guaranteed_price_per_vcpu_h_eur_micros=40_000,
+            valid_from_at=occurred_at,
+            valid_until_at=occurred_at + 300_000_000,
+        ),
     )
 
 
