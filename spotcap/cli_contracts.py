@@ -25,7 +25,7 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -52,6 +52,9 @@ from schemas.contracts.model import to_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.config import ConfigError, Settings
 from spotcap.fail import fail
+
+if TYPE_CHECKING:
+    from schemas.codec import Codec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -126,10 +129,11 @@ def _signer(key_file: Path | None, transit_key: str | None, transit_mount: str) 
     return None
 
 
-def _encoded_events(settings: Settings, result: CompileResult, publish: bool) -> list[bytes]:
-    """Every ``contract_published`` event encoded, or a clean error before anything is written.
+def _checked_codec(settings: Settings, result: CompileResult, publish: bool) -> Codec:
+    """The codec to publish with, once every ``contract_published`` event has been encoded
+    with it, or a clean error before anything is written.
 
-    Encoding without ``--publish`` checks the events with the local codec (no registry).
+    Without ``--publish`` the events are checked with the local codec (no registry).
     """
     from schemas.codec import Codec
     from schemas.errors import CodecError
@@ -138,41 +142,41 @@ def _encoded_events(settings: Settings, result: CompileResult, publish: bool) ->
 
     try:
         codec = make_codec(settings) if publish else Codec()
-        return [codec.encode(envelope) for envelope in result.events]
+        for envelope in result.events:
+            codec.encode(envelope)
     except (CodecError, RegistryError) as error:
         fail(f"the contract_published events cannot be encoded: {error}; nothing was written")
+    return codec
 
 
-def _publish(settings: Settings, result: CompileResult, encoded: list[bytes]) -> int:
-    """Write the encoded events to the region's demand topic; return how many."""
+def _publish(settings: Settings, result: CompileResult, codec: Codec) -> int:
+    """Write the events through `EventWriter` (the one write path: it routes each event to its
+    type's topic and publishes its writer schema on the schemas topic first); return how many."""
     from spotcap.wiring import describe_log, open_log
     from streams.log import LogError
     from streams.topics import region_topics, topic_name
+    from streams.writer import EventWriter
 
-    topic = topic_name(settings.region, "demand")
+    region = settings.region
+    wanted = {topic_name(region, "schemas")} | {
+        topic_name(region, type(envelope.payload).TOPIC) for envelope in result.events
+    }
     try:
         log = open_log(settings)
         try:
-            log.apply_topics(
-                [spec for spec in region_topics(settings.region) if spec.name == topic]
-            )
-            producer = log.producer()
+            log.apply_topics([spec for spec in region_topics(region) if spec.name in wanted])
+            writer = EventWriter(log, codec, region)
             try:
-                for envelope, value in zip(result.events, encoded, strict=True):
-                    producer.produce(
-                        topic,
-                        value,
-                        envelope.key.encode(),
-                        timestamp_ms=envelope.occurred_at // 1000,
-                    )
-                delivered = producer.flush()
+                for envelope in result.events:
+                    writer.write(envelope)
+                writer.flush()
             finally:
-                producer.close()
+                writer.close()
         finally:
             log.close()
     except LogError as error:
         fail(f"publishing to {describe_log(settings)} failed: {error}; nothing was written")
-    return len(delivered)
+    return writer.written
 
 
 def _table(result: CompileResult) -> Table:
@@ -409,9 +413,9 @@ def compile_command(
             rendered = render_outputs(result, signer, namespace)
         except SigningError as error:
             fail(f"signing failed: {error}; nothing was written")
-        encoded = _encoded_events(settings, result, publish)
+        codec = _checked_codec(settings, result, publish)
         if publish:
-            published = _publish(settings, result, encoded)
+            published = _publish(settings, result, codec)
         written = write_rendered(out_dir, rendered)
     report = _result_json(result, written, published) if as_json else None
     if report is not None and result.ok:

@@ -21,6 +21,7 @@ from spotcap.cli_contracts import contracts
 from spotcap.config import Settings
 from streams.embedded import EmbeddedLog
 from streams.log import LogError
+from streams.schema_store import load_schemas
 from streams.topics import topic_name
 from tests import test_bundles
 from tests.test_bundles import TransitKey
@@ -125,8 +126,10 @@ def test_compile_sign_publish_and_verify(settings: Settings, tmp_path: Path, key
     consumer = log.consumer("test", [topic_name("eu-west", "demand")])
     records = consumer.poll(max_records=100, timeout_s=1.0)
     consumer.close()
-    log.close()
     codec = Codec()
+    # Published through EventWriter: its writer schema is on the schemas topic.
+    assert codec.fingerprint in load_schemas(log, "eu-west")
+    log.close()
     events = [codec.decode(r.value or b"", r.origin) for r in records]
     assert sorted(e.key for e in events) == workloads
     for record, event in zip(records, events, strict=True):

@@ -1,0 +1,39 @@
+"""Decode: a record's bytes to its event; undecodable bytes go to the dead letter."""
+
+from __future__ import annotations
+
+from schemas.errors import CodecError
+from streams.log import Record
+from streams.processing.dead_letters import DeadLetterGuard
+from streams.processing.message import Message, ProcessingStep
+from streams.reader import Decoded, Decoder
+
+
+class Decode:
+    def __init__(
+        self, next_step: ProcessingStep[Message[Decoded]], decoder: Decoder, guard: DeadLetterGuard
+    ) -> None:
+        self._next = next_step
+        self._decoder = decoder
+        self._guard = guard
+
+    def submit(self, item: Message[Record]) -> None:
+        record = item.record
+        try:
+            decoded = Decoded(record.origin, self._decoder.decode(record))
+        except CodecError as error:
+            self._guard.check(record, error)
+            self._next.submit(Message(None, record))  # its position still moves, in order
+            self._guard.send(record, error)
+        else:
+            self._next.submit(Message(decoded, record))
+        self._guard.seen()
+
+    def poll(self) -> None:
+        self._next.poll()
+
+    def join(self, timeout_s: float) -> None:
+        self._next.join(timeout_s)
+
+    def close(self) -> None:
+        self._next.close()
