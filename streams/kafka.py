@@ -1,4 +1,5 @@
-"""The event log on Apache Kafka, through confluent-kafka (librdkafka).
+"""The event log on Apache Kafka, through confluent-kafka (librdkafka): topics and producers
+(the consumer is in `streams.kafka_consumer`).
 
 Producers are idempotent with ``acks=all`` (no duplicates or reordering from retries, per-key
 order kept) and use the ``murmur2_random`` partitioner, which is Kafka's Java default, so a key
@@ -9,39 +10,32 @@ positions are committed by the pipeline after its effects are durable.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException
 from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as _KafkaProducer
 from confluent_kafka import TopicPartition as _KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
+from streams.kafka_consumer import KafkaConsumer
 from streams.log import (
-    CLOSE_TIMEOUT_S,
-    COMMIT_TIMEOUT_S,
-    CloseTimeoutError,
-    CommitTimeoutError,
     DeliveryError,
     FlushTimeoutError,
     Headers,
     LogError,
-    LogTimeoutError,
     PartitionListener,
     ProduceTimeoutError,
     Record,
     TopicChange,
-    TopicPartition,
     TopicSpec,
 )
 
 _ADMIN_TIMEOUT_S = 30.0
-_LOG = logging.getLogger("spotcap.kafka")
 _LIBRDKAFKA_LOG = logging.getLogger("spotcap.kafka.librdkafka")
 _NEW_TOPIC_ERRORS = frozenset(
     {
@@ -305,301 +299,3 @@ class KafkaProducer:
                 f"closing the producer: {remaining} queued records not acknowledged within "
                 f"{timeout_s} s; they are dropped (none was flushed, so none counts as written)"
             )
-
-
-class KafkaConsumer:
-    """A member of a consumer group; the listener hears of assignments inside `poll`."""
-
-    def __init__(
-        self,
-        config: Mapping[str, Any],
-        group: str,
-        topics: Sequence[str],
-        listener: PartitionListener | None = None,
-    ) -> None:
-        self.group = group
-        self.poll_errors = 0
-        self._topics = list(topics)
-        self._listener = listener
-        settings = {
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            **config,
-        }
-        self._cooperative = "cooperative" in str(settings.get("partition.assignment.strategy"))
-        self._consumer = _KafkaConsumer(settings)
-        self._assigned: set[TopicPartition] = set()
-        self._paused: set[TopicPartition] = set()
-        self._positions: dict[TopicPartition, int] = {}  # next offset after the last returned
-        # Seeks asked for inside on_assign become the assignment's start offsets: librdkafka
-        # refuses a seek on a partition it is not fetching yet ("Erroneous state").
-        self._staged: dict[TopicPartition, int] | None = None
-        # Seeks librdkafka refused just after an assignment: retried at each poll; records of
-        # those partitions are held back until one succeeds.
-        self._pending_seeks: dict[TopicPartition, int] = {}
-        self._staged_pauses: set[TopicPartition] = set()
-        self._closing = False
-        self._closed = False
-        self._consumer.subscribe(
-            self._topics,
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
-
-    # -- rebalance callbacks (librdkafka calls them inside consume, poll and close) ----------
-
-    def _on_assign(self, consumer: Any, partitions: list[_KafkaTopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in partitions]
-        self._assigned.update(tps)
-        self._staged = {}
-        try:
-            if self._listener is not None and tps:
-                self._listener.on_assign(self, tps)
-        finally:
-            staged, self._staged = self._staged, None
-            for p in partitions:
-                # OFFSET_INVALID (what librdkafka hands us) starts at the committed offset.
-                p.offset = staged.get((p.topic, p.partition), OFFSET_INVALID)
-                if p.offset >= 0:
-                    self._positions[(p.topic, p.partition)] = p.offset
-            if self._cooperative:
-                consumer.incremental_assign(partitions)
-            else:
-                consumer.assign(partitions)
-            if self._staged_pauses:
-                # Paused inside on_assign: librdkafka knows the partitions only from here on.
-                consumer.pause([_KafkaTopicPartition(*tp) for tp in self._staged_pauses])
-                self._paused.update(self._staged_pauses)
-                self._staged_pauses = set()
-
-    def _on_revoke(self, consumer: Any, partitions: list[_KafkaTopicPartition]) -> None:
-        tps = [(p.topic, p.partition) for p in partitions]
-        try:
-            if self._listener is not None and tps and not self._closing:
-                self._listener.on_revoke(self, tps)
-        finally:
-            for tp in tps:
-                self._assigned.discard(tp)
-                self._paused.discard(tp)
-                self._positions.pop(tp, None)
-                self._pending_seeks.pop(tp, None)
-            # confluent-kafka unassigns after this callback returns (incrementally or not).
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record]:
-        # librdkafka's consume(n, timeout) waits until it has n messages or the timeout ends;
-        # this poll returns as soon as there is anything: take what is queued, else wait for
-        # one message, then take what came with it.
-        if self._pending_seeks:
-            self._retry_seeks()
-        deadline = time.monotonic() + timeout_s
-        out: list[Record] = []
-        messages = self._consumer.consume(max_records, timeout=0)
-        while not messages:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return out
-            first = self._consumer.poll(timeout=left)
-            if first is not None:
-                messages = [first, *self._consumer.consume(max_records - 1, timeout=0)]
-        held = self._paused or self._pending_seeks
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.fatal():
-                    raise LogError(f"Kafka consumer of group {self.group}: {error}")
-                self.poll_errors += 1
-                _LOG.warning("Kafka consumer of group %s: %s (not fatal)", self.group, error)
-                continue
-            record = _record(message)
-            if held and self._hold_back(record):
-                continue
-            out.append(record)
-        for record in out:
-            self._positions[(record.topic, record.partition)] = record.offset + 1
-        return out
-
-    def _hold_back(self, record: Record) -> bool:
-        """True for a record of a paused partition (fetched before the pause took effect) or of
-        one whose seek is pending; the partition is sent back to it, so nothing is skipped."""
-        tp = (record.topic, record.partition)
-        if tp in self._pending_seeks:
-            return True
-        if tp in self._paused:
-            if tp not in self._positions or record.offset < self._positions[tp]:
-                self._positions[tp] = record.offset
-            self._seek(tp, self._positions[tp])
-            return True
-        return False
-
-    def _retry_seeks(self) -> None:
-        for tp, offset in list(self._pending_seeks.items()):
-            try:
-                self._consumer.seek(_KafkaTopicPartition(*tp, offset))
-            except KafkaException:
-                continue
-            del self._pending_seeks[tp]
-
-    def _seek(self, tp: TopicPartition, offset: int) -> None:
-        try:
-            self._consumer.seek(_KafkaTopicPartition(*tp, offset))
-        except KafkaException as error:
-            code = error.args[0].code()
-            if code not in (KafkaError._STATE, KafkaError._UNKNOWN_PARTITION):
-                raise LogError(f"seek {tp[0]}[{tp[1]}] to {offset}: {error}") from error
-            # Assigned, but librdkafka is not fetching it yet: retried at the next poll.
-            self._pending_seeks[tp] = offset
-        self._positions[tp] = offset
-
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        tp = (topic, partition)
-        if tp not in self._assigned:
-            raise LogError(f"{topic}[{partition}] is not assigned to this member of {self.group}")
-        if self._staged is not None:
-            self._staged[tp] = offset
-            return
-        self._seek(tp, offset)
-
-    def assignment(self) -> list[TopicPartition]:
-        return sorted(self._assigned)
-
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        tps = self._check_assigned(partitions, "pause")
-        if self._staged is not None:
-            self._staged_pauses.update(tps)
-            return
-        self._consumer.pause([_KafkaTopicPartition(*tp) for tp in tps])
-        self._paused.update(tps)
-        # Records fetched before the pause would still come out of librdkafka's queue: a seek
-        # to the current position drops them (they are fetched again after the resume).
-        for tp in tps:
-            if tp in self._positions:
-                self._seek(tp, self._positions[tp])
-
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        tps = self._check_assigned(partitions, "resume")
-        if self._staged is not None:
-            self._staged_pauses.difference_update(tps)
-            return
-        self._consumer.resume([_KafkaTopicPartition(*tp) for tp in tps])
-        self._paused.difference_update(tps)
-
-    def paused(self) -> list[TopicPartition]:
-        return sorted(self._paused)
-
-    def _check_assigned(
-        self, partitions: Iterable[TopicPartition], what: str
-    ) -> list[TopicPartition]:
-        tps = list(partitions)
-        stray = [tp for tp in tps if tp not in self._assigned]
-        if stray:
-            raise LogError(f"cannot {what} {stray}: not assigned to this member of {self.group}")
-        return tps
-
-    # -- positions ---------------------------------------------------------------------------
-
-    def commit(
-        self, positions: Mapping[TopicPartition, int], timeout_s: float = COMMIT_TIMEOUT_S
-    ) -> None:
-        if not positions:
-            return
-        offsets = [_KafkaTopicPartition(t, p, o) for (t, p), o in positions.items()]
-        try:
-            result = bounded(
-                lambda: self._consumer.commit(offsets=offsets, asynchronous=False),
-                timeout_s,
-                CommitTimeoutError(
-                    f"the commit of group {self.group} was not confirmed within {timeout_s} s "
-                    "(it may still happen); the records after the last confirmed commit will "
-                    "be read again"
-                ),
-            )
-        except KafkaException as error:
-            raise LogError(f"commit of group {self.group} failed: {error}") from error
-        failed = [tp for tp in result or () if tp.error is not None]
-        if failed:
-            raise LogError(
-                f"commit of group {self.group} failed for "
-                + ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
-            )
-
-    def committed(self) -> dict[TopicPartition, int]:
-        try:
-            metadata = self._consumer.list_topics(timeout=_ADMIN_TIMEOUT_S)
-            partitions = [
-                _KafkaTopicPartition(topic, n)
-                for topic in self._topics
-                for n in metadata.topics[topic].partitions
-            ]
-            found = self._consumer.committed(partitions, timeout=_ADMIN_TIMEOUT_S)
-        except KafkaException as error:
-            raise LogError(f"committed offsets of group {self.group}: {error}") from error
-        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
-
-    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            # The listener hears of the revocation here, in the caller's thread; the callback
-            # librdkafka makes from inside close only tidies up.
-            if self._listener is not None and self._assigned:
-                self._listener.on_revoke(self, sorted(self._assigned))
-        finally:
-            self._closing = True
-            bounded(
-                self._consumer.close,
-                timeout_s,
-                CloseTimeoutError(
-                    f"the consumer of group {self.group} did not leave the group within "
-                    f"{timeout_s} s; the broker reassigns its partitions after its session "
-                    "timeout"
-                ),
-            )
-
-
-_T = TypeVar("_T")
-
-
-def bounded(call: Callable[[], _T], timeout_s: float, timeout_error: LogTimeoutError) -> _T:
-    """`call()`, or `timeout_error` if it has not returned within `timeout_s`.
-
-    librdkafka's synchronous commit and close take no timeout. The call runs in a daemon
-    thread so a caller is never held longer than its bound (and a process can still exit);
-    a call that overruns finishes, or not, on its own.
-    """
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as error:  # handed to the caller's thread
-            outcome.append((False, error))
-
-    thread = threading.Thread(target=run, name="spotcap-kafka-bounded", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        raise timeout_error
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    result: _T = value
-    return result
-
-
-def _record(message: Any) -> Record:
-    headers: Headers = tuple((k, v or b"") for k, v in message.headers() or ())
-    return Record(
-        message.topic(),
-        message.partition(),
-        message.offset(),
-        message.key(),
-        message.value(),
-        message.timestamp()[1],
-        headers,
-    )

@@ -242,8 +242,13 @@ class Listener:
     """Records what a consumer's listener hears; seeks newly assigned partitions to `stored`
     (as a projection does with the offsets kept in its own database)."""
 
-    def __init__(self, stored: dict[TopicPartition, int] | None = None) -> None:
+    def __init__(
+        self,
+        stored: dict[TopicPartition, int] | None = None,
+        paused: Sequence[TopicPartition] = (),
+    ) -> None:
         self.stored = stored or {}
+        self.paused = list(paused)
         self.heard: list[tuple[str, list[TopicPartition]]] = []
 
     def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
@@ -251,6 +256,7 @@ class Listener:
         for tp in partitions:
             if tp in self.stored:
                 consumer.seek(*tp, self.stored[tp])
+        consumer.pause([tp for tp in self.paused if tp in partitions])
 
     def on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         self.heard.append(("revoke", sorted(partitions)))
@@ -328,6 +334,30 @@ def test_a_paused_partition_is_held_back_and_resumes_where_it_stopped(
     assert sorted((r.partition, r.offset) for r in got) == sorted(
         (r.partition, r.offset) for r in written
     ), "every record exactly once across the pause"
+
+
+def test_a_pause_inside_on_assign_holds_the_partition_from_the_start(
+    log: EventLog, region: str
+) -> None:
+    topic = topic_name(region, "lifecycle")
+    written = produce_numbered(log, topic, 120)
+    held = (topic, 1)
+    consumer = log.consumer(
+        f"g-{uuid.uuid4().hex}", [topic], listener=Listener({held: 3}, paused=[held])
+    )
+    others = [r for r in written if r.partition != held[1]]
+    got = drain(consumer, len(others))
+    consumer.poll(max_records=500, timeout_s=0.5)
+    assert sorted((r.partition, r.offset) for r in got) == sorted(
+        (r.partition, r.offset) for r in others
+    )
+    assert consumer.paused() == [held]
+    consumer.resume([held])
+    rest = drain(consumer, sum(1 for r in written if r.partition == held[1]) - 3)
+    assert [r.offset for r in rest] == [
+        r.offset for r in written if r.partition == held[1] and r.offset >= 3
+    ], "sought and paused inside on_assign: starts at the stored offset once resumed"
+    consumer.close()
 
 
 def test_seek_pause_and_resume_refuse_partitions_not_assigned(log: EventLog, region: str) -> None:
