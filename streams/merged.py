@@ -142,7 +142,7 @@ class MergedHistory:
             group or f"spotcap-history-{uuid.uuid4().hex}", self._names, listener=self
         )
 
-    # -- what callers see ----------------------------------------------------------------------
+    # -- what callers see ----------------------------------------------------------------
 
     @property
     def progress(self) -> Progress:
@@ -186,7 +186,7 @@ class MergedHistory:
             consumer, self._consumer = self._consumer, None
             consumer.close()
 
-    # -- the consumer's listener -----------------------------------------------------------------
+    # -- the consumer's listener -----------------------------------------------------------
 
     def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         self._last_progress = time.monotonic()  # joining the group is not a stall
@@ -205,7 +205,7 @@ class MergedHistory:
         for tp in partitions:
             self._partitions[tp].paused = False
 
-    # -- merging ---------------------------------------------------------------------------------
+    # -- merging ---------------------------------------------------------------------------
 
     def _emit(self, out: list[Decoded], max_events: int) -> None:
         heap = self._heap

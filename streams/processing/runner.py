@@ -45,7 +45,7 @@ class Processor(Generic[Out]):
         self.processed = 0  # inputs the chain has taken
         self.consumer = log.consumer(group, topics, listener=self)
 
-    # -- the consumer's listener -----------------------------------------------------------------
+    # -- the consumer's listener -----------------------------------------------------------
 
     def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         if self._chain is not None:  # an incremental assignment: rebuild for the whole set
@@ -72,15 +72,13 @@ class Processor(Generic[Out]):
         finally:
             chain.head.close()
 
-    # -- running -----------------------------------------------------------------------------------
+    # -- running ---------------------------------------------------------------------------
 
     def run_once(self) -> int:
         """One poll, and as much of it as the chain takes; returns the inputs taken."""
-        timeout_s = (
-            min(self._poll_timeout_s, _BACKPRESSURE_POLL_S)
-            if self._backlog
-            else (self._poll_timeout_s)
-        )
+        timeout_s = self._poll_timeout_s
+        if self._backlog:  # held back: offer the refused input again soon
+            timeout_s = min(timeout_s, _BACKPRESSURE_POLL_S)
         self._backlog.extend(self.consumer.poll(self._poll_records, timeout_s))
         chain = self._chain
         if chain is None:
