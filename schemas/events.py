@@ -403,6 +403,14 @@ class CapacityClaimOpened:
     """vCPU the pending work needs."""
     reason: str
     """Why capacity is needed, in words (e.g. '48 pending pods in ns/etl')."""
+    sku_families: tuple[str, ...] = ()
+    """SKU families the pending work can run on; empty: any family."""
+    sizes_vcpu: tuple[int, ...] = ()
+    """Instance sizes (vCPU) the pending work can use on reclaimable capacity; empty: any size."""
+    expected_duration_s: int | None = None
+    """How long the pending work runs on the requested vCPU without interruption, if the
+    scheduler knows; with the contract's deadline it drives the deadline rule (ADR-23).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -412,6 +420,9 @@ class CapacityClaimOpened:
             "cluster": self.cluster,
             "requested_vcpu": self.requested_vcpu,
             "reason": self.reason,
+            "sku_families": list(self.sku_families),
+            "sizes_vcpu": list(self.sizes_vcpu),
+            "expected_duration_s": self.expected_duration_s,
         }
 
     @classmethod
@@ -423,6 +434,9 @@ class CapacityClaimOpened:
             cluster=d["cluster"],
             requested_vcpu=d["requested_vcpu"],
             reason=d["reason"],
+            sku_families=tuple(d["sku_families"]),
+            sizes_vcpu=tuple(d["sizes_vcpu"]),
+            expected_duration_s=d["expected_duration_s"],
         )
 
 
@@ -568,6 +582,20 @@ class PoolExcluded:
     """End of the event-time window the rule evaluated."""
     evidence_event_ids: tuple[str, ...]
     """The event ids of the lifecycle events this judgement rests on, so it can be explained."""
+    threshold_per_h: float = 0.0
+    """The rate the observed reclamation had to reach to exclude: the expected rate times the
+    rule's factor.
+    """
+    exposure_instance_h: float = 0.0
+    """Instance-hours the pool held in the window: the denominator of the observed rate."""
+    expected_reclaims: float = 0.0
+    """Reclamations the expected rate predicts for that exposure (the Poisson mean the count was
+    compared with).
+    """
+    tail_probability: float = 1.0
+    """Probability of seeing at least reclaimed_instances reclamations if the pool behaved as
+    expected (Poisson tail); the rule fires below its significance.
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -579,6 +607,10 @@ class PoolExcluded:
             "window_start_at": self.window_start_at,
             "window_end_at": self.window_end_at,
             "evidence_event_ids": list(self.evidence_event_ids),
+            "threshold_per_h": self.threshold_per_h,
+            "exposure_instance_h": self.exposure_instance_h,
+            "expected_reclaims": self.expected_reclaims,
+            "tail_probability": self.tail_probability,
         }
 
     @classmethod
@@ -592,6 +624,10 @@ class PoolExcluded:
             window_start_at=d["window_start_at"],
             window_end_at=d["window_end_at"],
             evidence_event_ids=tuple(d["evidence_event_ids"]),
+            threshold_per_h=d["threshold_per_h"],
+            exposure_instance_h=d["exposure_instance_h"],
+            expected_reclaims=d["expected_reclaims"],
+            tail_probability=d["tail_probability"],
         )
 
 
@@ -671,6 +707,28 @@ class PlacementDecided:
     """The capacity claim this placement serves, if any."""
     ranking_id: str | None = None
     """The ranking round the planner used."""
+    caps_held: bool = True
+    """Whether every reclaimable allocation is within the caps: at least 8 pools, no pool above
+    15% and no correlation group above 30% of the workload's reclaimable capacity (ADR-08).
+    """
+    caps_reason: str | None = None
+    """When the caps could not hold or part of the request stayed unplaced, why, in words (e.g.
+    fewer than 8 eligible pools and what made the others ineligible); null otherwise.
+    """
+    eligible_pool_count: int = 0
+    """Reclaimable pools that were eligible for this workload: not excluded, with forward
+    capacity, of a family and size it can use and no more interrupted than it tolerates.
+    """
+    pool_cap_vcpu: int = 0
+    """The most vCPU of the workload one pool could hold under the pool cap for this plan."""
+    group_cap_vcpu: int = 0
+    """The most vCPU of the workload one correlation group could hold under the group cap for
+    this plan.
+    """
+    unplaced_vcpu: int = 0
+    """vCPU of the request the plan could not place within the caps and the pools' room; the
+    fallback arbiter decides whether guaranteed capacity covers them (ADR-23).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -684,6 +742,12 @@ class PlacementDecided:
             "excluded_pool_ids": list(self.excluded_pool_ids),
             "claim_id": self.claim_id,
             "ranking_id": self.ranking_id,
+            "caps_held": self.caps_held,
+            "caps_reason": self.caps_reason,
+            "eligible_pool_count": self.eligible_pool_count,
+            "pool_cap_vcpu": self.pool_cap_vcpu,
+            "group_cap_vcpu": self.group_cap_vcpu,
+            "unplaced_vcpu": self.unplaced_vcpu,
         }
 
     @classmethod
@@ -699,6 +763,12 @@ class PlacementDecided:
             excluded_pool_ids=tuple(d["excluded_pool_ids"]),
             claim_id=d["claim_id"],
             ranking_id=d["ranking_id"],
+            caps_held=d["caps_held"],
+            caps_reason=d["caps_reason"],
+            eligible_pool_count=d["eligible_pool_count"],
+            pool_cap_vcpu=d["pool_cap_vcpu"],
+            group_cap_vcpu=d["group_cap_vcpu"],
+            unplaced_vcpu=d["unplaced_vcpu"],
         )
 
 
@@ -1128,6 +1198,24 @@ class ReplacementRequested:
     """Pools the replacement must not go to: the lost pool's correlation group and excluded
     pools.
     """
+    allocations: tuple[Allocation, ...] = ()
+    """Where the replacement goes, per pool and purchase model."""
+    replaces_pool_id: str | None = None
+    """The pool of the instance being replaced."""
+    floor: bool = False
+    """Whether the replaced instance held part of the guaranteed floor; a floor replacement goes
+    to committed capacity in another hall first (ADR-22).
+    """
+    caps_held: bool = True
+    """Whether the replacement keeps the workload within the pool and correlation-group caps
+    (ADR-08).
+    """
+    caps_reason: str | None = None
+    """When the caps could not hold or the lost pool's group could not be avoided, why, in words."""
+    unplaced_vcpu: int = 0
+    """vCPU the replacement could not place; the fallback arbiter decides whether guaranteed
+    capacity covers them (ADR-23).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -1136,6 +1224,12 @@ class ReplacementRequested:
             "vcpu": self.vcpu,
             "purchase_model": self.purchase_model,
             "excluded_pool_ids": list(self.excluded_pool_ids),
+            "allocations": [x0.to_avro() for x0 in self.allocations],
+            "replaces_pool_id": self.replaces_pool_id,
+            "floor": self.floor,
+            "caps_held": self.caps_held,
+            "caps_reason": self.caps_reason,
+            "unplaced_vcpu": self.unplaced_vcpu,
         }
 
     @classmethod
@@ -1146,6 +1240,12 @@ class ReplacementRequested:
             vcpu=d["vcpu"],
             purchase_model=d["purchase_model"],
             excluded_pool_ids=tuple(d["excluded_pool_ids"]),
+            allocations=tuple([Allocation.from_avro(x0) for x0 in d["allocations"]]),
+            replaces_pool_id=d["replaces_pool_id"],
+            floor=d["floor"],
+            caps_held=d["caps_held"],
+            caps_reason=d["caps_reason"],
+            unplaced_vcpu=d["unplaced_vcpu"],
         )
 
 
@@ -1176,6 +1276,24 @@ class FallbackDecided:
     """The workload's fallback priority, which staggered this decision."""
     reason: str
     """Why fallback was needed, in words."""
+    allocations: tuple[Allocation, ...] = ()
+    """Where the guaranteed capacity goes, per pool and purchase model."""
+    awaiting_approval: bool = False
+    """True for an escalation that pages the approver: nothing is launched or spent until a
+    fallback_reviewed approves it (ADR-23).
+    """
+    projected_eur_micros: int = 0
+    """This decision's own projected spend, counted against the day's cap; 0 while awaiting
+    approval.
+    """
+    deadline_slack_s: int | None = None
+    """For a deadline fallback: seconds of slack left before the deadline after the remaining
+    work.
+    """
+    expected_loss_s: int | None = None
+    """For a deadline fallback: seconds of progress the expected interruptions until the deadline
+    would cost on reclaimable capacity.
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -1187,6 +1305,11 @@ class FallbackDecided:
             "approver": self.approver,
             "priority": self.priority,
             "reason": self.reason,
+            "allocations": [x0.to_avro() for x0 in self.allocations],
+            "awaiting_approval": self.awaiting_approval,
+            "projected_eur_micros": self.projected_eur_micros,
+            "deadline_slack_s": self.deadline_slack_s,
+            "expected_loss_s": self.expected_loss_s,
         }
 
     @classmethod
@@ -1200,6 +1323,11 @@ class FallbackDecided:
             approver=d["approver"],
             priority=d["priority"],
             reason=d["reason"],
+            allocations=tuple([Allocation.from_avro(x0) for x0 in d["allocations"]]),
+            awaiting_approval=d["awaiting_approval"],
+            projected_eur_micros=d["projected_eur_micros"],
+            deadline_slack_s=d["deadline_slack_s"],
+            expected_loss_s=d["expected_loss_s"],
         )
 
 
@@ -1222,6 +1350,14 @@ class FallbackReturned:
     """How long the work stayed on guaranteed capacity."""
     fallback_event_id: str | None = None
     """The fallback_decided event this return ends."""
+    instance_ids: tuple[str, ...] = ()
+    """The guaranteed instances the fallback launched, to be released once the work is back on
+    reclaimable capacity.
+    """
+    healthy_s: int = 0
+    """How long the workload had seen no notice or loss before the return (sustained health,
+    ADR-24).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -1229,6 +1365,8 @@ class FallbackReturned:
             "vcpu": self.vcpu,
             "dwell_s": self.dwell_s,
             "fallback_event_id": self.fallback_event_id,
+            "instance_ids": list(self.instance_ids),
+            "healthy_s": self.healthy_s,
         }
 
     @classmethod
@@ -1238,6 +1376,8 @@ class FallbackReturned:
             vcpu=d["vcpu"],
             dwell_s=d["dwell_s"],
             fallback_event_id=d["fallback_event_id"],
+            instance_ids=tuple(d["instance_ids"]),
+            healthy_s=d["healthy_s"],
         )
 
 
@@ -1316,6 +1456,12 @@ class ActuationThrottled:
     """Calls waiting behind this one."""
     delay_ms: int
     """How long the call is delayed."""
+    operation: str | None = None
+    """The provider operation when it is not one of the actuator's own calls (e.g. 'reclaim', the
+    exercise job's call, drawn as a delete); null otherwise.
+    """
+    not_before_at: int | None = None
+    """Event time at which the delayed call may go out."""
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -1324,6 +1470,8 @@ class ActuationThrottled:
             "budget_per_s": self.budget_per_s,
             "queued_calls": self.queued_calls,
             "delay_ms": self.delay_ms,
+            "operation": self.operation,
+            "not_before_at": self.not_before_at,
         }
 
     @classmethod
@@ -1334,6 +1482,8 @@ class ActuationThrottled:
             budget_per_s=d["budget_per_s"],
             queued_calls=d["queued_calls"],
             delay_ms=d["delay_ms"],
+            operation=d["operation"],
+            not_before_at=d["not_before_at"],
         )
 
 
@@ -1356,6 +1506,11 @@ class BreakerTripped:
     """Length of the window."""
     threshold: int
     """Terminations the window allows."""
+    reason: str | None = None
+    """What opened the breaker, in words: mass termination (the termination breaker) or failing
+    launches (the provider breaker, whose outage drops the budget to a trickle until a launch
+    succeeds).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -1363,6 +1518,7 @@ class BreakerTripped:
             "terminations_observed": self.terminations_observed,
             "window_s": self.window_s,
             "threshold": self.threshold,
+            "reason": self.reason,
         }
 
     @classmethod
@@ -1372,6 +1528,7 @@ class BreakerTripped:
             terminations_observed=d["terminations_observed"],
             window_s=d["window_s"],
             threshold=d["threshold"],
+            reason=d["reason"],
         )
 
 
@@ -1458,6 +1615,11 @@ class PoolRegistered:
     """Total vCPU the pool holds."""
     attributes: Mapping[str, str]
     """Further attributes the eligibility filter reads (accelerator, memory per vCPU, ...)."""
+    expected_interruption_per_h: float | None = None
+    """Reclamations per instance-hour the pool's record (the catalogue) leads one to expect; the
+    exclusion watcher compares what it observes with it (ADR-07). Null when the pool has no
+    record.
+    """
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", frozen_map(self.attributes))
@@ -1473,6 +1635,7 @@ class PoolRegistered:
             "correlation_group": self.correlation_group,
             "capacity_vcpu": self.capacity_vcpu,
             "attributes": dict(self.attributes),
+            "expected_interruption_per_h": self.expected_interruption_per_h,
         }
 
     @classmethod
@@ -1487,6 +1650,7 @@ class PoolRegistered:
             correlation_group=d["correlation_group"],
             capacity_vcpu=d["capacity_vcpu"],
             attributes=FrozenMap(d["attributes"]),
+            expected_interruption_per_h=d["expected_interruption_per_h"],
         )
 
 
@@ -1622,6 +1786,61 @@ class LaunchFailed:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ActuationRefused:
+    """The actuator refused a mutating provider call: a termination of an instance not tagged as
+    the orchestrator's own, or a termination while the termination breaker is open (ADR-11,
+    ADR-12). Nothing is sent to the provider.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "actuation_refused"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.ActuationRefused"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "region"
+
+    call: ActuationCall
+    """The kind of call refused."""
+    rule: str
+    """The rule that refused it: not_owned (the instance lacks the orchestrator's owner tag) or
+    termination (the termination breaker is open: mass termination stopped).
+    """
+    reason: str
+    """Why, in words, with the figures the rule compared."""
+    instance_id: str | None = None
+    """The instance the call was about, for a delete."""
+    pool_id: str | None = None
+    """The pool the call was about, for a launch or reserve."""
+    workload_id: str | None = None
+    """The workload the call was for, when known."""
+    owner_tag: str | None = None
+    """The owner tag found on the instance (null: none, or the instance is unknown to the
+    orchestrator).
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "rule": self.rule,
+            "reason": self.reason,
+            "instance_id": self.instance_id,
+            "pool_id": self.pool_id,
+            "workload_id": self.workload_id,
+            "owner_tag": self.owner_tag,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            call=d["call"],
+            rule=d["rule"],
+            reason=d["reason"],
+            instance_id=d["instance_id"],
+            pool_id=d["pool_id"],
+            workload_id=d["workload_id"],
+            owner_tag=d["owner_tag"],
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -1653,6 +1872,7 @@ Payload: TypeAlias = (
     | BreakerReset
     | FallbackReviewed
     | LaunchFailed
+    | ActuationRefused
 )
 """Any event payload: one of the event record classes."""
 
@@ -1688,6 +1908,7 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.BreakerReset": BreakerReset,
         "spotcap.events.FallbackReviewed": FallbackReviewed,
         "spotcap.events.LaunchFailed": LaunchFailed,
+        "spotcap.events.ActuationRefused": ActuationRefused,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -1724,6 +1945,7 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "breaker_reset": BreakerReset,
         "fallback_reviewed": FallbackReviewed,
         "launch_failed": LaunchFailed,
+        "actuation_refused": ActuationRefused,
     }
 )
 """Event classes by event type (``notice_received``)."""

@@ -192,12 +192,17 @@ def _docstring(text: str, indent: int) -> list[str]:
 
 
 def _py_default(fields: Sequence[Mapping[str, Any]], index: int) -> str | None:
-    """A Python default for a trailing run of fields with scalar Avro defaults."""
+    """A Python default for a trailing run of fields with scalar or empty-array Avro defaults
+    (an empty array is the empty tuple, the immutable form arrays take in the classes)."""
     for fd in fields[index:]:
-        if "default" not in fd or not isinstance(fd["default"], str | int | float | None):
+        if "default" not in fd or not _python_default_ok(fd["default"]):
             return None
     default = fields[index]["default"]
-    return repr(default)
+    return "()" if default == [] else repr(default)
+
+
+def _python_default_ok(default: Any) -> bool:
+    return isinstance(default, str | int | float | None) or default == []
 
 
 def _record_class(

@@ -138,6 +138,7 @@ class Pool(BaseModel):
             correlation_group=self.correlation_group,
             capacity_vcpu=self.capacity_vcpu,
             attributes=attributes,
+            expected_interruption_per_h=self.expected_interruptions_per_h,
         )
 
 

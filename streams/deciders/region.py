@@ -1,0 +1,213 @@
+"""The region as the deciders see it: pools, prices, room, reservations, exclusions, the ranking.
+
+`RegionView` is a pure fold over the market topic (catalogue, rate cards, forward capacity,
+reservations), the lifecycle facts that change how much of a pool the orchestrator uses, and
+the watcher's and the scorer's decisions. Key: the region. It decides nothing; the workload
+deciders (planner, replacement, fallback) read it as a broadcast view, like a Faust global
+table: the runtime folds every input into the view first, then steps the deciders with it.
+
+A pool's **room** is what its latest `forward_capacity` said it could lend, less what the
+orchestrator launched into it since and plus what it released since (the forecast already
+counted what was running then). A committed pool's room is its active reservations less what
+the orchestrator runs on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from schemas.events import (
+    Envelope,
+    ForwardCapacity,
+    InstanceDeleted,
+    InstanceLaunched,
+    InstanceLost,
+    PoolExcluded,
+    PoolRanked,
+    PoolReadmitted,
+    PoolRegistered,
+    PurchaseModel,
+    RateCard,
+    ReservationCommitted,
+)
+from streams.deciders.maps import drop, put
+
+
+@dataclass(frozen=True, slots=True)
+class PoolFacts:
+    """What the catalogue says of a pool."""
+
+    pool_id: str
+    sku_family: str
+    instance_vcpu: int
+    hall: str
+    correlation_group: str
+    purchase_model: PurchaseModel
+    capacity_vcpu: int
+    expected_per_h: float | None
+
+    @classmethod
+    def of(cls, p: PoolRegistered) -> PoolFacts:
+        return cls(
+            p.pool_id,
+            p.sku_family,
+            p.instance_vcpu,
+            p.hall,
+            p.correlation_group,
+            p.purchase_model,
+            p.capacity_vcpu,
+            p.expected_interruption_per_h,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """A pool's latest rate card."""
+
+    price_per_vcpu_h_eur_micros: int
+    guaranteed_price_per_vcpu_h_eur_micros: int
+    event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """A pool's latest forward capacity, and the orchestrator's launches net of releases since."""
+
+    available_vcpu: int
+    event_id: str
+    used_since_vcpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    reserved_vcpu: int
+    start_at: int
+    end_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A pool's place in the latest ranking round."""
+
+    rank: int
+    score: float
+    observed_per_h: float
+
+
+@dataclass(frozen=True, slots=True)
+class RegionView:
+    """The region's pools and market, as of `now_us` (the latest event time folded in)."""
+
+    region: str = ""
+    now_us: int = 0
+    pools: Mapping[str, PoolFacts] = field(default_factory=dict)
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    forecasts: Mapping[str, Forecast] = field(default_factory=dict)
+    reservations: Mapping[str, tuple[Reservation, ...]] = field(default_factory=dict)
+    # The orchestrator's instances: id -> (pool, vCPU); and vCPU in use per pool.
+    instances: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    used_vcpu: Mapping[str, int] = field(default_factory=dict)
+    excluded: Mapping[str, str] = field(default_factory=dict)  # pool -> pool_excluded id
+    ranking_id: str | None = None
+    ranking: Mapping[str, Ranked] = field(default_factory=dict)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def room_vcpu(self, pool_id: str) -> int:
+        """vCPU the orchestrator can still launch into the pool now (0 if unknown)."""
+        facts = self.pools.get(pool_id)
+        if facts is None:
+            return 0
+        if facts.purchase_model == "committed":
+            active = sum(
+                r.reserved_vcpu
+                for r in self.reservations.get(pool_id, ())
+                if r.start_at <= self.now_us < r.end_at
+            )
+            return max(0, active - self.used_vcpu.get(pool_id, 0))
+        forecast = self.forecasts.get(pool_id)
+        if forecast is None:
+            return 0
+        return max(0, forecast.available_vcpu - forecast.used_since_vcpu)
+
+    def expected_per_h(self, pool_id: str, unrecorded: float) -> float:
+        """What the pool's record says of its interruption rate (`unrecorded` without one)."""
+        facts = self.pools.get(pool_id)
+        if facts is None or facts.expected_per_h is None:
+            return unrecorded if facts is None or facts.purchase_model == "reclaimable" else 0.0
+        return facts.expected_per_h
+
+    def guaranteed_price(self, pool_id: str) -> int:
+        """The guaranteed rate of a vCPU-hour of the pool (its rate card's; 0 if unknown)."""
+        price = self.prices.get(pool_id)
+        return price.guaranteed_price_per_vcpu_h_eur_micros if price else 0
+
+    def price(self, pool_id: str) -> int:
+        """The pool's current price of a vCPU-hour (0 if no rate card yet)."""
+        price = self.prices.get(pool_id)
+        return price.price_per_vcpu_h_eur_micros if price else 0
+
+    def score(self, pool_id: str) -> float:
+        """The pool's score in the latest ranking (unranked pools last)."""
+        ranked = self.ranking.get(pool_id)
+        return ranked.score if ranked else float("-inf")
+
+    # -- folding -----------------------------------------------------------------------------
+
+    def evolve(self, event: Envelope) -> RegionView:
+        """The view after one event (events it does not read change only `now_us`)."""
+        view = self
+        if event.occurred_at > self.now_us or not self.region:
+            view = replace(self, now_us=max(self.now_us, event.occurred_at), region=event.region)
+        p = event.payload
+        if isinstance(p, PoolRegistered):
+            return replace(view, pools=put(view.pools, p.pool_id, PoolFacts.of(p)))
+        if isinstance(p, RateCard):
+            price = Price(
+                p.price_per_vcpu_h_eur_micros,
+                p.guaranteed_price_per_vcpu_h_eur_micros,
+                event.event_id,
+            )
+            return replace(view, prices=put(view.prices, p.pool_id, price))
+        if isinstance(p, ForwardCapacity):
+            forecast = Forecast(p.available_vcpu, event.event_id)
+            return replace(view, forecasts=put(view.forecasts, p.pool_id, forecast))
+        if isinstance(p, ReservationCommitted):
+            held = view.reservations.get(p.pool_id, ())
+            r = Reservation(p.reserved_vcpu, p.start_at, p.end_at)
+            return replace(view, reservations=put(view.reservations, p.pool_id, (*held, r)))
+        if isinstance(p, InstanceLaunched):
+            if p.instance_id in view.instances:
+                return view  # a redelivered launch
+            return view._use(p.pool_id, p.vcpu, p.instance_id, launched=True)
+        if isinstance(p, InstanceLost | InstanceDeleted):
+            known = view.instances.get(p.instance_id)
+            if known is None:
+                return view
+            return view._use(known[0], known[1], p.instance_id, launched=False)
+        if isinstance(p, PoolExcluded):
+            return replace(view, excluded=put(view.excluded, p.pool_id, event.event_id))
+        if isinstance(p, PoolReadmitted):
+            return replace(view, excluded=drop(view.excluded, p.pool_id))
+        if isinstance(p, PoolRanked):
+            ranked = Ranked(p.rank, p.score, p.observed_interruption_per_h)
+            if p.ranking_id != view.ranking_id:
+                return replace(view, ranking_id=p.ranking_id, ranking={p.pool_id: ranked})
+            return replace(view, ranking=put(view.ranking, p.pool_id, ranked))
+        return view
+
+    def _use(self, pool_id: str, vcpu: int, instance_id: str, *, launched: bool) -> RegionView:
+        delta = vcpu if launched else -vcpu
+        used = put(self.used_vcpu, pool_id, max(0, self.used_vcpu.get(pool_id, 0) + delta))
+        instances = (
+            put(self.instances, instance_id, (pool_id, vcpu))
+            if launched
+            else drop(self.instances, instance_id)
+        )
+        forecasts = self.forecasts
+        forecast = forecasts.get(pool_id)
+        if forecast is not None:
+            moved = replace(forecast, used_since_vcpu=forecast.used_since_vcpu + delta)
+            forecasts = put(forecasts, pool_id, moved)
+        return replace(self, used_vcpu=used, instances=instances, forecasts=forecasts)

@@ -1,0 +1,138 @@
+"""What the workload-keyed deciders know of a workload: its contract and the instances it holds.
+
+The planner, the replacement decider and the fallback arbiter are keyed by workload; each folds
+the workload's `contract_published` and lifecycle events into a `WorkloadFacts`. Lifecycle
+topics are keyed by instance, so a runtime repartitions those events by `workload_id` for them.
+
+An instance is part of the **floor** when it runs on committed capacity, or on guaranteed
+capacity with the role tag ``spotcap.io/role = floor``; guaranteed instances launched for a
+fallback carry ``spotcap.io/role = fallback`` (the actuator tags what it launches with the role
+of the decision it serves, ADR-11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from schemas.events import (
+    ContractPublished,
+    Envelope,
+    InstanceDeleted,
+    InstanceLaunched,
+    InstanceLost,
+    PurchaseModel,
+)
+from streams.deciders.maps import drop, put
+
+ROLE_TAG = "spotcap.io/role"
+FLOOR_ROLE = "floor"
+FALLBACK_ROLE = "fallback"
+SPREAD_ROLE = "spread"
+
+LIFECYCLE_INPUTS = frozenset({"instance_launched", "instance_lost", "instance_deleted"})
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """The contract terms the deciders act on (ADR-01: the contract is the only input)."""
+
+    floor_vcpu: int = 0
+    target_vcpu: int = 0
+    tolerated_per_h: float = 0.0
+    spend_cap_eur_micros: int = 0
+    approver: str = ""
+    priority: int = 0
+    deadline_at: int | None = None
+    checkpoint_on_notice: bool = False
+    checkpoint_interval_s: int | None = None
+    contract_version: int = 0
+
+    @classmethod
+    def of(cls, c: ContractPublished) -> Terms:
+        return cls(
+            floor_vcpu=c.floor_vcpu,
+            target_vcpu=c.target_vcpu,
+            tolerated_per_h=c.tolerated_interruption_per_h,
+            spend_cap_eur_micros=c.spend_cap_eur_micros,
+            approver=c.approver,
+            priority=c.priority,
+            deadline_at=c.deadline_at,
+            checkpoint_on_notice=c.checkpoint_on_notice,
+            checkpoint_interval_s=c.checkpoint_interval_s,
+            contract_version=c.contract_version,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One instance the workload holds."""
+
+    pool_id: str
+    vcpu: int
+    purchase_model: PurchaseModel
+    floor: bool
+    launched_by: str | None  # the decision the launch served (its causation id)
+    launched_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFacts:
+    """A workload's contract terms and live instances, as of `now_us`."""
+
+    workload_id: str
+    now_us: int = 0
+    terms: Terms | None = None
+    instances: Mapping[str, Held] = field(default_factory=dict)
+
+    def vcpu(self, model: PurchaseModel | None = None, *, floor: bool | None = None) -> int:
+        return sum(
+            h.vcpu
+            for h in self.instances.values()
+            if (model is None or h.purchase_model == model) and (floor is None or h.floor == floor)
+        )
+
+    def reclaimable_by_pool(self, without: str | None = None) -> dict[str, int]:
+        """vCPU on reclaimable capacity per pool (leaving out instance `without`)."""
+        by_pool: dict[str, int] = {}
+        for instance_id, h in self.instances.items():
+            if h.purchase_model == "reclaimable" and instance_id != without:
+                by_pool[h.pool_id] = by_pool.get(h.pool_id, 0) + h.vcpu
+        return by_pool
+
+    def floor_by_pool(self, without: str | None = None) -> dict[str, int]:
+        by_pool: dict[str, int] = {}
+        for instance_id, h in self.instances.items():
+            if h.floor and instance_id != without:
+                by_pool[h.pool_id] = by_pool.get(h.pool_id, 0) + h.vcpu
+        return by_pool
+
+    def evolve(self, event: Envelope) -> WorkloadFacts:
+        """The facts after a contract or lifecycle event of this workload."""
+        facts = (
+            self if event.occurred_at <= self.now_us else replace(self, now_us=event.occurred_at)
+        )
+        p = event.payload
+        if isinstance(p, ContractPublished):
+            return replace(facts, terms=Terms.of(p))
+        if isinstance(p, InstanceLaunched):
+            role = p.tags.get(ROLE_TAG)
+            floor = p.purchase_model == "committed" or role == FLOOR_ROLE
+            held = Held(
+                p.pool_id,
+                p.vcpu,
+                p.purchase_model,
+                floor,
+                event.causation_id,
+                event.occurred_at,
+            )
+            return replace(facts, instances=put(facts.instances, p.instance_id, held))
+        if isinstance(p, InstanceLost | InstanceDeleted):
+            return replace(facts, instances=drop(facts.instances, p.instance_id))
+        return facts
+
+
+def workload_of(event: Envelope) -> str | None:
+    """The workload an event is about, if it names one."""
+    workload_id = getattr(event.payload, "workload_id", None)
+    return workload_id if isinstance(workload_id, str) and workload_id else None
