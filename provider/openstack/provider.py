@@ -4,7 +4,8 @@ provider feeds.
 Built from an ``openstack.connection.Connection`` that the composition root makes (in
 production from a one-hour, project-scoped application credential, ADR-29) and a `PoolMapping`
 (the catalogue's pools in Nova's words). Every mutating call (launch, delete, reserve, reclaim)
-draws from the ``acquire`` hook first (ADR-12); every failure is a `provider.base.ProviderError`
+draws from the ``acquire`` hook first: the actuator's regional budget (ADR-12,
+`streams.actuation.BudgetHook`); every failure is a `provider.base.ProviderError`
 naming the call, its target and the HTTP status (``provider.openstack.errors``).
 
 Lifecycle facts the adapter causes (`InstanceLaunched`, `InstanceDeleted`) are queued when the

@@ -87,6 +87,7 @@ class Call:
     instance_id: str | None = None
     workload_id: str | None = None
     operation: str | None = None  # the provider operation when not the call itself (reclaim)
+    owner_checked: bool = False  # the adapter checked the owner tag itself, before any token
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +176,9 @@ class ActuatorGuard:
             if isinstance(checked, Judged):
                 return checked
             state, events = checked
-        rate = s.calls_per_s * self.ratio(state, state.bucket.last_us)
-        bucket, grant = state.bucket.take(at_us, rate)
+        ratio = self.ratio(state, state.bucket.last_us)
+        rate = s.calls_per_s * ratio
+        bucket, grant = state.bucket.take(at_us, rate, ratio)
         state = replace(state, bucket=bucket)
         delay_us = grant.delay_us(at_us)
         if delay_us > 0:
@@ -198,7 +200,7 @@ class ActuatorGuard:
         """A refusal of a delete (not owned, breaker open or tripping now), or the state with
         the deletion counted."""
         s = self.settings
-        if call.operation is None:  # the exercise job's reclaim names no instance here
+        if not call.owner_checked:
             owner = state.owners.get(call.instance_id or "")
             if owner != s.orchestrator_id:
                 why = (

@@ -41,17 +41,18 @@ class TokenBucket:
     def full(cls, burst: int, at_us: int) -> TokenBucket:
         return cls(burst, burst * UNIT, at_us)
 
-    def refilled(self, at_us: int, rate_per_s: float) -> TokenBucket:
-        """The bucket at `at_us` (earlier times count as `last_us`)."""
-        if at_us <= self.last_us:
-            return self
+    def refilled(self, at_us: int, rate_per_s: float, ratio: float = 1.0) -> TokenBucket:
+        """The bucket at `at_us` (earlier times count as `last_us`); while the budget runs at
+        `ratio` of itself, so does the bucket's size (a recovering budget has no full burst)."""
+        limit = max(1, math.floor(self.burst * ratio)) * UNIT
+        gained = math.floor(max(0, at_us - self.last_us) * rate_per_s)
         # rate tokens/s = rate units/us (UNIT units per token, 10^6 us per s)
-        units = min(self.burst * UNIT, self.units + math.floor((at_us - self.last_us) * rate_per_s))
-        return TokenBucket(self.burst, units, at_us)
+        units = min(limit, self.units + gained)
+        return TokenBucket(self.burst, units, max(at_us, self.last_us))
 
-    def take(self, at_us: int, rate_per_s: float) -> tuple[TokenBucket, Grant]:
+    def take(self, at_us: int, rate_per_s: float, ratio: float = 1.0) -> tuple[TokenBucket, Grant]:
         """Take one token at `at_us`; returns the bucket after and when the call may go."""
-        bucket = self.refilled(at_us, rate_per_s)
+        bucket = self.refilled(at_us, rate_per_s, ratio)
         now_us = max(at_us, bucket.last_us)
         before = bucket.units / UNIT
         units = bucket.units - UNIT

@@ -23,8 +23,9 @@ evidence events and every figure it compared.
 
 **Readmission (hysteresis):** an excluded pool is readmitted once it has been *healthy* for
 `readmission_healthy_s`: no burst, and no more reclamations in that window than
-`readmission_factor` (below `rate_factor`) x its expectation. Every unhealthy judgement restarts
-the clock; the readmission is a timer due at ``healthy_since + readmission_healthy_s``.
+`readmission_factor` (below `rate_factor`) x its expectation. A reclamation that leaves the pool
+unhealthy restarts the clock; the readmission is a timer due at ``healthy_since +
+readmission_healthy_s``, which judges health again when it fires.
 """
 
 from __future__ import annotations
@@ -152,10 +153,13 @@ class ExclusionWatcher:
             )
         if isinstance(p, PoolReadmitted):
             return replace(state, excluded_by=None)
-        state = self._observe(state, event)
-        if state.excluded_by is not None and not self._healthy(state, state.now_us):
-            state = replace(state, healthy_since_us=state.now_us)
-        return state
+        seen = self._observe(state, event)
+        # Only a reclamation can make an excluded pool unhealthy; one that does restarts the
+        # health clock (windows sliding on cannot, they only drop old reclamations).
+        troubled = seen.reclaims != state.reclaims and not self._healthy(seen, seen.now_us)
+        if seen.excluded_by is not None and troubled:
+            seen = replace(seen, healthy_since_us=seen.now_us)
+        return seen
 
     def _after_tick(self, state: PoolWatch, tick: Tick) -> PoolWatch:
         # A readmission that fired is folded in by its own event; one that found the pool

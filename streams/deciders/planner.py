@@ -172,6 +172,9 @@ class Planner:
         reason = plan.reason
         if plan.eligible < settings.placement.min_pools:
             reason = f"{reason}; {eligible.explain()}"
+        if floor_unplaced:
+            note = f"floor: {floor_unplaced} vCPU unplaced, no committed or guaranteed room"
+            reason = f"{note}; {reason}" if reason else note
         if facts.terms is None:
             reason = "no contract published for the workload yet; floor unknown" + (
                 f"; {reason}" if reason else ""

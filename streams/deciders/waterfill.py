@@ -85,38 +85,45 @@ def spread(
     preferred = [c for c in candidates if c.correlation_group not in avoid_groups]
     fallback = [c for c in candidates if c.correlation_group in avoid_groups]
     target = max(0, need_vcpu)
-    while True:
-        pool_cap, group_cap = _caps(held_total + target, eligible, len(groups), settings, strict)
-        placed, avoided = _fill(
-            target,
-            held,
-            group_of,
-            tiers=(preferred, fallback),
-            pool_cap=pool_cap,
-            group_cap=group_cap,
-            settings=settings,
+    pool_cap, group_cap = _caps(held_total + target, settings, strict=strict)
+    placed, avoided = _fill(
+        target,
+        held,
+        group_of,
+        tiers=(preferred, fallback),
+        pool_cap=pool_cap,
+        group_cap=group_cap,
+        settings=settings,
+    )
+    if strict:  # the caps were for the whole request; hold them for what was placed
+        placed = _trim(
+            held, placed, group_of, {c.pool_id: c.instance_vcpu for c in candidates}, settings
         )
-        placed_vcpu = sum(placed.values())
-        if placed_vcpu >= target or not strict:
-            break
-        target = placed_vcpu  # the caps tighten with the smaller total: plan that again
+        pool_cap, group_cap = _caps(held_total + sum(placed.values()), settings, strict=True)
+    placed_vcpu = sum(placed.values())
     unplaced = max(0, need_vcpu - placed_vcpu)
     caps_held = strict and _within_caps(held, placed, group_of, settings)
     reason = None
     if not strict:
         reason = (
             f"only {eligible} eligible pools in {len(groups)} correlation groups, fewer than "
-            f"{settings.min_pools}: the caps cannot hold, so the plan spreads evenly over them "
-            f"(at most {pool_cap} vCPU per pool, {group_cap} per group)"
+            f"{settings.min_pools}: the caps cannot hold, so the plan spreads evenly over them"
         )
+        pool_cap = group_cap = 0
     elif not caps_held:  # new instances never break a cap: what the workload held already did
         broken = caps_broken(_merge(held, placed), group_of, settings)
         reason = f"a cap was broken before this plan and still is: {broken}"
     elif unplaced:
+        smallest = min((c.instance_vcpu for c in candidates), default=0)
+        coarse = (
+            f"; the smallest eligible instance ({smallest} vCPU) is larger than the pool cap"
+            if smallest > pool_cap
+            else ""
+        )
         reason = (
             f"caps held; {unplaced} vCPU unplaced: the room of {eligible} eligible pools in "
             f"{len(groups)} groups under the caps ({pool_cap} vCPU per pool, {group_cap} per "
-            f"group) took {placed_vcpu} of {need_vcpu} vCPU"
+            f"group) took {placed_vcpu} of {need_vcpu} vCPU{coarse}"
         )
     if avoid_groups and not avoided:
         used = sorted({group_of[p] for p in placed if group_of[p] in avoid_groups})
@@ -125,15 +132,15 @@ def spread(
     return Spread(placed, unplaced, caps_held, reason, pool_cap, group_cap, eligible, avoided)
 
 
-def _caps(
-    total: int, eligible: int, groups: int, settings: PlacementSettings, strict: bool
-) -> tuple[int, int]:
-    pool_cap = math.floor(settings.pool_cap_share * total)
-    group_cap = math.floor(settings.group_cap_share * total)
-    if not strict and eligible:
-        pool_cap = max(pool_cap, math.ceil(total / eligible))
-        group_cap = max(group_cap, math.ceil(total / max(1, groups)), pool_cap)
-    return pool_cap, group_cap
+_HEADROOM_VCPU = 1 << 20  # more than any instance: "no cap" for a relaxed plan
+
+
+def _caps(total: int, settings: PlacementSettings, *, strict: bool) -> tuple[int, int]:
+    if not strict:
+        # The caps cannot hold over fewer than `min_pools` pools: water-filling still spreads
+        # evenly over what there is, but no cap may leave the work unplaced.
+        return total + _HEADROOM_VCPU, total + _HEADROOM_VCPU
+    return math.floor(settings.pool_cap_share * total), math.floor(settings.group_cap_share * total)
 
 
 def _fill(
@@ -184,6 +191,39 @@ def _fill(
             if tier_index:
                 avoided = False
     return placed, avoided
+
+
+def _trim(
+    held: Mapping[str, int],
+    placed: dict[str, int],
+    group_of: Mapping[str, str],
+    size_of: Mapping[str, int],
+    settings: PlacementSettings,
+) -> dict[str, int]:
+    """Take instances back from the fullest new allocations until every pool and group that
+    received some is within its cap of the total actually placed (room left part of the
+    request unplaced, so the total is smaller than the caps were computed for)."""
+    placed = dict(placed)
+    while True:
+        level = _merge(held, placed)
+        total = sum(level.values())
+        groups: dict[str, int] = {}
+        for pool_id, vcpu in level.items():
+            groups[group_of.get(pool_id, pool_id)] = (
+                groups.get(group_of.get(pool_id, pool_id), 0) + vcpu
+            )
+        over = [
+            p
+            for p in placed
+            if level[p] > settings.pool_cap_share * total
+            or groups[group_of.get(p, p)] > settings.group_cap_share * total
+        ]
+        if not over:
+            return placed
+        fullest = max(over, key=lambda p: (level[p], p))
+        placed[fullest] -= size_of[fullest]
+        if placed[fullest] <= 0:
+            del placed[fullest]
 
 
 def _within_caps(
