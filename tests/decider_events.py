@@ -172,7 +172,7 @@ class Events:
                 restart_semantics="resume",
                 checkpoint_on_notice=checkpoint_on_notice,
                 proactive_drain_on_advisory=False,
-                tolerated_interruption_per_h=tolerated_per_h,
+                tolerated_interruptions_per_h=tolerated_per_h,
                 target_vcpu=target_vcpu,
                 floor_vcpu=floor_vcpu,
                 spend_cap_eur_micros=spend_cap_eur_micros,

@@ -53,7 +53,7 @@ class Terms:
         return cls(
             floor_vcpu=c.floor_vcpu,
             target_vcpu=c.target_vcpu,
-            tolerated_per_h=c.tolerated_interruption_per_h,
+            tolerated_per_h=c.tolerated_interruptions_per_h,
             spend_cap_eur_micros=c.spend_cap_eur_micros,
             approver=c.approver,
             priority=c.priority,
