@@ -164,6 +164,10 @@ def test_caps_hold_whenever_eight_or_more_pools_are_eligible(
         if p.eligible_pool_count < CAPS.min_pools:
             break  # eligibility only shrinks as room is used: no later plan has 8 either
         assert p.caps_held, p.caps_reason
+        assert p.premium_per_h_eur_micros == (
+            p.cost_per_h_eur_micros - p.price_first_cost_per_h_eur_micros
+        )
+        assert p.premium_per_h_eur_micros >= 0  # depth costs at least what price-first would
         pools, groups = _reclaimable_totals(history, fleet_)
         total = sum(pools.values())
         for pool_id, vcpu_ in pools.items():

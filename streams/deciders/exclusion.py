@@ -46,7 +46,7 @@ from schemas.events import (
 from streams.deciders.observe import Exposure, poisson_tail
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings, ExclusionSettings
-from streams.deciders.types import US, Cause, Input, Tick, at_of, decision
+from streams.deciders.types import US, Cause, Input, Tick, decision
 
 NAME = "exclusion"
 INPUTS = frozenset(
@@ -278,10 +278,11 @@ class ExclusionWatcher:
             expected_reclaims=j.expected_reclaims,
             tail_probability=j.tail_probability,
         )
+        # At the pool's event time: a late piece of evidence completes the case when it arrives.
         return decision(
             payload,
             cause=Cause.of(event),
-            at_us=at_of(event),
+            at_us=state.now_us,
             decider=NAME,
             discriminator=state.pool_id,
         )
