@@ -152,3 +152,34 @@ def test_the_poisson_tail_matches_its_definition() -> None:
     assert poisson_tail(1, 0.0) == 0.0
     assert poisson_tail(1, 2.0) == pytest.approx(1 - 2.718281828459045**-2)
     assert poisson_tail(3, 0.01) == pytest.approx(0.01**3 / 6, rel=0.02)
+
+
+def test_a_readmitted_pool_is_judged_afresh_and_a_repeat_offender_waits_longer() -> None:
+    events = Events()
+    driver = watcher_driver(events)
+    s = DeciderSettings().exclusion
+    start = T0_US + 2 * H
+
+    def burst(at: int, first: int) -> list[Envelope]:
+        notices = [
+            events.notice(f"i-{first + i:03d}", POOL, "wl", at + i * 10 * S) for i in range(3)
+        ]
+        return of_type(driver.feed_all(notices), "pool_excluded")
+
+    def ticks(since: int, until: int) -> list[Envelope]:
+        out: list[Envelope] = []
+        at = since
+        while at < until:
+            at += 5 * MIN
+            out += driver.feed(events.rate_card(POOL, at))
+        return out
+
+    [first] = burst(start, 0)
+    [readmitted] = of_type(ticks(first.occurred_at, first.occurred_at + 2 * H), "pool_readmitted")
+    assert readmitted.occurred_at == first.occurred_at + s.readmission_healthy_s * S
+    # one reclaim after readmission: the forgiven burst does not count again
+    assert driver.feed(events.notice("i-020", POOL, "wl", readmitted.occurred_at + MIN)) == []
+    [second] = burst(readmitted.occurred_at + 10 * MIN, 30)
+    out = ticks(second.occurred_at, second.occurred_at + 3 * H)
+    [again] = of_type(out, "pool_readmitted")
+    assert again.occurred_at == second.occurred_at + 2 * s.readmission_healthy_s * S

@@ -24,8 +24,11 @@ evidence events and every figure it compared.
 **Readmission (hysteresis):** an excluded pool is readmitted once it has been *healthy* for
 `readmission_healthy_s`: no burst, and no more reclamations in that window than
 `readmission_factor` (below `rate_factor`) x its expectation. A reclamation that leaves the pool
-unhealthy restarts the clock; the readmission is a timer due at ``healthy_since +
-readmission_healthy_s``, which judges health again when it fires.
+unhealthy restarts the clock; the readmission is a timer due at ``healthy_since + period``,
+which judges health again when it fires. A pool excluded again within `strike_memory_s` of its
+readmission must stay healthy twice as long each time (up to 2^`readmission_backoff_doublings`
+x the period), and the evidence a readmission forgave is never judged again: a pool is not
+re-excluded on stale evidence, and one that keeps misbehaving stays out instead of flapping.
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ class PoolWatch:
     excluded_by: Cause | None = None  # the pool_excluded event while excluded
     excluded_at_us: int = 0
     healthy_since_us: int = 0
+    strikes: int = 0  # exclusions in a row, each within strike_memory_s of a readmission
+    readmitted_at_us: int | None = None
+    forgiven_until_us: int = 0  # evidence up to the last readmission was judged: not again
 
 
 class ExclusionWatcher:
@@ -136,7 +142,13 @@ class ExclusionWatcher:
     def due_at(self, state: PoolWatch) -> int | None:
         if state.excluded_by is None:
             return None
-        return state.healthy_since_us + self.settings.readmission_healthy_s * US
+        return state.healthy_since_us + self.healthy_period_s(state) * US
+
+    def healthy_period_s(self, state: PoolWatch) -> int:
+        """How long the pool must stay healthy to be readmitted: longer for repeat offenders."""
+        s = self.settings
+        doublings = min(max(0, state.strikes - 1), s.readmission_backoff_doublings)
+        return s.readmission_healthy_s << doublings
 
     # -- evolve ------------------------------------------------------------------------------
 
@@ -145,14 +157,19 @@ class ExclusionWatcher:
             return self._after_tick(state, event)
         p = event.payload
         if isinstance(p, PoolExcluded):
+            at = event.occurred_at
+            last = state.readmitted_at_us
+            repeat = last is not None and at - last < self.settings.strike_memory_s * US
             return replace(
                 state,
                 excluded_by=Cause.of(event),
-                excluded_at_us=event.occurred_at,
-                healthy_since_us=event.occurred_at,
+                excluded_at_us=at,
+                healthy_since_us=at,
+                strikes=state.strikes + 1 if repeat else 1,
             )
         if isinstance(p, PoolReadmitted):
-            return replace(state, excluded_by=None)
+            at = event.occurred_at
+            return replace(state, excluded_by=None, readmitted_at_us=at, forgiven_until_us=at)
         seen = self._observe(state, event)
         # Only a reclamation can make an excluded pool unhealthy; one that does restarts the
         # health clock (windows sliding on cannot, they only drop old reclamations).
@@ -233,7 +250,8 @@ class ExclusionWatcher:
         min_reclaims: int,
     ) -> Judgement:
         s = self.settings
-        start_us = now_us - window_s * US
+        # Evidence a readmission already forgave is not judged again: the case starts afresh.
+        start_us = max(now_us - window_s * US, state.forgiven_until_us)
         inside = tuple(r for r in state.reclaims if start_us < r.at_us <= now_us)
         exposure_h = state.exposure.instance_h(start_us, now_us)
         expected = self._expected(state)

@@ -43,6 +43,12 @@ class ExclusionSettings:
     readmission_factor: float = 1.5
     """ADR-07 hysteresis, planning value: healthy means at most this multiple of the expected
     rate, below the exclusion factor, so a pool near the threshold cannot flap."""
+    readmission_backoff_doublings: int = 3
+    """Planning value: a pool excluded again within `strike_memory_s` of its last readmission
+    must stay healthy twice as long as the time before, up to 2^this x `readmission_healthy_s`
+    (8 h), so a pool that keeps misbehaving stays out rather than flapping."""
+    strike_memory_s: int = 24 * 3600
+    """Planning value: how long a readmitted pool's earlier exclusions count against it."""
 
     def __post_init__(self) -> None:
         _positive(self, "burst_window_s", "rate_window_s", "readmission_healthy_s")
