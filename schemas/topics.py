@@ -72,6 +72,15 @@ LOGICAL_TOPICS: tuple[LogicalTopic, ...] = (
         "Input no processor could read, kept whole with its reason.",
     ),
     LogicalTopic(
+        "audit",
+        3,
+        "action_id",
+        "Capacity actions (launches, terminations, placements, replacements, fallback spend) as "
+        "JSON audit records, relayed from the fleet state's outbox (ADR-25). Keyed by action id: "
+        "a resend after a relay crash carries the same id.",
+        events=False,
+    ),
+    LogicalTopic(
         "schemas",
         1,
         "fingerprint",

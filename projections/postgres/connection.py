@@ -1,0 +1,46 @@
+"""Connections to the fleet-state database: one schema holds every table of a deployment."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeAlias
+
+import psycopg
+
+DEFAULT_SCHEMA = "spotcap"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
+
+
+class FleetDatabaseError(RuntimeError):
+    """The fleet-state database cannot be used; the message says why and how to fix it."""
+
+
+def check_schema_name(schema: str) -> str:
+    if not _SCHEMA_NAME.match(schema):
+        raise FleetDatabaseError(
+            f"schema name {schema!r} is not usable: use lower-case letters, digits and '_'"
+        )
+    return schema
+
+
+def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, connect_timeout_s: int = 10) -> Connection:
+    """An autocommit connection whose search path is `schema` (work runs in explicit
+    transactions: ``with conn.transaction(): ...``)."""
+    check_schema_name(schema)
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
+    except psycopg.OperationalError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise FleetDatabaseError(
+            f"cannot connect to PostgreSQL at {redact(dsn)}: {first}; check --postgres / "
+            "SPOTCAP_POSTGRES_DSN, or leave both unset for the embedded server"
+        ) from error
+    conn.execute(f"SET search_path TO {schema}, public")
+    return conn
+
+
+def redact(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))

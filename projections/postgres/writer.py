@@ -1,0 +1,200 @@
+"""The fleet-state writer: one transaction per batch, offsets stored with the rows.
+
+Per batch: COPY the journal rows into a staging table and insert the new ones (``ON CONFLICT
+(event_id) DO NOTHING RETURNING``: an event already applied is skipped, whatever offset it came
+from); map the new events to rows (pure); lock, merge and upsert the state rows; COPY and insert
+the append rows; upsert the offsets of the batch's partitions; commit. A crash anywhere before
+the commit leaves nothing, and the consumer resumes from the stored offsets (`stored_offsets`,
+used to seek on partition assignment), so no event is applied twice or skipped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+from psycopg.types.string import TextLoader
+
+from projections.postgres import schema as s
+from projections.postgres.connection import Connection
+from projections.postgres.mappers import UNJOURNALED, Changes, journal_row, map_events
+from projections.postgres.tables import AppendTable, Row, StateTable
+from schemas.errors import Origin
+from schemas.events import Envelope
+
+FLEET_PROJECTION = "fleet"
+FLEET_TOPICS = ("lifecycle", "market", "demand", "decisions")  # logical topics it consumes
+
+TopicPartition = tuple[str, int]
+# Called at each named step of a batch ("journal", "state", "append", "offsets", "commit",
+# "committed"): the crash tests kill the process there; it could count or trace.
+StepHook = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    events: int  # events in the batch
+    applied: int  # events applied now (the rest had been applied before)
+
+
+def _ident(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
+
+
+def _cols(columns: Sequence[str]) -> sql.Composable:
+    return sql.SQL(", ").join(map(_ident, columns))
+
+
+class FleetWriter:
+    def __init__(
+        self,
+        conn: Connection,
+        projection: str = FLEET_PROJECTION,
+        *,
+        on_step: StepHook | None = None,
+    ) -> None:
+        self.conn = conn
+        self.projection = projection
+        self._on_step = on_step
+        # State rows go back through COPY as loaded: keep jsonb as its text.
+        conn.adapters.register_loader("jsonb", TextLoader)
+        with conn.transaction():
+            tables = [(t.name, t.columns) for t in s.APPEND_TABLES]
+            tables += [(t.name, t.columns) for t in s.STATE_TABLES]
+            for name, columns in tables:
+                # The staging table has the writer's columns and their types, no constraints.
+                conn.execute(
+                    sql.SQL(
+                        "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS "
+                        "SELECT {} FROM {} WITH NO DATA"
+                    ).format(_ident(f"stage_{name}"), _cols(columns), _ident(name))
+                )
+
+    def _step(self, name: str) -> None:
+        if self._on_step is not None:
+            self._on_step(name)
+
+    def stored_offsets(self) -> dict[TopicPartition, int]:
+        """The next offset to read of each partition this projection has applied."""
+        rows = self.conn.execute(
+            "SELECT topic, partition, next_offset FROM consumed_offsets WHERE projection = %s",
+            (self.projection,),
+        ).fetchall()
+        return {(str(t), int(p)): int(o) for t, p, o in rows}
+
+    def write(
+        self, events: Sequence[tuple[Origin, Envelope]], positions: Mapping[TopicPartition, int]
+    ) -> WriteResult:
+        """Apply a batch and store `positions` (the next offsets to read) in one transaction."""
+        unique: dict[str, tuple[Origin, Envelope]] = {}
+        for origin, envelope in events:
+            unique.setdefault(envelope.event_id, (origin, envelope))
+        with self.conn.transaction():
+            journal = [
+                journal_row(o, e) for o, e in unique.values() if e.event_type not in UNJOURNALED
+            ]
+            new_ids = self._journal(journal)
+            self._step("journal")
+            fresh = [
+                e
+                for _, e in unique.values()
+                if e.event_type in UNJOURNALED or uuid.UUID(e.event_id) in new_ids
+            ]
+            changes = map_events(fresh)
+            for state_table in s.STATE_TABLES:
+                self._upsert_state(state_table, changes)
+            self._step("state")
+            for append_table in s.APPEND_TABLES:
+                if append_table is not s.EVENTS:
+                    self._insert_append(append_table, changes)
+            self._step("append")
+            self._store_offsets(positions)
+            self._step("offsets")
+            self._step("commit")
+        self._step("committed")
+        return WriteResult(len(events), len(fresh))
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _copy(self, table_name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            _ident(f"stage_{table_name}"), _cols(columns)
+        )
+        with self.conn.cursor() as cur, cur.copy(stmt) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def _journal(self, rows: list[Row]) -> set[uuid.UUID]:
+        if not rows:
+            return set()
+        table = s.EVENTS
+        self._copy(table.name, table.columns, [tuple(r[c] for c in table.columns) for r in rows])
+        cols = _cols(table.columns)
+        found = self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({c}) SELECT {c} FROM {st} ON CONFLICT (event_id) DO NOTHING "
+                "RETURNING event_id"
+            ).format(t=_ident(table.name), c=cols, st=_ident(f"stage_{table.name}"))
+        ).fetchall()
+        return {r[0] for r in found}
+
+    def _insert_append(self, table: AppendTable, changes: Changes) -> None:
+        rows = changes.rows(table)
+        if not rows:
+            return
+        self._copy(table.name, table.columns, rows)
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({c}) SELECT {c} FROM {st} ON CONFLICT ({k}) DO NOTHING"
+            ).format(
+                t=_ident(table.name),
+                c=_cols(table.columns),
+                st=_ident(f"stage_{table.name}"),
+                k=_cols(table.key),
+            )
+        )
+
+    def _upsert_state(self, table: StateTable, changes: Changes) -> None:
+        updates = changes.states.get(table.name)
+        if not updates:
+            return
+        columns = table.columns
+        keys = sorted(updates)
+        # Lock in key order, so that two writers (two partitions) never deadlock.
+        current = self.conn.execute(
+            sql.SQL("SELECT {c} FROM {t} WHERE {k} = ANY(%s) ORDER BY {k} FOR UPDATE").format(
+                c=_cols(columns), t=_ident(table.name), k=_ident(table.key)
+            ),
+            (keys,),
+        ).fetchall()
+        existing = {row[0]: dict(zip(columns, row, strict=True)) for row in current}
+        merged = [table.merge(existing.get(k), updates[k]) for k in keys]
+        self._copy(table.name, columns, [tuple(r[c] for c in columns) for r in merged])
+        others = [c for c in columns if c != table.key]
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({c}) SELECT {c} FROM {st} ON CONFLICT ({k}) DO UPDATE SET {u}"
+            ).format(
+                t=_ident(table.name),
+                c=_cols(columns),
+                st=_ident(f"stage_{table.name}"),
+                k=_ident(table.key),
+                u=sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(_ident(c), _ident(c)) for c in others
+                ),
+            )
+        )
+
+    def _store_offsets(self, positions: Mapping[TopicPartition, int]) -> None:
+        if not positions:
+            return
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO consumed_offsets (projection, topic, partition, next_offset) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "
+                "DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                [(self.projection, t, p, o) for (t, p), o in sorted(positions.items())],
+            )
