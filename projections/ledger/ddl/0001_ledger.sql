@@ -1,0 +1,109 @@
+-- The ledger (DESIGN.md §5, ADR-26). The same statements run on chdb and on a ClickHouse server.
+-- Every table is a ReplacingMergeTree whose sorting key ends in the event id: an event inserted
+-- twice (at-least-once delivery, a batch retried after a crash) collapses to one row, and every
+-- read goes through FINAL (or the views below, which do). Money is Int64 micro-euros.
+
+-- Every event, whole (payload as JSON), for 400 days.
+CREATE TABLE IF NOT EXISTS events (
+    event_id       UUID,
+    event_type     LowCardinality(String),
+    occurred_at    DateTime64(6, 'UTC'),
+    recorded_at    DateTime64(6, 'UTC'),
+    region         LowCardinality(String),
+    key            String,
+    causation_id   Nullable(UUID),
+    correlation_id Nullable(String),
+    producer       LowCardinality(String),
+    topic          LowCardinality(String),
+    partition      UInt32,
+    offset         UInt64,
+    payload        String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(occurred_at)
+ORDER BY (event_type, occurred_at, event_id)
+TTL toDateTime(occurred_at) + INTERVAL 400 DAY;
+
+-- Every pool ranking with its inputs, for 13 months.
+CREATE TABLE IF NOT EXISTS rankings (
+    event_id                    UUID,
+    ranking_id                  String,
+    pool_id                     LowCardinality(String),
+    rank                        UInt32,
+    pool_count                  UInt32,
+    score                       Float64,
+    available_vcpu              Int64,
+    observed_interruption_per_h Float64,
+    price_per_vcpu_h_eur_micros Int64,
+    correlation_group           LowCardinality(String),
+    window_s                    UInt32,
+    input_event_ids             Array(UUID),
+    occurred_at                 DateTime64(6, 'UTC')
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(occurred_at)
+ORDER BY (pool_id, occurred_at, event_id)
+TTL toDateTime(occurred_at) + INTERVAL 13 MONTH;
+
+-- Rate cards: the prices the ledger priced with (and the SQL what-if engine will join on).
+CREATE TABLE IF NOT EXISTS rate_cards (
+    event_id                               UUID,
+    pool_id                                LowCardinality(String),
+    purchase_model                         LowCardinality(String),
+    price_per_vcpu_h_eur_micros            Int64,
+    guaranteed_price_per_vcpu_h_eur_micros Int64,
+    valid_from                             DateTime64(6, 'UTC'),
+    valid_until                            DateTime64(6, 'UTC')
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(valid_from)
+ORDER BY (pool_id, valid_from, event_id)
+TTL toDateTime(valid_from) + INTERVAL 400 DAY;
+
+-- Ledger lines per workload, UTC day and cause, each naming the event that caused it, for 7
+-- years. cause is 'counterfactual' (the useful work at guaranteed rates) or a cost:
+-- reclaimable_spend, floor_spend, fallback_spend, wasted_work, headroom, checkpoint_storage,
+-- footprint. Net saving = counterfactual - every cost (ADR-26); see docs/accounting.md.
+CREATE TABLE IF NOT EXISTS ledger_lines (
+    workload_id       LowCardinality(String),
+    day               Date,
+    cause             LowCardinality(String),
+    event_id          UUID,
+    amount_eur_micros Int64,
+    quantity          Float64,
+    unit              LowCardinality(String),
+    pool_id           LowCardinality(String),
+    purchase_model    LowCardinality(String),
+    instance_id       String,
+    event_type        LowCardinality(String),
+    occurred_at       DateTime64(6, 'UTC'),
+    rule              LowCardinality(String)
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (workload_id, day, cause, event_id)
+TTL day + INTERVAL 7 YEAR;
+
+-- Where the ledger has read up to, per partition (inserted after the batch's rows: a crash in
+-- between re-inserts the batch, which the sorting keys above collapse).
+CREATE TABLE IF NOT EXISTS consumed_offsets (
+    projection_name LowCardinality(String),
+    topic       String,
+    partition   UInt32,
+    next_offset UInt64
+) ENGINE = ReplacingMergeTree(next_offset)
+ORDER BY (projection_name, topic, partition);
+
+-- Net saving per workload and day: the counterfactual minus every cost line.
+CREATE VIEW IF NOT EXISTS net_saving AS
+SELECT
+    workload_id,
+    day,
+    sumIf(amount_eur_micros, cause = 'counterfactual') AS counterfactual_eur_micros,
+    sumIf(amount_eur_micros, cause != 'counterfactual') AS cost_eur_micros,
+    counterfactual_eur_micros - cost_eur_micros AS net_saving_eur_micros
+FROM ledger_lines FINAL
+GROUP BY workload_id, day;
+
+-- Cost lines per workload, day and cause (the counterfactual as a line of its own).
+CREATE VIEW IF NOT EXISTS ledger_by_cause AS
+SELECT workload_id, day, cause, sum(amount_eur_micros) AS amount_eur_micros,
+       count() AS lines
+FROM ledger_lines FINAL
+GROUP BY workload_id, day, cause;

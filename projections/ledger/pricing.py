@@ -1,0 +1,192 @@
+"""Pricing (pure): the ledger lines an event causes under an accounting rule.
+
+- usage_interval: the used vCPU-hours at the pool's rate cards of the interval, as the spend of
+  its purchase model (reclaimable, floor on committed, fallback on guaranteed); the same hours
+  at the guaranteed rate as the counterfactual; capacity paid for but not used as headroom;
+  the agent's CPU on the instance and the control plane's share as footprint. Split by rate
+  card and by UTC day.
+- work_wasted: the wasted vCPU-hours leave the counterfactual (they were not useful work) and
+  move from the spend line to the wasted-work line, at the rate card in force at the loss.
+- checkpoint_written: the bytes, stored for the rule's retention, as checkpoint storage.
+
+Each line carries the event that caused it and is charged to that event's workload (ADR-26).
+Amounts are exact integer micro-euros: quantities are first rounded to the rule's quantum, the
+sum per line is exact, and each line is rounded once (half to even).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from projections.ledger.rates import RateBook
+from projections.ledger.rule import (
+    CHECKPOINT_STORAGE,
+    COUNTERFACTUAL,
+    FOOTPRINT,
+    HEADROOM,
+    WASTED_WORK,
+    AccountingRule,
+)
+from schemas.events import CheckpointWritten, Envelope, UsageInterval, WorkWasted
+
+HOUR_US = 3_600_000_000
+DAY_US = 86_400_000_000
+BYTES_PER_GB = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerLine:
+    workload_id: str
+    day: int  # UTC days since the epoch
+    cause: str
+    event_id: str
+    amount_eur_micros: int
+    quantity: float
+    unit: str  # "vcpu_h" | "gb_month"
+    pool_id: str
+    purchase_model: str
+    instance_id: str
+    event_type: str
+    occurred_at_us: int
+    rule: str
+
+
+class _Lines:
+    """Exact sums per (day, cause) for one event, rounded once into lines."""
+
+    def __init__(
+        self,
+        e: Envelope,
+        rule: AccountingRule,
+        *,
+        workload_id: str,
+        instance_id: str,
+        pool_id: str,
+        purchase_model: str,
+    ) -> None:
+        self.e, self.rule = e, rule
+        self.workload_id, self.instance_id = workload_id, instance_id
+        self.pool_id, self.purchase_model = pool_id, purchase_model
+        self.amount: dict[tuple[int, str], Fraction] = {}
+        self.quantity: dict[tuple[int, str], Fraction] = {}
+        self.unit: dict[str, str] = {}
+
+    def add(self, day: int, cause: str, quantity: Fraction, amount: Fraction, unit: str) -> None:
+        key = (day, cause)
+        self.amount[key] = self.amount.get(key, Fraction(0)) + amount
+        self.quantity[key] = self.quantity.get(key, Fraction(0)) + quantity
+        self.unit[cause] = unit
+
+    def lines(self) -> list[LedgerLine]:
+        out: list[LedgerLine] = []
+        for (day, cause), amount in sorted(self.amount.items()):
+            quantity = self.quantity[(day, cause)]
+            micros = round(amount)
+            if micros == 0 and quantity == 0:
+                continue
+            out.append(
+                LedgerLine(
+                    workload_id=self.workload_id,
+                    day=day,
+                    cause=cause,
+                    event_id=self.e.event_id,
+                    amount_eur_micros=micros,
+                    quantity=float(quantity),
+                    unit=self.unit[cause],
+                    pool_id=self.pool_id,
+                    purchase_model=self.purchase_model,
+                    instance_id=self.instance_id,
+                    event_type=self.e.event_type,
+                    occurred_at_us=self.e.occurred_at,
+                    rule=self.rule.name,
+                )
+            )
+        return out
+
+
+def _days(a: int, b: int) -> list[tuple[int, int, int]]:
+    """[a, b) split at UTC midnights: (day, from, to)."""
+    pieces = []
+    while a < b:
+        day = a // DAY_US
+        end = min(b, (day + 1) * DAY_US)
+        pieces.append((day, a, end))
+        a = end
+    return pieces
+
+
+def price_usage(e: Envelope, book: RateBook, rule: AccountingRule) -> list[LedgerLine]:
+    u = e.payload
+    assert isinstance(u, UsageInterval)
+    span_us = u.end_at - u.start_at
+    if span_us <= 0:
+        return []
+    spend_cause = rule.spend_cause[u.purchase_model]
+    used_h = Fraction(round(u.used_vcpu_h * rule.vcpu_h_quantum), rule.vcpu_h_quantum)
+    # Capacity paid for, to the same quantum: idle only where the usage says so.
+    q = rule.vcpu_h_quantum
+    capacity_h = Fraction(round(Fraction(u.vcpu * span_us * q, HOUR_US)), q)
+    idle_h = max(capacity_h - used_h, Fraction(0))
+    agent_vcpu = Fraction(rule.agent_millicpu_per_instance, 1000)
+    out = _Lines(
+        e, rule, workload_id=u.workload_id, instance_id=u.instance_id, pool_id=u.pool_id,
+        purchase_model=u.purchase_model,
+    )  # fmt: skip
+    for a, b, card in book.segments(u.pool_id, u.start_at, u.end_at):
+        for day, x, y in _days(a, b):
+            share = Fraction(y - x, span_us)
+            used, idle = used_h * share, idle_h * share
+            hours = Fraction(y - x, HOUR_US)
+            price, guaranteed = card.price_eur_micros, card.guaranteed_eur_micros
+            out.add(day, COUNTERFACTUAL, used, used * guaranteed, "vcpu_h")
+            out.add(day, spend_cause, used, used * price, "vcpu_h")
+            out.add(day, HEADROOM, idle, idle * price, "vcpu_h")
+            footprint = agent_vcpu * hours * price + used * rule.control_plane_eur_micros_per_vcpu_h
+            out.add(day, FOOTPRINT, agent_vcpu * hours, footprint, "vcpu_h")
+    return out.lines()
+
+
+def price_waste(e: Envelope, book: RateBook, rule: AccountingRule) -> list[LedgerLine]:
+    w = e.payload
+    assert isinstance(w, WorkWasted)
+    card = book.at(w.pool_id, e.occurred_at)
+    hours = Fraction(round(w.wasted_vcpu_s * rule.vcpu_s_quantum), rule.vcpu_s_quantum * 3600)
+    day = e.occurred_at // DAY_US
+    out = _Lines(
+        e, rule, workload_id=w.workload_id, instance_id=w.instance_id, pool_id=w.pool_id,
+        purchase_model=card.purchase_model,
+    )  # fmt: skip
+    out.add(day, COUNTERFACTUAL, -hours, -hours * card.guaranteed_eur_micros, "vcpu_h")
+    out.add(day, WASTED_WORK, hours, hours * card.price_eur_micros, "vcpu_h")
+    spend_cause = rule.spend_cause[card.purchase_model]
+    out.add(day, spend_cause, -hours, -hours * card.price_eur_micros, "vcpu_h")
+    return out.lines()
+
+
+def price_checkpoint(e: Envelope, book: RateBook, rule: AccountingRule) -> list[LedgerLine]:
+    c = e.payload
+    assert isinstance(c, CheckpointWritten)
+    gb_months = Fraction(c.written_bytes, BYTES_PER_GB) * Fraction(
+        rule.checkpoint_retention_days, 30
+    )
+    out = _Lines(
+        e, rule, workload_id=c.workload_id, instance_id=c.instance_id, pool_id="", purchase_model=""
+    )
+    amount = gb_months * rule.checkpoint_eur_micros_per_gb_month
+    out.add(e.occurred_at // DAY_US, CHECKPOINT_STORAGE, gb_months, amount, "gb_month")
+    return out.lines()
+
+
+PRICERS: dict[str, Callable[[Envelope, RateBook, AccountingRule], list[LedgerLine]]] = {
+    "usage_interval": price_usage,
+    "work_wasted": price_waste,
+    "checkpoint_written": price_checkpoint,
+}
+
+
+def price(e: Envelope, book: RateBook, rule: AccountingRule) -> list[LedgerLine]:
+    """The ledger lines `e` causes (none for events that cost nothing by themselves)."""
+    pricer = PRICERS.get(e.event_type)
+    return [] if pricer is None else pricer(e, book, rule)

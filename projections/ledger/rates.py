@@ -1,0 +1,105 @@
+"""Rate cards as a step function of time, per pool (pure; the store is reached through a
+callback only for cards older than what is held in memory).
+
+The card in effect at time t is the latest card of the pool whose validity starts at or before
+t (ties: the greater event id); it holds until the next one starts, even past its own
+`valid_until` (a late card leaves the previous price in force). The moments of an interval
+before the pool's first card are priced at that first card.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Card:
+    valid_from_us: int
+    event_id: str
+    valid_until_us: int
+    price_eur_micros: int  # per vCPU-hour
+    guaranteed_eur_micros: int  # per vCPU-hour, the counterfactual rate (ADR-26)
+    purchase_model: str
+
+
+class Unpriced(ValueError):  # noqa: N818 - reads as what the event is
+    """An event the ledger cannot price (no rate card for its pool); the message says which."""
+
+
+# pool, from_us, to_us -> the stored cards of `pool` that the book may lack for [from, to)
+Backfill = Callable[[str, int, int], list[Card]]
+
+
+class RateBook:
+    def __init__(self, backfill: Backfill | None = None) -> None:
+        self._cards: dict[str, list[Card]] = {}
+        # For t >= floor[pool], the cards in memory are all there are; below, ask the store.
+        self._floor: dict[str, int] = {}
+        self._default_floor: int | None = None  # None: complete since ever (a new ledger)
+        self._backfill = backfill
+
+    def add(self, pool_id: str, card: Card) -> None:
+        cards = self._cards.setdefault(pool_id, [])
+        i = bisect.bisect_left(cards, card)
+        if i < len(cards) and cards[i] == card:
+            return
+        cards.insert(i, card)
+
+    def set_complete_from(self, floor_us: int) -> None:
+        """After a reload: memory is complete only from `floor_us` on, for every pool."""
+        self._default_floor = floor_us
+        self._floor.clear()
+
+    def _ensure(self, pool_id: str, from_us: int) -> None:
+        floor = self._floor.get(pool_id, self._default_floor)
+        if floor is None or from_us >= floor or self._backfill is None:
+            return
+        for card in self._backfill(pool_id, from_us, floor):
+            self.add(pool_id, card)
+        self._floor[pool_id] = from_us
+
+    def purchase_model(self, pool_id: str, at_us: int) -> str:
+        return self.at(pool_id, at_us).purchase_model
+
+    def at(self, pool_id: str, at_us: int) -> Card:
+        self._ensure(pool_id, at_us)
+        cards = self._cards.get(pool_id)
+        if not cards:
+            raise Unpriced(f"no rate card for pool {pool_id!r}")
+        i = bisect.bisect_right(
+            cards, (at_us, "\uffff"), key=lambda c: (c.valid_from_us, c.event_id)
+        )
+        return cards[max(i - 1, 0)]
+
+    def segments(self, pool_id: str, start_us: int, end_us: int) -> Iterator[tuple[int, int, Card]]:
+        """The pieces [a, b) of [start, end) with the card in effect on each."""
+        self._ensure(pool_id, start_us)
+        cards = self._cards.get(pool_id)
+        if not cards:
+            raise Unpriced(f"no rate card for pool {pool_id!r}")
+        key = lambda c: (c.valid_from_us, c.event_id)  # noqa: E731
+        i = max(bisect.bisect_right(cards, (start_us, "\uffff"), key=key) - 1, 0)
+        a = start_us
+        while a < end_us:
+            nxt = i + 1
+            # Skip cards that start at the same moment: the last of them is in force.
+            while nxt < len(cards) and cards[nxt].valid_from_us <= a:
+                i, nxt = nxt, nxt + 1
+            b = min(end_us, cards[nxt].valid_from_us) if nxt < len(cards) else end_us
+            yield a, b, cards[i]
+            a, i = b, nxt
+
+    def prune(self, before_us: int) -> None:
+        """Forget cards superseded before `before_us` (keeping the one in force then)."""
+        for pool_id, cards in self._cards.items():
+            i = bisect.bisect_right([c.valid_from_us for c in cards], before_us) - 1
+            if i > 0:
+                del cards[:i]
+                known = self._floor.get(pool_id, self._default_floor)
+                first = cards[0].valid_from_us
+                self._floor[pool_id] = first if known is None else max(known, first)
+
+    def __len__(self) -> int:
+        return sum(len(c) for c in self._cards.values())
