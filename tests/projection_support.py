@@ -1,0 +1,122 @@
+"""Events and helpers for the projection tests: a small simulated region, hand-made instance
+stories, and table dumps to compare two databases row for row."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from projections.postgres.connection import Connection
+from provider.sim.clock import HOUR_US
+from provider.sim.region import RegionSim, SimConfig
+from schemas.errors import Origin
+from schemas.events import Envelope, Payload
+from schemas.ids import derived_event_id
+
+T0_US = 1_796_000_000_000_000  # 2026-11-30T00:00Z-ish, inside every retention window
+SECOND_US = 1_000_000
+
+Positioned = tuple[Origin, Envelope]
+
+
+@functools.cache
+def sim_events(days: float = 0.25, workloads: int = 30, seed: int = 7) -> tuple[Positioned, ...]:
+    """A simulated region's events, each at a position of its topic (one partition a topic)."""
+    sim = RegionSim(SimConfig(seed=seed, days=days, workloads=workloads))
+    offsets: dict[str, int] = {}
+    out: list[Positioned] = []
+    for batch in sim.run(HOUR_US):
+        for e in batch:
+            topic = f"{e.region}.{e.payload.TOPIC}"
+            offset = offsets.get(topic, 0)
+            offsets[topic] = offset + 1
+            out.append((Origin(topic, 0, offset), e))
+    return tuple(out)
+
+
+def batches(events: Sequence[Positioned], size: int) -> list[list[Positioned]]:
+    return [list(events[i : i + size]) for i in range(0, len(events), size)]
+
+
+def next_positions(events: Sequence[Positioned]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for origin, _ in events:
+        tp = (origin.topic, origin.partition)
+        out[tp] = max(out.get(tp, 0), origin.offset + 1)
+    return out
+
+
+def event(
+    payload: Payload,
+    at_s: float,
+    *,
+    name: str,
+    causation_id: str | None = None,
+    correlation_id: str | None = None,
+    region: str = "t",
+) -> Envelope:
+    """An envelope around `payload` at T0 + `at_s`, its id derived from `name`."""
+    at = T0_US + int(at_s * SECOND_US)
+    key_field = payload.KEY
+    return Envelope(
+        event_id=derived_event_id(f"test/{name}", payload.EVENT_TYPE),
+        event_type=payload.EVENT_TYPE,
+        occurred_at=at,
+        recorded_at=at,
+        region=region,
+        key=str(getattr(payload, key_field, region)),
+        causation_id=causation_id,
+        correlation_id=correlation_id,
+        producer="tests",
+        payload=payload,
+    )
+
+
+def positioned(events: Sequence[Envelope]) -> list[Positioned]:
+    offsets: dict[str, int] = {}
+    out: list[Positioned] = []
+    for e in events:
+        topic = f"{e.region}.{e.payload.TOPIC}"
+        offsets[topic] = offsets.get(topic, -1) + 1
+        out.append((Origin(topic, 0, offsets[topic]), e))
+    return out
+
+
+FLEET_TABLES = (
+    "events",
+    "pools",
+    "rankings",
+    "exclusions",
+    "readmissions",
+    "instances",
+    "instance_events",
+    "workloads",
+    "contracts",
+    "claims",
+    "placements",
+    "placement_allocations",
+    "replacements",
+    "fallbacks",
+    "fallback_returns",
+    "fallback_reviews",
+    "consumed_offsets",
+)
+
+
+def dump_fleet(conn: Connection, tables: Sequence[str] = FLEET_TABLES) -> dict[str, list[Any]]:
+    """Every row of the fleet tables, sorted, as text (and the outbox without its send state)."""
+    out: dict[str, list[Any]] = {}
+    for table in tables:
+        rows = conn.execute(f"SELECT t::text FROM {table} t").fetchall()
+        out[table] = sorted(r[0] for r in rows)
+    rows = conn.execute(
+        "SELECT action_id::text, event_id::text, action, record::text FROM outbox"
+    ).fetchall()
+    out["outbox"] = sorted(map(tuple, rows))
+    return out
+
+
+def new_schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,208 @@
+"""The fleet-state writer against a real PostgreSQL: migrations, batches, duplicates, offsets,
+out-of-order facts, and the same tables whatever the order of the batches."""
+
+from __future__ import annotations
+
+import random
+
+import psycopg
+import pytest
+
+from infra import servers
+from projections.postgres.connection import Connection, FleetDatabaseError, connect
+from projections.postgres.migrate import Migration, drop, migrate, migrations, status
+from projections.postgres.writer import FleetWriter
+from schemas.errors import Origin
+from schemas.events import (
+    DrainCompleted,
+    InstanceLaunched,
+    InstanceLost,
+    PoolExcluded,
+    PoolReadmitted,
+    ReplacementRequested,
+)
+from tests.projection_support import (
+    T0_US,
+    Positioned,
+    batches,
+    dump_fleet,
+    event,
+    new_schema,
+    next_positions,
+    positioned,
+    sim_events,
+)
+
+
+def fleet_part(events: tuple[Positioned, ...]) -> list[Positioned]:
+    topics = ("lifecycle", "market", "demand", "decisions")
+    return [pe for pe in events if pe[0].topic.split(".")[1] in topics]
+
+
+def write_all(conn: Connection, events: list[Positioned], size: int) -> FleetWriter:
+    writer = FleetWriter(conn)
+    for batch in batches(events, size):
+        writer.write(batch, next_positions(batch))
+    return writer
+
+
+def test_migrate_is_idempotent_and_records_each_file(postgres: servers.Server) -> None:
+    schema = new_schema()
+    with connect(postgres.address, schema) as conn:
+        try:
+            first = migrate(conn, schema)
+            assert [m.version for m in first] == [m.version for m in migrations()]
+            assert migrate(conn, schema) == []
+            assert all(s.applied for s in status(conn, schema))
+        finally:
+            drop(conn, schema)
+        assert not any(s.applied for s in status(conn, schema))
+
+
+def test_an_applied_migration_whose_file_changed_is_refused(postgres: servers.Server) -> None:
+    schema = new_schema()
+    with connect(postgres.address, schema) as conn:
+        try:
+            migrate(conn, schema)
+            conn.execute(f"UPDATE {schema}.schema_migrations SET checksum = 'x' WHERE version = 1")
+            with pytest.raises(FleetDatabaseError, match="different file"):
+                migrate(conn, schema)
+        finally:
+            drop(conn, schema)
+
+
+def test_a_bad_dsn_is_one_sentence() -> None:
+    with pytest.raises(
+        FleetDatabaseError, match=r"cannot connect to PostgreSQL at .*SPOTCAP_POSTGRES_DSN"
+    ):
+        connect("postgresql://nobody:secret@127.0.0.1:1/x", connect_timeout_s=2)
+
+
+def test_a_simulated_region_lands_in_the_tables(fleet: Connection) -> None:
+    events = fleet_part(sim_events())
+    writer = write_all(fleet, events, 700)
+    rows = fleet.execute("SELECT state, count(*) FROM instances GROUP BY 1").fetchall()
+    counts: dict[str, int] = dict(rows)
+    launched = sum(1 for _, e in events if e.event_type == "instance_launched")
+    assert sum(counts.values()) == launched
+    assert counts.get("lost", 0) == sum(1 for _, e in events if e.event_type == "instance_lost")
+    pools = fleet.execute(
+        "SELECT count(*), count(price_per_vcpu_h_eur_micros) FROM pools"
+    ).fetchone()
+    registered = sum(1 for _, e in events if e.event_type == "pool_registered")
+    assert pools == (registered, registered)
+    assert writer.stored_offsets() == next_positions(events)
+    # Rate cards and forward capacity are not journaled; everything else is.
+    journaled = fleet.execute("SELECT count(*) FROM events").fetchone()
+    assert journaled == (
+        sum(1 for _, e in events if e.event_type not in ("rate_card", "forward_capacity")),
+    )
+    outbox = fleet.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()
+    actions = sum(1 for _, e in events if e.event_type in ("instance_launched", "instance_deleted"))
+    assert outbox == (actions,)
+
+
+def test_a_batch_delivered_again_changes_nothing(fleet: Connection) -> None:
+    events = fleet_part(sim_events())
+    writer = write_all(fleet, events, 1000)
+    before = dump_fleet(fleet)
+    # The same events again, from other offsets (a producer retry): applied once.
+    again = [(Origin(o.topic, 9, o.offset), e) for o, e in events[:3000]]
+    result = writer.write(again, {})
+    assert result.applied == sum(
+        1 for _, e in again if e.event_type in ("rate_card", "forward_capacity")
+    )
+    assert dump_fleet(fleet) == before
+
+
+def test_the_tables_do_not_depend_on_the_order_or_size_of_batches(postgres: servers.Server) -> None:
+    events = fleet_part(sim_events())
+    dumps = []
+    for seed, size in ((None, 500), (3, 97), (11, 2500)):
+        schema = new_schema()
+        with connect(postgres.address, schema) as conn:
+            migrate(conn, schema)
+            chunks = batches(events, size)
+            if seed is not None:
+                random.Random(seed).shuffle(chunks)
+            writer = FleetWriter(conn)
+            for chunk in chunks:
+                writer.write(chunk, {})
+            writer.write([], next_positions(events))
+            dumps.append(dump_fleet(conn))
+            drop(conn, schema)
+    assert dumps[0] == dumps[1] == dumps[2]
+
+
+def test_out_of_order_and_impossible_facts_are_recorded_never_fatal(fleet: Connection) -> None:
+    i, w, p = "i-9", "wl-z", "pool-z"
+    launch = event(InstanceLaunched(i, p, w, 4, "reclaimable", {}), 0, name="9-launch")
+    lost = event(InstanceLost(i, p, w, 4, "reclaimable", False, "reclaimed"), 100, name="9-lost")
+    # The agent's spool arrives late: a drain that completed (but never started) before the loss.
+    drained = event(DrainCompleted(i, w, "local", 30.0, False, True, True, None), 90, name="9-dr")
+    replace = event(ReplacementRequested(w, i, 4, "reclaimable", (p,)), 101, name="9-rep")
+    writer = FleetWriter(fleet)
+    for e in (launch, lost, drained, replace):
+        writer.write(positioned([e]), {})
+    row = fleet.execute(
+        "SELECT state, drain_verified, drain_overrun, replacement_event_id::text"
+        " FROM instances WHERE instance_id = %s",
+        (i,),
+    ).fetchone()
+    assert row == ("replaced", False, True, replace.event_id)
+    anomalies = fleet.execute(
+        "SELECT event_type, from_state, to_state FROM instance_anomalies WHERE instance_id = %s",
+        (i,),
+    ).fetchall()
+    assert anomalies == [("drain_completed", "running", "drained")]
+
+
+def test_exclusions_keep_their_evidence_and_readmission(fleet: Connection) -> None:
+    p = "pool-x"
+    evidence = tuple(
+        event(
+            InstanceLost(f"i-{n}", p, "w", 4, "reclaimable", False, "reclaimed"), n, name=f"ev{n}"
+        ).event_id
+        for n in range(3)
+    )
+    excluded = event(
+        PoolExcluded(p, "burst", 3.0, 0.1, 3, T0_US, T0_US + 60_000_000, evidence), 61, name="exc"
+    )
+    writer = FleetWriter(fleet)
+    writer.write(positioned([excluded]), {})
+    active = fleet.execute(
+        "SELECT pool_id, evidence_event_ids::text[] FROM exclusions_active"
+    ).fetchall()
+    assert active == [(p, list(evidence))]
+    readmit = event(PoolReadmitted(p, 3600, 0.05, 0.1, (), excluded.event_id), 4000, name="re")
+    writer.write(positioned([readmit]), {})
+    assert fleet.execute("SELECT count(*) FROM exclusions_active").fetchone() == (0,)
+    history = fleet.execute(
+        "SELECT readmission_event_id::text, healthy_s FROM exclusion_history"
+    ).fetchall()
+    assert history == [(readmit.event_id, 3600)]
+
+
+def test_a_failed_batch_leaves_nothing(fleet: Connection) -> None:
+    events = fleet_part(sim_events())[:200]
+    writer = FleetWriter(fleet)
+
+    def boom(step: str) -> None:
+        if step == "append":
+            raise RuntimeError("injected")
+
+    writer._on_step = boom
+    with pytest.raises(RuntimeError, match="injected"):
+        writer.write(events, next_positions(events))
+    assert fleet.execute("SELECT count(*) FROM events").fetchone() == (0,)
+    assert writer.stored_offsets() == {}
+    writer._on_step = None
+    writer.write(events, next_positions(events))
+    assert writer.stored_offsets() == next_positions(events)
+
+
+def test_migrations_are_numbered_files() -> None:
+    found = migrations()
+    assert [m.version for m in found] == list(range(1, len(found) + 1))
+    assert all(isinstance(m, Migration) and m.sql.strip() for m in found)
+    assert psycopg.__version__ >= "3.2"

@@ -1,0 +1,158 @@
+"""Pricing under the recorded rule (pure): exact integer micro-euros from rate cards."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from projections.ledger.pricing import DAY_US, HOUR_US, LedgerLine, price
+from projections.ledger.rates import Card, RateBook, Unpriced
+from projections.ledger.rule import RECORDED
+from schemas.events import CheckpointWritten, Envelope, PurchaseModel, UsageInterval, WorkWasted
+from tests.projection_support import T0_US, event
+
+P, W, INST = "pool-a", "wl-a", "i-1"
+MIDNIGHT = (T0_US // DAY_US + 1) * DAY_US
+
+
+def book(*cards: tuple[int, int, int]) -> RateBook:
+    """Cards (valid_from, price, guaranteed), each valid 5 minutes (but in force until the next)."""
+    b = RateBook()
+    for n, (start, p, g) in enumerate(cards):
+        b.add(P, Card(start, f"c{n:03d}", start + 300_000_000, p, g, "reclaimable"))
+    return b
+
+
+def usage(
+    start: int,
+    end: int,
+    vcpu: int = 4,
+    used: float | None = None,
+    model: PurchaseModel = "reclaimable",
+) -> Envelope:
+    used_h = vcpu * (end - start) / HOUR_US if used is None else used
+    return event(
+        UsageInterval(W, INST, P, model, start, end, vcpu, used_h),
+        (end - T0_US) / 1e6,
+        name=f"u{start}",
+    )
+
+
+def by_cause(lines: list[LedgerLine]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in lines:
+        out[line.cause] = out.get(line.cause, 0) + line.amount_eur_micros
+    return out
+
+
+def test_usage_is_priced_piecewise_by_the_cards_in_force() -> None:
+    b = book((T0_US, 1000, 5000), (T0_US + HOUR_US, 2000, 5000))
+    lines = price(usage(T0_US, T0_US + 2 * HOUR_US), b, RECORDED)
+    assert by_cause(lines) == {
+        "counterfactual": 4 * 2 * 5000,
+        "reclaimable_spend": 4 * 1000 + 4 * 2000,
+        # agent 20 m CPU at the instance's rate, control plane €0.0002 per used vCPU-hour
+        "footprint": 20 + 40 + 8 * 200,
+    }
+    assert {line.event_id for line in lines} == {lines[0].event_id}
+    assert all(line.workload_id == W and line.rule == "recorded" for line in lines)
+
+
+def test_a_late_card_leaves_the_previous_price_in_force() -> None:
+    # The first card is valid five minutes only; no other until an hour later.
+    b = book((T0_US, 1000, 5000), (T0_US + HOUR_US, 3000, 5000))
+    spend = by_cause(price(usage(T0_US, T0_US + HOUR_US), b, RECORDED))["reclaimable_spend"]
+    assert spend == 4 * 1000
+
+
+def test_usage_across_midnight_is_split_by_day() -> None:
+    b = book((MIDNIGHT - 10 * HOUR_US, 1000, 4000))
+    lines = price(usage(MIDNIGHT - HOUR_US, MIDNIGHT + 3 * HOUR_US, vcpu=2), b, RECORDED)
+    spend = {
+        line.day: line.amount_eur_micros for line in lines if line.cause == "reclaimable_spend"
+    }
+    assert spend == {MIDNIGHT // DAY_US - 1: 2 * 1000, MIDNIGHT // DAY_US: 2 * 3 * 1000}
+
+
+def test_idle_capacity_is_headroom() -> None:
+    b = book((T0_US, 1000, 4000))
+    lines = by_cause(price(usage(T0_US, T0_US + HOUR_US, vcpu=8, used=6.0), b, RECORDED))
+    assert lines["headroom"] == 2 * 1000 and lines["reclaimable_spend"] == 6 * 1000
+    assert lines["counterfactual"] == 6 * 4000
+
+
+def test_committed_and_guaranteed_usage_are_floor_and_fallback_spend() -> None:
+    b = book((T0_US, 1000, 4000))
+    committed = by_cause(price(usage(T0_US, T0_US + HOUR_US, model="committed"), b, RECORDED))
+    guaranteed = by_cause(price(usage(T0_US, T0_US + HOUR_US, model="guaranteed"), b, RECORDED))
+    assert "floor_spend" in committed and "fallback_spend" in guaranteed
+
+
+def test_wasted_work_leaves_the_counterfactual_and_moves_from_spend_to_waste() -> None:
+    b = book((T0_US, 1500, 6000))
+    wasted = event(WorkWasted(W, INST, P, 7200.0, None), 100, name="w")  # 2 vCPU-hours
+    assert by_cause(price(wasted, b, RECORDED)) == {
+        "counterfactual": -2 * 6000,
+        "wasted_work": 2 * 1500,
+        "reclaimable_spend": -2 * 1500,
+    }
+
+
+def test_a_checkpoint_is_charged_for_its_retention() -> None:
+    written = event(CheckpointWritten(INST, W, 3, 3_000_000_000, 20.0, True), 5, name="c")
+    lines = price(written, RateBook(), RECORDED)
+    # 3 GB for 7 of 30 days at €0.02 per GB-month: 3 * 20_000 * 7 / 30 = 14_000 micro-euros
+    assert [(x.cause, x.amount_eur_micros, x.unit) for x in lines] == [
+        ("checkpoint_storage", 14_000, "gb_month")
+    ]
+
+
+def test_a_pool_without_a_card_cannot_be_priced() -> None:
+    try:
+        price(usage(T0_US, T0_US + HOUR_US), RateBook(), RECORDED)
+    except Unpriced as error:
+        assert "pool-a" in str(error)
+    else:
+        raise AssertionError("priced without a rate card")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50 * HOUR_US), st.integers(100, 9000), st.integers(9000, 20000)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 40 * HOUR_US),
+    st.integers(1, 30 * HOUR_US),
+    st.integers(1, 64),
+)
+def test_pieces_cover_the_interval_and_lines_are_exact(
+    cards: list[tuple[int, int, int]], start: int, length: int, vcpu: int
+) -> None:
+    b = book(*((T0_US + f, p, g) for f, p, g in cards))
+    a, z = T0_US + start, T0_US + start + length
+    pieces = list(b.segments(P, a, z))
+    assert pieces[0][0] == a and pieces[-1][1] == z
+    assert all(x[1] == y[0] and x[0] < x[1] for x, y in itertools.pairwise(pieces))
+    lines = price(usage(a, z, vcpu=vcpu), b, RECORDED)
+    assert all(isinstance(line.amount_eur_micros, int) for line in lines)
+    # Each piece at its card's price, summed exactly, rounded once per line (half to even).
+    expected_counterfactual = sum(
+        vcpu * (y - x) * card.guaranteed_eur_micros for x, y, card in pieces
+    )
+    got = sum(line.amount_eur_micros for line in lines if line.cause == "counterfactual")
+    assert abs(got * HOUR_US - expected_counterfactual) <= HOUR_US * 2  # one rounding per day line
+
+
+def test_prune_then_backfill_finds_the_same_cards() -> None:
+    stored = [(T0_US + n * 300_000_000, 1000 + n, 5000) for n in range(100)]
+    full = book(*stored)
+    pruned = book(*stored)
+    pruned._backfill = lambda pool, a, z: [c for c in full._cards[pool] if c.valid_from_us < z]
+    pruned.prune(T0_US + 90 * 300_000_000)
+    assert len(pruned) < len(full)
+    a, z = T0_US + 1_000_000_000, T0_US + 20_000_000_000
+    assert list(pruned.segments(P, a, z)) == list(full.segments(P, a, z))
