@@ -11,11 +11,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from infra.servers import server_status
 from projections.postgres.connection import FleetDatabaseError, connect, redact
 from projections.postgres.migrate import migrate, status
 from spotcap.config import Settings
-from spotcap.stores import StoreError, fleet_dsn, postgres_dir, stop_embedded_postgres
+from spotcap.stores import (
+    StoreError,
+    embedded_postgres_status,
+    fleet_dsn,
+    postgres_dir,
+    stop_embedded_postgres,
+)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -89,10 +94,10 @@ def db_migrate(settings: Settings, postgres_dsn: str | None, as_json: bool) -> N
 def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> None:
     """Which migrations are applied, and whether the embedded server runs."""
     settings = with_postgres(settings, postgres_dsn)
-    embedded = None if settings.postgres_dsn else server_status(postgres_dir(settings))
     try:
         with connect(fleet_dsn(settings)) as conn:
             states = status(conn)
+        embedded = None if settings.postgres_dsn else embedded_postgres_status(settings)
     except (StoreError, FleetDatabaseError) as error:
         fail(str(error))
     if as_json:
@@ -126,7 +131,11 @@ def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> No
 @click.pass_obj
 def db_stop(settings: Settings) -> None:
     """Stop the home's embedded PostgreSQL (the next command that needs it starts it again)."""
-    if stop_embedded_postgres(settings):
+    try:
+        stopped = stop_embedded_postgres(settings)
+    except StoreError as error:
+        fail(str(error))
+    if stopped:
         console.print(f"stopped the embedded PostgreSQL under {postgres_dir(settings)}")
     else:
         console.print(f"no embedded PostgreSQL runs under {postgres_dir(settings)}")

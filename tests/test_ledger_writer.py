@@ -175,3 +175,12 @@ def test_one_chdb_path_per_process_is_a_clear_error(
 ) -> None:
     with pytest.raises(LedgerError, match="one data path per process"):
         ChdbStore(tmp_path / "other", "x")  # type: ignore[operator]
+
+
+def test_an_unreachable_clickhouse_server_is_one_sentence() -> None:
+    from projections.ledger.store import ServerStore
+
+    with pytest.raises(
+        LedgerError, match=r"cannot reach ClickHouse at http://u:\*\*\*@127\.0\.0\.1:1"
+    ):
+        ServerStore("http://u:secret@127.0.0.1:1", connect_timeout_s=1)

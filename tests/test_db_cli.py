@@ -1,0 +1,46 @@
+"""`spotcap db`: migrations through the CLI, on the embedded server of a home and on a DSN."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from infra import servers
+from spotcap.cli import main
+
+
+def test_db_migrate_starts_the_homes_server_and_is_idempotent(tmp_path: Path) -> None:
+    home = ["--home", str(tmp_path / "home")]
+    runner = CliRunner()
+    try:
+        first = runner.invoke(main, [*home, "db", "migrate", "--json"])
+        assert first.exit_code == 0, first.output
+        report = json.loads(first.output)
+        assert report["applied"] == ["0001_fleet_state", "0002_views"]
+        second = runner.invoke(main, [*home, "db", "migrate"])
+        assert second.exit_code == 0 and "up to date: 2 migrations applied" in second.output
+        status = runner.invoke(main, [*home, "db", "status", "--json"])
+        assert json.loads(status.output)["embedded"]["running"] is True
+    finally:
+        stopped = runner.invoke(main, [*home, "db", "stop"])
+    assert "stopped the embedded PostgreSQL" in stopped.output
+    assert "no embedded PostgreSQL runs" in runner.invoke(main, [*home, "db", "stop"]).output
+
+
+def test_db_migrate_on_a_dsn(postgres: servers.Server, tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["--home", str(tmp_path), "db", "migrate", "--postgres", postgres.address]
+    assert runner.invoke(main, args).exit_code == 0
+    assert "up to date" in runner.invoke(main, args).output
+
+
+def test_an_unreachable_database_is_one_sentence(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--home", str(tmp_path), "db", "migrate", "--postgres", "postgresql://u:pw@127.0.0.1:1/x"],
+    )
+    assert result.exit_code == 1
+    assert "cannot connect to PostgreSQL at postgresql://u:***@127.0.0.1:1/x" in result.output
+    assert "Traceback" not in result.output
