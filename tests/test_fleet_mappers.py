@@ -55,7 +55,7 @@ def story() -> list[Envelope]:
 
 
 def instance_row(events: list[Envelope]) -> dict[str, object]:
-    return map_events(events).states["instances"][INST]
+    return INSTANCES.finish(map_events(events).states["instances"][INST])
 
 
 def test_the_seed_of_the_transitions_table_is_the_state_machine() -> None:
@@ -92,7 +92,7 @@ def test_merging_partial_rows_in_any_grouping_gives_the_same_row(
 ) -> None:
     first = map_events(order[:cut]).states["instances"][INST]
     second = map_events(order[cut:]).states["instances"].get(INST)
-    merged = INSTANCES.merge(first, second) if second else first
+    merged = INSTANCES.merge(first, second) if second else INSTANCES.finish(first)
     assert merged == instance_row(story())
     assert INSTANCES.merge(merged, merged) == merged  # idempotent
 
@@ -171,6 +171,6 @@ def test_a_pool_keeps_the_rate_card_with_the_latest_validity_whatever_the_order(
                        T0_US + (i + 1) * 300_000_000), i * 300, name=f"card{i}")
         for i in range(6)
     ]  # fmt: skip
-    row = map_events([cards[i] for i in order]).states["pools"][P]
+    row = s.POOLS.finish(map_events([cards[i] for i in order]).states["pools"][P])
     assert row["price_per_vcpu_h_eur_micros"] == 1005
     assert row["excluded"] is False

@@ -124,27 +124,36 @@ def price_usage(e: Envelope, book: RateBook, rule: AccountingRule) -> list[Ledge
     if span_us <= 0:
         return []
     spend_cause = rule.spend_cause[u.purchase_model]
-    used_h = Fraction(round(u.used_vcpu_h * rule.vcpu_h_quantum), rule.vcpu_h_quantum)
-    # Capacity paid for, to the same quantum: idle only where the usage says so.
     q = rule.vcpu_h_quantum
-    capacity_h = Fraction(round(Fraction(u.vcpu * span_us * q, HOUR_US)), q)
-    idle_h = max(capacity_h - used_h, Fraction(0))
-    agent_vcpu = Fraction(rule.agent_millicpu_per_instance, 1000)
+    used_q = round(u.used_vcpu_h * q)  # used vCPU-hours, in quanta
+    # Capacity paid for, to the same quantum: idle only where the usage says so.
+    capacity_q = round(Fraction(u.vcpu * span_us * q, HOUR_US))
+    idle_q = max(capacity_q - used_q, 0)
+    # Per day, integer sums over the pieces: duration, duration x price, duration x guaranteed.
+    sums: dict[int, list[int]] = {}
+    for a, b, card in book.segments(u.pool_id, u.start_at, u.end_at):
+        for day, x, y in _days(a, b):
+            d = y - x
+            acc = sums.setdefault(day, [0, 0, 0])
+            acc[0] += d
+            acc[1] += d * card.price_eur_micros
+            acc[2] += d * card.guaranteed_eur_micros
+    share = q * span_us  # a piece's share of the quantities is d / span, in quanta of q
+    agent = rule.agent_millicpu_per_instance
     out = _Lines(
         e, rule, workload_id=u.workload_id, instance_id=u.instance_id, pool_id=u.pool_id,
         purchase_model=u.purchase_model,
     )  # fmt: skip
-    for a, b, card in book.segments(u.pool_id, u.start_at, u.end_at):
-        for day, x, y in _days(a, b):
-            share = Fraction(y - x, span_us)
-            used, idle = used_h * share, idle_h * share
-            hours = Fraction(y - x, HOUR_US)
-            price, guaranteed = card.price_eur_micros, card.guaranteed_eur_micros
-            out.add(day, COUNTERFACTUAL, used, used * guaranteed, "vcpu_h")
-            out.add(day, spend_cause, used, used * price, "vcpu_h")
-            out.add(day, HEADROOM, idle, idle * price, "vcpu_h")
-            footprint = agent_vcpu * hours * price + used * rule.control_plane_eur_micros_per_vcpu_h
-            out.add(day, FOOTPRINT, agent_vcpu * hours, footprint, "vcpu_h")
+    for day, (d, d_price, d_guaranteed) in sums.items():
+        used = Fraction(used_q * d, share)
+        idle = Fraction(idle_q * d, share)
+        out.add(day, COUNTERFACTUAL, used, Fraction(used_q * d_guaranteed, share), "vcpu_h")
+        out.add(day, spend_cause, used, Fraction(used_q * d_price, share), "vcpu_h")
+        out.add(day, HEADROOM, idle, Fraction(idle_q * d_price, share), "vcpu_h")
+        footprint = Fraction(agent * d_price, 1000 * HOUR_US) + Fraction(
+            used_q * d * rule.control_plane_eur_micros_per_vcpu_h, share
+        )
+        out.add(day, FOOTPRINT, Fraction(agent * d, 1000 * HOUR_US), footprint, "vcpu_h")
     return out.lines()
 
 

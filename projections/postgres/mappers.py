@@ -64,7 +64,7 @@ class Changes:
     def state(self, table: StateTable, row: Row) -> None:
         rows = self.states.setdefault(table.name, {})
         key = row[table.key]
-        rows[key] = table.merge(rows.get(key), row)
+        rows[key] = table.merge(rows.get(key), row, finish=False)
 
     def rows(self, table: AppendTable) -> list[tuple[Any, ...]]:
         return [tuple(r.get(c) for c in table.columns) for r in self.appends.get(table.name, ())]

@@ -37,7 +37,10 @@ class Group:
     keep: Literal["earliest", "latest"] = "latest"
 
     def present(self, row: Mapping[str, Any]) -> bool:
-        return all(row.get(c) is not None for c in self.version)
+        for c in self.version:
+            if row.get(c) is None:
+                return False
+        return True
 
     def key(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(row[c] for c in self.version)
@@ -53,17 +56,20 @@ class StateTable:
     # Columns computed from the merged groups.
     derived: tuple[str, ...] = ()
     derive: Callable[[Row], Row] | None = field(default=None, compare=False)
+    columns: tuple[str, ...] = field(init=False, default=(), compare=False)
 
-    @property
-    def columns(self) -> tuple[str, ...]:
+    def __post_init__(self) -> None:
         cols: list[str] = [self.key, *self.shared]
         for group in self.groups:
             cols.extend(c for c in (*group.version, *group.columns) if c not in cols)
         cols.extend(c for c in self.derived if c not in cols)
-        return tuple(cols)
+        object.__setattr__(self, "columns", tuple(cols))
 
-    def merge(self, a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> Row:
-        """The row holding the facts of both `a` and `b` (commutative, idempotent)."""
+    def merge(
+        self, a: Mapping[str, Any] | None, b: Mapping[str, Any], *, finish: bool = True
+    ) -> Row:
+        """The row holding the facts of both `a` and `b` (commutative, idempotent); with
+        `finish` False, a partial row to merge further (cheaper inside a batch)."""
         if a is None:
             merged: Row = dict(b)
         else:
@@ -72,9 +78,10 @@ class StateTable:
                 merged[column] = a.get(column) if a.get(column) is not None else b.get(column)
             for group in self.groups:
                 winner = _pick(group, a, b)
-                for column in (*group.version, *group.columns):
-                    merged[column] = winner.get(column) if winner is not None else None
-        return self.finish(merged)
+                if winner is not None:
+                    for column in (*group.version, *group.columns):
+                        merged[column] = winner.get(column)
+        return self.finish(merged) if finish else merged
 
     def finish(self, row: Row) -> Row:
         """Every column present (None where unknown), derived columns computed."""

@@ -171,7 +171,10 @@ class FleetWriter:
             (keys,),
         ).fetchall()
         existing = {row[0]: dict(zip(columns, row, strict=True)) for row in current}
-        merged = [table.merge(existing.get(k), updates[k]) for k in keys]
+        merged = [
+            table.merge(existing[k], updates[k]) if k in existing else table.finish(updates[k])
+            for k in keys
+        ]
         self._copy(table.name, columns, [tuple(r[c] for c in columns) for r in merged])
         others = [c for c in columns if c != table.key]
         self.conn.execute(
