@@ -37,10 +37,7 @@ class Group:
     keep: Literal["earliest", "latest"] = "latest"
 
     def present(self, row: Mapping[str, Any]) -> bool:
-        for c in self.version:
-            if row.get(c) is None:
-                return False
-        return True
+        return None not in [row.get(c) for c in self.version]
 
     def key(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(row[c] for c in self.version)
