@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -14,6 +12,7 @@ from rich.table import Table
 from projections.postgres.connection import FleetDatabaseError, connect, redact
 from projections.postgres.migrate import migrate, status
 from spotcap.config import Settings
+from spotcap.fail import fail
 from spotcap.stores import (
     StoreError,
     embedded_postgres_status,
@@ -23,12 +22,6 @@ from spotcap.stores import (
 )
 
 console = Console()
-err_console = Console(stderr=True)
-
-
-def fail(message: str) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}")
-    sys.exit(1)
 
 
 postgres_option = click.option(

@@ -206,7 +206,7 @@ CONTRACT_FIELDS = (
     "restart_semantics",
     "checkpoint_on_notice",
     "proactive_drain_on_advisory",
-    "tolerated_interruption_per_h",
+    "tolerated_interruptions_per_h",
     "target_vcpu",
     "floor_vcpu",
     "spend_cap_eur_micros",

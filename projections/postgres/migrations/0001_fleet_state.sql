@@ -192,7 +192,7 @@ CREATE TABLE workloads (
     restart_semantics            text NOT NULL,
     checkpoint_on_notice         boolean NOT NULL,
     proactive_drain_on_advisory  boolean NOT NULL,
-    tolerated_interruption_per_h double precision NOT NULL,
+    tolerated_interruptions_per_h double precision NOT NULL,
     target_vcpu                  int  NOT NULL,
     floor_vcpu                   int  NOT NULL,
     spend_cap_eur_micros         bigint NOT NULL,
