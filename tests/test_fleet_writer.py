@@ -206,3 +206,16 @@ def test_migrations_are_numbered_files() -> None:
     assert [m.version for m in found] == list(range(1, len(found) + 1))
     assert all(isinstance(m, Migration) and m.sql.strip() for m in found)
     assert psycopg.__version__ >= "3.2"
+
+
+def test_a_batch_can_be_bounded_in_time(fleet: Connection) -> None:
+    events = fleet_part(sim_events())[:50]
+    writer = FleetWriter(fleet)
+    assert writer.write(events, next_positions(events), timeout_s=30).applied == 50
+    # A lock held elsewhere: the bounded batch gives up instead of waiting for ever.
+    schema = fleet.execute("SELECT current_schema()").fetchone()
+    assert schema is not None
+    with connect(fleet.info.dsn, schema[0]) as other, other.transaction():
+        other.execute("LOCK TABLE consumed_offsets IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            writer.write(events, next_positions(events), timeout_s=0.5)

@@ -250,8 +250,13 @@ class LedgerWriter:
     # -- the batch ----------------------------------------------------------------------------
 
     def write(
-        self, events: Sequence[tuple[Origin, Envelope]], positions: Mapping[TopicPartition, int]
+        self,
+        events: Sequence[tuple[Origin, Envelope]],
+        positions: Mapping[TopicPartition, int],
+        timeout_s: float | None = None,
     ) -> LedgerWriteResult:
+        """Insert a batch, then its offsets. (`timeout_s`: chdb runs in this process and has no
+        per-insert deadline; a server store bounds each request by its client's timeouts.)"""
         ev, ranks = _Columns(EVENTS_SCHEMA), _Columns(RANKINGS_SCHEMA)
         cards, lines = _Columns(RATE_CARDS_SCHEMA), _Columns(LINES_SCHEMA)
         unpriced: list[tuple[Origin, str]] = []

@@ -86,13 +86,23 @@ class FleetWriter:
         return {(str(t), int(p)): int(o) for t, p, o in rows}
 
     def write(
-        self, events: Sequence[tuple[Origin, Envelope]], positions: Mapping[TopicPartition, int]
+        self,
+        events: Sequence[tuple[Origin, Envelope]],
+        positions: Mapping[TopicPartition, int],
+        timeout_s: float | None = None,
     ) -> WriteResult:
-        """Apply a batch and store `positions` (the next offsets to read) in one transaction."""
+        """Apply a batch and store `positions` (the next offsets to read) in one transaction;
+        with `timeout_s`, every statement of it is bounded (PostgreSQL's statement_timeout)."""
         unique: dict[str, tuple[Origin, Envelope]] = {}
         for origin, envelope in events:
             unique.setdefault(envelope.event_id, (origin, envelope))
         with self.conn.transaction():
+            if timeout_s is not None:
+                self.conn.execute(
+                    sql.SQL("SET LOCAL statement_timeout = {}").format(
+                        sql.Literal(max(1, int(timeout_s * 1000)))
+                    )
+                )
             journal = [
                 journal_row(o, e) for o, e in unique.values() if e.event_type not in UNJOURNALED
             ]
