@@ -13,6 +13,7 @@ from rich.table import Table
 from spotcap.cli_contracts import contracts
 from spotcap.cli_db import db
 from spotcap.cli_notices import notices
+from spotcap.cli_projections import project, rebuild
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
 from spotcap.fail import fail
@@ -296,6 +297,8 @@ def topics_list(settings: Settings, as_json: bool) -> None:
 
 main.add_command(contracts)
 main.add_command(db)
+main.add_command(project)
+main.add_command(rebuild)
 main.add_command(notices)
 
 main.add_command(demo)
