@@ -14,6 +14,7 @@ from spotcap.cli_contracts import contracts
 from spotcap.cli_db import db
 from spotcap.cli_notices import notices
 from spotcap.cli_projections import project, rebuild
+from spotcap.cli_query import query, report, why_command
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
 from spotcap.fail import fail
@@ -299,6 +300,9 @@ main.add_command(contracts)
 main.add_command(db)
 main.add_command(project)
 main.add_command(rebuild)
+main.add_command(query)
+main.add_command(why_command)
+main.add_command(report)
 main.add_command(notices)
 
 main.add_command(demo)

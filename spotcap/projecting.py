@@ -14,9 +14,11 @@ batch that carried them is written.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import psycopg
 
 from projections.ledger.store import LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, apply_ddl, drop_all
@@ -29,10 +31,17 @@ from spotcap.config import Settings
 from spotcap.stores import open_fleet, open_ledger
 from spotcap.wiring import make_codec
 from streams.deadletter import DeadLetters
-from streams.log import EventLog, Record, TopicPartition
+from streams.log import Consumer, EventLog, Record, TopicPartition
 from streams.merged import MergedHistory, Progress
+from streams.processing.dead_letters import DeadLetterGuard, DeadLetterPolicy
+from streams.processing.factory import BatchSettings, Chain, ChainFactory
+from streams.processing.runner import Processor
+from streams.processing.write import SinkUnavailable
+from streams.reader import Decoded, Decoder
+from streams.topics import topic_name
 
 Which = Literal["fleet", "ledger"]
+Positioned = tuple[Origin, Envelope]
 BATCH_EVENTS = 5000
 
 
@@ -155,3 +164,57 @@ def open_writer(settings: Settings, which: Which, *, fresh: bool = False) -> Wri
         drop_all(store)
     apply_ddl(store)
     return Writer("ledger", ledger=store)
+
+
+# -- the fleet state as a live consumer (the processing chain) ---------------------------------
+
+
+class SeekingFactory(ChainFactory[Positioned]):
+    """Builds the chain on assignment after seeking each partition to the offset the fleet
+    state stored with its rows (so the consumer group's own commits are only a fallback)."""
+
+    def __init__(self, writer: FleetWriter, decoder: Decoder, guard: DeadLetterGuard,
+                 settings: BatchSettings | None = None) -> None:  # fmt: skip
+        sink = FleetSink(writer)
+        super().__init__(lambda _: _positioned, sink, decoder, guard, settings or BatchSettings())
+        self._writer = writer
+
+    def create(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> Chain[Positioned]:
+        stored = self._writer.stored_offsets()
+        for topic, partition in partitions:
+            if (topic, partition) in stored:
+                consumer.seek(topic, partition, stored[(topic, partition)])
+        return super().create(consumer, partitions)
+
+
+def _positioned(decoded: Decoded) -> Sequence[Positioned]:
+    return [(decoded.origin, decoded.envelope)]
+
+
+class FleetSink:
+    """The fleet writer as the chain's sink: a database that is down is `SinkUnavailable`
+    (the processor pauses and retries), not a crash."""
+
+    def __init__(self, writer: FleetWriter) -> None:
+        self.writer = writer
+
+    def write(self, rows: Sequence[Positioned], positions: Mapping[TopicPartition, int],
+              timeout_s: float) -> None:  # fmt: skip
+        try:
+            self.writer.write(rows, positions, timeout_s)
+        except psycopg.OperationalError as error:
+            raise SinkUnavailable(f"the fleet-state database: {error}") from error
+
+
+def fleet_processor(
+    settings: Settings, log: EventLog, writer: FleetWriter
+) -> Processor[Positioned]:
+    """A processor that keeps the fleet state up to date, partition by partition (Kafka groups
+    can spread it over several processes: the state rows do not depend on order)."""
+    codec = make_codec(settings)
+    dead_letters = DeadLetters(log.producer(), codec, settings.region, "projection/fleet")
+    factory = SeekingFactory(
+        writer, Decoder(codec), DeadLetterGuard(dead_letters, DeadLetterPolicy())
+    )
+    topics = [topic_name(settings.region, t) for t in FLEET_TOPICS]
+    return Processor(log, f"{settings.region}.projection.fleet", topics, factory)

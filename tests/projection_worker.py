@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.projection_support import Positioned, batches, next_positions, sim_events  # noqa: E402
 
-FLEET = ("lifecycle", "market", "demand", "decisions")
+FLEET = ("lifecycle", "market", "demand", "decisions", "usage")
 LEDGER = (*FLEET, "usage")
 AUDIT_TOPIC = "demo.audit"
 

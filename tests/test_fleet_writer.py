@@ -10,8 +10,9 @@ import pytest
 
 from infra import servers
 from projections.postgres.connection import Connection, FleetDatabaseError, connect
+from projections.postgres.mappers import UNJOURNALED
 from projections.postgres.migrate import Migration, drop, migrate, migrations, status
-from projections.postgres.writer import FleetWriter
+from projections.postgres.writer import FLEET_TOPICS, FleetWriter
 from schemas.errors import Origin
 from schemas.events import (
     DrainCompleted,
@@ -35,7 +36,7 @@ from tests.projection_support import (
 
 
 def fleet_part(events: tuple[Positioned, ...]) -> list[Positioned]:
-    topics = ("lifecycle", "market", "demand", "decisions")
+    topics = FLEET_TOPICS
     return [pe for pe in events if pe[0].topic.split(".")[1] in topics]
 
 
@@ -95,7 +96,7 @@ def test_a_simulated_region_lands_in_the_tables(fleet: Connection) -> None:
     # Rate cards and forward capacity are not journaled; everything else is.
     journaled = fleet.execute("SELECT count(*) FROM events").fetchone()
     assert journaled == (
-        sum(1 for _, e in events if e.event_type not in ("rate_card", "forward_capacity")),
+        sum(1 for _, e in events if e.event_type not in UNJOURNALED),
     )
     outbox = fleet.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()
     actions = sum(1 for _, e in events if e.event_type in ("instance_launched", "instance_deleted"))
@@ -110,7 +111,7 @@ def test_a_batch_delivered_again_changes_nothing(fleet: Connection) -> None:
     again = [(Origin(o.topic, 9, o.offset), e) for o, e in events[:3000]]
     result = writer.write(again, {})
     assert result.applied == sum(
-        1 for _, e in again if e.event_type in ("rate_card", "forward_capacity")
+        1 for _, e in again if e.event_type in UNJOURNALED
     )
     assert dump_fleet(fleet) == before
 

@@ -47,8 +47,10 @@ from schemas.events import (
     WorkWasted,
 )
 
-# Event types that only move a pool's latest values: applied idempotently, not journaled.
-UNJOURNALED = frozenset({"rate_card", "forward_capacity"})
+# Event types not journaled: the market feeds only move a pool's latest values (applied
+# idempotently); usage intervals are the ledger's (the fleet state reads the usage topic for
+# work_wasted only).
+UNJOURNALED = frozenset({"rate_card", "forward_capacity", "usage_interval"})
 
 
 @dataclass(slots=True)

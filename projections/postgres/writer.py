@@ -26,7 +26,8 @@ from schemas.errors import Origin
 from schemas.events import Envelope
 
 FLEET_PROJECTION = "fleet"
-FLEET_TOPICS = ("lifecycle", "market", "demand", "decisions")  # logical topics it consumes
+# Logical topics it consumes (usage for work_wasted; usage intervals are the ledger's).
+FLEET_TOPICS = ("lifecycle", "market", "demand", "decisions", "usage")
 
 TopicPartition = tuple[str, int]
 # Called at each named step of a batch ("journal", "state", "append", "offsets", "commit",

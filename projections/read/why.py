@@ -1,0 +1,305 @@
+"""`why`: for an instance, a workload or an event, the chain of causes in plain sentences,
+oldest first, each with its time and event id (read from the fleet state's journal)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from projections.eventtime import iso
+from projections.money import eur_text
+from projections.postgres.connection import Connection
+
+Payload = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    at: datetime
+    event_id: str
+    event_type: str
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    kind: str  # "instance" | "workload" | "event"
+    subject: str
+    steps: list[Step]
+
+
+class NotFoundError(LookupError):
+    """Nothing by that id in the fleet state; the message says what was looked for."""
+
+
+def _wave(e: dict[str, Any]) -> str:
+    corr = e.get("correlation_id")
+    return f" (part of {corr})" if corr else ""
+
+
+def _seconds(micros: int) -> str:
+    return f"{micros / 1e6:,.0f} s"
+
+
+def _launched(p: Payload, e: dict[str, Any]) -> str:
+    return (f"{p['instance_id']} was launched in {p['pool_id']} ({p['vcpu']} {p['purchase_model']} "
+            f"vCPU) for {p['workload_id']}")  # fmt: skip
+
+
+def _advisory(p: Payload, e: dict[str, Any]) -> str:
+    return (f"the provider advised that {p['instance_id']} in {p['pool_id']} may be reclaimed "
+            f"at {iso(p['expected_reclaim_at'])}{_wave(e)}")  # fmt: skip
+
+
+def _notice(p: Payload, e: dict[str, Any]) -> str:
+    left = p["deadline_at"] - e["occurred_us"]
+    return (f"a reclaim notice reached {p['instance_id']} through {p['source']}, "
+            f"{_seconds(left)} before its deadline{_wave(e)}")  # fmt: skip
+
+
+def _drain_started(p: Payload, e: dict[str, Any]) -> str:
+    return (f"the agent started draining {p['instance_id']} through {p['path']} "
+            f"(on the {p['trigger']}, budget {p['drain_budget_s']} s)")  # fmt: skip
+
+
+def _drain_completed(p: Payload, e: dict[str, Any]) -> str:
+    checks = "verified" if p["verified"] else "NOT verified"
+    extra = ", over its budget" if p["overrun"] else ""
+    local = ", after falling back to the local path" if p["fell_back_to_local"] else ""
+    margin = p.get("deadline_margin_s")
+    left = f", {margin:,.0f} s before the deadline" if margin is not None else ""
+    return (f"the drain of {p['instance_id']} through {p['path']} finished in "
+            f"{p['duration_s']:,.1f} s, {checks}{extra}{local}{left}")  # fmt: skip
+
+
+def _checkpoint(p: Payload, e: dict[str, Any]) -> str:
+    final = " (the final one, on the notice)" if p["final"] else ""
+    return (f"{p['workload_id']} wrote checkpoint generation {p['generation']} from "
+            f"{p['instance_id']} ({p['written_bytes'] / 1e9:,.2f} GB in {p['duration_s']:,.1f} s)"
+            f"{final}")  # fmt: skip
+
+
+def _lost(p: Payload, e: dict[str, Any]) -> str:
+    notice = "after its notice" if p["with_notice"] else "without notice"
+    return f"{p['instance_id']} was lost {notice} ({p['reason'].replace('_', ' ')}){_wave(e)}"
+
+
+def _wasted(p: Payload, e: dict[str, Any]) -> str:
+    hours = p["wasted_vcpu_s"] / 3600
+    if hours == 0:
+        return f"no work of {p['workload_id']} was lost with {p['instance_id']}"
+    return (f"{hours:,.1f} vCPU-hours of {p['workload_id']}'s work on {p['instance_id']} were "
+            "lost since its last checkpoint")  # fmt: skip
+
+
+def _replacement(p: Payload, e: dict[str, Any]) -> str:
+    avoid = p["excluded_pool_ids"]
+    avoiding = f", avoiding {len(avoid)} excluded pools" if avoid else ""
+    return (f"a replacement of {p['vcpu']} {p['purchase_model']} vCPU was requested for "
+            f"{p['replaces_instance_id']}{avoiding}")  # fmt: skip
+
+
+def _placement(p: Payload, e: dict[str, Any]) -> str:
+    pools = len({a["pool_id"] for a in p["allocations"]})
+    ranking = f", from ranking {p['ranking_id']}" if p.get("ranking_id") else ""
+    return (f"{p['workload_id']} was placed: {p['requested_vcpu']:,} vCPU over {pools} pools "
+            f"(floor {p['floor_vcpu']:,} vCPU), {eur_text(p['premium_per_h_eur_micros'])}/h over "
+            f"the price-first plan{ranking}")  # fmt: skip
+
+
+def _fallback(p: Payload, e: dict[str, Any]) -> str:
+    head = f"fallback moved {p['vcpu']:,} vCPU of {p['workload_id']} to guaranteed capacity"
+    spend, cap = eur_text(p["spend_eur_micros"]), eur_text(p["cap_eur_micros"])
+    if p["kind"] == "floor_restore":
+        return f"{head} to restore its floor, without asking (ADR-23): {p['reason']}"
+    if p["kind"] == "within_cap":
+        return f"{head} within its cap: {spend} spent today of {cap} ({p['reason']})"
+    return (f"{head} beyond its cap: today's spend would be {spend} against a cap of {cap}, so "
+            f"the approver {p['approver']} was paged ({p['reason']})")  # fmt: skip
+
+
+def _review(p: Payload, e: dict[str, Any]) -> str:
+    return (f"{p['approver']} {p['outcome']} {p['vcpu']:,} vCPU and "
+            f"{eur_text(p['approved_spend_eur_micros'])} of fallback for "
+            f"{p['workload_id']}")  # fmt: skip
+
+
+def _returned(p: Payload, e: dict[str, Any]) -> str:
+    return (f"{p['vcpu']:,} vCPU of {p['workload_id']} returned to reclaimable capacity after "
+            f"{p['dwell_s']:,} s on guaranteed")  # fmt: skip
+
+
+def _excluded(p: Payload, e: dict[str, Any]) -> str:
+    return (f"{p['pool_id']} was excluded ({p['reason']}): {p['reclaimed_instances']} reclaims, "
+            f"{p['observed_interruption_per_h']:.3f}/h observed against "
+            f"{p['expected_interruption_per_h']:.3f}/h expected, on "
+            f"{len(p['evidence_event_ids'])} evidence events")  # fmt: skip
+
+
+def _readmitted(p: Payload, e: dict[str, Any]) -> str:
+    return f"{p['pool_id']} was readmitted after {p['healthy_s']:,} s of health"
+
+
+def _contract(p: Payload, e: dict[str, Any]) -> str:
+    return (f"{p['workload_id']} published contract v{p['contract_version']} ({p['tier']}, "
+            f"floor {p['floor_vcpu']:,} of {p['target_vcpu']:,} vCPU, drain budget "
+            f"{p['drain_budget_s']} s, fallback cap {eur_text(p['spend_cap_eur_micros'])} a day, "
+            f"approver {p['approver']})")  # fmt: skip
+
+
+def _deleted(p: Payload, e: dict[str, Any]) -> str:
+    return (
+        f"{p['instance_id']} was deleted by the {p['deleted_by']} ({p['principal']}): {p['reason']}"
+    )
+
+
+def _claim_opened(p: Payload, e: dict[str, Any]) -> str:
+    return (f"{p['workload_id']} asked {p['scheduler']} cluster {p['cluster']} for "
+            f"{p['requested_vcpu']:,} vCPU ({p['reason']})")  # fmt: skip
+
+
+def _claim_closed(p: Payload, e: dict[str, Any]) -> str:
+    return (f"the claim of {p['workload_id']} for {p['requested_vcpu']:,} vCPU ended "
+            f"{p['outcome']} with {p['fulfilled_vcpu']:,} vCPU ({p['reason']})")  # fmt: skip
+
+
+SENTENCES: dict[str, Callable[[Payload, dict[str, Any]], str]] = {
+    "instance_launched": _launched,
+    "advisory": _advisory,
+    "notice_received": _notice,
+    "drain_started": _drain_started,
+    "drain_completed": _drain_completed,
+    "checkpoint_written": _checkpoint,
+    "instance_lost": _lost,
+    "work_wasted": _wasted,
+    "replacement_requested": _replacement,
+    "placement_decided": _placement,
+    "fallback_decided": _fallback,
+    "fallback_reviewed": _review,
+    "fallback_returned": _returned,
+    "pool_excluded": _excluded,
+    "pool_readmitted": _readmitted,
+    "contract_published": _contract,
+    "instance_deleted": _deleted,
+    "capacity_claim_opened": _claim_opened,
+    "capacity_claim_closed": _claim_closed,
+}
+
+
+def sentence(e: dict[str, Any]) -> str:
+    payload = e["payload"] if isinstance(e["payload"], dict) else json.loads(e["payload"])
+    make = SENTENCES.get(e["event_type"])
+    if make is None:
+        return f"{e['event_type'].replace('_', ' ')} ({e['key']})"
+    return make(payload, e)
+
+
+_COLUMNS = (
+    "event_id::text AS event_id, event_type, occurred_at, key, causation_id::text AS causation_id,"
+    " correlation_id, payload,"
+    " (extract(epoch FROM occurred_at) * 1000000)::bigint AS occurred_us"
+)
+
+
+def _fetch(conn: Connection, where: str, params: Iterable[Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(f"SELECT {_COLUMNS} FROM events WHERE {where}", list(params)))
+
+
+def _ancestors(conn: Connection, event_ids: list[str], limit: int = 50) -> list[dict[str, Any]]:
+    """The causes of `event_ids`, transitively (bounded)."""
+    if not event_ids:
+        return []
+    query = (
+        "WITH RECURSIVE up(event_id, depth) AS ("
+        " SELECT causation_id, 1 FROM events WHERE event_id = ANY(%s::uuid[])"
+        " AND causation_id IS NOT NULL"
+        " UNION SELECT e.causation_id, up.depth + 1 FROM events e"
+        " JOIN up ON e.event_id = up.event_id"
+        " WHERE e.causation_id IS NOT NULL AND up.depth < %s)"
+        f" SELECT {_COLUMNS} FROM events WHERE event_id IN (SELECT event_id FROM up)"
+    )
+    with conn.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(query, [event_ids, limit]))
+
+
+def _steps(rows: Iterable[dict[str, Any]]) -> list[Step]:
+    seen: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        seen.setdefault(row["event_id"], row)
+    ordered = sorted(seen.values(), key=lambda r: (r["occurred_at"], r["event_id"]))
+    return [Step(r["occurred_at"], r["event_id"], r["event_type"], sentence(r)) for r in ordered]
+
+
+def why_instance(conn: Connection, instance_id: str) -> Answer:
+    own = _fetch(
+        conn,
+        "event_id IN (SELECT event_id FROM instance_events WHERE instance_id = %s)",
+        [instance_id],
+    )
+    if not own:
+        raise NotFoundError(f"no instance {instance_id!r} in the fleet state")
+    # What caused its launch (a placement, a replacement and the notice behind it), and what its
+    # replacement became (the instance launched for it).
+    causes = _ancestors(
+        conn, [r["event_id"] for r in own if r["event_type"] == "instance_launched"]
+    )
+    replacements = [r["event_id"] for r in own if r["event_type"] == "replacement_requested"]
+    successors = _fetch(
+        conn, "causation_id = ANY(%s::uuid[]) AND event_type = 'instance_launched'", [replacements]
+    )
+    return Answer("instance", instance_id, _steps([*causes, *own, *successors]))
+
+
+def why_workload(conn: Connection, workload_id: str, limit: int = 200) -> Answer:
+    rows = _fetch(
+        conn,
+        "key = %s AND event_type IN ('contract_published', 'placement_decided',"
+        " 'fallback_decided', 'fallback_reviewed', 'fallback_returned', 'replacement_requested')"
+        " ORDER BY occurred_at DESC LIMIT %s",
+        [workload_id, limit],
+    )
+    if not rows:
+        raise NotFoundError(f"no workload {workload_id!r} in the fleet state")
+    return Answer("workload", workload_id, _steps(rows))
+
+
+def why_event(conn: Connection, event_id: str) -> Answer:
+    rows = _fetch(conn, "event_id = %s::uuid", [event_id])
+    if not rows:
+        raise NotFoundError(f"no event {event_id} in the fleet state's journal")
+    causes = _ancestors(conn, [event_id])
+    effects = _fetch(conn, "causation_id = %s::uuid", [event_id])
+    return Answer("event", event_id, _steps([*causes, *rows, *effects]))
+
+
+def why(conn: Connection, ident: str) -> Answer:
+    """The chain for an event id, an instance id or a workload id (tried in that order)."""
+    try:
+        uuid.UUID(ident)
+    except ValueError:
+        pass
+    else:
+        try:
+            return why_event(conn, ident)
+        except NotFoundError:
+            pass
+    known = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM instances WHERE instance_id = %s),"
+        " EXISTS (SELECT 1 FROM workloads WHERE workload_id = %s)",
+        (ident, ident),
+    ).fetchone()
+    if known and known[0]:
+        return why_instance(conn, ident)
+    if known and known[1]:
+        return why_workload(conn, ident)
+    raise NotFoundError(
+        f"nothing called {ident!r} in the fleet state: give an event id, an instance id or a "
+        "workload id (see `spotcap query instances` and `spotcap query workloads`)"
+    )

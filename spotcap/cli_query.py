@@ -1,0 +1,470 @@
+"""`spotcap query`, `spotcap why` and `spotcap report savings`: the read side for people
+(aligned tables, units, thousands separators) and for machines (`--json`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from projections.ledger.rule import CAUSES
+from projections.ledger.store import LedgerError
+from projections.ledger.writer import LEDGER_PROJECTION, LEDGER_TOPICS, LedgerWriter
+from projections.money import eur_text
+from projections.postgres.connection import FleetDatabaseError
+from projections.postgres.writer import FLEET_PROJECTION, FLEET_TOPICS, FleetWriter
+from projections.read import fleet as fq
+from projections.read.savings import savings
+from projections.read.why import NotFoundError, why
+from spotcap.cli_db import postgres_option, with_postgres
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.stores import StoreError, open_fleet, open_ledger
+from spotcap.wiring import open_log
+from streams.log import LogError
+from streams.topics import topic_name
+
+console = Console()
+Column = tuple[str, str, Callable[[Any], str], bool]  # label, key, format, right-aligned
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def _int(v: Any) -> str:
+    return "" if v is None else f"{v:,}"
+
+
+def _eur(v: Any) -> str:
+    return "" if v is None else eur_text(int(v))
+
+
+def _time(v: Any) -> str:
+    return "" if v is None else v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _float(v: Any) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
+def _yes(v: Any) -> str:
+    return "" if v is None else ("yes" if v else "no")
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(v, date):
+        return v.isoformat()
+    return str(v)
+
+
+def emit(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, as_json: bool
+) -> None:
+    if as_json:
+        click.echo(json.dumps(list(rows), indent=2, sort_keys=True, default=_json_default))
+        return
+    table = Table(title=f"{title} ({len(rows):,} rows)")
+    for label, _, _, right in columns:
+        table.add_column(label, justify="right" if right else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
+    console.print(table)
+
+
+def _since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        fail(
+            f"--since {value!r} is not a date or time",
+            "write it as 2026-11-02 or 2026-11-02T14:00Z",
+            usage=True,
+        )
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:
+    try:
+        return open_fleet(with_postgres(settings, postgres_dsn))
+    except (StoreError, FleetDatabaseError) as error:
+        fail(str(error))
+
+
+common = [
+    postgres_option,
+    click.option(
+        "--limit", type=click.IntRange(min=1), default=fq.DEFAULT_LIMIT, show_default=True
+    ),
+    click.option("--json", "as_json", is_flag=True, help="Print rows as JSON."),
+]
+
+
+def with_common(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(common):
+        f = option(f)
+    return f
+
+
+@click.group()
+def query() -> None:
+    """SRE queries over the fleet state: pools, rankings, exclusions, instances, workloads, lag."""
+
+
+@query.command("pools")
+@click.option("--pool", default=None, help="Only this pool.")
+@click.option("--excluded/--admitted", default=None, help="Only excluded (or admitted) pools.")
+@with_common
+@click.pass_obj
+def query_pools(
+    settings: Settings,
+    *,
+    pool: str | None,
+    excluded: bool | None,
+    postgres_dsn: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Pools by rank: rate, forward capacity, exclusion."""
+    rows = fq.pools(_fleet(settings, postgres_dsn), pool=pool, excluded=excluded, limit=limit)
+    emit(
+        rows,
+        [
+            ("rank", "rank", _int, True),
+            ("pool", "pool_id", _text, False),
+            ("hall", "hall", _text, False),
+            ("model", "purchase_model", _text, False),
+            ("score", "score", _float, True),
+            (
+                "€/vCPU-h",
+                "price_per_vcpu_h_eur_micros",
+                lambda v: "" if v is None else f"€{v / 1e6:.4f}",
+                True,
+            ),
+            ("forward vCPU", "forward_available_vcpu", _int, True),
+            ("capacity vCPU", "capacity_vcpu", _int, True),
+            ("excluded", "excluded", _yes, False),
+        ],
+        "pools",
+        as_json,
+    )
+
+
+@query.command("rankings")
+@click.option("--pool", default=None, help="This pool's rankings (else the latest ranking).")
+@click.option("--since", default=None, help="Rankings since this time (UTC), e.g. 2026-11-02.")
+@with_common
+@click.pass_obj
+def query_rankings(
+    settings: Settings,
+    *,
+    pool: str | None,
+    since: str | None,
+    postgres_dsn: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The latest ranking of the region's pools (or a pool's history), with its inputs."""
+    rows = fq.rankings(_fleet(settings, postgres_dsn), pool=pool, since=_since(since), limit=limit)
+    emit(
+        rows,
+        [
+            ("at", "occurred_at", _time, False),
+            ("rank", "rank", _int, True),
+            ("pool", "pool_id", _text, False),
+            ("score", "score", _float, True),
+            ("available vCPU", "available_vcpu", _int, True),
+            ("interruptions/h", "observed_interruption_per_h", _float, True),
+            ("price", "price_per_vcpu_h_eur_micros", _eur, True),
+            ("inputs", "inputs", _int, True),
+        ],
+        "rankings",
+        as_json,
+    )
+
+
+@query.command("exclusions")
+@click.option("--pool", default=None)
+@click.option("--active", is_flag=True, help="Only exclusions in force.")
+@click.option("--since", default=None, help="Exclusions since this time (UTC).")
+@with_common
+@click.pass_obj
+def query_exclusions(
+    settings: Settings,
+    *,
+    pool: str | None,
+    active: bool,
+    since: str | None,
+    postgres_dsn: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Exclusions with their evidence (event ids) and readmission."""
+    rows = fq.exclusions(
+        _fleet(settings, postgres_dsn), pool=pool, active=active, since=_since(since), limit=limit
+    )
+    emit(
+        rows,
+        [
+            ("excluded at", "excluded_at", _time, False),
+            ("pool", "pool_id", _text, False),
+            ("reason", "reason", _text, False),
+            ("observed/h", "observed_interruption_per_h", _float, True),
+            ("expected/h", "expected_interruption_per_h", _float, True),
+            ("reclaims", "reclaimed_instances", _int, True),
+            ("evidence", "evidence_event_ids", lambda v: f"{len(v or ()):,} events", True),
+            ("readmitted at", "readmitted_at", _time, False),
+            ("event", "event_id", _text, False),
+        ],
+        "exclusions",
+        as_json,
+    )
+
+
+@query.command("instances")
+@click.option("--workload", default=None)
+@click.option("--pool", default=None)
+@click.option(
+    "--state",
+    type=click.Choice(
+        [
+            "requested",
+            "running",
+            "advised",
+            "noticed",
+            "draining",
+            "drained",
+            "lost",
+            "replaced",
+            "deleted",
+        ]
+    ),
+    default=None,
+)
+@click.option("--since", default=None, help="Touched since this time (UTC).")
+@with_common
+@click.pass_obj
+def query_instances(
+    settings: Settings,
+    *,
+    workload: str | None,
+    pool: str | None,
+    state: str | None,
+    since: str | None,
+    postgres_dsn: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Instances by state, most recently touched first."""
+    rows = fq.instances(
+        _fleet(settings, postgres_dsn),
+        workload=workload,
+        pool=pool,
+        state=state,
+        since=_since(since),
+        limit=limit,
+    )
+    emit(
+        rows,
+        [
+            ("instance", "instance_id", _text, False),
+            ("state", "state", _text, False),
+            ("workload", "workload_id", _text, False),
+            ("pool", "pool_id", _text, False),
+            ("vCPU", "vcpu", _int, True),
+            ("launched", "launched_at", _time, False),
+            ("noticed", "noticed_at", _time, False),
+            ("drain", "drain_path", _text, False),
+            ("verified", "drain_verified", _yes, False),
+            ("lost", "lost_at", _time, False),
+        ],
+        "instances",
+        as_json,
+    )
+
+
+@query.command("workloads")
+@click.option("--workload", default=None)
+@with_common
+@click.pass_obj
+def query_workloads(
+    settings: Settings, *, workload: str | None, postgres_dsn: str | None, limit: int, as_json: bool
+) -> None:
+    """Workloads: their contract and the capacity live for them now."""
+    rows = fq.workloads(_fleet(settings, postgres_dsn), workload=workload, limit=limit)
+    emit(
+        rows,
+        [
+            ("workload", "workload_id", _text, False),
+            ("tier", "tier", _text, False),
+            ("owner", "owner", _text, False),
+            ("target vCPU", "target_vcpu", _int, True),
+            ("floor vCPU", "floor_vcpu", _int, True),
+            ("live vCPU", "live_vcpu", _int, True),
+            ("lost", "lost_instances", _int, True),
+            ("cap/day", "spend_cap_eur_micros", _eur, True),
+            ("approver", "approver", _text, False),
+        ],
+        "workloads",
+        as_json,
+    )
+
+
+def lag_rows(settings: Settings, conn: Any) -> list[dict[str, Any]]:
+    """Per projection and partition: the log's end, where the projection is, and the lag."""
+    log = open_log(settings)
+    try:
+        stored = {FLEET_PROJECTION: FleetWriter(conn).stored_offsets()}
+        try:
+            stored[LEDGER_PROJECTION] = LedgerWriter(open_ledger(settings)).stored_offsets()
+        except LedgerError:
+            stored[LEDGER_PROJECTION] = {}
+        rows = []
+        for projection, topics in (
+            (FLEET_PROJECTION, FLEET_TOPICS),
+            (LEDGER_PROJECTION, LEDGER_TOPICS),
+        ):
+            for logical in topics:
+                name = topic_name(settings.region, logical)
+                try:
+                    ends = log.end_offsets(name)
+                except LogError:
+                    continue
+                for partition, end in sorted(ends.items()):
+                    at = stored[projection].get((name, partition), 0)
+                    rows.append(
+                        {
+                            "projection": projection,
+                            "topic": name,
+                            "partition": partition,
+                            "end_offset": end,
+                            "next_offset": at,
+                            "lag": max(end - at, 0),
+                        }
+                    )
+        return rows
+    finally:
+        log.close()
+
+
+@query.command("lag")
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON.")
+@click.pass_obj
+def query_lag(settings: Settings, *, postgres_dsn: str | None, as_json: bool) -> None:
+    """How far each projection is behind the log, per partition."""
+    rows = lag_rows(settings, _fleet(settings, postgres_dsn))
+    emit(
+        rows,
+        [
+            ("projection", "projection", _text, False),
+            ("topic", "topic", _text, False),
+            ("partition", "partition", _int, True),
+            ("log end", "end_offset", _int, True),
+            ("applied up to", "next_offset", _int, True),
+            ("lag (records)", "lag", _int, True),
+        ],
+        "projection lag",
+        as_json,
+    )
+
+
+@click.command("why")
+@click.argument("ident", metavar="ID")
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+@click.pass_obj
+def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_json: bool) -> None:
+    """Why did this happen? The chain of causes behind an instance, a workload or an event, in
+    plain sentences, oldest first, each with its time and event id."""
+    try:
+        answer = why(_fleet(settings, postgres_dsn), ident)
+    except NotFoundError as error:
+        fail(str(error))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "kind": answer.kind,
+                    "subject": answer.subject,
+                    "steps": [
+                        {
+                            "at": _json_default(s.at),
+                            "event_id": s.event_id,
+                            "event_type": s.event_type,
+                            "sentence": s.sentence,
+                        }
+                        for s in answer.steps
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    console.print(
+        f"[bold]why {answer.kind} {answer.subject}[/] ({len(answer.steps)} events, oldest first)"
+    )
+    for s in answer.steps:
+        console.print(f"{_time(s.at)}  {s.sentence}  [dim]{s.event_id}[/]", highlight=False)
+
+
+@click.group()
+def report() -> None:
+    """Reports for finance: the net saving per workload (ADR-26)."""
+
+
+def _day(value: str | None, name: str) -> date | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        fail(f"{name} {value!r} is not a date", "write it as 2026-11-02", usage=True)
+
+
+@report.command("savings")
+@click.option("--from", "first", default=None, help="First UTC day (inclusive), e.g. 2026-11-02.")
+@click.option("--to", "last", default=None, help="Last UTC day (inclusive).")
+@click.option("--workload", default=None, help="Only this workload.")
+@click.option("--json", "as_json", is_flag=True, help="Money as decimal strings in euros.")
+@click.pass_obj
+def report_savings(
+    settings: Settings, *, first: str | None, last: str | None, workload: str | None, as_json: bool
+) -> None:
+    """Per workload, every cost line and the net saving, with totals (from the ledger)."""
+    try:
+        result = savings(
+            open_ledger(settings),
+            first_day=_day(first, "--from"),
+            last_day=_day(last, "--to"),
+            workload=workload,
+        )
+    except (LedgerError, StoreError) as error:
+        fail(str(error))
+    if as_json:
+        click.echo(json.dumps(result.as_json(), indent=2, sort_keys=True))
+        return
+    span = f"{first or 'the start'} to {last or 'the end'}"
+    table = Table(title=f"net saving per workload, {span} (rate-card saving, ADR-26)")
+    table.add_column("workload")
+    for cause in CAUSES:
+        table.add_column(cause.replace("_", " "), justify="right")
+    table.add_column("net saving", justify="right")
+    for w in [*result.workloads, result.total]:
+        style = "bold" if w.workload_id == "total" else None
+        table.add_row(
+            w.workload_id,
+            *(eur_text(w.by_cause[c]) for c in CAUSES),
+            eur_text(w.net_saving),
+            style=style,
+        )
+    console.print(table)
