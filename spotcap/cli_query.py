@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from projections.ledger.rule import CAUSES
@@ -414,7 +415,11 @@ def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_
         f"[bold]why {answer.kind} {answer.subject}[/] ({len(answer.steps)} events, oldest first)"
     )
     for s in answer.steps:
-        console.print(f"{_time(s.at)}  {s.sentence}  [dim]{s.event_id}[/]", highlight=False)
+        console.print(
+            f"{_time(s.at)}  {escape(s.sentence)}  [dim]{s.event_id}[/]",
+            highlight=False,
+            soft_wrap=True,  # one line per step: ids stay whole for copying
+        )
 
 
 @click.group()

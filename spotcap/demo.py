@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from projections.ledger.store import LedgerError
+from projections.postgres.connection import FleetDatabaseError
 from provider.sim.clock import DAY_US, HOUR_US
 from provider.sim.region import RegionSim, SimConfig, workload_contract_files
 from provider.sim.summary import RunSummary
@@ -25,6 +27,7 @@ from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.stores import StoreError
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
@@ -139,6 +142,12 @@ class DemoRefusedError(RuntimeError):
     is_flag=True,
     help="Replace the region's events from an earlier run (embedded log only).",
 )
+@click.option(
+    "--projections/--no-projections",
+    default=True,
+    show_default=True,
+    help="Materialise the fleet state (PostgreSQL) and the ledger (ClickHouse) from the log.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def demo(
@@ -150,6 +159,7 @@ def demo(
     catalogue: Path | None,
     contracts_out: Path | None,
     fresh: bool,
+    projections: bool,
     as_json: bool,
 ) -> None:
     """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
@@ -191,6 +201,13 @@ def demo(
             progress.stop()
             fail(str(error))
     report["log"] = describe_log(settings)
+    if projections:
+        from spotcap.demo_projections import materialise
+
+        try:
+            report["projections"] = materialise(settings, rebuild=fresh, quiet=as_json)
+        except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+            fail(str(error), "or run the demo with --no-projections")
     if contracts_out is not None:
         files = write_contract_files(config, contracts_out)
         report["contracts_out"] = {"dir": str(contracts_out), "files": files}
@@ -198,6 +215,11 @@ def demo(
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:
         print_summary(report, Console())
+        if projections:
+            from spotcap.demo_projections import print_projections
+
+            home_args = f" --home {settings.home} --region {settings.region}"
+            print_projections(report["projections"], Console(), home_args)
     if contracts_out is not None and not as_json:
         pools = catalogue or Path("examples/region/demo-region.yaml")
         note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"

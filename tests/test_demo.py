@@ -20,7 +20,7 @@ from streams.embedded import EmbeddedLog
 from streams.topics import topic_name
 
 REGION = "demo-test"
-ARGS = ["--days", "0.25", "--workloads", "20", "--seed", "9"]
+ARGS = ["--days", "0.25", "--workloads", "20", "--seed", "9", "--no-projections"]
 
 
 def _run(home: Path, *args: str) -> Result:

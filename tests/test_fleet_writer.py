@@ -95,9 +95,7 @@ def test_a_simulated_region_lands_in_the_tables(fleet: Connection) -> None:
     assert writer.stored_offsets() == next_positions(events)
     # Rate cards and forward capacity are not journaled; everything else is.
     journaled = fleet.execute("SELECT count(*) FROM events").fetchone()
-    assert journaled == (
-        sum(1 for _, e in events if e.event_type not in UNJOURNALED),
-    )
+    assert journaled == (sum(1 for _, e in events if e.event_type not in UNJOURNALED),)
     outbox = fleet.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()
     actions = sum(1 for _, e in events if e.event_type in ("instance_launched", "instance_deleted"))
     assert outbox == (actions,)
@@ -110,9 +108,7 @@ def test_a_batch_delivered_again_changes_nothing(fleet: Connection) -> None:
     # The same events again, from other offsets (a producer retry): applied once.
     again = [(Origin(o.topic, 9, o.offset), e) for o, e in events[:3000]]
     result = writer.write(again, {})
-    assert result.applied == sum(
-        1 for _, e in again if e.event_type in UNJOURNALED
-    )
+    assert result.applied == sum(1 for _, e in again if e.event_type in UNJOURNALED)
     assert dump_fleet(fleet) == before
 
 
