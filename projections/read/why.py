@@ -291,14 +291,14 @@ def why(conn: Connection, ident: str) -> Answer:
         except NotFoundError:
             pass
     known = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM instances WHERE instance_id = %s),"
-        " EXISTS (SELECT 1 FROM workloads WHERE workload_id = %s)",
-        (ident, ident),
+        "SELECT EXISTS (SELECT 1 FROM instances WHERE instance_id = %s)", (ident,)
     ).fetchone()
     if known and known[0]:
         return why_instance(conn, ident)
-    if known and known[1]:
-        return why_workload(conn, ident)
+    try:
+        return why_workload(conn, ident)  # a workload, with or without a published contract
+    except NotFoundError:
+        pass
     raise NotFoundError(
         f"nothing called {ident!r} in the fleet state: give an event id, an instance id or a "
         "workload id (see `spotcap query instances` and `spotcap query workloads`)"
