@@ -70,13 +70,13 @@ class _Lines:
         self.workload_id, self.instance_id = workload_id, instance_id
         self.pool_id, self.purchase_model = pool_id, purchase_model
         self.amount: dict[tuple[int, str], Fraction] = {}
-        self.quantity: dict[tuple[int, str], Fraction] = {}
+        self.quantity: dict[tuple[int, str], float] = {}  # a quantity, not money: floats do
         self.unit: dict[str, str] = {}
 
     def add(self, day: int, cause: str, quantity: Fraction, amount: Fraction, unit: str) -> None:
         key = (day, cause)
-        self.amount[key] = self.amount.get(key, Fraction(0)) + amount
-        self.quantity[key] = self.quantity.get(key, Fraction(0)) + quantity
+        self.amount[key] = self.amount[key] + amount if key in self.amount else amount
+        self.quantity[key] = self.quantity.get(key, 0.0) + float(quantity)
         self.unit[cause] = unit
 
     def lines(self) -> list[LedgerLine]:
@@ -93,7 +93,7 @@ class _Lines:
                     cause=cause,
                     event_id=self.e.event_id,
                     amount_eur_micros=micros,
-                    quantity=float(quantity),
+                    quantity=quantity,
                     unit=self.unit[cause],
                     pool_id=self.pool_id,
                     purchase_model=self.purchase_model,
@@ -129,15 +129,14 @@ def price_usage(e: Envelope, book: RateBook, rule: AccountingRule) -> list[Ledge
     # Capacity paid for, to the same quantum: idle only where the usage says so.
     capacity_q = round(Fraction(u.vcpu * span_us * q, HOUR_US))
     idle_q = max(capacity_q - used_q, 0)
-    # Per day, integer sums over the pieces: duration, duration x price, duration x guaranteed.
+    # Per day, integer sums over the pieces: duration, duration x price, duration x guaranteed
+    # (the differences of the rate cards' integrals, so the cost does not grow with the cards).
     sums: dict[int, list[int]] = {}
-    for a, b, card in book.segments(u.pool_id, u.start_at, u.end_at):
-        for day, x, y in _days(a, b):
-            d = y - x
-            acc = sums.setdefault(day, [0, 0, 0])
-            acc[0] += d
-            acc[1] += d * card.price_eur_micros
-            acc[2] += d * card.guaranteed_eur_micros
+    ensure = book.integral(u.pool_id, u.start_at)  # raises Unpriced for a pool without cards
+    for day, x, y in _days(u.start_at, u.end_at):
+        px, gx = ensure if x == u.start_at else book.integral(u.pool_id, x)
+        py, gy = book.integral(u.pool_id, y)
+        sums[day] = [y - x, py - px, gy - gx]
     share = q * span_us  # a piece's share of the quantities is d / span, in quanta of q
     agent = rule.agent_millicpu_per_instance
     out = _Lines(

@@ -35,6 +35,11 @@ Backfill = Callable[[str, int, int], list[Card]]
 class RateBook:
     def __init__(self, backfill: Backfill | None = None) -> None:
         self._cards: dict[str, list[Card]] = {}
+        # Per pool, the integral of price and of guaranteed price (micro-euros x microseconds
+        # per vCPU-hour) from the first card up to each card's start: valid up to _clean[pool].
+        self._starts: dict[str, list[int]] = {}
+        self._cum: dict[str, list[tuple[int, int]]] = {}
+        self._clean: dict[str, int] = {}
         # For t >= floor[pool], the cards in memory are all there are; below, ask the store.
         self._floor: dict[str, int] = {}
         self._default_floor: int | None = None  # None: complete since ever (a new ledger)
@@ -42,10 +47,14 @@ class RateBook:
 
     def add(self, pool_id: str, card: Card) -> None:
         cards = self._cards.setdefault(pool_id, [])
+        if not cards or cards[-1] < card:  # cards come in time order: append
+            cards.append(card)
+            return
         i = bisect.bisect_left(cards, card)
         if i < len(cards) and cards[i] == card:
             return
         cards.insert(i, card)
+        self._clean[pool_id] = min(self._clean.get(pool_id, i), i)
 
     def set_complete_from(self, floor_us: int) -> None:
         """After a reload: memory is complete only from `floor_us` on, for every pool."""
@@ -91,12 +100,49 @@ class RateBook:
             yield a, b, cards[i]
             a, i = b, nxt
 
+    def _prefix(self, pool_id: str) -> tuple[list[Card], list[int], list[tuple[int, int]]]:
+        cards = self._cards[pool_id]
+        starts = self._starts.setdefault(pool_id, [])
+        cum = self._cum.setdefault(pool_id, [])
+        clean = self._clean.get(pool_id, 0)
+        if clean < len(cards) or len(starts) != len(cards):
+            del starts[clean:], cum[clean:]
+            for j in range(len(starts), len(cards)):
+                c = cards[j]
+                if j == 0:
+                    cum.append((0, 0))
+                else:
+                    p, d = cards[j - 1], c.valid_from_us - cards[j - 1].valid_from_us
+                    before = cum[j - 1]
+                    cum.append((before[0] + d * p.price_eur_micros,
+                                before[1] + d * p.guaranteed_eur_micros))  # fmt: skip
+                starts.append(c.valid_from_us)
+            self._clean[pool_id] = len(cards)
+        return cards, starts, cum
+
+    def integral(self, pool_id: str, at_us: int) -> tuple[int, int]:
+        """The integral of (price, guaranteed price) over time from the pool's first card to
+        `at_us` (negative before it), in micro-euros x microseconds per vCPU-hour. For a piece
+        [a, b), the difference of two integrals is the sum of duration x price over its cards."""
+        self._ensure(pool_id, at_us)
+        if not self._cards.get(pool_id):
+            raise Unpriced(f"no rate card for pool {pool_id!r}")
+        cards, starts, cum = self._prefix(pool_id)
+        # The card in force: the last starting at or before t (of equal starts, the last).
+        i = max(bisect.bisect_right(starts, at_us) - 1, 0)
+        c, base = cards[i], cum[i]
+        d = at_us - c.valid_from_us
+        return base[0] + d * c.price_eur_micros, base[1] + d * c.guaranteed_eur_micros
+
     def prune(self, before_us: int) -> None:
         """Forget cards superseded before `before_us` (keeping the one in force then)."""
         for pool_id, cards in self._cards.items():
             i = bisect.bisect_right([c.valid_from_us for c in cards], before_us) - 1
             if i > 0:
                 del cards[:i]
+                self._starts.pop(pool_id, None)
+                self._cum.pop(pool_id, None)
+                self._clean[pool_id] = 0
                 known = self._floor.get(pool_id, self._default_floor)
                 first = cards[0].valid_from_us
                 self._floor[pool_id] = first if known is None else max(known, first)

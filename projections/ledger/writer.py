@@ -63,21 +63,18 @@ def drop_all(store: LedgerStore) -> None:
 
 @dataclass(slots=True)
 class _Columns:
-    """Column lists of one table, filled row by row, turned into an Arrow table."""
+    """Rows of one table (tuples in the schema's column order), turned into an Arrow table."""
 
     schema: pa.Schema
-    data: dict[str, list[Any]] = field(default_factory=dict)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
 
     def add(self, **row: Any) -> None:
-        for name in self.schema.names:
-            self.data.setdefault(name, []).append(row[name])
+        self.rows.append(tuple(row[name] for name in self.schema.names))
 
     def table(self) -> pa.Table:
+        columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(self.schema)
         return pa.table(
-            {
-                n: pa.array(self.data.get(n, []), type=self.schema.field(n).type)
-                for n in self.schema.names
-            },
+            [pa.array(col, type=f.type) for col, f in zip(columns, self.schema, strict=True)],
             schema=self.schema,
         )
 
@@ -263,12 +260,10 @@ class LedgerWriter:
         n_lines = 0
         for origin, e in events:
             self._watermark_us = max(self._watermark_us or e.occurred_at, e.occurred_at)
-            ev.add(
-                event_id=e.event_id, event_type=e.event_type, occurred_at=e.occurred_at,
-                recorded_at=e.recorded_at, region=e.region, key=e.key,
-                causation_id=e.causation_id, correlation_id=e.correlation_id,
-                producer=e.producer, topic=origin.topic, partition=origin.partition,
-                offset=origin.offset, payload=_payload_json(e),
+            ev.rows.append(
+                (e.event_id, e.event_type, e.occurred_at, e.recorded_at, e.region, e.key,
+                 e.causation_id, e.correlation_id, e.producer, origin.topic, origin.partition,
+                 origin.offset, _payload_json(e))
             )  # fmt: skip
             p = e.payload
             if isinstance(p, RateCard):
@@ -324,9 +319,8 @@ class LedgerWriter:
 
 
 def _add_line(lines: _Columns, line: LedgerLine) -> None:
-    lines.add(
-        workload_id=line.workload_id, day=line.day, cause=line.cause, event_id=line.event_id,
-        amount_eur_micros=line.amount_eur_micros, quantity=line.quantity, unit=line.unit,
-        pool_id=line.pool_id, purchase_model=line.purchase_model, instance_id=line.instance_id,
-        event_type=line.event_type, occurred_at=line.occurred_at_us, rule=line.rule,
+    lines.rows.append(
+        (line.workload_id, line.day, line.cause, line.event_id, line.amount_eur_micros,
+         line.quantity, line.unit, line.pool_id, line.purchase_model, line.instance_id,
+         line.event_type, line.occurred_at_us, line.rule)
     )  # fmt: skip

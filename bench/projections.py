@@ -1,0 +1,173 @@
+"""Projection throughput, events/s: the fleet state (PostgreSQL) and the ledger (ClickHouse,
+chdb in-process), each against a bare loop over the same records in the same run, and the
+rebuild time of both from a simulated region's log.
+
+    .venv/bin/python bench/projections.py [--days D] [--workloads N] [--batch B]
+
+The region is simulated for D days (default 2; 30 for the rebuild figure of DESIGN.md §8) into
+an embedded log under a temporary home. Every path decodes the same raw records:
+
+- fleet: decode + `FleetWriter.write` (journal, state rows, append rows, offsets, one
+  transaction per batch); bare: decode + one COPY of (event_id, type, time, key, payload) per
+  batch into a plain table, committed.
+- ledger: decode + `LedgerWriter.write` (events, rankings, rate cards, priced lines, offsets);
+  bare: decode + one Arrow insert of the event rows per batch.
+- rebuild: `spotcap rebuild all` (merged history read + both writers), wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa
+
+from infra import servers
+from projections.eventtime import ts
+from projections.ledger.store import ChdbStore
+from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
+from projections.postgres.connection import connect
+from projections.postgres.migrate import drop, migrate
+from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from provider.sim.region import SimConfig
+from schemas.codec import Codec
+from schemas.errors import Origin
+from schemas.events import Envelope
+from spotcap.cli_projections import run_projections
+from spotcap.config import Settings
+from spotcap.demo import run_demo
+from streams.embedded import EmbeddedLog
+from streams.log import Record
+from streams.topics import topic_name
+
+
+def read_records(log: EmbeddedLog, region: str, topics: tuple[str, ...]) -> list[Record]:
+    """Every record of the topics, in event-time order (as the merged history gives them)."""
+    names = [topic_name(region, t) for t in topics]
+    consumer = log.consumer(f"bench-{time.time_ns()}", names)
+    records: list[Record] = []
+    while batch := consumer.poll(50_000, timeout_s=0.5):
+        records.extend(batch)
+    consumer.close()
+    records.sort(key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
+    return records
+
+
+def decoded(codec: Codec, batch: list[Record]) -> list[tuple[Origin, Envelope]]:
+    return [(r.origin, codec.decode(r.value or b"", r.origin)) for r in batch]
+
+
+def positions(rows: list[tuple[Origin, Envelope]]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for o, _ in rows:
+        out[(o.topic, o.partition)] = max(out.get((o.topic, o.partition), 0), o.offset + 1)
+    return out
+
+
+def bench_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> tuple[float, float]:
+    conn = connect(dsn, "bench")
+    drop(conn, "bench")
+    migrate(conn, "bench")
+    writer = FleetWriter(conn)
+    start = time.perf_counter()
+    for i in range(0, len(records), size):
+        rows = decoded(codec, records[i : i + size])
+        writer.write(rows, positions(rows))
+    project_s = time.perf_counter() - start
+    conn.execute("DROP TABLE IF EXISTS bare_events")
+    conn.execute("CREATE TABLE bare_events (event_id uuid PRIMARY KEY, event_type text,"
+                 " occurred_at timestamptz, key text, payload jsonb)")  # fmt: skip
+    start = time.perf_counter()
+    for i in range(0, len(records), size):
+        with (
+            conn.transaction(),
+            conn.cursor() as cur,
+            cur.copy("COPY bare_events FROM STDIN") as copy,
+        ):
+            for _, e in decoded(codec, records[i : i + size]):
+                copy.write_row((e.event_id, e.event_type, ts(e.occurred_at), e.key,
+                                json.dumps(e.payload.to_avro())))  # fmt: skip
+    bare_s = time.perf_counter() - start
+    drop(conn, "bench")
+    conn.close()
+    return project_s, bare_s
+
+
+def bench_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> tuple[float, float]:
+    store = ChdbStore(path, "bench")
+    drop_all(store)
+    writer = LedgerWriter(store)
+    start = time.perf_counter()
+    for i in range(0, len(records), size):
+        rows = decoded(codec, records[i : i + size])
+        writer.write(rows, positions(rows))
+    project_s = time.perf_counter() - start
+    store.command("DROP TABLE IF EXISTS bare_events")
+    store.command("CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
+                  " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
+                  " ENGINE = MergeTree ORDER BY (event_type, occurred_at)")  # fmt: skip
+    start = time.perf_counter()
+    for i in range(0, len(records), size):
+        rows = decoded(codec, records[i : i + size])
+        store.insert("bare_events", pa.table({
+            "event_id": [e.event_id for _, e in rows],
+            "event_type": [e.event_type for _, e in rows],
+            "occurred_at": pa.array([e.occurred_at for _, e in rows], pa.timestamp("us", tz="UTC")),
+            "key": [e.key for _, e in rows],
+            "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
+        }))  # fmt: skip
+    bare_s = time.perf_counter() - start
+    store.command("DROP DATABASE bench")
+    return project_s, bare_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=float, default=2.0)
+    parser.add_argument("--workloads", type=int, default=220)
+    parser.add_argument("--batch", type=int, default=5000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="spotcap-bench-") as tmp:
+        root = Path(tmp)
+        os.environ["SPOTCAP_CHDB_PATH"] = str(root / "chdb")
+        pg = servers.start_postgres(root / "pg")
+        try:
+            settings = Settings(home=root / "home", region="bench", postgres_dsn=pg.address)
+            t0 = time.perf_counter()
+            run_demo(settings, SimConfig(days=args.days, workloads=args.workloads, region="bench"))
+            print(f"simulated {args.days:g} days into the embedded log in "
+                  f"{time.perf_counter() - t0:,.1f} s")  # fmt: skip
+            log = EmbeddedLog(settings.log_dir)
+            codec = Codec()
+            fleet_records = read_records(log, "bench", FLEET_TOPICS)
+            ledger_records = read_records(log, "bench", LEDGER_TOPICS)
+            log.close()
+            fleet = bench_fleet(pg.address, codec, fleet_records, args.batch)
+            ledger = bench_ledger(root / "chdb", codec, ledger_records, args.batch)
+            t0 = time.perf_counter()
+            reports = run_projections(settings, ("fleet", "ledger"), fresh=True, quiet=True)
+            rebuild_s = time.perf_counter() - t0
+        finally:
+            servers.stop(pg)
+    print(f"\n{'path':<34}{'events':>10}{'events/s':>12}{'bare events/s':>15}{'ratio':>8}")
+    for label, records, (project_s, bare_s) in (
+        ("fleet state (PostgreSQL)", fleet_records, fleet),
+        ("ledger (ClickHouse, chdb)", ledger_records, ledger),
+    ):
+        n = len(records)
+        print(f"{label:<34}{n:>10,}{n / project_s:>12,.0f}{n / bare_s:>15,.0f}"
+              f"{bare_s / project_s:>8.2f}")  # fmt: skip
+    events = sum(r.events for r in reports)
+    print(f"\nrebuild all ({args.days:g} days, {events:,} events applied over both projections): "
+          f"{rebuild_s:,.1f} s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
