@@ -577,9 +577,27 @@ def map_event(changes: Changes, e: Envelope) -> None:
         )
 
 
+def _feed_version(e: Envelope) -> tuple[int, str]:
+    p = e.payload
+    return (p.valid_from_at if isinstance(p, RateCard) else e.occurred_at), e.event_id
+
+
 def map_events(events: Iterable[Envelope]) -> Changes:
-    """The changes of a batch of new events (in any order: the state rows do not depend on it)."""
+    """The changes of a batch of new events (in any order: the state rows do not depend on it).
+
+    Of the market feeds (a rate card per pool every 5 minutes), only each pool's latest card and
+    forecast of the batch can change a row: the others are skipped before mapping.
+    """
     changes = Changes()
+    latest: dict[tuple[str, str], Envelope] = {}
     for e in events:
+        if e.event_type in ("rate_card", "forward_capacity"):
+            key = (e.event_type, e.key)
+            kept = latest.get(key)
+            if kept is None or _feed_version(e) > _feed_version(kept):
+                latest[key] = e
+            continue
+        map_event(changes, e)
+    for e in latest.values():
         map_event(changes, e)
     return changes
