@@ -18,11 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import psycopg
-
 from projections.ledger.store import LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, apply_ddl, drop_all
-from projections.postgres.connection import Connection
+from projections.postgres.connection import Connection, FleetUnavailableError
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
 from schemas.errors import Origin
@@ -202,7 +200,7 @@ class FleetSink:
               timeout_s: float) -> None:  # fmt: skip
         try:
             self.writer.write(rows, positions, timeout_s)
-        except psycopg.OperationalError as error:
+        except FleetUnavailableError as error:
             raise SinkUnavailable(f"the fleet-state database: {error}") from error
 
 

@@ -17,6 +17,11 @@ class FleetDatabaseError(RuntimeError):
     """The fleet-state database cannot be used; the message says why and how to fix it."""
 
 
+class FleetUnavailableError(FleetDatabaseError):
+    """The database did not take a batch now (down, restarting, a statement over its time
+    limit); nothing of the batch was written, and it may be offered again."""
+
+
 def check_schema_name(schema: str) -> str:
     if not _SCHEMA_NAME.match(schema):
         raise FleetDatabaseError(

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
 from projections.postgres import schema as s
-from projections.postgres.connection import Connection
+from projections.postgres.connection import Connection, FleetUnavailableError
 from projections.postgres.mappers import UNJOURNALED, Changes, journal_row, map_events
 from projections.postgres.tables import AppendTable, Row, StateTable
 from schemas.errors import Origin
@@ -94,6 +95,19 @@ class FleetWriter:
     ) -> WriteResult:
         """Apply a batch and store `positions` (the next offsets to read) in one transaction;
         with `timeout_s`, every statement of it is bounded (PostgreSQL's statement_timeout)."""
+        try:
+            return self._write(events, positions, timeout_s)
+        except psycopg.OperationalError as error:
+            raise FleetUnavailableError(
+                f"the fleet-state database did not take a batch: {error}"
+            ) from error
+
+    def _write(
+        self,
+        events: Sequence[tuple[Origin, Envelope]],
+        positions: Mapping[TopicPartition, int],
+        timeout_s: float | None,
+    ) -> WriteResult:
         unique: dict[str, tuple[Origin, Envelope]] = {}
         for origin, envelope in events:
             unique.setdefault(envelope.event_id, (origin, envelope))
