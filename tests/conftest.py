@@ -76,10 +76,11 @@ def fleet(postgres: servers.Server) -> Iterator[Connection]:
         conn.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The one chdb data path of this test process (chdb admits one per process): every
-    in-process ledger, the CLI's included, gets a database of its own inside it."""
+    in-process ledger, the CLI's included, gets a database of its own inside it. Autouse, so
+    that no test opens chdb elsewhere first."""
     path = tmp_path_factory.mktemp("chdb")
     before = os.environ.get("SPOTCAP_CHDB_PATH")
     os.environ["SPOTCAP_CHDB_PATH"] = str(path)
