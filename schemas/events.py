@@ -1841,6 +1841,49 @@ class ActuationRefused:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CapacityReleased:
+    """The work behind a capacity claim finished: its scheduler no longer needs the capacity
+    placed for the claim, which the orchestrator may now scale down (delete the instances
+    serving the claim).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "capacity_released"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.CapacityReleased"
+    TOPIC: ClassVar[str] = "demand"
+    KEY: ClassVar[str] = "workload_id"
+
+    claim_id: str
+    """The claim whose work finished."""
+    workload_id: str
+    """The workload, as named in its contract."""
+    scheduler: Scheduler
+    """The scheduler that ran the work."""
+    released_vcpu: int
+    """vCPU the claim asked for, no longer needed."""
+    reason: str
+    """Why the capacity is no longer needed, in words (e.g. 'daily pipeline finished')."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "claim_id": self.claim_id,
+            "workload_id": self.workload_id,
+            "scheduler": self.scheduler,
+            "released_vcpu": self.released_vcpu,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            claim_id=d["claim_id"],
+            workload_id=d["workload_id"],
+            scheduler=d["scheduler"],
+            released_vcpu=d["released_vcpu"],
+            reason=d["reason"],
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -1873,6 +1916,7 @@ Payload: TypeAlias = (
     | FallbackReviewed
     | LaunchFailed
     | ActuationRefused
+    | CapacityReleased
 )
 """Any event payload: one of the event record classes."""
 
@@ -1909,6 +1953,7 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.FallbackReviewed": FallbackReviewed,
         "spotcap.events.LaunchFailed": LaunchFailed,
         "spotcap.events.ActuationRefused": ActuationRefused,
+        "spotcap.events.CapacityReleased": CapacityReleased,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -1946,6 +1991,7 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "fallback_reviewed": FallbackReviewed,
         "launch_failed": LaunchFailed,
         "actuation_refused": ActuationRefused,
+        "capacity_released": CapacityReleased,
     }
 )
 """Event classes by event type (``notice_received``)."""

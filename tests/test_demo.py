@@ -17,7 +17,7 @@ from schemas.codec import Codec
 from spotcap.config import Settings
 from spotcap.demo import demo
 from streams.embedded import EmbeddedLog
-from streams.topics import topic_name
+from streams.topics import EVENT_TOPICS, topic_name
 
 REGION = "demo-test"
 ARGS = ["--days", "0.25", "--workloads", "20", "--seed", "9", "--no-projections"]
@@ -70,7 +70,7 @@ def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:
     log = EmbeddedLog(tmp_path / "log")
     codec = Codec()
     found = []
-    for logical in ("lifecycle", "market", "demand", "usage"):
+    for logical in EVENT_TOPICS:
         topic = topic_name(REGION, logical)
         for number in range(log.partitions_for(topic)):
             for record in log.partition(topic, number).read(0, 10**7):

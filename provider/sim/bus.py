@@ -26,9 +26,18 @@ class EventBus:
         self._ids = id_rng
         self._outbox: deque[Envelope] = deque()
         self._listeners: dict[str, list[Listener]] = {}
+        self._tap: Listener | None = None
 
     def subscribe(self, event_type: str, listener: Listener) -> None:
         self._listeners.setdefault(event_type, []).append(listener)
+
+    def tap(self, listener: Listener) -> None:
+        """Hand every envelope to `listener` as it is published, before the listeners of its
+        type run: so the tap sees events in publication order even when a listener publishes
+        more (the loss before the work it wasted). One tap: the orchestrator's host."""
+        if self._tap is not None:
+            raise ValueError("the bus already has a tap")
+        self._tap = listener
 
     def fact_id(self) -> str:
         """A fresh id for a fact from outside, from the seeded id stream."""
@@ -61,9 +70,7 @@ class EventBus:
             producer=producer,
             payload=payload,
         )
-        self._outbox.append(envelope)
-        for listener in self._listeners.get(event_type, ()):
-            listener(envelope)
+        self._deliver(envelope)
         return envelope
 
     def publish(self, envelope: Envelope) -> None:
@@ -73,7 +80,12 @@ class EventBus:
                 f"{envelope.event_type} {envelope.event_id} occurred at {envelope.occurred_at}, "
                 f"not now ({self._clock.now_us}): sim time is event time"
             )
+        self._deliver(envelope)
+
+    def _deliver(self, envelope: Envelope) -> None:
         self._outbox.append(envelope)
+        if self._tap is not None:
+            self._tap(envelope)
         for listener in self._listeners.get(envelope.event_type, ()):
             listener(envelope)
 

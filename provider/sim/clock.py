@@ -2,7 +2,9 @@
 
 Time is integer microseconds since the Unix epoch, starting at `EPOCH_US` (Monday
 2026-11-02T00:00Z) unless configured otherwise. Actions scheduled for the same microsecond run
-in the order they were scheduled, so a run is a pure function of its seed.
+in the order they were scheduled, so a run is a pure function of its seed; an action scheduled
+with `late=True` runs after every ordinary action of its microsecond (a deadline that an
+action due at the same instant still meets).
 """
 
 from __future__ import annotations
@@ -17,20 +19,29 @@ HOUR_US = 60 * MINUTE_US
 DAY_US = 24 * HOUR_US
 
 Action = Callable[[], None]
+# Late actions sort after every ordinary one of their microsecond: their sequence numbers start
+# here (a run schedules far fewer than 2**62 actions), which keeps heap entries 3-tuples.
+_LATE_SEQ = 1 << 62
 
 
 class Scheduler:
-    """A heap of timed actions and the current sim time."""
+    """A heap of timed actions and the current sim time.
+
+    `on_step`, when set, runs after each action (the orchestrator's host acts there on what
+    the action published, before the next action runs).
+    """
 
     def __init__(self, start_us: int) -> None:
         self.now_us = start_us
         self._heap: list[tuple[int, int, Action]] = []
         self._seq = 0
+        self.on_step: Action | None = None
 
-    def at(self, when_us: int, action: Action) -> None:
+    def at(self, when_us: int, action: Action, *, late: bool = False) -> None:
         """Run `action` at `when_us` (never earlier than now)."""
         self._seq += 1
-        heapq.heappush(self._heap, (max(when_us, self.now_us), self._seq, action))
+        seq = self._seq + _LATE_SEQ if late else self._seq
+        heapq.heappush(self._heap, (max(when_us, self.now_us), seq, action))
 
     def after(self, delay_us: int, action: Action) -> None:
         self.at(self.now_us + delay_us, action)
@@ -46,11 +57,14 @@ class Scheduler:
 
     def run_until(self, until_us: int) -> None:
         """Run every action due before `until_us`; time then stands at `until_us`."""
-        heap = self._heap
+        heap, pop = self._heap, heapq.heappop
+        on_step = self.on_step
         while heap and heap[0][0] < until_us:
-            when_us, _, action = heapq.heappop(heap)
+            when_us, _, action = pop(heap)
             self.now_us = when_us
             action()
+            if on_step is not None:
+                on_step()
         self.now_us = max(self.now_us, until_us)
 
     @property

@@ -1,18 +1,29 @@
-"""The simulation's stand-in orchestrator: demand in, launches and deletions out.
+"""The baseline orchestrator: the simulation's stand-in, behind the orchestrator seam.
 
-It turns each `Run` into a capacity claim, places it with a `PlacementPolicy` (floor first on
-committed capacity, the rest on reclaimable, guaranteed when nothing reclaimable has room),
-launches through the provider seam with the orchestrator's tags, relaunches after a loss (away
-from the lost pool's correlation group), tops runs up every 5 minutes, and deletes a run's
-instances when it ends. What each instance's workload writes (checkpoints, waste, usage) is
-`provider.sim.work`.
+It places each capacity claim `launch_delay_s` after it opens with a `PlacementPolicy` (floor
+first on committed capacity, then guaranteed; the rest on reclaimable, guaranteed when nothing
+reclaimable has room), tops claims below their target up every `reconcile_interval_s`,
+relaunches `relaunch_delay_s` after a loss (away from the lost pool's correlation group), and
+deletes a claim's instances when its work is released. It decides from the events it observes
+(claims, contracts, rate cards, losses, releases) and from the simulator's room per pool, and
+acts through the provider seam with its tags.
 
-The real deciders and the actuator replace this module later; `provider.sim.work` stays.
+It records what it does, so that the deciders can be compared with it on the same seed:
+
+* `placement_decided` before each placement's launches (the claim's first placement, and each
+  top-up that places something): allocations per pool, the plan's hourly cost at the current
+  rate cards, and the premium over `CheapestPolicy` (price-first) for the same needs; it
+  excludes no pool and uses no ranking.
+* `replacement_requested` before each relaunch (one per purchase model tried), caused by the
+  loss; its excluded pools are the lost pool's correlation group, unless nothing else had room.
+
+Every launch names its decision as cause, so `instance_launched` follows
+`placement_decided` or `replacement_requested` in the cause chain.
 """
 
 from __future__ import annotations
 
-import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -21,46 +32,61 @@ from provider.base import (
     CapacityProvider,
     CapacityUnavailableError,
     DeleteRequest,
+    Instance,
     LaunchRequest,
     owned_tags,
 )
-from provider.sim.clock import MINUTE_US, SECOND_US
-from provider.sim.parts import SimParts
-from provider.sim.placement import PlacementPolicy, PlacementRequest, PoolView
-from provider.sim.work import Unit, WorkloadSide
-from provider.sim.workloads import CHECKPOINT_BANDWIDTH_BYTES_PER_S, Run, SimWorkload
+from provider.sim.clock import SECOND_US
+from provider.sim.demand import CLAIM_TAG
+from provider.sim.orchestration import OrchestratorHost
+from provider.sim.placement import (
+    CheapestPolicy,
+    PlacementPolicy,
+    PlacementRequest,
+    PlannedView,
+    SpreadPolicy,
+)
+from provider.sim.workloads import SimWorkload
 from schemas.events import (
-    CapacityClaimClosed,
+    Allocation,
     CapacityClaimOpened,
+    CapacityReleased,
     Envelope,
-    InstanceLaunched,
     InstanceLost,
+    PlacementDecided,
     PurchaseModel,
+    RateCard,
+    ReplacementRequested,
 )
 
-CLAIMS = "sim/claims"
-RUN_TAG = "spotcap.io/run"
-RECONCILE_US = 5 * MINUTE_US
+PRODUCER = "sim/orchestrator"
+RECONCILE = "reconcile"
 
 
 @dataclass(frozen=True, slots=True)
 class OrchestratorSettings:
-    orchestrator_id: str = "spotcap-sim"
-    launch_delay_s: int = 60
-    relaunch_delay_s: int = 45
-    usage_interval_s: int = 6 * 3600
-    checkpoint_bandwidth_bytes_per_s: int = CHECKPOINT_BANDWIDTH_BYTES_PER_S
+    orchestrator_id: str = "spotcap-sim"  # the owner tag; the provider deletes nothing else
+    launch_delay_s: int = 60  # from a claim opening to its placement
+    relaunch_delay_s: int = 45  # from a loss to its relaunch
+    reconcile_interval_s: int = 300  # claims below their target are topped up this often
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    instance: Instance
+    floor: bool
 
 
 @dataclass(slots=True)
-class _RunState:
-    run: Run
-    workload: SimWorkload
+class _Claim:
     claim_id: str
-    claim_event_id: str
-    units: dict[str, Unit] = field(default_factory=dict)
+    workload: SimWorkload
+    requested_vcpu: int
+    floor_vcpu: int  # the workload's floor if this claim holds it, else 0
+    opened_event_id: str
+    units: dict[str, _Placed] = field(default_factory=dict)
+    placements: int = 0  # placement decisions so far
     active: bool = True
-    fulfilled: bool = False
 
     def placed_vcpu(self, floor: bool | None = None) -> int:
         return sum(
@@ -68,237 +94,325 @@ class _RunState:
         )
 
 
-class SimOrchestrator:
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    pool_ids: list[str]  # one instance in each, in launch order
+    floor: list[bool]  # per instance: placed as floor
+
+
+class BaselineOrchestrator:
+    """The stand-in orchestrator (`--orchestrator baseline`)."""
+
     def __init__(
         self,
-        parts: SimParts,
-        rng: random.Random,
-        policy: PlacementPolicy,
-        settings: OrchestratorSettings,
+        settings: OrchestratorSettings | None = None,
+        policy: PlacementPolicy | None = None,
     ) -> None:
-        self._catalogue = parts.catalogue
-        # Launch and delete only through the seam; the policy sees the pools' room.
-        self._provider: CapacityProvider = parts.provider
-        self._view: PoolView = parts.provider
-        self._bus = bus = parts.bus
-        self._clock = clock = parts.clock
-        self._rng = rng
-        self._policy = policy
-        self.settings = settings
-        self._work = WorkloadSide(
-            bus,
-            clock,
-            rng,
-            usage_interval_s=settings.usage_interval_s,
-            checkpoint_bandwidth_bytes_per_s=settings.checkpoint_bandwidth_bytes_per_s,
-        )
-        self._runs: dict[str, _RunState] = {}
-        self._launch_ids: dict[str, str] = {}
-        bus.subscribe(InstanceLaunched.EVENT_TYPE, self._on_launched)
-        bus.subscribe(InstanceLost.EVENT_TYPE, self._on_loss)
-        clock.every(clock.now_us + RECONCILE_US, RECONCILE_US, self._reconcile)
+        self.settings = settings or OrchestratorSettings()
+        self._policy = policy or SpreadPolicy()
+        self._host: OrchestratorHost | None = None
+        self._claims: dict[str, _Claim] = {}  # active claims, by id
+        self._claim_of: dict[str, str] = {}  # instance id -> claim id, for live instances
+        self._floor_held: dict[str, str] = {}  # workload -> the active claim holding its floor
+        self._prices: dict[str, int] = {}  # pool -> current price per vCPU-hour
+        self._tasks: dict[str, Callable[[CapacityProvider], None]] = {}  # by wake-up name
+        self._observed: list[Envelope] = []  # to act on, in order
 
-    def close_usage(self) -> None:
-        """The run ends now: close the usage of every instance still running."""
-        self._work.close_usage()
+    # -- the seam ---------------------------------------------------------------------------
 
-    def admit(self, workload: SimWorkload, runs: list[Run]) -> None:
-        """Schedule the runs of a workload whose contract is published."""
-        for run in runs:
-            self._clock.at(run.start_us, partial(self._open, workload, run))
-            if run.end_us is not None:
-                self._clock.at(run.end_us, partial(self._close, run.run_id))
+    def start(self, host: OrchestratorHost) -> None:
+        self._host = host
+        self._wake(host.now_us() + self._reconcile_us, RECONCILE, self._reconcile)
 
-    # -- runs and claims --------------------------------------------------------------------
+    def observe(self, event: Envelope) -> None:
+        payload = event.payload
+        if isinstance(payload, RateCard):
+            self._prices[payload.pool_id] = payload.price_per_vcpu_h_eur_micros
+        elif isinstance(payload, InstanceLost):
+            if payload.instance_id in self._claim_of:
+                self._observed.append(event)
+        elif isinstance(payload, CapacityClaimOpened | CapacityReleased):
+            self._observed.append(event)
 
-    def _open(self, workload: SimWorkload, run: Run) -> None:
-        claim_id = f"claim/{run.run_id}"
-        opened = self._bus.emit(
-            CapacityClaimOpened(
-                claim_id=claim_id,
-                workload_id=run.workload_id,
-                scheduler=workload.scheduler,
-                cluster=workload.draft.cluster,
-                requested_vcpu=run.vcpu,
-                reason=run.reason,
-            ),
-            CLAIMS,
-        )
-        state = _RunState(run, workload, claim_id, opened.event_id)
-        self._runs[run.run_id] = state
-        self._clock.after(self.settings.launch_delay_s * SECOND_US, partial(self._fulfil, state))
+    def act(self, now_us: int, provider: CapacityProvider, due: Sequence[str]) -> None:
+        observed, self._observed = self._observed, []
+        for event in observed:
+            payload = event.payload
+            if isinstance(payload, CapacityClaimOpened):
+                self._on_claim(event, payload)
+            elif isinstance(payload, CapacityReleased):
+                self._release(provider, event, payload)
+            elif isinstance(payload, InstanceLost):
+                self._on_loss(event, payload)
+        for name in due:
+            self._tasks.pop(name)(provider)
 
-    def _fulfil(self, state: _RunState) -> None:
-        if not state.active:
+    # -- claims -----------------------------------------------------------------------------
+
+    def _on_claim(self, event: Envelope, opened: CapacityClaimOpened) -> None:
+        host = self._ready()
+        workload = host.workloads.get(opened.workload_id)
+        if workload is None:
+            return  # not a workload this region admitted
+        # The floor is the workload's: the first of its active claims holds it (a CI runner
+        # pool's weekday burst adds no floor to its base pool's).
+        holds_floor = opened.workload_id not in self._floor_held
+        floor = workload.contract.floor_vcpu if holds_floor else 0
+        if holds_floor:
+            self._floor_held[opened.workload_id] = opened.claim_id
+        claim = _Claim(opened.claim_id, workload, opened.requested_vcpu, floor, event.event_id)
+        self._claims[claim.claim_id] = claim
+        when_us = host.now_us() + self.settings.launch_delay_s * SECOND_US
+        self._wake(when_us, f"place {claim.claim_id}", partial(self._place_claim, claim))
+
+    def _place_claim(self, claim: _Claim, provider: CapacityProvider) -> None:
+        if claim.active:
+            self._top_up(provider, claim, always_record=True)
+
+    def _reconcile(self, provider: CapacityProvider) -> None:
+        for claim in list(self._claims.values()):
+            if claim.placements and claim.placed_vcpu() < claim.requested_vcpu:
+                self._top_up(provider, claim, always_record=False)
+        now_us = self._ready().now_us()
+        self._wake(now_us + self._reconcile_us, RECONCILE, self._reconcile)
+
+    def _release(
+        self, provider: CapacityProvider, event: Envelope, released: CapacityReleased
+    ) -> None:
+        claim = self._claims.pop(released.claim_id, None)
+        if claim is None:
             return
-        self._top_up(state)
-        placed = min(state.placed_vcpu(), state.run.vcpu)
-        complete = placed >= state.run.vcpu
-        self._bus.emit(
-            CapacityClaimClosed(
-                claim_id=state.claim_id,
-                workload_id=state.run.workload_id,
-                scheduler=state.workload.scheduler,
-                requested_vcpu=state.run.vcpu,
-                fulfilled_vcpu=placed,
-                outcome="fulfilled" if complete else "expired",
-                reason="placed"
-                if complete
-                else f"only {placed} vCPU placed: no eligible pool had room; topped up later",
-            ),
-            CLAIMS,
-            causation_id=state.claim_event_id,
-        )
-        state.fulfilled = True
-
-    def _close(self, run_id: str) -> None:
-        state = self._runs.pop(run_id, None)
-        if state is None:
-            return
-        state.active = False
-        for instance_id in sorted(state.units):
-            unit = state.units[instance_id]
-            self._provider.delete(
-                DeleteRequest(
-                    instance_id, f"{state.run.reason} finished", causation_id=state.claim_event_id
-                )
-            )
-            self._work.end(unit)
-        state.units.clear()
-
-    def _reconcile(self) -> None:
-        for state in list(self._runs.values()):
-            if state.fulfilled and state.placed_vcpu() < state.run.vcpu:
-                self._top_up(state)
+        claim.active = False
+        if self._floor_held.get(released.workload_id) == claim.claim_id:
+            del self._floor_held[released.workload_id]
+        for instance_id in sorted(claim.units):
+            del self._claim_of[instance_id]
+            request = DeleteRequest(instance_id, released.reason, causation_id=event.event_id)
+            provider.delete(request)
+        claim.units.clear()
 
     # -- placement --------------------------------------------------------------------------
 
-    def _top_up(self, state: _RunState) -> None:
-        run, cause = state.run, state.claim_event_id
-        floor_need = run.floor_vcpu - state.placed_vcpu(floor=True)
+    def _top_up(self, provider: CapacityProvider, claim: _Claim, *, always_record: bool) -> None:
+        floor_need = max(0, claim.floor_vcpu - claim.placed_vcpu(floor=True))
+        rest_need = max(
+            0, claim.requested_vcpu - max(claim.floor_vcpu, 0) - claim.placed_vcpu(floor=False)
+        )
+        plan = self._plan_top_up(claim, self._policy, floor_need, rest_need)
+        if not plan.pool_ids and not always_record:
+            return
+        prices = self._prices
+        price_first = self._plan_top_up(claim, CheapestPolicy(prices), floor_need, rest_need)
+        cost = self._cost(plan.pool_ids)
+        price_first_cost = self._cost(price_first.pool_ids)
+        claim.placements += 1
+        decision = self._ready().emit(
+            PlacementDecided(
+                workload_id=claim.workload.workload_id,
+                requested_vcpu=floor_need + rest_need,
+                floor_vcpu=sum(
+                    self._size(p) for p, f in zip(plan.pool_ids, plan.floor, strict=True) if f
+                ),
+                allocations=self._allocations(plan.pool_ids),
+                cost_per_h_eur_micros=cost,
+                price_first_cost_per_h_eur_micros=price_first_cost,
+                premium_per_h_eur_micros=cost - price_first_cost,
+                excluded_pool_ids=(),
+                claim_id=claim.claim_id,
+            ),
+            PRODUCER,
+            causation_id=claim.opened_event_id,
+            discriminator=str(claim.placements),
+        )
+        for pool_id, floor in zip(plan.pool_ids, plan.floor, strict=True):
+            self._launch(provider, claim, pool_id, decision.event_id, floor)
+
+    def _plan_top_up(
+        self, claim: _Claim, policy: PlacementPolicy, floor_need: int, rest_need: int
+    ) -> _Plan:
+        """Floor first (committed, then guaranteed), the rest on reclaimable, then guaranteed:
+        each phase planned against the room the earlier phases left."""
+        view = PlannedView(self._ready())
+        pools: list[str] = []
+        floors: list[bool] = []
+
+        def phase(model: PurchaseModel, vcpu: int, sizes: tuple[int, ...] | None, f: bool) -> int:
+            chosen = self._plan(
+                claim, policy, view, planned=pools, model=model, vcpu=vcpu, sizes=sizes
+            )
+            pools.extend(chosen)
+            floors.extend([f] * len(chosen))
+            return sum(self._size(p) for p in chosen)
+
         if floor_need > 0:
             for model in ("committed", "guaranteed"):
-                floor_need -= self._place(state, model, floor_need, cause=cause, floor=True)
+                floor_need -= phase(model, floor_need, None, True)
                 if floor_need <= 0:
                     break
-        rest_need = run.vcpu - max(run.floor_vcpu, 0) - state.placed_vcpu(floor=False)
         if rest_need > 0:
-            sizes = state.workload.draft.sizes_vcpu
-            rest_need -= self._place(
-                state, "reclaimable", rest_need, sizes=sizes, cause=cause, floor=False
-            )
+            sizes = claim.workload.draft.sizes_vcpu
+            rest_need -= phase("reclaimable", rest_need, sizes, False)
             if rest_need > 0:
-                self._place(state, "guaranteed", rest_need, cause=cause, floor=False)
+                phase("guaranteed", rest_need, None, False)
+        return _Plan(pools, floors)
 
-    def _place(
+    def _plan(
         self,
-        state: _RunState,
+        claim: _Claim,
+        policy: PlacementPolicy,
+        view: PlannedView,
+        *,
+        planned: list[str],
         model: PurchaseModel,
         vcpu: int,
-        *,
-        cause: str,
-        floor: bool,
-        sizes: tuple[int, ...] | None = None,
+        sizes: tuple[int, ...] | None,
         avoid: frozenset[str] = frozenset(),
-        inherit: Unit | None = None,
-    ) -> int:
-        """Launch up to `vcpu` in `model` pools; returns the vCPU launched."""
+    ) -> list[str]:
+        """Pools for up to `vcpu` more in `model` pools; `view` takes what is chosen."""
         placed_by_pool: dict[str, int] = {}
-        for unit in state.units.values():
+        for unit in claim.units.values():
             pool_id = unit.instance.pool_id
             placed_by_pool[pool_id] = placed_by_pool.get(pool_id, 0) + unit.instance.vcpu
+        for pool_id in planned:
+            placed_by_pool[pool_id] = placed_by_pool.get(pool_id, 0) + self._size(pool_id)
         request = PlacementRequest(
-            workload_id=state.run.workload_id,
+            workload_id=claim.workload.workload_id,
             purchase_model=model,
             vcpu=vcpu,
-            families=state.workload.draft.families,
+            families=claim.workload.draft.families,
             sizes_vcpu=sizes,
-            max_interruptions_per_h=state.workload.contract.tolerated_interruptions_per_h,
+            max_interruptions_per_h=claim.workload.contract.tolerated_interruptions_per_h,
             placed_vcpu_by_pool=placed_by_pool,
             avoid_groups=avoid,
         )
-        launched = 0
-        for pool_id in self._policy.plan(request, self._catalogue, self._view):
-            new = self._launch(state, pool_id, cause, floor, inherit)
-            if new is not None:
-                launched += new.instance.vcpu
-                inherit = None  # one replacement carries the lost unit's checkpoints on
-        return launched
+        chosen = policy.plan(request, self._ready().catalogue, view)
+        for pool_id in chosen:
+            view.take(pool_id, self._size(pool_id))
+        return chosen
 
     def _launch(
-        self, state: _RunState, pool_id: str, cause: str, floor: bool, inherit: Unit | None
-    ) -> Unit | None:
-        workload_id = state.run.workload_id
+        self, provider: CapacityProvider, claim: _Claim, pool_id: str, cause: str, floor: bool
+    ) -> int:
+        """Launch one instance in `pool_id` for `claim`; returns its vCPU (0 if refused)."""
+        workload_id = claim.workload.workload_id
         tags = owned_tags(
             self.settings.orchestrator_id,
             workload_id,
-            {POOL_TAG: pool_id, RUN_TAG: state.run.run_id},
+            {POOL_TAG: pool_id, CLAIM_TAG: claim.claim_id},
         )
         try:
-            instance = self._provider.launch(
+            instance = provider.launch(
                 LaunchRequest(pool_id, workload_id, tags, causation_id=cause)
             )
         except CapacityUnavailableError:
-            return None
-        now_us = self._clock.now_us
-        unit = Unit(
-            instance,
-            state.workload,
-            state.run.run_id,
-            floor,
-            self._launch_ids.pop(instance.instance_id),
-            now_us,
-            generation=inherit.generation if inherit else 0,
-        )
-        state.units[instance.instance_id] = unit
-        self._work.start(unit)
-        return unit
+            return 0  # the room changed since the plan: the next top-up tries again
+        claim.units[instance.instance_id] = _Placed(instance, floor)
+        self._claim_of[instance.instance_id] = claim.claim_id
+        return instance.vcpu
 
-    def _on_launched(self, envelope: Envelope) -> None:
-        payload = envelope.payload
-        assert isinstance(payload, InstanceLaunched)
-        self._launch_ids[payload.instance_id] = envelope.event_id
+    # -- replacement ------------------------------------------------------------------------
 
-    def _on_loss(self, envelope: Envelope) -> None:
-        loss = envelope.payload
-        assert isinstance(loss, InstanceLost)
-        unit = self._work.units.get(loss.instance_id)
-        if unit is None:
+    def _on_loss(self, event: Envelope, loss: InstanceLost) -> None:
+        claim = self._claims[self._claim_of.pop(loss.instance_id)]
+        lost = claim.units.pop(loss.instance_id)
+        when_us = self._ready().now_us() + self.settings.relaunch_delay_s * SECOND_US
+        relaunch = partial(self._relaunch, claim, lost, event.event_id)
+        self._wake(when_us, f"relaunch {event.event_id}", relaunch)
+
+    def _relaunch(
+        self, claim: _Claim, lost: _Placed, loss_id: str, provider: CapacityProvider
+    ) -> None:
+        if not claim.active:
             return
-        state = self._runs[unit.run_id]
-        del state.units[loss.instance_id]
-        self._work.lose(unit, envelope)
-        relaunch = partial(self._relaunch, state, unit, envelope.event_id)
-        self._clock.after(self.settings.relaunch_delay_s * SECOND_US, relaunch)
-
-    def _relaunch(self, state: _RunState, lost: Unit, loss_id: str) -> None:
-        if not state.active:
-            return
-        target = state.run.floor_vcpu if lost.floor else state.run.vcpu - state.run.floor_vcpu
-        need = min(lost.instance.vcpu, target - state.placed_vcpu(floor=lost.floor))
+        target = claim.floor_vcpu if lost.floor else claim.requested_vcpu - claim.floor_vcpu
+        need = min(lost.instance.vcpu, target - claim.placed_vcpu(floor=lost.floor))
         if need <= 0:
-            return  # the 5-minute top-up got there first
-        group = self._catalogue.get(lost.instance.pool_id).correlation_group
+            return  # a top-up got there first
+        group = self._ready().catalogue.get(lost.instance.pool_id).correlation_group
         model = lost.instance.purchase_model
-        sizes = None if lost.floor else state.workload.draft.sizes_vcpu
-        avoid = frozenset({group})
-        placed = self._place(
-            state,
-            model,
-            need,
-            cause=loss_id,
-            floor=lost.floor,
-            sizes=sizes,
-            avoid=avoid,
-            inherit=lost,
-        )
+        sizes = None if lost.floor else claim.workload.draft.sizes_vcpu
+        replace = partial(self._replace, provider, claim, lost, loss_id=loss_id, group=group)
+        placed = replace(model=model, vcpu=need, sizes=sizes)
         if placed < need and model != "guaranteed":
-            self._place(
-                state,
-                "guaranteed",
-                need - placed,
-                cause=loss_id,
-                floor=lost.floor,
-                avoid=avoid,
-                inherit=lost,
-            )
+            replace(model="guaranteed", vcpu=need - placed, sizes=None)
+
+    def _replace(
+        self,
+        provider: CapacityProvider,
+        claim: _Claim,
+        lost: _Placed,
+        *,
+        loss_id: str,
+        group: str,
+        model: PurchaseModel,
+        vcpu: int,
+        sizes: tuple[int, ...] | None,
+    ) -> int:
+        """Request `vcpu` in `model` pools away from `group`, launch them; the vCPU placed."""
+        host = self._ready()
+        view = PlannedView(host)
+        avoid = frozenset({group})
+        chosen = self._plan(
+            claim, self._policy, view, planned=[], model=model, vcpu=vcpu, sizes=sizes, avoid=avoid
+        )
+        catalogue = host.catalogue
+        into_group = any(catalogue.get(p).correlation_group == group for p in chosen)
+        excluded = () if into_group else self._group_pool_ids(group)
+        request = host.emit(
+            ReplacementRequested(
+                workload_id=claim.workload.workload_id,
+                replaces_instance_id=lost.instance.instance_id,
+                vcpu=vcpu,
+                purchase_model=model,
+                excluded_pool_ids=excluded,
+            ),
+            PRODUCER,
+            causation_id=loss_id,
+            discriminator=model,
+        )
+        return sum(
+            self._launch(provider, claim, pool_id, request.event_id, lost.floor)
+            for pool_id in chosen
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    @property
+    def _reconcile_us(self) -> int:
+        return self.settings.reconcile_interval_s * SECOND_US
+
+    def _ready(self) -> OrchestratorHost:
+        if self._host is None:
+            raise RuntimeError("the baseline orchestrator was not started")
+        return self._host
+
+    def _wake(self, when_us: int, name: str, task: Callable[[CapacityProvider], None]) -> None:
+        self._tasks[name] = task
+        self._ready().wake_at(when_us, name)
+
+    def _size(self, pool_id: str) -> int:
+        return self._ready().catalogue.get(pool_id).size_vcpu
+
+    def _cost(self, pool_ids: list[str]) -> int:
+        """Hourly price of instances in these pools at the current rate cards."""
+        catalogue = self._ready().catalogue
+        total = 0
+        for pool_id in pool_ids:
+            pool = catalogue.get(pool_id)
+            price = self._prices.get(pool_id, pool.price_per_vcpu_h_eur_micros)
+            total += pool.size_vcpu * price
+        return total
+
+    def _allocations(self, pool_ids: list[str]) -> tuple[Allocation, ...]:
+        catalogue = self._ready().catalogue
+        vcpu: dict[str, int] = {}
+        for pool_id in pool_ids:
+            vcpu[pool_id] = vcpu.get(pool_id, 0) + catalogue.get(pool_id).size_vcpu
+        return tuple(
+            Allocation(pool_id, v, catalogue.get(pool_id).purchase_model)
+            for pool_id, v in sorted(vcpu.items())
+        )
+
+    def _group_pool_ids(self, group: str) -> tuple[str, ...]:
+        catalogue = self._ready().catalogue
+        return tuple(sorted(p.pool_id for p in catalogue if p.correlation_group == group))

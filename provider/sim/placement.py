@@ -8,6 +8,8 @@ that comes later and replaces `SpreadPolicy` through `PlacementPolicy`.
 workload's SKU families and sizes, expected to interrupt no more often than its contract
 tolerates) holding the least of the workload so far (ties: cheaper list price, then pool id),
 among pools with room, avoiding the given correlation groups while any other pool has room.
+`CheapestPolicy` is the price-first plan the stand-in compares itself with: the same eligible
+pools, cheapest current price first, each filled to its room.
 """
 
 from __future__ import annotations
@@ -49,15 +51,25 @@ class PlacementPolicy(Protocol):
         ...
 
 
+class PlannedView:
+    """The room of a view less what a plan in progress has already taken (nothing launched)."""
+
+    def __init__(self, view: PoolView) -> None:
+        self._view = view
+        self.taken_vcpu: dict[str, int] = {}
+
+    def room_vcpu(self, pool_id: str) -> int:
+        return self._view.room_vcpu(pool_id) - self.taken_vcpu.get(pool_id, 0)
+
+    def take(self, pool_id: str, vcpu: int) -> None:
+        self.taken_vcpu[pool_id] = self.taken_vcpu.get(pool_id, 0) + vcpu
+
+
 class SpreadPolicy:
     def plan(
         self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
     ) -> list[str]:
-        eligible = [p for p in catalogue.pools(request.purchase_model) if _fits(p, request)]
-        room = {p.pool_id: view.room_vcpu(p.pool_id) for p in eligible}
-        eligible = [p for p in eligible if room[p.pool_id] >= p.size_vcpu]
-        preferred = [p for p in eligible if p.correlation_group not in request.avoid_groups]
-        candidates = preferred or eligible
+        candidates, room = _candidates(request, catalogue, view)
         placed = {p.pool_id: request.placed_vcpu_by_pool.get(p.pool_id, 0) for p in candidates}
         plan: list[str] = []
         remaining = request.vcpu
@@ -73,6 +85,43 @@ class SpreadPolicy:
             if room[best.pool_id] < best.size_vcpu:
                 candidates = [p for p in candidates if p.pool_id != best.pool_id]
         return plan
+
+
+class CheapestPolicy:
+    """Price-first: the cheapest eligible pool (at `prices`, per vCPU-hour) until it is full,
+    then the next; the baseline's premium is measured against this plan."""
+
+    def __init__(self, prices: Mapping[str, int]) -> None:
+        self._prices = prices
+
+    def plan(
+        self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+    ) -> list[str]:
+        candidates, room = _candidates(request, catalogue, view)
+        prices = self._prices
+        candidates.sort(
+            key=lambda p: (prices.get(p.pool_id, p.price_per_vcpu_h_eur_micros), p.pool_id)
+        )
+        plan: list[str] = []
+        remaining = request.vcpu
+        for pool in candidates:
+            while remaining > 0 and room[pool.pool_id] >= pool.size_vcpu:
+                plan.append(pool.pool_id)
+                room[pool.pool_id] -= pool.size_vcpu
+                remaining -= pool.size_vcpu
+        return plan
+
+
+def _candidates(
+    request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+) -> tuple[list[Pool], dict[str, int]]:
+    """The eligible pools with room for one more instance (outside the avoided correlation
+    groups while any such pool has room), and the room of each."""
+    eligible = [p for p in catalogue.pools(request.purchase_model) if _fits(p, request)]
+    room = {p.pool_id: view.room_vcpu(p.pool_id) for p in eligible}
+    eligible = [p for p in eligible if room[p.pool_id] >= p.size_vcpu]
+    preferred = [p for p in eligible if p.correlation_group not in request.avoid_groups]
+    return preferred or eligible, room
 
 
 def _fits(pool: Pool, request: PlacementRequest) -> bool:

@@ -1,17 +1,22 @@
-"""A simulated region, composed: the provider, its market, the guaranteed tenants, and the
-workloads (their contracts compiled by the real compiler against the region's pools) with the
-stand-in orchestrator. The entry point of the simulation.
+"""A simulated region, composed: the provider, its market, the guaranteed tenants, the
+workloads (their contracts compiled by the real compiler against the region's pools, their
+claims and their work), and an orchestrator behind the seam in `provider.sim.orchestration`
+(the baseline stand-in unless another is given). The entry point of the simulation.
 
     sim = RegionSim(SimConfig(seed=1, days=7))
     for batch in sim.run():          # one list of envelopes per sim hour, oldest first
         ...                          # write them to the log
 
-Or use `sim.provider` as a `CapacityProvider` at sim time: call launch/delete/list/reclaim,
-advance with `sim.run_until(t_us)`, and collect the facts with `sim.provider.poll_events()`.
+    RegionSim(config, orchestrator=MyOrchestrator())   # another orchestrator drives the region
+
+The orchestrator sees every event as it is published and acts at the same sim time, whatever
+the step `run` yields batches at. Or use `sim.provider` as a `CapacityProvider` at sim time:
+call launch/delete/list/reclaim, advance with `sim.run_until(t_us)`, and collect the facts
+with `sim.provider.poll_events()`.
 
 Determinism: every random choice comes from `random.Random` streams seeded from the seed and
-the stream's purpose (ids, market, reclaims, workloads, orchestrator), so a change to one part
-does not reshuffle the others; nothing reads the wall clock.
+the stream's purpose (ids, market, reclaims, workloads, work), so a change to one part does
+not reshuffle the others; nothing reads the wall clock.
 """
 
 from __future__ import annotations
@@ -25,14 +30,23 @@ from contracts import CompileResult
 from provider.sim.bus import EventBus
 from provider.sim.clock import DAY_US, EPOCH_US, HOUR_US, Scheduler
 from provider.sim.contracts import compile_workload_contracts
+from provider.sim.demand import DemandSide
 from provider.sim.market import Market
-from provider.sim.orchestrator import OrchestratorSettings, SimOrchestrator
+from provider.sim.orchestration import Orchestrator, RegionHost
+from provider.sim.orchestrator import BaselineOrchestrator, OrchestratorSettings
 from provider.sim.parts import SimParts
-from provider.sim.placement import PlacementPolicy, SpreadPolicy
+from provider.sim.placement import PlacementPolicy
 from provider.sim.pools import demo_region
 from provider.sim.provider import SimProvider
 from provider.sim.reclaimer import Reclaimer, ReclaimSettings
-from provider.sim.workloads import WorkloadDraft, admitted, draft_workloads, plan_runs
+from provider.sim.work import WorkloadSide
+from provider.sim.workloads import (
+    CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+    WorkloadDraft,
+    admitted,
+    draft_workloads,
+    plan_runs,
+)
 from schemas.events import Envelope
 from schemas.pools import PoolCatalogue
 
@@ -49,7 +63,11 @@ class SimConfig:
     start_us: int = EPOCH_US
     rate_card_interval_s: int = 300
     forward_capacity_interval_s: int = 3600
+    claim_deadline_s: int = 60  # a claim not placed by then expires
+    usage_interval_s: int = 6 * 3600
+    checkpoint_bandwidth_bytes_per_s: int = CHECKPOINT_BANDWIDTH_BYTES_PER_S
     reclaims: ReclaimSettings = field(default_factory=ReclaimSettings)
+    # The owner identity (the provider deletes nothing else) and the baseline's settings.
     orchestrator: OrchestratorSettings = field(default_factory=OrchestratorSettings)
     catalogue: PoolCatalogue | None = None  # None: demo_region(seed, region, halls)
 
@@ -59,7 +77,14 @@ class SimConfig:
 
 
 class RegionSim:
-    def __init__(self, config: SimConfig, policy: PlacementPolicy | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        policy: PlacementPolicy | None = None,
+        *,
+        orchestrator: Orchestrator | None = None,
+    ) -> None:
+        """`orchestrator` drives the region (default: the baseline with `policy`)."""
         self.config = config
         seed = config.seed
         self.catalogue = config.catalogue or demo_region(seed, config.region, config.halls)
@@ -71,6 +96,13 @@ class RegionSim:
             self.clock,
             config.orchestrator.orchestrator_id,
             _stream(seed, "instances"),
+        )
+        self.orchestrator: Orchestrator = orchestrator or BaselineOrchestrator(
+            config.orchestrator, policy
+        )
+        # Attached before anything is published: the orchestrator sees every event.
+        self.host = RegionHost(
+            self.orchestrator, self.catalogue, self.provider, self.bus, self.clock
         )
         parts = SimParts(self.catalogue, self.provider, self.bus, self.clock)
         self.market = Market(
@@ -95,12 +127,21 @@ class RegionSim:
         self.workloads = admitted(self.drafts, self.contracts)
         for published in self.contracts.events:
             self.bus.publish(published)
-        self.orchestrator = SimOrchestrator(
-            parts, _stream(seed, "orchestrator"), policy or SpreadPolicy(), config.orchestrator
+        by_id = {w.workload_id: w for w in self.workloads}
+        # The work stream keeps its old name ("orchestrator"): the same seed, the same bytes.
+        self.work = WorkloadSide(
+            self.bus,
+            self.clock,
+            _stream(seed, "orchestrator"),
+            by_id,
+            usage_interval_s=config.usage_interval_s,
+            checkpoint_bandwidth_bytes_per_s=config.checkpoint_bandwidth_bytes_per_s,
         )
+        self.host.start(by_id)
+        self.demand = DemandSide(self.bus, self.clock, claim_deadline_s=config.claim_deadline_s)
         for workload in self.workloads:
             runs = plan_runs(workload_rng, workload, config.start_us, config.end_us)
-            self.orchestrator.admit(workload, runs)
+            self.demand.admit(workload, runs)
 
     @property
     def misbehaving_pool_ids(self) -> tuple[str, ...]:
@@ -116,7 +157,7 @@ class RegionSim:
         end_us = self.config.end_us
         self.clock.run_until(min(until_us, end_us))
         if self.clock.now_us >= end_us:
-            self.orchestrator.close_usage()
+            self.work.close_usage()
 
     def run(self, step_us: int = HOUR_US) -> Iterator[list[Envelope]]:
         """Run to the end, yielding the events of each `step_us` of sim time."""

@@ -12,27 +12,46 @@ intervals, every `usage_interval_s` and when the instance ends.
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
-from provider.base import Instance
 from provider.sim.bus import EventBus
 from provider.sim.clock import HOUR_US, SECOND_US, Scheduler
 from provider.sim.workloads import SimWorkload
-from schemas.events import CheckpointWritten, Envelope, NoticeReceived, UsageInterval, WorkWasted
+from schemas.events import (
+    CheckpointWritten,
+    Envelope,
+    InstanceDeleted,
+    InstanceLaunched,
+    InstanceLost,
+    NoticeReceived,
+    PurchaseModel,
+    ReplacementRequested,
+    UsageInterval,
+    WorkWasted,
+)
 
 AGENT = "sim/agent"
 ORCHESTRATOR = "sim/orchestrator"
+# How long a lost instance's checkpoints wait for the replacement that resumes from them.
+RESUME_WINDOW_US = HOUR_US
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
 class Unit:
     """A workload's instance, with its checkpoints and the start of its open usage interval."""
 
-    instance: Instance
+    instance_id: str
+    pool_id: str
+    workload_id: str
+    vcpu: int
+    purchase_model: PurchaseModel
+    launched_at: int
     workload: SimWorkload
-    run_id: str
-    floor: bool
     launch_event_id: str
     usage_from_us: int
     generation: int = 0
@@ -41,11 +60,20 @@ class Unit:
 
 
 class WorkloadSide:
+    """Runs the work on every instance launched for an admitted workload (whoever launched it):
+    it follows the provider's lifecycle events, not the orchestrator's calls.
+
+    A replacement resumes from the checkpoints of the instance it replaces: an instance
+    launched with a `replacement_requested` event as its cause continues that instance's
+    checkpoint generations (the first one launched for the request; the others start anew).
+    """
+
     def __init__(
         self,
         bus: EventBus,
         clock: Scheduler,
         rng: random.Random,
+        workloads: Mapping[str, SimWorkload],
         *,
         usage_interval_s: int,
         checkpoint_bandwidth_bytes_per_s: int,
@@ -53,32 +81,67 @@ class WorkloadSide:
         self._bus = bus
         self._clock = clock
         self._rng = rng
+        self._workloads = workloads
         self._bandwidth = checkpoint_bandwidth_bytes_per_s
         self.units: dict[str, Unit] = {}
+        # Lost instances' last checkpoint generation, and the replacement requests waiting to
+        # launch (request event id -> the instance they replace); both by time, kept an hour.
+        self._lost: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._resumes: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        bus.subscribe(InstanceLaunched.EVENT_TYPE, self._on_launched)
+        bus.subscribe(InstanceLost.EVENT_TYPE, self._on_lost)
+        bus.subscribe(InstanceDeleted.EVENT_TYPE, self._on_deleted)
         bus.subscribe(NoticeReceived.EVENT_TYPE, self._on_notice)
+        bus.subscribe(ReplacementRequested.EVENT_TYPE, self._on_replacement)
         usage_us = usage_interval_s * SECOND_US
         clock.every(clock.now_us + usage_us, usage_us, self._usage_tick)
 
-    def start(self, unit: Unit) -> None:
-        self.units[unit.instance.instance_id] = unit
-        interval_s = unit.workload.contract.checkpoint.periodic_interval_s
+    # -- the instance's life ----------------------------------------------------------------
+
+    def _on_launched(self, envelope: Envelope) -> None:
+        launched = envelope.payload
+        assert isinstance(launched, InstanceLaunched)
+        workload = self._workloads.get(launched.workload_id)
+        if workload is None:
+            return  # not one of the region's workloads: no work runs there
+        now_us = self._clock.now_us
+        unit = Unit(
+            launched.instance_id,
+            launched.pool_id,
+            launched.workload_id,
+            launched.vcpu,
+            launched.purchase_model,
+            now_us,
+            workload,
+            envelope.event_id,
+            now_us,
+            generation=self._resumed_generation(envelope.causation_id),
+        )
+        self.units[unit.instance_id] = unit
+        interval_s = workload.contract.checkpoint.periodic_interval_s
         if interval_s:
             self._clock.after(interval_s * SECOND_US, partial(self._checkpoint, unit, interval_s))
 
-    def end(self, unit: Unit) -> None:
-        """The instance was deleted: close its usage."""
-        self._usage(unit)
-        del self.units[unit.instance.instance_id]
+    def _on_deleted(self, envelope: Envelope) -> None:
+        deleted = envelope.payload
+        assert isinstance(deleted, InstanceDeleted)
+        unit = self.units.pop(deleted.instance_id, None)
+        if unit is not None:
+            self._usage(unit)
 
-    def lose(self, unit: Unit, loss: Envelope) -> None:
-        """The instance was lost: close its usage and charge the wasted work to the loss."""
-        self.end(unit)
-        i = unit.instance
+    def _on_lost(self, loss: Envelope) -> None:
+        """Close the instance's usage and charge the wasted work to the loss."""
+        lost = loss.payload
+        assert isinstance(lost, InstanceLost)
+        unit = self.units.pop(lost.instance_id, None)
+        if unit is None:
+            return
+        self._usage(unit)
         self._bus.emit(
             WorkWasted(
-                workload_id=i.workload_id,
-                instance_id=i.instance_id,
-                pool_id=i.pool_id,
+                workload_id=unit.workload_id,
+                instance_id=unit.instance_id,
+                pool_id=unit.pool_id,
                 wasted_vcpu_s=self._wasted_vcpu_s(unit),
                 last_checkpoint_at=unit.last_checkpoint_us,
             ),
@@ -86,11 +149,32 @@ class WorkloadSide:
             causation_id=loss.event_id,
             correlation_id=loss.correlation_id,
         )
+        now_us = self._clock.now_us
+        self._lost[unit.instance_id] = (unit.generation, now_us)
+        _forget_before(self._lost, now_us - RESUME_WINDOW_US)
+
+    def _on_replacement(self, envelope: Envelope) -> None:
+        request = envelope.payload
+        assert isinstance(request, ReplacementRequested)
+        now_us = self._clock.now_us
+        self._resumes[envelope.event_id] = (request.replaces_instance_id, now_us)
+        _forget_before(self._resumes, now_us - RESUME_WINDOW_US)
+
+    def _resumed_generation(self, cause: str | None) -> int:
+        resume = self._resumes.pop(cause, None) if cause else None
+        if resume is None:
+            return 0
+        replaced = resume[0]
+        live = self.units.get(replaced)  # replaced on notice: still draining
+        if live is not None:
+            return live.generation
+        lost = self._lost.get(replaced)
+        return lost[0] if lost is not None else 0
 
     # -- checkpoints ------------------------------------------------------------------------
 
     def _checkpoint(self, unit: Unit, interval_s: int) -> None:
-        if self.units.get(unit.instance.instance_id) is not unit or unit.final_checkpoint_us:
+        if self.units.get(unit.instance_id) is not unit or unit.final_checkpoint_us:
             return
         unit.generation += 1
         self._write_checkpoint(unit, unit.launch_event_id, final=False)
@@ -113,7 +197,7 @@ class WorkloadSide:
             self._clock.after(int(write_s * SECOND_US), final)
 
     def _final_checkpoint(self, unit: Unit, notice_id: str) -> None:
-        if self.units.get(unit.instance.instance_id) is unit:
+        if self.units.get(unit.instance_id) is unit:
             unit.generation += 1
             self._write_checkpoint(unit, notice_id, final=True)
 
@@ -121,8 +205,8 @@ class WorkloadSide:
         written_bytes = int(unit.workload.checkpoint_bytes * self._rng.uniform(0.9, 1.1))
         self._bus.emit(
             CheckpointWritten(
-                instance_id=unit.instance.instance_id,
-                workload_id=unit.instance.workload_id,
+                instance_id=unit.instance_id,
+                workload_id=unit.workload_id,
                 generation=unit.generation,
                 written_bytes=written_bytes,
                 duration_s=round(written_bytes / self._bandwidth, 3),
@@ -137,7 +221,7 @@ class WorkloadSide:
             unit.final_checkpoint_us = self._clock.now_us
 
     def _wasted_vcpu_s(self, unit: Unit) -> float:
-        now_us, vcpu, workload = self._clock.now_us, unit.instance.vcpu, unit.workload
+        now_us, vcpu, workload = self._clock.now_us, unit.vcpu, unit.workload
         if unit.final_checkpoint_us is not None:
             return 0.0  # drained: the work stopped at the final checkpoint
         if workload.draft.stateless:
@@ -145,9 +229,9 @@ class WorkloadSide:
         semantics = workload.contract.restart.semantics
         unit_s = workload.draft.unit_s
         if semantics == "requeue" and unit_s:
-            in_unit_us = (now_us - unit.instance.launched_at) % (unit_s * SECOND_US)
+            in_unit_us = (now_us - unit.launched_at) % (unit_s * SECOND_US)
             return round(vcpu * in_unit_us / SECOND_US, 3)
-        since_us = unit.instance.launched_at
+        since_us = unit.launched_at
         if semantics == "resume" and unit.last_checkpoint_us is not None:
             since_us = unit.last_checkpoint_us
         return round(vcpu * (now_us - since_us) / SECOND_US, 3)
@@ -167,20 +251,28 @@ class WorkloadSide:
         now_us = self._clock.now_us
         if now_us <= unit.usage_from_us:
             return
-        i = unit.instance
         self._bus.emit(
             UsageInterval(
-                workload_id=i.workload_id,
-                instance_id=i.instance_id,
-                pool_id=i.pool_id,
-                purchase_model=i.purchase_model,
+                workload_id=unit.workload_id,
+                instance_id=unit.instance_id,
+                pool_id=unit.pool_id,
+                purchase_model=unit.purchase_model,
                 start_at=unit.usage_from_us,
                 end_at=now_us,
-                vcpu=i.vcpu,
-                used_vcpu_h=i.vcpu * (now_us - unit.usage_from_us) / HOUR_US,
+                vcpu=unit.vcpu,
+                used_vcpu_h=unit.vcpu * (now_us - unit.usage_from_us) / HOUR_US,
             ),
             ORCHESTRATOR,
             causation_id=unit.launch_event_id,
             discriminator=str(unit.usage_from_us),
         )
         unit.usage_from_us = now_us
+
+
+def _forget_before(entries: OrderedDict[str, tuple[_T, int]], cutoff_us: int) -> None:
+    """Drop the oldest entries (inserted in time order) older than `cutoff_us`."""
+    while entries:
+        first = next(iter(entries.values()))
+        if first[1] >= cutoff_us:
+            return
+        entries.popitem(last=False)
