@@ -275,6 +275,11 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         ("losses with notice", f"{report['losses_with_notice']:,}"),
         ("losses without notice", f"{report['losses_without_notice']:,}"),
         ("wasted vCPU-hours", f"{report['wasted_vcpu_h']:,.0f}"),
+        ("placements decided", f"{report['events_by_type'].get('placement_decided', 0):,}"),
+        (
+            "replacements requested",
+            f"{report['events_by_type'].get('replacement_requested', 0):,}",
+        ),
         ("wasted share of reclaimable hours", f"{report['wasted_share_of_reclaimable']:.2%}"),
     ]
     for label, value in rows:

@@ -87,11 +87,22 @@ class _Claim:
     units: dict[str, _Placed] = field(default_factory=dict)
     placements: int = 0  # placement decisions so far
     active: bool = True
+    # vCPU of `units` [as the rest, as the floor]: kept, not summed (the top-up asks often).
+    placed: list[int] = field(default_factory=lambda: [0, 0])
+
+    def add(self, unit: _Placed) -> None:
+        self.units[unit.instance.instance_id] = unit
+        self.placed[unit.floor] += unit.instance.vcpu
+
+    def remove(self, instance_id: str) -> _Placed:
+        unit = self.units.pop(instance_id)
+        self.placed[unit.floor] -= unit.instance.vcpu
+        return unit
 
     def placed_vcpu(self, floor: bool | None = None) -> int:
-        return sum(
-            u.instance.vcpu for u in self.units.values() if floor is None or u.floor == floor
-        )
+        if floor is None:
+            return self.placed[0] + self.placed[1]
+        return self.placed[floor]
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +317,7 @@ class BaselineOrchestrator:
             )
         except CapacityUnavailableError:
             return 0  # the room changed since the plan: the next top-up tries again
-        claim.units[instance.instance_id] = _Placed(instance, floor)
+        claim.add(_Placed(instance, floor))
         self._claim_of[instance.instance_id] = claim.claim_id
         return instance.vcpu
 
@@ -314,7 +325,7 @@ class BaselineOrchestrator:
 
     def _on_loss(self, event: Envelope, loss: InstanceLost) -> None:
         claim = self._claims[self._claim_of.pop(loss.instance_id)]
-        lost = claim.units.pop(loss.instance_id)
+        lost = claim.remove(loss.instance_id)
         when_us = self._ready().now_us() + self.settings.relaunch_delay_s * SECOND_US
         relaunch = partial(self._relaunch, claim, lost, event.event_id)
         self._wake(when_us, f"relaunch {event.event_id}", relaunch)
