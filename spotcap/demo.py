@@ -21,6 +21,8 @@ from rich.table import Table
 from projections.ledger.store import LedgerError
 from projections.postgres.connection import FleetDatabaseError
 from provider.sim.clock import DAY_US, HOUR_US
+from provider.sim.orchestration import Orchestrator
+from provider.sim.orchestrator import BaselineOrchestrator
 from provider.sim.region import RegionSim, SimConfig, workload_contract_files
 from provider.sim.summary import RunSummary
 from schemas.events import EVENT_CLASSES
@@ -35,6 +37,12 @@ from streams.topics import EVENT_TOPICS, region_topics, topic_name
 from streams.writer import EventWriter
 
 FLUSH_EVENTS = 50_000
+
+# What can drive the simulated region (`--orchestrator`): a name -> a new orchestrator for the
+# config. The deciders' adapter joins the baseline stand-in here.
+ORCHESTRATORS: dict[str, Callable[[SimConfig], Orchestrator]] = {
+    "baseline": lambda config: BaselineOrchestrator(config.orchestrator),
+}
 
 ProgressCallback = Callable[[float], None]
 
@@ -74,10 +82,12 @@ def run_demo(
     on_progress: ProgressCallback | None = None,
     *,
     fresh: bool = False,
+    orchestrator: str = "baseline",
 ) -> dict[str, Any]:
     """Apply the region's topics, refuse a log that already holds its events, run, report.
 
     With `fresh`, an embedded log's topics of the region are deleted first (never Kafka's).
+    `orchestrator` names what drives the region (`ORCHESTRATORS`).
     """
     log = open_log(settings)
     try:
@@ -97,12 +107,14 @@ def run_demo(
                 f"or delete {settings.home}",
             )
         log.apply_topics(region_topics(config.region))
-        sim = RegionSim(config)
+        sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config))
         summary = write_run(sim, log, settings, on_progress)
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)
-    report.update(region=config.region, seed=config.seed, pools=len(sim.catalogue))
+    report.update(
+        region=config.region, seed=config.seed, pools=len(sim.catalogue), orchestrator=orchestrator
+    )
     return report
 
 
@@ -138,6 +150,14 @@ class DemoRefusedError(RuntimeError):
     "for `spotcap contracts compile`.",
 )
 @click.option(
+    "--orchestrator",
+    type=click.Choice(sorted(ORCHESTRATORS)),
+    default="baseline",
+    show_default=True,
+    help="What places, replaces and scales down the region's capacity "
+    "(baseline: the simulator's stand-in, which records its placements and replacements).",
+)
+@click.option(
     "--fresh",
     is_flag=True,
     help="Replace the region's events from an earlier run (embedded log only).",
@@ -158,6 +178,7 @@ def demo(
     workloads: int,
     catalogue: Path | None,
     contracts_out: Path | None,
+    orchestrator: str,
     fresh: bool,
     projections: bool,
     as_json: bool,
@@ -192,7 +213,11 @@ def demo(
         task = progress.add_task(f"region {settings.region}", total=days)
         try:
             report = run_demo(
-                settings, config, lambda d: progress.update(task, completed=d), fresh=fresh
+                settings,
+                config,
+                lambda d: progress.update(task, completed=d),
+                fresh=fresh,
+                orchestrator=orchestrator,
             )
         except DemoRefusedError as error:
             progress.stop()
@@ -265,6 +290,7 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
     used = report["used_vcpu_h"]
     rows = [
         ("sim days", f"{report['sim_days']:g}"),
+        ("orchestrator", report["orchestrator"]),
         ("pools", str(report["pools"])),
         ("workloads", str(report["workloads"])),
         ("declared target vCPU (sum)", f"{report['target_vcpu']:,}"),

@@ -84,6 +84,12 @@ def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:
     assert summary["events"] == len(expected)
     assert summary["events_by_type"] == dict(Counter(e.event_type for e in expected))
     assert summary["workloads"] == 20 and summary["region"] == REGION
+    assert summary["orchestrator"] == "baseline"  # and it recorded its decisions:
+    assert summary["events_by_topic"]["decisions"] == (
+        summary["events_by_type"]["placement_decided"]
+        + summary["events_by_type"]["replacement_requested"]
+    )
+    assert summary["events_by_type"]["placement_decided"] > 0
     assert summary["losses_with_notice"] + summary["losses_without_notice"] == (
         summary["events_by_type"].get("instance_lost", 0)
     )

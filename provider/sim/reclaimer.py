@@ -74,6 +74,7 @@ class Reclaimer:
         self._clock = clock = parts.clock
         self._rng = rng
         self.settings = settings
+        self._end_us = end_us
         reclaimable = catalogue.pools("reclaimable")
         count = min(settings.misbehaving_pools, len(reclaimable))
         chosen = rng.sample([p.pool_id for p in reclaimable], count)
@@ -128,7 +129,8 @@ class Reclaimer:
         if rate <= 0:
             return
         lifetime_us = int(self._rng.expovariate(rate) * HOUR_US)
-        self._clock.after(lifetime_us, partial(self._reclaim, payload.instance_id))
+        if self._clock.now_us + lifetime_us < self._end_us:  # else it would never run: no entry
+            self._clock.after(lifetime_us, partial(self._reclaim, payload.instance_id))
 
     def _reclaim(self, instance_id: str) -> None:
         if not self._provider.is_live(instance_id):
