@@ -151,7 +151,7 @@ class Eager:
             self.pending.append(event)
 
     def act(self, now_us: int, provider: CapacityProvider, due: Sequence[str]) -> None:
-        assert self.host is not None
+        assert self.host is not None and isinstance(provider, CapacityProvider)
         for name in due:
             assert self.due_at.pop(name) == now_us, "woken exactly when asked"
             self.woken.append((name, now_us))

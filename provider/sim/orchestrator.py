@@ -324,7 +324,10 @@ class BaselineOrchestrator:
     # -- replacement ------------------------------------------------------------------------
 
     def _on_loss(self, event: Envelope, loss: InstanceLost) -> None:
-        claim = self._claims[self._claim_of.pop(loss.instance_id)]
+        claim_id = self._claim_of.pop(loss.instance_id, None)
+        if claim_id is None:
+            return  # its claim was released (and the instance deleted) first
+        claim = self._claims[claim_id]
         lost = claim.remove(loss.instance_id)
         when_us = self._ready().now_us() + self.settings.relaunch_delay_s * SECOND_US
         relaunch = partial(self._relaunch, claim, lost, event.event_id)
