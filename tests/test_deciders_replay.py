@@ -24,7 +24,9 @@ CONFIG = SimConfig(
 
 @cache
 def inputs() -> tuple[Envelope, ...]:
-    return tuple(simulate(CONFIG))
+    # The region's facts, without the baseline orchestrator's own decisions (its
+    # placement_decided and replacement_requested are not the deciders' to actuate).
+    return tuple(e for e in simulate(CONFIG) if e.payload.TOPIC != "decisions")
 
 
 @cache

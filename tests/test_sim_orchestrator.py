@@ -183,13 +183,12 @@ class Eager:
         avoid: str = "",
     ) -> None:
         assert self.host is not None
-        workload = self.host.workloads[claim.workload_id]
         pools = sorted(
             (
                 p
                 for p in self.host.catalogue.pools("reclaimable")
-                if p.sku_family in workload.draft.families
-                and p.size_vcpu in workload.draft.sizes_vcpu
+                if p.sku_family in claim.sku_families
+                and p.size_vcpu in claim.sizes_vcpu
                 and p.pool_id != avoid
             ),
             key=lambda p: (p.price_per_vcpu_h_eur_micros, p.pool_id),
@@ -312,6 +311,7 @@ def test_placements_are_recorded_before_their_launches(baseline_run: list[Envelo
     placements_of: defaultdict[str, int] = defaultdict(int)
     placements = _of(events, PlacementDecided)
     assert placements
+    caps_seen: set[bool] = set()
     for e in events:
         p = e.payload
         if isinstance(p, RateCard):
@@ -341,6 +341,14 @@ def test_placements_are_recorded_before_their_launches(baseline_run: list[Envelo
             p.cost_per_h_eur_micros - p.price_first_cost_per_h_eur_micros
         )
         assert p.excluded_pool_ids == () and p.ranking_id is None
+        assert p.unplaced_vcpu == max(0, p.requested_vcpu - sum(placed.values()))
+        assert (p.caps_reason is None) == (p.caps_held and not p.unplaced_vcpu)
+        if p.eligible_pool_count < 8:
+            assert not p.caps_held and p.pool_cap_vcpu == p.group_cap_vcpu == 0
+        else:
+            assert 0 <= p.pool_cap_vcpu <= p.group_cap_vcpu
+        caps_seen.add(p.caps_held)
+    assert caps_seen == {True, False}, "the baseline keeps the caps sometimes, not always"
     # The first placement of each claim is recorded even when nothing had room.
     closed = {e.payload for e in _of(events, CapacityClaimClosed)}
     assert set(placements_of) == {p.claim_id for p in closed if isinstance(p, CapacityClaimClosed)}
@@ -369,6 +377,15 @@ def test_replacements_are_requested_for_losses(baseline_run: list[Envelope]) -> 
         assert p.excluded_pool_ids == tuple(sorted(p.excluded_pool_ids))
         if p.excluded_pool_ids:
             assert loss.payload.pool_id in p.excluded_pool_ids
+        else:
+            assert p.caps_reason and "could not keep out of" in p.caps_reason
+        assert p.replaces_pool_id == loss.payload.pool_id
+        placed: defaultdict[str, int] = defaultdict(int)
+        for x in launches[e.event_id]:
+            assert isinstance(x.payload, InstanceLaunched)
+            placed[x.payload.pool_id] += x.payload.vcpu
+        assert {a.pool_id: a.vcpu for a in p.allocations} == placed
+        assert p.unplaced_vcpu == max(0, p.vcpu - sum(placed.values()))
         for x in launches[e.event_id]:
             assert isinstance(x.payload, InstanceLaunched)
             assert position[x.event_id] > position[e.event_id]

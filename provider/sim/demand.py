@@ -82,6 +82,11 @@ class DemandSide:
                 cluster=workload.draft.cluster,
                 requested_vcpu=run.vcpu,
                 reason=run.reason,
+                sku_families=workload.draft.families,
+                sizes_vcpu=workload.draft.sizes_vcpu,
+                expected_duration_s=None
+                if run.end_us is None
+                else (run.end_us - run.start_us) // SECOND_US,
             ),
             CLAIMS,
         )

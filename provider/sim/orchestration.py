@@ -30,7 +30,7 @@ delivers events to `observe`, and the log gets them from the region.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Protocol
 
@@ -45,7 +45,6 @@ from provider.base import (
 from provider.sim.bus import EventBus
 from provider.sim.clock import Scheduler
 from provider.sim.provider import SimProvider
-from provider.sim.workloads import SimWorkload
 from schemas.events import Envelope, Payload
 from schemas.pools import PoolCatalogue
 
@@ -58,12 +57,6 @@ class OrchestratorHost(Protocol):
 
     @property
     def catalogue(self) -> PoolCatalogue: ...
-
-    @property
-    def workloads(self) -> Mapping[str, SimWorkload]:
-        """The admitted workloads by id: their contracts, and what the events do not carry
-        yet (the SKU families and sizes each can run on, which its scheduler knows)."""
-        ...
 
     def now_us(self) -> int: ...
 
@@ -172,16 +165,14 @@ class RegionHost:
         self._bus = bus
         self._clock = clock
         self._seam = SimOrchestratorProvider(provider, self)
-        self._workloads: Mapping[str, SimWorkload] = {}
         self._early: list[Envelope] | None = []  # published before start: delivered at start
         self._dirty = False  # observed something since the last act
         self._acting = False
         bus.tap(self._observe)
         clock.on_step = self._settle
 
-    def start(self, workloads: Mapping[str, SimWorkload]) -> None:
+    def start(self) -> None:
         """Start the orchestrator, then hand it what the region published so far."""
-        self._workloads = workloads
         early, self._early = self._early or [], None
         self._orchestrator.start(self)
         for envelope in early:
@@ -196,10 +187,6 @@ class RegionHost:
     @property
     def catalogue(self) -> PoolCatalogue:
         return self._catalogue
-
-    @property
-    def workloads(self) -> Mapping[str, SimWorkload]:
-        return self._workloads
 
     def now_us(self) -> int:
         return self._clock.now_us

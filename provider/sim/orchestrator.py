@@ -5,17 +5,21 @@ first on committed capacity, then guaranteed; the rest on reclaimable, guarantee
 reclaimable has room), tops claims below their target up every `reconcile_interval_s`,
 relaunches `relaunch_delay_s` after a loss (away from the lost pool's correlation group), and
 deletes a claim's instances when its work is released. It decides from the events it observes
-(claims, contracts, rate cards, losses, releases) and from the simulator's room per pool, and
-acts through the provider seam with its tags.
+(contracts, claims with the SKU families and sizes they can use, rate cards, losses, releases)
+and from the simulator's room per pool, and acts through the provider seam with its tags. A
+claim of a workload without a published contract is not placed (ADR-04).
 
 It records what it does, so that the deciders can be compared with it on the same seed:
 
 * `placement_decided` before each placement's launches (the claim's first placement, and each
   top-up that places something): allocations per pool, the plan's hourly cost at the current
-  rate cards, and the premium over `CheapestPolicy` (price-first) for the same needs; it
+  rate cards, and the premium over `CheapestPolicy` (price-first) for the same needs; how the
+  workload's reclaimable vCPU stands against the caps of ADR-08 after the plan (the baseline
+  reports them, it does not enforce them: `provider.sim.caps`); what stayed unplaced. It
   excludes no pool and uses no ranking.
 * `replacement_requested` before each relaunch (one per purchase model tried), caused by the
-  loss; its excluded pools are the lost pool's correlation group, unless nothing else had room.
+  loss, with where it goes; its excluded pools are the lost pool's correlation group, unless
+  nothing else had room and the baseline went back into it.
 
 Every launch names its decision as cause, so `instance_launched` follows
 `placement_decided` or `replacement_requested` in the cause chain.
@@ -36,6 +40,7 @@ from provider.base import (
     LaunchRequest,
     owned_tags,
 )
+from provider.sim.caps import CapsReport, caps_reason, caps_report
 from provider.sim.clock import SECOND_US
 from provider.sim.demand import CLAIM_TAG
 from provider.sim.orchestration import OrchestratorHost
@@ -45,12 +50,13 @@ from provider.sim.placement import (
     PlacementRequest,
     PlannedView,
     SpreadPolicy,
+    eligible_pools,
 )
-from provider.sim.workloads import SimWorkload
 from schemas.events import (
     Allocation,
     CapacityClaimOpened,
     CapacityReleased,
+    ContractPublished,
     Envelope,
     InstanceLost,
     PlacementDecided,
@@ -79,11 +85,16 @@ class _Placed:
 
 @dataclass(slots=True)
 class _Claim:
+    """An active claim, what its workload can run on, and the instances serving it."""
+
     claim_id: str
-    workload: SimWorkload
+    workload_id: str
     requested_vcpu: int
     floor_vcpu: int  # the workload's floor if this claim holds it, else 0
     opened_event_id: str
+    families: tuple[str, ...]
+    sizes_vcpu: tuple[int, ...] | None  # None: any size
+    tolerated_per_h: float | None
     units: dict[str, _Placed] = field(default_factory=dict)
     placements: int = 0  # placement decisions so far
     active: bool = True
@@ -122,7 +133,9 @@ class BaselineOrchestrator:
         self.settings = settings or OrchestratorSettings()
         self._policy = policy or SpreadPolicy()
         self._host: OrchestratorHost | None = None
+        self._contracts: dict[str, ContractPublished] = {}  # by workload
         self._claims: dict[str, _Claim] = {}  # active claims, by id
+        self._by_workload: dict[str, dict[str, _Claim]] = {}  # workload -> its active claims
         self._claim_of: dict[str, str] = {}  # instance id -> claim id, for live instances
         self._floor_held: dict[str, str] = {}  # workload -> the active claim holding its floor
         self._prices: dict[str, int] = {}  # pool -> current price per vCPU-hour
@@ -144,6 +157,8 @@ class BaselineOrchestrator:
                 self._observed.append(event)
         elif isinstance(payload, CapacityClaimOpened | CapacityReleased):
             self._observed.append(event)
+        elif isinstance(payload, ContractPublished):
+            self._contracts[payload.workload_id] = payload
 
     def act(self, now_us: int, provider: CapacityProvider, due: Sequence[str]) -> None:
         observed, self._observed = self._observed, []
@@ -161,19 +176,27 @@ class BaselineOrchestrator:
     # -- claims -----------------------------------------------------------------------------
 
     def _on_claim(self, event: Envelope, opened: CapacityClaimOpened) -> None:
-        host = self._ready()
-        workload = host.workloads.get(opened.workload_id)
-        if workload is None:
-            return  # not a workload this region admitted
+        contract = self._contracts.get(opened.workload_id)
+        if contract is None:
+            return  # no published contract, no placement (ADR-04)
         # The floor is the workload's: the first of its active claims holds it (a CI runner
         # pool's weekday burst adds no floor to its base pool's).
         holds_floor = opened.workload_id not in self._floor_held
-        floor = workload.contract.floor_vcpu if holds_floor else 0
         if holds_floor:
             self._floor_held[opened.workload_id] = opened.claim_id
-        claim = _Claim(opened.claim_id, workload, opened.requested_vcpu, floor, event.event_id)
+        claim = _Claim(
+            opened.claim_id,
+            opened.workload_id,
+            opened.requested_vcpu,
+            contract.floor_vcpu if holds_floor else 0,
+            event.event_id,
+            tuple(opened.sku_families),
+            tuple(opened.sizes_vcpu) or None,
+            contract.tolerated_interruptions_per_h,
+        )
         self._claims[claim.claim_id] = claim
-        when_us = host.now_us() + self.settings.launch_delay_s * SECOND_US
+        self._by_workload.setdefault(claim.workload_id, {})[claim.claim_id] = claim
+        when_us = self._ready().now_us() + self.settings.launch_delay_s * SECOND_US
         self._wake(when_us, f"place {claim.claim_id}", partial(self._place_claim, claim))
 
     def _place_claim(self, claim: _Claim, provider: CapacityProvider) -> None:
@@ -194,6 +217,7 @@ class BaselineOrchestrator:
         if claim is None:
             return
         claim.active = False
+        del self._by_workload[claim.workload_id][claim.claim_id]
         if self._floor_held.get(released.workload_id) == claim.claim_id:
             del self._floor_held[released.workload_id]
         for instance_id in sorted(claim.units):
@@ -201,6 +225,7 @@ class BaselineOrchestrator:
             request = DeleteRequest(instance_id, released.reason, causation_id=event.event_id)
             provider.delete(request)
         claim.units.clear()
+        claim.placed = [0, 0]
 
     # -- placement --------------------------------------------------------------------------
 
@@ -212,15 +237,17 @@ class BaselineOrchestrator:
         plan = self._plan_top_up(claim, self._policy, floor_need, rest_need)
         if not plan.pool_ids and not always_record:
             return
-        prices = self._prices
-        price_first = self._plan_top_up(claim, CheapestPolicy(prices), floor_need, rest_need)
+        price_first = self._plan_top_up(claim, CheapestPolicy(self._prices), floor_need, rest_need)
         cost = self._cost(plan.pool_ids)
         price_first_cost = self._cost(price_first.pool_ids)
+        requested = floor_need + rest_need
+        unplaced = max(0, requested - sum(self._size(p) for p in plan.pool_ids))
+        caps = self._caps(claim, plan.pool_ids)
         claim.placements += 1
         decision = self._ready().emit(
             PlacementDecided(
-                workload_id=claim.workload.workload_id,
-                requested_vcpu=floor_need + rest_need,
+                workload_id=claim.workload_id,
+                requested_vcpu=requested,
                 floor_vcpu=sum(
                     self._size(p) for p, f in zip(plan.pool_ids, plan.floor, strict=True) if f
                 ),
@@ -230,6 +257,12 @@ class BaselineOrchestrator:
                 premium_per_h_eur_micros=cost - price_first_cost,
                 excluded_pool_ids=(),
                 claim_id=claim.claim_id,
+                caps_held=caps.caps_held,
+                caps_reason=caps_reason(caps, unplaced),
+                eligible_pool_count=caps.eligible,
+                pool_cap_vcpu=caps.pool_cap_vcpu,
+                group_cap_vcpu=caps.group_cap_vcpu,
+                unplaced_vcpu=unplaced,
             ),
             PRODUCER,
             causation_id=claim.opened_event_id,
@@ -261,11 +294,37 @@ class BaselineOrchestrator:
                 if floor_need <= 0:
                     break
         if rest_need > 0:
-            sizes = claim.workload.draft.sizes_vcpu
-            rest_need -= phase("reclaimable", rest_need, sizes, False)
+            rest_need -= phase("reclaimable", rest_need, claim.sizes_vcpu, False)
             if rest_need > 0:
                 phase("guaranteed", rest_need, None, False)
         return _Plan(pools, floors)
+
+    def _request(
+        self,
+        claim: _Claim,
+        model: PurchaseModel,
+        vcpu: int,
+        sizes: tuple[int, ...] | None,
+        *,
+        planned: Sequence[str] = (),
+        avoid: frozenset[str] = frozenset(),
+    ) -> PlacementRequest:
+        placed_by_pool: dict[str, int] = {}
+        for unit in claim.units.values():
+            pool_id = unit.instance.pool_id
+            placed_by_pool[pool_id] = placed_by_pool.get(pool_id, 0) + unit.instance.vcpu
+        for pool_id in planned:
+            placed_by_pool[pool_id] = placed_by_pool.get(pool_id, 0) + self._size(pool_id)
+        return PlacementRequest(
+            workload_id=claim.workload_id,
+            purchase_model=model,
+            vcpu=vcpu,
+            families=claim.families,
+            sizes_vcpu=sizes,
+            max_interruptions_per_h=claim.tolerated_per_h,
+            placed_vcpu_by_pool=placed_by_pool,
+            avoid_groups=avoid,
+        )
 
     def _plan(
         self,
@@ -280,22 +339,7 @@ class BaselineOrchestrator:
         avoid: frozenset[str] = frozenset(),
     ) -> list[str]:
         """Pools for up to `vcpu` more in `model` pools; `view` takes what is chosen."""
-        placed_by_pool: dict[str, int] = {}
-        for unit in claim.units.values():
-            pool_id = unit.instance.pool_id
-            placed_by_pool[pool_id] = placed_by_pool.get(pool_id, 0) + unit.instance.vcpu
-        for pool_id in planned:
-            placed_by_pool[pool_id] = placed_by_pool.get(pool_id, 0) + self._size(pool_id)
-        request = PlacementRequest(
-            workload_id=claim.workload.workload_id,
-            purchase_model=model,
-            vcpu=vcpu,
-            families=claim.workload.draft.families,
-            sizes_vcpu=sizes,
-            max_interruptions_per_h=claim.workload.contract.tolerated_interruptions_per_h,
-            placed_vcpu_by_pool=placed_by_pool,
-            avoid_groups=avoid,
-        )
+        request = self._request(claim, model, vcpu, sizes, planned=planned, avoid=avoid)
         chosen = policy.plan(request, self._ready().catalogue, view)
         for pool_id in chosen:
             view.take(pool_id, self._size(pool_id))
@@ -305,15 +349,14 @@ class BaselineOrchestrator:
         self, provider: CapacityProvider, claim: _Claim, pool_id: str, cause: str, floor: bool
     ) -> int:
         """Launch one instance in `pool_id` for `claim`; returns its vCPU (0 if refused)."""
-        workload_id = claim.workload.workload_id
         tags = owned_tags(
             self.settings.orchestrator_id,
-            workload_id,
+            claim.workload_id,
             {POOL_TAG: pool_id, CLAIM_TAG: claim.claim_id},
         )
         try:
             instance = provider.launch(
-                LaunchRequest(pool_id, workload_id, tags, causation_id=cause)
+                LaunchRequest(pool_id, claim.workload_id, tags, causation_id=cause)
             )
         except CapacityUnavailableError:
             return 0  # the room changed since the plan: the next top-up tries again
@@ -344,7 +387,7 @@ class BaselineOrchestrator:
             return  # a top-up got there first
         group = self._ready().catalogue.get(lost.instance.pool_id).correlation_group
         model = lost.instance.purchase_model
-        sizes = None if lost.floor else claim.workload.draft.sizes_vcpu
+        sizes = None if lost.floor else claim.sizes_vcpu
         replace = partial(self._replace, provider, claim, lost, loss_id=loss_id, group=group)
         placed = replace(model=model, vcpu=need, sizes=sizes)
         if placed < need and model != "guaranteed":
@@ -371,14 +414,22 @@ class BaselineOrchestrator:
         )
         catalogue = host.catalogue
         into_group = any(catalogue.get(p).correlation_group == group for p in chosen)
-        excluded = () if into_group else self._group_pool_ids(group)
+        unplaced = max(0, vcpu - sum(self._size(p) for p in chosen))
+        caps = self._caps(claim, chosen)
+        strayed = f"could not keep out of {group}: no other pool had room" if into_group else None
         request = host.emit(
             ReplacementRequested(
-                workload_id=claim.workload.workload_id,
+                workload_id=claim.workload_id,
                 replaces_instance_id=lost.instance.instance_id,
                 vcpu=vcpu,
                 purchase_model=model,
-                excluded_pool_ids=excluded,
+                excluded_pool_ids=() if into_group else self._group_pool_ids(group),
+                allocations=self._allocations(chosen),
+                replaces_pool_id=lost.instance.pool_id,
+                floor=lost.floor,
+                caps_held=caps.caps_held,
+                caps_reason=caps_reason(caps, unplaced, strayed),
+                unplaced_vcpu=unplaced,
             ),
             PRODUCER,
             causation_id=loss_id,
@@ -389,7 +440,26 @@ class BaselineOrchestrator:
             for pool_id in chosen
         )
 
-    # -- helpers ----------------------------------------------------------------------------
+    # -- what the decisions record ----------------------------------------------------------
+
+    def _caps(self, claim: _Claim, planned: Sequence[str]) -> CapsReport:
+        """The workload's reclaimable vCPU per pool (all its active claims) once `planned`
+        launches, against the caps, with the count of reclaimable pools eligible now."""
+        catalogue = self._ready().catalogue
+        by_pool: dict[str, int] = {}
+        for other in self._by_workload[claim.workload_id].values():
+            for unit in other.units.values():
+                if unit.instance.purchase_model == "reclaimable":
+                    pool_id = unit.instance.pool_id
+                    by_pool[pool_id] = by_pool.get(pool_id, 0) + unit.instance.vcpu
+        for pool_id in planned:
+            pool = catalogue.get(pool_id)
+            if pool.purchase_model == "reclaimable":
+                by_pool[pool_id] = by_pool.get(pool_id, 0) + pool.size_vcpu
+        request = self._request(claim, "reclaimable", 0, claim.sizes_vcpu)
+        eligible = len(eligible_pools(request, catalogue, self._ready()))
+        group_of = {p: catalogue.get(p).correlation_group for p in by_pool}
+        return caps_report(by_pool, group_of, eligible)
 
     @property
     def _reconcile_us(self) -> int:

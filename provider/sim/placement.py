@@ -112,14 +112,27 @@ class CheapestPolicy:
         return plan
 
 
+def eligible_pools(
+    request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+) -> list[Pool]:
+    """The pools of the request's purchase model it may use that have room for one instance."""
+    return _eligible(request, catalogue, view)[0]
+
+
+def _eligible(
+    request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+) -> tuple[list[Pool], dict[str, int]]:
+    eligible = [p for p in catalogue.pools(request.purchase_model) if _fits(p, request)]
+    room = {p.pool_id: view.room_vcpu(p.pool_id) for p in eligible}
+    return [p for p in eligible if room[p.pool_id] >= p.size_vcpu], room
+
+
 def _candidates(
     request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
 ) -> tuple[list[Pool], dict[str, int]]:
     """The eligible pools with room for one more instance (outside the avoided correlation
     groups while any such pool has room), and the room of each."""
-    eligible = [p for p in catalogue.pools(request.purchase_model) if _fits(p, request)]
-    room = {p.pool_id: view.room_vcpu(p.pool_id) for p in eligible}
-    eligible = [p for p in eligible if room[p.pool_id] >= p.size_vcpu]
+    eligible, room = _eligible(request, catalogue, view)
     preferred = [p for p in eligible if p.correlation_group not in request.avoid_groups]
     return preferred or eligible, room
 

@@ -137,7 +137,7 @@ class RegionSim:
             usage_interval_s=config.usage_interval_s,
             checkpoint_bandwidth_bytes_per_s=config.checkpoint_bandwidth_bytes_per_s,
         )
-        self.host.start(by_id)
+        self.host.start()
         self.demand = DemandSide(self.bus, self.clock, claim_deadline_s=config.claim_deadline_s)
         for workload in self.workloads:
             runs = plan_runs(workload_rng, workload, config.start_us, config.end_us)
