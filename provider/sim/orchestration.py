@@ -165,18 +165,19 @@ class RegionHost:
         self._bus = bus
         self._clock = clock
         self._seam = SimOrchestratorProvider(provider, self)
-        self._early: list[Envelope] | None = []  # published before start: delivered at start
+        self._early: list[Envelope] = []  # published before start: delivered at start
         self._dirty = False  # observed something since the last act
         self._acting = False
-        bus.tap(self._observe)
-        clock.on_step = self._settle
+        bus.tap(self._early.append)
 
     def start(self) -> None:
         """Start the orchestrator, then hand it what the region published so far."""
-        early, self._early = self._early or [], None
         self._orchestrator.start(self)
+        early, self._early = self._early, []
+        self._bus.tap(self._observe)
         for envelope in early:
             self._observe(envelope)
+        self._clock.on_step = self._settle
 
     # -- OrchestratorHost --------------------------------------------------------------------
 
@@ -231,15 +232,12 @@ class RegionHost:
             )
 
     def _observe(self, envelope: Envelope) -> None:
-        if self._early is not None:
-            self._early.append(envelope)
-            return
         self._orchestrator.observe(envelope)
         self._dirty = True
 
     def _settle(self) -> None:
         """After each step: act on what the step published."""
-        if self._dirty and self._early is None:
+        if self._dirty:
             self._act(())
 
     def _act(self, due: tuple[str, ...]) -> None:

@@ -46,6 +46,7 @@ from provider.sim.demand import CLAIM_TAG
 from provider.sim.orchestration import OrchestratorHost
 from provider.sim.placement import (
     CheapestPolicy,
+    Fitting,
     PlacementPolicy,
     PlacementRequest,
     PlannedView,
@@ -67,6 +68,9 @@ from schemas.events import (
 
 PRODUCER = "sim/orchestrator"
 RECONCILE = "reconcile"
+_ACTED_ON = frozenset(
+    {CapacityClaimOpened.EVENT_TYPE, CapacityReleased.EVENT_TYPE, InstanceLost.EVENT_TYPE}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +137,8 @@ class BaselineOrchestrator:
         self.settings = settings or OrchestratorSettings()
         self._policy = policy or SpreadPolicy()
         self._host: OrchestratorHost | None = None
+        self._fitting: Fitting | None = None
+        self._group_pools: dict[str, tuple[str, ...]] = {}  # correlation group -> its pools
         self._contracts: dict[str, ContractPublished] = {}  # by workload
         self._claims: dict[str, _Claim] = {}  # active claims, by id
         self._by_workload: dict[str, dict[str, _Claim]] = {}  # workload -> its active claims
@@ -146,17 +152,20 @@ class BaselineOrchestrator:
 
     def start(self, host: OrchestratorHost) -> None:
         self._host = host
+        self._fitting = Fitting(host.catalogue)
+        groups: dict[str, list[str]] = {}
+        for pool in host.catalogue:
+            groups.setdefault(pool.correlation_group, []).append(pool.pool_id)
+        self._group_pools = {g: tuple(sorted(ids)) for g, ids in groups.items()}
         self._wake(host.now_us() + self._reconcile_us, RECONCILE, self._reconcile)
 
     def observe(self, event: Envelope) -> None:
         payload = event.payload
-        if isinstance(payload, RateCard):
+        if isinstance(payload, RateCard):  # half of all events: first
             self._prices[payload.pool_id] = payload.price_per_vcpu_h_eur_micros
-        elif isinstance(payload, InstanceLost):
-            if payload.instance_id in self._claim_of:
+        elif event.event_type in _ACTED_ON:
+            if not isinstance(payload, InstanceLost) or payload.instance_id in self._claim_of:
                 self._observed.append(event)
-        elif isinstance(payload, CapacityClaimOpened | CapacityReleased):
-            self._observed.append(event)
         elif isinstance(payload, ContractPublished):
             self._contracts[payload.workload_id] = payload
 
@@ -340,7 +349,7 @@ class BaselineOrchestrator:
     ) -> list[str]:
         """Pools for up to `vcpu` more in `model` pools; `view` takes what is chosen."""
         request = self._request(claim, model, vcpu, sizes, planned=planned, avoid=avoid)
-        chosen = policy.plan(request, self._ready().catalogue, view)
+        chosen = policy.plan(request, self._fits(), view)
         for pool_id in chosen:
             view.take(pool_id, self._size(pool_id))
         return chosen
@@ -423,7 +432,7 @@ class BaselineOrchestrator:
                 replaces_instance_id=lost.instance.instance_id,
                 vcpu=vcpu,
                 purchase_model=model,
-                excluded_pool_ids=() if into_group else self._group_pool_ids(group),
+                excluded_pool_ids=() if into_group else self._group_pools[group],
                 allocations=self._allocations(chosen),
                 replaces_pool_id=lost.instance.pool_id,
                 floor=lost.floor,
@@ -457,7 +466,7 @@ class BaselineOrchestrator:
             if pool.purchase_model == "reclaimable":
                 by_pool[pool_id] = by_pool.get(pool_id, 0) + pool.size_vcpu
         request = self._request(claim, "reclaimable", 0, claim.sizes_vcpu)
-        eligible = len(eligible_pools(request, catalogue, self._ready()))
+        eligible = len(eligible_pools(request, self._fits(), self._ready()))
         group_of = {p: catalogue.get(p).correlation_group for p in by_pool}
         return caps_report(by_pool, group_of, eligible)
 
@@ -469,6 +478,11 @@ class BaselineOrchestrator:
         if self._host is None:
             raise RuntimeError("the baseline orchestrator was not started")
         return self._host
+
+    def _fits(self) -> Fitting:
+        if self._fitting is None:
+            raise RuntimeError("the baseline orchestrator was not started")
+        return self._fitting
 
     def _wake(self, when_us: int, name: str, task: Callable[[CapacityProvider], None]) -> None:
         self._tasks[name] = task
@@ -496,7 +510,3 @@ class BaselineOrchestrator:
             Allocation(pool_id, v, catalogue.get(pool_id).purchase_model)
             for pool_id, v in sorted(vcpu.items())
         )
-
-    def _group_pool_ids(self, group: str) -> tuple[str, ...]:
-        catalogue = self._ready().catalogue
-        return tuple(sorted(p.pool_id for p in catalogue if p.correlation_group == group))

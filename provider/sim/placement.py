@@ -43,10 +43,31 @@ class PoolView(Protocol):
     def room_vcpu(self, pool_id: str) -> int: ...
 
 
+class Fitting:
+    """The pools of a catalogue a request may use by its shape: its purchase model, SKU
+    families and sizes, and the interruption rate it tolerates. Worked out once per shape;
+    room is what changes from one request to the next."""
+
+    def __init__(self, catalogue: PoolCatalogue) -> None:
+        self.catalogue = catalogue
+        self._by_shape: dict[tuple[object, ...], list[Pool]] = {}
+
+    def pools(self, request: PlacementRequest) -> list[Pool]:
+        shape = (
+            request.purchase_model,
+            request.families,
+            request.sizes_vcpu,
+            request.max_interruptions_per_h,
+        )
+        fitting = self._by_shape.get(shape)
+        if fitting is None:
+            models = self.catalogue.pools(request.purchase_model)
+            fitting = self._by_shape[shape] = [p for p in models if _fits(p, request)]
+        return fitting
+
+
 class PlacementPolicy(Protocol):
-    def plan(
-        self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
-    ) -> list[str]:
+    def plan(self, request: PlacementRequest, fitting: Fitting, view: PoolView) -> list[str]:
         """Pool ids to launch one instance in each, in order; may cover less than asked."""
         ...
 
@@ -66,10 +87,8 @@ class PlannedView:
 
 
 class SpreadPolicy:
-    def plan(
-        self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
-    ) -> list[str]:
-        candidates, room = _candidates(request, catalogue, view)
+    def plan(self, request: PlacementRequest, fitting: Fitting, view: PoolView) -> list[str]:
+        candidates, room = _candidates(request, fitting, view)
         placed = {p.pool_id: request.placed_vcpu_by_pool.get(p.pool_id, 0) for p in candidates}
         plan: list[str] = []
         remaining = request.vcpu
@@ -94,10 +113,8 @@ class CheapestPolicy:
     def __init__(self, prices: Mapping[str, int]) -> None:
         self._prices = prices
 
-    def plan(
-        self, request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
-    ) -> list[str]:
-        candidates, room = _candidates(request, catalogue, view)
+    def plan(self, request: PlacementRequest, fitting: Fitting, view: PoolView) -> list[str]:
+        candidates, room = _candidates(request, fitting, view)
         prices = self._prices
         candidates.sort(
             key=lambda p: (prices.get(p.pool_id, p.price_per_vcpu_h_eur_micros), p.pool_id)
@@ -112,27 +129,25 @@ class CheapestPolicy:
         return plan
 
 
-def eligible_pools(
-    request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
-) -> list[Pool]:
+def eligible_pools(request: PlacementRequest, fitting: Fitting, view: PoolView) -> list[Pool]:
     """The pools of the request's purchase model it may use that have room for one instance."""
-    return _eligible(request, catalogue, view)[0]
+    return _eligible(request, fitting, view)[0]
 
 
 def _eligible(
-    request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+    request: PlacementRequest, fitting: Fitting, view: PoolView
 ) -> tuple[list[Pool], dict[str, int]]:
-    eligible = [p for p in catalogue.pools(request.purchase_model) if _fits(p, request)]
-    room = {p.pool_id: view.room_vcpu(p.pool_id) for p in eligible}
-    return [p for p in eligible if room[p.pool_id] >= p.size_vcpu], room
+    fits = fitting.pools(request)
+    room = {p.pool_id: view.room_vcpu(p.pool_id) for p in fits}
+    return [p for p in fits if room[p.pool_id] >= p.size_vcpu], room
 
 
 def _candidates(
-    request: PlacementRequest, catalogue: PoolCatalogue, view: PoolView
+    request: PlacementRequest, fitting: Fitting, view: PoolView
 ) -> tuple[list[Pool], dict[str, int]]:
     """The eligible pools with room for one more instance (outside the avoided correlation
     groups while any such pool has room), and the room of each."""
-    eligible, room = _eligible(request, catalogue, view)
+    eligible, room = _eligible(request, fitting, view)
     preferred = [p for p in eligible if p.correlation_group not in request.avoid_groups]
     return preferred or eligible, room
 
