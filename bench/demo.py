@@ -4,14 +4,18 @@
    written to a fresh embedded log, and, as the reference, the simulation alone (the same
    events, no encoding, no log). Prints wall time, events/s, the ratio, and events by topic.
    Target: a 7-day run in under a minute.
-2. Peak RSS (issue 6: history in bounded memory): `spotcap demo --days D` in a fresh process
-   for each of `--rss-days` (7 and 30 by default), its peak resident set from the kernel
-   (`wait4`'s rusage of that child), next to the simulation alone in a fresh process for the
-   same days. Target: the 30-day demo within 1.5x the 7-day one. These run first, while this
-   process is small: Linux counts the parent's resident set at the child's `exec` in the
-   child's peak, so a parent that had already run the demo would hide the child's own figure.
+2. Peak RSS (issue 6: history in bounded memory): `spotcap demo --days D --no-projections`
+   (the simulation and its writer into the log) in a fresh process for each of `--rss-days`
+   (7 and 30 by default), its peak resident set from the kernel (`wait4`'s rusage of that
+   child), next to the simulation alone in a fresh process for the same days; with
+   `--projections`, the demo as it runs by default, materialising the projections after the
+   run (`bench/projections.py` measures those). Target: the 30-day demo within 1.5x the 7-day
+   one. These run first, while this process is small: Linux counts the parent's resident set
+   at the child's `exec` in the child's peak, so a parent that had already run the demo would
+   hide the child's own figure.
 
-    .venv/bin/python bench/demo.py [--days 7] [--seed 1] [--profile] [--rss-days 7 30 | --no-rss]
+    .venv/bin/python bench/demo.py [--days 7] [--seed 1] [--profile]
+                                   [--rss-days 7 30 | --no-rss] [--projections]
 """
 
 from __future__ import annotations
@@ -89,19 +93,24 @@ def peak_rss_mib(command: list[str]) -> tuple[float, float]:
     return usage.ru_maxrss / 1024, time.perf_counter() - start  # Linux: ru_maxrss is in KiB
 
 
-def memory(days_list: list[float], seed: int) -> None:
+def memory(days_list: list[float], seed: int, projections: bool) -> None:
     python = sys.executable
     demo: dict[float, float] = {}
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS, each run in a fresh process (seed {seed}; this process: {own:.0f} MiB):")
+    what = "with" if projections else "--no-projections: without"
+    print(
+        f"peak RSS, each run in a fresh process (seed {seed}; spotcap demo {what} the "
+        f"projections; this process: {own:.0f} MiB):"
+    )
     print(f"  {'sim days':>8}  {'simulation alone':>16}  {'spotcap demo':>12}  {'demo wall':>9}")
     for days in days_list:
         alone, _ = peak_rss_mib([python, "-c", _SIM_ALONE, str(days), str(seed)])
         with tempfile.TemporaryDirectory(prefix="spotcap-bench-rss-") as home:
             command = [python, "-m", "spotcap.cli", "--home", home, "--region", "bench"]
-            demo[days], wall_s = peak_rss_mib(
-                [*command, "demo", "--days", str(days), "--seed", str(seed), "--json"]
-            )
+            options = ["--days", str(days), "--seed", str(seed), "--json"]
+            if not projections:
+                options.append("--no-projections")
+            demo[days], wall_s = peak_rss_mib([*command, "demo", *options])
         print(f"  {days:>8g}  {alone:>12,.0f} MiB  {demo[days]:>8,.0f} MiB  {wall_s:>7.0f} s")
     if len(demo) >= 2:
         first, last = min(demo), max(demo)
@@ -120,9 +129,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the full run")
     parser.add_argument("--rss-days", type=float, nargs="+", default=[7.0, 30.0])
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS runs")
+    parser.add_argument(
+        "--projections", action="store_true", help="peak RSS of the demo with its projections"
+    )
     args = parser.parse_args()
     if not args.no_rss:
-        memory(args.rss_days, args.seed)
+        memory(args.rss_days, args.seed, args.projections)
     speed(args.days, args.seed, args.profile)
 
 
