@@ -18,8 +18,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from projections.ledger.store import LedgerError
-from projections.postgres.connection import FleetDatabaseError
 from provider.sim.clock import DAY_US, HOUR_US
 from provider.sim.orchestration import Orchestrator
 from provider.sim.orchestrator import BaselineOrchestrator
@@ -29,7 +27,6 @@ from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.config import Settings
 from spotcap.fail import fail
-from spotcap.stores import StoreError
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
@@ -227,7 +224,12 @@ def demo(
             fail(str(error))
     report["log"] = describe_log(settings)
     if projections:
+        # Imported here: the stores' libraries (pyarrow, psycopg) weigh ~50 MiB of memory that
+        # a run without projections does not need.
+        from projections.ledger.store import LedgerError
+        from projections.postgres.connection import FleetDatabaseError
         from spotcap.demo_projections import materialise
+        from spotcap.stores import StoreError
 
         try:
             report["projections"] = materialise(settings, rebuild=fresh, quiet=as_json)
