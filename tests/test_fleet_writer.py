@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from infra import servers
+from projections.postgres.audit import ACTIONS
 from projections.postgres.connection import (
     Connection,
     FleetDatabaseError,
@@ -91,7 +92,16 @@ def test_a_simulated_region_lands_in_the_tables(fleet: Connection) -> None:
     counts: dict[str, int] = dict(rows)
     launched = sum(1 for _, e in events if e.event_type == "instance_launched")
     assert sum(counts.values()) == launched
-    assert counts.get("lost", 0) == sum(1 for _, e in events if e.event_type == "instance_lost")
+    # The simulator's baseline orchestrator requests a replacement for most losses (after
+    # them): such an instance ends `replaced`, the others `lost`.
+    lost = sum(1 for _, e in events if e.event_type == "instance_lost")
+    replaced = {
+        e.payload.replaces_instance_id
+        for _, e in events
+        if isinstance(e.payload, ReplacementRequested)
+    }
+    assert replaced and counts.get("replaced", 0) == len(replaced)
+    assert counts.get("lost", 0) == lost - len(replaced)
     pools = fleet.execute(
         "SELECT count(*), count(price_per_vcpu_h_eur_micros) FROM pools"
     ).fetchone()
@@ -102,7 +112,14 @@ def test_a_simulated_region_lands_in_the_tables(fleet: Connection) -> None:
     journaled = fleet.execute("SELECT count(*) FROM events").fetchone()
     assert journaled == (sum(1 for _, e in events if e.event_type not in UNJOURNALED),)
     outbox = fleet.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()
-    actions = sum(1 for _, e in events if e.event_type in ("instance_launched", "instance_deleted"))
+    # Capacity actions: launches, deletions, and the baseline orchestrator's decisions.
+    actions = sum(1 for _, e in events if e.event_type in ACTIONS)
+    assert {e.event_type for _, e in events} & set(ACTIONS) >= {
+        "instance_launched",
+        "instance_deleted",
+        "placement_decided",
+        "replacement_requested",
+    }
     assert outbox == (actions,)
 
 
