@@ -2,7 +2,7 @@
 reaches the node within 1 s).
 
 Two runs of ``--notices`` notices each, every one a distinct event id, through the same code the
-agent and the relay use (``NoticeRelay.publish``, ``NoticeSubscriber.get``):
+agent and the relay use (``NoticeRelay.publish``, ``NoticeIntake.get``):
 
 - one by one: publish, wait for the subscriber to deliver it, then the next (idle latency);
 - wave: ``--instances`` subscribers (one NATS connection each, as on as many nodes), every
@@ -27,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.intake import NoticeIntake
 from infra import servers
-from provider.notices import Notice, NoticeRelay, NoticeSubscriber
+from provider.notices import Notice, NoticeRelay
 
 REGION = "bench-1"
 
@@ -64,7 +65,7 @@ def _report(label: str, latencies_us: list[int]) -> None:
 async def _one_by_one(address: str, count: int) -> list[int]:
     latencies: list[int] = []
     async with (
-        NoticeSubscriber(REGION, "i-bench-0", nats_servers=[address], clock_us=_mono_us) as sub,
+        NoticeIntake(REGION, "i-bench-0", nats_servers=[address], clock_us=_mono_us) as sub,
         await NoticeRelay.connect(address) as relay,
     ):
         if not await sub.wait_subscribed(timeout_s=10):
@@ -79,7 +80,7 @@ async def _one_by_one(address: str, count: int) -> list[int]:
 
 async def _wave(address: str, count: int, instances: int) -> list[int]:
     subs = [
-        NoticeSubscriber(REGION, f"i-wave-{i}", nats_servers=[address], clock_us=_mono_us)
+        NoticeIntake(REGION, f"i-wave-{i}", nats_servers=[address], clock_us=_mono_us)
         for i in range(instances)
     ]
     for sub in subs:

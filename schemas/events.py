@@ -83,6 +83,20 @@ ActuationCall: TypeAlias = Literal["launch", "delete", "reserve"]
 (ADR-12).
 """
 
+EvictionOutcome: TypeAlias = Literal["accepted", "gone", "throttled", "timed_out", "failed"]
+"""How one Eviction API call for a pod ended: accepted (201), gone (404: the pod had already
+left), throttled (429: a disruption budget or API overload; retried inside the deadline),
+timed_out (no answer within the 800 ms cap; the local path takes over) or failed (any other
+answer).
+"""
+
+CheckpointOutcome: TypeAlias = Literal["written", "signalled", "failed", "timed_out"]
+"""How the final checkpoint the agent triggered on a drain ended: written (the workload reported
+it written), signalled (the trigger was delivered, e.g. USR1 to a Slurm job, and the workload
+reports nothing back), failed (the trigger failed or reported an error) or timed_out (no
+answer before the notice deadline).
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
@@ -1884,6 +1898,103 @@ class CapacityReleased:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class EvictionAttempted:
+    """The node agent called the Kubernetes Eviction API for one pod during a drain; one event
+    per attempt, so retries after a 429 are visible (ADR-14).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "eviction_attempted"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.EvictionAttempted"
+    TOPIC: ClassVar[str] = "lifecycle"
+    KEY: ClassVar[str] = "instance_id"
+
+    instance_id: str
+    """The provider's instance id (a Nova server UUID on OpenStack)."""
+    workload_id: str
+    """The workload, as named in its contract."""
+    pod: str
+    """The pod evicted, as namespace/name."""
+    attempt: int
+    """1 for the first call for this pod, then 2, 3, ... for each retry."""
+    outcome: EvictionOutcome
+    """How the call ended."""
+    http_status: int | None
+    """The API server's HTTP status, if it answered."""
+    duration_s: float
+    """Seconds the call took (at most the 800 ms cap, plus scheduling)."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "workload_id": self.workload_id,
+            "pod": self.pod,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "http_status": self.http_status,
+            "duration_s": self.duration_s,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            instance_id=d["instance_id"],
+            workload_id=d["workload_id"],
+            pod=d["pod"],
+            attempt=d["attempt"],
+            outcome=d["outcome"],
+            http_status=d["http_status"],
+            duration_s=d["duration_s"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointTriggered:
+    """The node agent triggered a workload's final checkpoint on a drain through the method its
+    contract declares, and records how that ended; a written checkpoint is also recorded as
+    checkpoint_written.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "checkpoint_triggered"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.CheckpointTriggered"
+    TOPIC: ClassVar[str] = "lifecycle"
+    KEY: ClassVar[str] = "instance_id"
+
+    instance_id: str
+    """The provider's instance id (a Nova server UUID on OpenStack)."""
+    workload_id: str
+    """The workload, as named in its contract."""
+    method: str
+    """The contract's checkpoint method: application, spark, pytorch or slurm-requeue."""
+    outcome: CheckpointOutcome
+    """How the trigger ended."""
+    duration_s: float
+    """Seconds from the trigger to its outcome."""
+    detail: str | None = None
+    """Why it failed, or what the workload reported, in a few words."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "workload_id": self.workload_id,
+            "method": self.method,
+            "outcome": self.outcome,
+            "duration_s": self.duration_s,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            instance_id=d["instance_id"],
+            workload_id=d["workload_id"],
+            method=d["method"],
+            outcome=d["outcome"],
+            duration_s=d["duration_s"],
+            detail=d["detail"],
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -1917,6 +2028,8 @@ Payload: TypeAlias = (
     | LaunchFailed
     | ActuationRefused
     | CapacityReleased
+    | EvictionAttempted
+    | CheckpointTriggered
 )
 """Any event payload: one of the event record classes."""
 
@@ -1954,6 +2067,8 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.LaunchFailed": LaunchFailed,
         "spotcap.events.ActuationRefused": ActuationRefused,
         "spotcap.events.CapacityReleased": CapacityReleased,
+        "spotcap.events.EvictionAttempted": EvictionAttempted,
+        "spotcap.events.CheckpointTriggered": CheckpointTriggered,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -1992,6 +2107,8 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "launch_failed": LaunchFailed,
         "actuation_refused": ActuationRefused,
         "capacity_released": CapacityReleased,
+        "eviction_attempted": EvictionAttempted,
+        "checkpoint_triggered": CheckpointTriggered,
     }
 )
 """Event classes by event type (``notice_received``)."""

@@ -10,10 +10,11 @@ from pathlib import Path
 import nats as nats_client
 from nats.aio.msg import Msg
 
+from agent.intake import NoticeIntake
+from agent.metadata import fetch_notice
 from infra import servers
 from infra.servers import Server
-from provider.notices import MetadataServer, NoticeBoard, NoticeRelay, NoticeSubscriber
-from provider.notices.metadata import fetch_notice
+from provider.notices import MetadataServer, NoticeBoard, NoticeRelay
 from provider.notices.serve import NoticeDispatcher, serve_events
 from provider.sim.region import SimConfig, simulate
 from schemas.events import Envelope, InstanceLost, NoticeReceived
@@ -84,7 +85,7 @@ def test_an_agent_gets_its_notice_from_the_metadata_poll_when_nats_is_down(
         board = NoticeBoard()
         async with MetadataServer(board) as metadata:
             relay = await NoticeRelay.connect(relay_server.address)
-            subscriber = NoticeSubscriber(
+            subscriber = NoticeIntake(
                 CONFIG.region,
                 instance_id,
                 nats_servers=[relay_server.address],

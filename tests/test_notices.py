@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import pytest
 
+from agent.intake import NoticeIntake
+from agent.metadata import fetch_notice
 from infra import servers
 from provider.notices import (
     MetadataServer,
@@ -21,10 +23,8 @@ from provider.notices import (
     NoticeBoard,
     NoticeFormatError,
     NoticeRelay,
-    NoticeSubscriber,
     ReclaimAdvisory,
     RelayUnavailableError,
-    fetch_notice,
     message_from_json,
     notice_subject,
 )
@@ -175,7 +175,7 @@ def test_a_published_notice_reaches_the_subscriber_within_the_contract_bound(
 
     async def scenario() -> None:
         async with (
-            NoticeSubscriber(REGION, note.instance_id, nats_servers=[nats.address]) as sub,
+            NoticeIntake(REGION, note.instance_id, nats_servers=[nats.address]) as sub,
             await NoticeRelay.connect(nats.address) as relay,
         ):
             assert await sub.wait_subscribed(timeout_s=5)
@@ -201,7 +201,7 @@ def test_duplicates_from_either_channel_are_delivered_once(nats: servers.Server)
         board = NoticeBoard()
         async with (
             MetadataServer(board) as metadata,
-            NoticeSubscriber(
+            NoticeIntake(
                 REGION,
                 note.instance_id,
                 nats_servers=[nats.address],
@@ -236,7 +236,7 @@ def test_with_nats_unreachable_the_metadata_poll_delivers() -> None:
         board = NoticeBoard()
         async with (
             MetadataServer(board) as metadata,
-            NoticeSubscriber(
+            NoticeIntake(
                 REGION,
                 note.instance_id,
                 nats_servers=[dead],
@@ -263,7 +263,7 @@ def test_when_nats_stops_after_subscribing_the_metadata_poll_still_delivers(
         board = NoticeBoard()
         async with (
             MetadataServer(board) as metadata,
-            NoticeSubscriber(
+            NoticeIntake(
                 REGION,
                 note.instance_id,
                 nats_servers=[own.address],

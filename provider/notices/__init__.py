@@ -1,9 +1,9 @@
-"""The notice delivery path (ADR-17): the relay publisher, the metadata endpoint and the agent's
-subscriber, over one JSON shape of notices and advisories (see docs/providers.md)."""
+"""The provider side of the notice path (ADR-17): the relay publisher and the metadata endpoint,
+over one JSON shape of notices and advisories (see docs/providers.md). The node agent's side,
+the de-duplicating subscriber and the metadata poll, is `agent.intake`."""
 
-from provider.notices.metadata import MetadataError, MetadataServer, NoticeBoard, fetch_notice
+from provider.notices.metadata import MetadataServer, NoticeBoard
 from provider.notices.relay import NoticeRelay, RelayUnavailableError
-from provider.notices.subscriber import NoticeSubscriber
 from schemas.notices import (
     Delivery,
     Message,
@@ -18,17 +18,14 @@ from schemas.notices import (
 __all__ = [
     "Delivery",
     "Message",
-    "MetadataError",
     "MetadataServer",
     "Notice",
     "NoticeBoard",
     "NoticeFormatError",
     "NoticeRelay",
-    "NoticeSubscriber",
     "ReclaimAdvisory",
     "RelayUnavailableError",
     "advisory_subject",
-    "fetch_notice",
     "message_from_json",
     "notice_subject",
 ]

@@ -3,8 +3,8 @@
 ``GET /v1/instances/<id>/notice`` answers 200 with the notice's JSON while one is pending for
 the instance, 404 otherwise. In production the private cloud's metadata service answers it
 (docs/providers.md); this module is the reference implementation used by the embedded mode and
-the tests, and the agent's client for it. Plain HTTP/1.1 on asyncio streams, one request per
-connection, every read bounded in size and time.
+the tests; the agent's client is `agent.metadata.fetch_notice`. Plain HTTP/1.1 on asyncio
+streams, one request per connection, every read bounded in size and time.
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ import asyncio
 import contextlib
 import json
 import re
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
-from schemas.notices import MAX_MESSAGE_BYTES, Notice, NoticeFormatError
+from schemas.notices import Notice
 
 _NOTICE_PATH = re.compile(r"^/v1/instances/([^/?#]+)/notice$")
 _MAX_HEADER_BYTES = 16 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
-
-
-class MetadataError(Exception):
-    """The metadata endpoint could not be read (unreachable, slow, or an unexpected answer)."""
 
 
 class NoticeBoard:
@@ -122,55 +118,3 @@ class MetadataServer:
         if notice is None:
             return 404, {"error": "no notice pending"}
         return 200, notice.to_dict()
-
-
-async def fetch_notice(base_url: str, instance_id: str, *, timeout_s: float = 0.5) -> Notice | None:
-    """The pending notice of ``instance_id`` from the metadata endpoint, or None (404).
-
-    Raises MetadataError when the endpoint cannot be reached in ``timeout_s`` or answers
-    anything else.
-    """
-    url = urlsplit(base_url)
-    if url.scheme != "http" or url.hostname is None:
-        raise ValueError(f"metadata URL {base_url!r} must be http://host[:port]")
-    path = f"{url.path.rstrip('/')}/v1/instances/{instance_id}/notice"
-    try:
-        status, body = await asyncio.wait_for(
-            _get(url.hostname, url.port or 80, path), timeout=timeout_s
-        )
-    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
-        raise MetadataError(f"GET {base_url}{path}: {exc!r}") from exc
-    if status == 404:
-        return None
-    if status != 200:
-        raise MetadataError(f"GET {base_url}{path}: HTTP {status}")
-    try:
-        return Notice.from_json(body)
-    except NoticeFormatError as exc:
-        raise MetadataError(f"GET {base_url}{path}: {exc}") from exc
-
-
-async def _get(host: str, port: int, path: str) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n"
-            "Connection: close\r\n\r\n".encode()
-        )
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        status_line, *header_lines = head.decode("latin-1").split("\r\n")
-        fields = status_line.split()
-        if len(fields) < 2 or not fields[1].isdigit():
-            raise ValueError(f"malformed status line {status_line!r}")
-        length = MAX_MESSAGE_BYTES + 1
-        for line in header_lines:
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "content-length" and value.strip().isdigit():
-                length = int(value)
-        if length > MAX_MESSAGE_BYTES:
-            raise ValueError(f"response body of {length} bytes, over {MAX_MESSAGE_BYTES}")
-        body = await reader.readexactly(length)
-    finally:
-        writer.close()
-    return int(fields[1]), body

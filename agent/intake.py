@@ -1,4 +1,4 @@
-"""The agent's side of the notice path: NATS subscription with the metadata poll behind it.
+"""Notice intake (ADR-17): the NATS subscription with the metadata poll behind it.
 
 Both channels run at once and independently (ADR-17): the subscription on the instance's notice
 and advisory subjects delivers in well under a second; the poll of the metadata endpoint finds a
@@ -20,8 +20,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from provider.notices.metadata import MetadataError, fetch_notice
-from provider.notices.relay import RelayUnavailableError, connect_nats
+from agent.metadata import MetadataError, fetch_notice
 from schemas.events import NoticeSource
 from schemas.notices import (
     Delivery,
@@ -41,7 +40,7 @@ def _wall_us() -> int:
     return time.time_ns() // 1_000
 
 
-class NoticeSubscriber:
+class NoticeIntake:
     """Receives the notices and advisories of one instance, each once."""
 
     def __init__(
@@ -51,7 +50,7 @@ class NoticeSubscriber:
         *,
         nats_servers: Sequence[str] = (),
         metadata_url: str | None = None,
-        poll_interval_s: float = 1.0,
+        poll_interval_s: float = 5.0,
         http_timeout_s: float = 0.5,
         connect_timeout_s: float = 2.0,
         clock_us: Callable[[], int] = _wall_us,
@@ -71,6 +70,8 @@ class NoticeSubscriber:
         self._tasks: list[asyncio.Task[None]] = []
         self._client: Client | None = None
         self._subscribed = asyncio.Event()
+        self.duplicates: dict[NoticeSource, int] = {}
+        """Copies dropped because their event id was seen first (from either channel)."""
 
     async def start(self) -> None:
         """Start both channels in the background; returns at once."""
@@ -101,7 +102,7 @@ class NoticeSubscriber:
                 await asyncio.wait_for(self._client.close(), timeout=2.0)
         self._client = None
 
-    async def __aenter__(self) -> NoticeSubscriber:
+    async def __aenter__(self) -> NoticeIntake:
         await self.start()
         return self
 
@@ -109,7 +110,10 @@ class NoticeSubscriber:
         await self.close()
 
     def _offer(self, message: Message, source: NoticeSource) -> None:
-        if message.instance_id != self.instance_id or message.event_id in self._seen:
+        if message.instance_id != self.instance_id:
+            return
+        if message.event_id in self._seen:
+            self.duplicates[source] = self.duplicates.get(source, 0) + 1
             return
         self._seen[message.event_id] = None
         if len(self._seen) > _SEEN_MAX:
@@ -124,14 +128,24 @@ class NoticeSubscriber:
 
     async def _run_nats(self) -> None:
         while True:
+            client = Client()
             try:
-                client = await connect_nats(
-                    self._nats_servers,
-                    name=f"spotcap-agent-{self.instance_id}",
-                    timeout_s=self._connect_timeout_s,
+                await asyncio.wait_for(
+                    client.connect(
+                        self._nats_servers,
+                        name=f"spotcap-agent-{self.instance_id}",
+                        connect_timeout=max(1, round(self._connect_timeout_s)),
+                        allow_reconnect=True,
+                        max_reconnect_attempts=-1,  # a node keeps trying for its whole life
+                        reconnect_time_wait=1,
+                        error_cb=_quiet,
+                    ),
+                    timeout=self._connect_timeout_s,
                 )
-            except RelayUnavailableError as exc:
-                log.info("NATS unreachable, the metadata poll carries notices: %s", exc)
+            except (OSError, NatsError, TimeoutError) as exc:
+                log.info("NATS unreachable, the metadata poll carries notices: %r", exc)
+                with contextlib.suppress(OSError, NatsError, TimeoutError):
+                    await asyncio.wait_for(client.close(), timeout=2.0)
                 await asyncio.sleep(self._connect_timeout_s)
                 continue
             self._client = client
@@ -162,3 +176,7 @@ class NoticeSubscriber:
                 if notice is not None:
                     self._offer(notice, "metadata")
             await asyncio.sleep(self._poll_interval_s)
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py reports every failed (re)connect attempt here; the poll covers the gap."""

@@ -1,0 +1,40 @@
+"""Time as the agent sees it: the notice's deadline is compared with this clock, never a constant.
+
+`WallClock` in production; `ScaledClock` runs event time faster than the wall (the accelerated
+12-hour run without a control plane, fed by `spotcap notices serve --speed`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now_us(self) -> int:
+        """Microseconds since the epoch, UTC, in the time notices are stamped in."""
+        ...
+
+    @property
+    def speed(self) -> float:
+        """Event seconds per wall second (1 on a real node)."""
+        ...
+
+
+class WallClock:
+    speed = 1.0
+
+    def now_us(self) -> int:
+        return time.time_ns() // 1_000
+
+
+class ScaledClock:
+    """Event time that starts at `origin_us` now and runs `speed` times faster than the wall."""
+
+    def __init__(self, origin_us: int, speed: float) -> None:
+        self._origin_us = origin_us
+        self._start_s = time.monotonic()
+        self.speed = speed
+
+    def now_us(self) -> int:
+        return self._origin_us + int((time.monotonic() - self._start_s) * self.speed * 1e6)
