@@ -24,11 +24,16 @@ demo: install
 test: install kafka-jars system-packages
 	$(BIN)/pytest
 
-## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission).
+## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
+## slurm-wlm, slurmrestd and munge are the real one-node Slurm the agent's drain tests use.
 system-packages:
 	@command -v lua5.4 >/dev/null || { \
 		echo "installing lua5.4 from Debian (needs root)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.4; }
+	@test -x /usr/sbin/slurmrestd -a -x /usr/sbin/slurmctld -a -x /usr/sbin/munged || { \
+		echo "installing slurm-wlm, slurmrestd and munge from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			slurm-wlm slurmrestd munge; }
 
 kafka-jars: install
 	$(BIN)/python -m infra.servers fetch-kafka

@@ -142,7 +142,7 @@ class _Table:
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(k.__name__ for k in kinds)
             raise AgentConfigError(f"{self.where(key)} must be {names}, got {value!r}")
-        return value  # type: ignore[no-any-return]
+        return value  # type: ignore[return-value]
 
     def path(self, key: str, default: Path | None) -> Path | None:
         value = self.get(key, (str, type(None)), None)
@@ -192,8 +192,8 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
 
     b = top.table("bundle")
     bundle = BundleConfig(
-        path=_required_path(b, "path", BundleConfig.path),
-        public_key=_required_path(b, "public_key", BundleConfig.public_key),
+        path=_required_path(b, "path", BundleConfig().path),
+        public_key=_required_path(b, "public_key", BundleConfig().public_key),
     )
     n = top.table("notices")
     notices = NoticeConfig(
@@ -205,8 +205,8 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
     s = top.table("spool")
     spool = SpoolConfig(
         dir=s.path("dir", None),
-        segment_bytes=s.get("segment_bytes", int, SpoolConfig.segment_bytes),
-        max_bytes=s.get("max_bytes", int, SpoolConfig.max_bytes),
+        segment_bytes=s.get("segment_bytes", int, SpoolConfig().segment_bytes),
+        max_bytes=s.get("max_bytes", int, SpoolConfig().max_bytes),
         usage_sample_s=s.positive("usage_sample_s", 300.0),
     )
     if spool.segment_bytes < 4096 or spool.max_bytes < 2 * spool.segment_bytes:
@@ -228,8 +228,8 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
         eviction_rate_per_s=k.positive("eviction_rate_per_s", 20.0),
         eviction_burst=k.get("eviction_burst", int, 10),
         eviction_parallelism=k.get("eviction_parallelism", int, 16),
-        kubelet_config=_required_path(k, "kubelet_config", KubernetesConfig.kubelet_config),
-        logind_conf=_required_path(k, "logind_conf", KubernetesConfig.logind_conf),
+        kubelet_config=_required_path(k, "kubelet_config", KubernetesConfig().kubelet_config),
+        logind_conf=_required_path(k, "logind_conf", KubernetesConfig().logind_conf),
     )
     sl = top.table("slurm")
     slurm = SlurmConfig(
@@ -237,7 +237,7 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
         rest_socket=sl.path("rest_socket", None),
         api_version=sl.get("api_version", str, "v0.0.38"),
         conf=sl.path("conf", None),
-        bin_dir=_required_path(sl, "bin_dir", SlurmConfig.bin_dir),
+        bin_dir=_required_path(sl, "bin_dir", SlurmConfig().bin_dir),
         signal_grace_s=sl.positive("signal_grace_s", 30.0),
     )
     lo = top.table("local")
@@ -258,7 +258,7 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
     config = AgentConfig(
         instance_id=instance_id,
         region=region,
-        state_dir=_required_path(top, "state_dir", AgentConfig.state_dir),
+        state_dir=_required_path(top, "state_dir", Path("/var/lib/spotcap-agent")),
         pool_id=top.get("pool_id", str, "unknown"),
         vcpu=top.get("vcpu", int, 0),
         purchase_model=purchase_model,  # type: ignore[arg-type]

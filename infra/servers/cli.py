@@ -13,14 +13,16 @@ from infra.servers.nats import start_nats
 from infra.servers.openbao import start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
+from infra.servers.slurm import start_slurm
 
-NAMES = ("kafka", "postgres", "nats", "openbao")
+NAMES = ("kafka", "postgres", "nats", "openbao", "slurm")
 
 _STARTERS: dict[str, Callable[[Path], Server]] = {
     "kafka": start_kafka,
     "postgres": start_postgres,
     "nats": start_nats,
     "openbao": start_openbao,
+    "slurm": start_slurm,
 }
 
 
@@ -35,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             "  SERVER stop                stop cleanly (idempotent)\n"
             "  SERVER status              print the state as JSON; exit 3 if not running\n"
             "\n"
-            "SERVER is kafka, postgres, nats or openbao. OpenBao runs in dev mode (in memory);\n"
-            "its root token is in DIR/token.\n"
+            "SERVER is kafka, postgres, nats, openbao or slurm. OpenBao runs in dev mode (in\n"
+            "memory); Slurm is one node from Debian's packages (slurm-wlm, slurmrestd, munge);\n"
+            "OpenBao's root token is in DIR/token.\n"
         ),
         epilog=(
             "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "

@@ -326,6 +326,12 @@ def stop(server_or_data_dir: Server | Path | str) -> None:
     if state is None:
         return
     name, pid = str(state.get("name", "?")), int(state.get("pid", 0))
+    _run_pre_stop(state)
+    # Companion processes (Slurm's slurmrestd, slurmd and munged), stopped first, in order.
+    for companion in state.get("companions", ()):
+        other = int(companion.get("pid", 0))
+        if other > 0 and alive(other) and str(companion.get("match", data_dir)) in _cmdline(other):
+            kill(other, str(companion.get("name", name)))
     if pid > 0 and owns(pid, data_dir):
         kill(pid, name)
         if alive(pid):
@@ -338,6 +344,23 @@ def stop(server_or_data_dir: Server | Path | str) -> None:
     else:
         _children.pop(pid, None)
     (data_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def _run_pre_stop(state: Mapping[str, Any]) -> None:
+    """A server's own clean-up command before its processes stop (bounded; failures ignored)."""
+    argv = state.get("pre_stop")
+    if not argv:
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            [str(a) for a in argv],
+            env={**os.environ, **dict(state.get("pre_stop_env", {}))},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
 
 
 def server_status(data_dir: Path | str) -> dict[str, Any]:

@@ -1,0 +1,278 @@
+"""From a notice to a verified drain and a final checkpoint, from the bundle alone (ADR-14).
+
+The agent owns the trigger and the deadline: the deadline is the notice's own (providers give
+30 s to 120 s), the budget the contract's; the drain path comes from the bundle's scheduler.
+Each step is recorded (drain started, every eviction attempt, drain completed with duration,
+path, verification and overrun, the checkpoint's outcome), with ids derived from the notice.
+A drain runs in its own thread so that intake, metrics and the spool never wait for it, and an
+unexpected error in a scheduler path still ends in the local path, never in no drain at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent.checkpoint import CheckpointReport, run_trigger
+from agent.clock import Clock
+from agent.config import AgentConfig
+from agent.drain.base import Deadline, DrainContext, DrainPathImpl, DrainRequest, DrainResult
+from agent.metrics import AgentMetrics
+from agent.records import Recorder
+from contracts.bundles import Bundle
+from schemas.events import (
+    CheckpointTriggered,
+    CheckpointWritten,
+    DrainCompleted,
+    DrainPath,
+    DrainStarted,
+    DrainTrigger,
+)
+from schemas.ids import derived_event_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainOutcome:
+    request: DrainRequest
+    result: DrainResult
+    duration_s: float
+    overrun: bool
+    deadline_margin_s: float
+    signal_latency_s: float | None
+    checkpoint: CheckpointReport | None
+
+
+class Drainer:
+    def __init__(
+        self,
+        config: AgentConfig,
+        paths: Mapping[DrainPath, DrainPathImpl],
+        recorder: Recorder,
+        clock: Clock,
+        metrics: AgentMetrics | None = None,
+    ) -> None:
+        self._config = config
+        self._paths = paths
+        self._recorder = recorder
+        self._clock = clock
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._active: threading.Thread | None = None
+        self._started_causes: set[str] = set()
+        self.outcomes: list[DrainOutcome] = []
+
+    def request_for(
+        self,
+        bundle: Bundle | None,
+        *,
+        workload_id: str,
+        trigger: DrainTrigger,
+        cause_event_id: str,
+        deadline_at_us: int,
+    ) -> DrainRequest:
+        """The drain a notice (or an advisory) asks for, with the contract's fields."""
+        if bundle is None:
+            budget_s = max(1.0, (deadline_at_us - self._clock.now_us()) / 1e6)
+            return DrainRequest(
+                self._config.instance_id,
+                workload_id,
+                trigger,
+                cause_event_id,
+                deadline_at_us,
+                budget_s,
+                "none",
+                "restart",
+            )
+        if bundle.workload_id != workload_id:
+            log.warning(
+                "notice %s names workload %s, this node's bundle %s: using the bundle",
+                cause_event_id,
+                workload_id,
+                bundle.workload_id,
+            )
+        return DrainRequest(
+            self._config.instance_id,
+            bundle.workload_id,
+            trigger,
+            cause_event_id,
+            deadline_at_us,
+            float(bundle.drain_budget_s),
+            bundle.checkpoint_method,
+            bundle.restart_semantics,
+        )
+
+    def path_for(self, bundle: Bundle | None) -> DrainPathImpl:
+        if bundle is not None and bundle.scheduler in self._paths:
+            return self._paths[bundle.scheduler]
+        return self._paths["local"]
+
+    def start(
+        self, request: DrainRequest, path: DrainPathImpl, received_mono_s: float
+    ) -> threading.Thread | None:
+        """Drain in a new thread; None if this cause was drained already or a drain is running."""
+        with self._lock:
+            if request.cause_event_id in self._started_causes:
+                return None
+            if self._active is not None and self._active.is_alive():
+                log.info("a drain is running; %s adds nothing to it", request.cause_event_id)
+                return None
+            self._started_causes.add(request.cause_event_id)
+            thread = threading.Thread(
+                target=self.run,
+                args=(request, path, received_mono_s),
+                name=f"drain-{request.cause_event_id[:8]}",
+                daemon=True,
+            )
+            self._active = thread
+        thread.start()
+        return thread
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once no drain is running (False if one still runs after `timeout_s`)."""
+        thread = self._active
+        if thread is not None:
+            thread.join(timeout_s)
+            return not thread.is_alive()
+        return True
+
+    def run(
+        self, request: DrainRequest, path: DrainPathImpl, received_mono_s: float
+    ) -> DrainOutcome:
+        recorder, clock = self._recorder, self._clock
+        started_us = clock.now_us()
+        started_id = derived_event_id(request.cause_event_id, "drain_started")
+        recorder.record(
+            DrainStarted(
+                instance_id=request.instance_id,
+                workload_id=request.workload_id,
+                path=path.name,
+                drain_budget_s=round(request.drain_budget_s),
+                trigger=request.trigger,
+            ),
+            cause=request.cause_event_id,
+            event_id=started_id,
+            causation_id=request.cause_event_id,
+        )
+        deadline = Deadline(clock, request.deadline_at_us, self._config.drain.safety_margin_s)
+        ctx = DrainContext(request, deadline, recorder, started_id)
+        checkpoint: list[CheckpointReport | None] = [None]
+        trigger = threading.Thread(
+            target=lambda: checkpoint.__setitem__(
+                0, run_trigger(self._config.checkpoint, request, deadline)
+            ),
+            name="checkpoint",
+            daemon=True,
+        )
+        trigger.start()
+        result = self._drain(path, ctx)
+        ended_us = clock.now_us()
+        duration_s = (ended_us - started_us) / 1e6
+        overrun = duration_s > request.drain_budget_s
+        margin_s = (request.deadline_at_us - ended_us) / 1e6
+        recorder.record(
+            DrainCompleted(
+                instance_id=request.instance_id,
+                workload_id=request.workload_id,
+                path=result.path,
+                duration_s=round(duration_s, 6),
+                verified=result.verified,
+                overrun=overrun,
+                fell_back_to_local=result.fell_back_to_local,
+                deadline_margin_s=round(margin_s, 6),
+            ),
+            cause=request.cause_event_id,
+            causation_id=started_id,
+        )
+        trigger.join(max(0.0, deadline.left_s() + self._config.drain.safety_margin_s))
+        report = checkpoint[0]
+        if (
+            report is None
+            and request.checkpoint_method == "slurm-requeue"
+            and result.signalled_jobs
+        ):
+            report = CheckpointReport("signalled", 0.0, f"USR1 to {result.signalled_jobs} jobs")
+        if report is not None:
+            self._record_checkpoint(request, started_id, report)
+        signal_latency_s = (
+            ctx.first_signal_mono_s - received_mono_s if ctx.first_signal_mono_s else None
+        )
+        outcome = DrainOutcome(
+            request, result, duration_s, overrun, margin_s, signal_latency_s, report
+        )
+        self._observe(outcome)
+        log.info(
+            "drained %s (%s) by %s in %.2f s: verified=%s overrun=%s, %.1f s before the deadline"
+            "; %s",
+            request.instance_id,
+            request.trigger,
+            result.path,
+            duration_s,
+            result.verified,
+            overrun,
+            margin_s,
+            result.detail,
+        )
+        return outcome
+
+    def _drain(self, path: DrainPathImpl, ctx: DrainContext) -> DrainResult:
+        try:
+            return path.drain(ctx)
+        except Exception:
+            log.exception("the %s drain path failed; draining locally", path.name)
+            local = self._paths["local"]
+            if local is path:
+                return DrainResult("local", False, True, "the local path failed")
+            result = local.drain(ctx)
+            return DrainResult("local", result.verified, True, result.detail, 0)
+
+    def _record_checkpoint(
+        self, request: DrainRequest, started_id: str, report: CheckpointReport
+    ) -> None:
+        triggered = self._recorder.record(
+            CheckpointTriggered(
+                instance_id=request.instance_id,
+                workload_id=request.workload_id,
+                method=request.checkpoint_method,
+                outcome=report.outcome,
+                duration_s=round(report.duration_s, 6),
+                detail=report.detail,
+            ),
+            cause=request.cause_event_id,
+            causation_id=started_id,
+        )
+        if report.written_bytes is not None and report.generation is not None:
+            self._recorder.record(
+                CheckpointWritten(
+                    instance_id=request.instance_id,
+                    workload_id=request.workload_id,
+                    generation=report.generation,
+                    written_bytes=report.written_bytes,
+                    duration_s=round(report.duration_s, 6),
+                    final=True,
+                ),
+                cause=request.cause_event_id,
+                causation_id=triggered.event_id,
+            )
+
+    def _observe(self, outcome: DrainOutcome) -> None:
+        with self._lock:
+            self.outcomes.append(outcome)
+        metrics = self._metrics
+        if metrics is None:
+            return
+        metrics.drain_duration.labels(outcome.result.path).observe(outcome.duration_s)
+        if outcome.overrun:
+            metrics.overruns.inc()
+        if not outcome.result.verified:
+            metrics.unverified.inc()
+        if outcome.signal_latency_s is not None:
+            metrics.notice_to_signal.observe(outcome.signal_latency_s)
+
+
+def now_mono_s() -> float:
+    return time.monotonic()

@@ -1,0 +1,242 @@
+"""The long-running agent: intake, bundle, drains, spool, usage samples and metrics together.
+
+Nothing here waits for the control plane: notices come from the NATS relay or the metadata
+poll, the contract from the signed bundle on disk, the drain from the node's own scheduler or
+its processes (DESIGN.md §6). `Agent.start` returns once everything runs in the background;
+`Agent.close` stops it within bounded waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+
+from agent.bundle import BundleStore
+from agent.clock import Clock, WallClock
+from agent.config import AgentConfig
+from agent.drain.base import DrainPathImpl
+from agent.drain.local import LocalDrain
+from agent.drainer import Drainer
+from agent.intake import NoticeIntake
+from agent.logind import inhibit_delay_warning, kubelet_grace_s
+from agent.metrics import AgentMetrics
+from agent.records import Recorder
+from agent.spool import Spool
+from agent.spool_writer import SpoolWriter
+from schemas.events import DrainPath, NoticeReceived, UsageInterval
+from schemas.notices import Delivery, Notice
+
+log = logging.getLogger(__name__)
+
+BUNDLE_CHECK_S = 5.0
+
+
+def build_paths(config: AgentConfig) -> dict[DrainPath, DrainPathImpl]:
+    """The drain paths this node's configuration enables; ``local`` always."""
+    local = LocalDrain(config.local)
+    paths: dict[DrainPath, DrainPathImpl] = {"local": local}
+    if config.kubernetes.node_name:
+        from agent.drain.kubernetes import KubernetesDrain
+
+        paths["kubernetes"] = KubernetesDrain(
+            config.kubernetes,
+            config.drain,
+            local,
+            kubelet_grace_s=kubelet_grace_s(config.kubernetes.kubelet_config),
+        )
+    if config.slurm.node_name:
+        from agent.drain.slurm import SlurmDrain
+
+        paths["slurm"] = SlurmDrain(config.slurm, config.drain, local)
+    return paths
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        clock: Clock | None = None,
+        paths: Mapping[DrainPath, DrainPathImpl] | None = None,
+        metrics: AgentMetrics | None = None,
+        serve_metrics: bool = True,
+    ) -> None:
+        self.config = config
+        self.clock = clock or WallClock()
+        self.metrics = metrics or AgentMetrics()
+        self._serve_metrics = serve_metrics and bool(config.metrics_listen)
+        self.metrics_port: int | None = None
+        self.bundles = BundleStore(config.bundle, config.state_dir, self.metrics)
+        self.paths = dict(paths) if paths is not None else build_paths(config)
+        self.spool = Spool(
+            config.spool_dir,
+            segment_bytes=config.spool.segment_bytes,
+            max_bytes=config.spool.max_bytes,
+        )
+        self.writer = SpoolWriter(
+            self.spool,
+            on_error=lambda _: self.metrics.spool_errors.inc(),
+            on_written=self._spool_written,
+        )
+        self.recorder = Recorder(config.region, config.producer, self.clock, self.writer.submit)
+        self.drainer = Drainer(config, self.paths, self.recorder, self.clock, self.metrics)
+        self.intake = NoticeIntake(
+            config.region,
+            config.instance_id,
+            nats_servers=config.notices.nats,
+            metadata_url=config.notices.metadata_url,
+            poll_interval_s=config.notices.poll_interval_s,
+            http_timeout_s=config.notices.http_timeout_s,
+            clock_us=self.clock.now_us,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._dropped_seen = 0
+        self.deliveries = 0
+
+    def _spool_written(self, spool: Spool, _lines: int) -> None:
+        self.metrics.spool_bytes.set(spool.total_bytes)
+        if spool.dropped_samples > self._dropped_seen:
+            self.metrics.spool_dropped.inc(spool.dropped_samples - self._dropped_seen)
+            self._dropped_seen = spool.dropped_samples
+
+    async def start(self) -> None:
+        if self._serve_metrics and self.config.metrics_listen:
+            self.metrics_port = self.metrics.serve(self.config.metrics_listen)
+        self.bundles.load()
+        if "kubernetes" in self.paths:
+            warning = inhibit_delay_warning(
+                self.config.kubernetes.kubelet_config, self.config.kubernetes.logind_conf
+            )
+            if warning:
+                log.warning(warning)
+        self.metrics.spool_bytes.set(self.spool.total_bytes)
+        await self.intake.start()
+        self._tasks = [
+            asyncio.create_task(self._deliveries(), name="agent-deliveries"),
+            asyncio.create_task(self._bundle_refresh(), name="agent-bundle"),
+        ]
+        if self.config.vcpu > 0:
+            self._tasks.append(asyncio.create_task(self._usage(), name="agent-usage"))
+        log.info(
+            "agent for %s in %s: NATS %s, metadata %s every %g s, paths %s, spool %s",
+            self.config.instance_id,
+            self.config.region,
+            ",".join(self.config.notices.nats) or "off",
+            self.config.notices.metadata_url or "off",
+            self.config.notices.poll_interval_s,
+            "/".join(sorted(self.paths)),
+            self.config.spool_dir,
+        )
+
+    async def close(self, drain_wait_s: float = 10.0) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.intake.close()
+        await asyncio.to_thread(self.drainer.wait, drain_wait_s)
+        await asyncio.to_thread(self.writer.flush, 5.0)
+        self.writer.close()
+        self.metrics.close()
+        for path in self.paths.values():
+            closer = getattr(path, "close", None)
+            if callable(closer):
+                closer()
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- background work --------------------------------------------------------------------
+
+    async def _deliveries(self) -> None:
+        while True:
+            try:
+                delivery = await self.intake.get(timeout_s=3600.0)
+            except TimeoutError:
+                continue
+            self.handle(delivery)
+
+    def handle(self, delivery: Delivery) -> None:
+        """Act on the first copy of a notice or advisory (synchronous: never waits on I/O)."""
+        received_mono_s = time.monotonic()
+        self.deliveries += 1
+        message = delivery.message
+        kind = "notice" if isinstance(message, Notice) else "advisory"
+        self.metrics.notices.labels(delivery.source, kind).inc()
+        bundle = self.bundles.current
+        if isinstance(message, Notice):
+            self.recorder.record(
+                NoticeReceived(
+                    instance_id=message.instance_id,
+                    pool_id=message.pool_id,
+                    workload_id=message.workload_id,
+                    deadline_at=message.deadline_at_us,
+                    source=delivery.source,
+                ),
+                cause=message.event_id,
+                event_id=message.event_id,
+                occurred_at_us=delivery.received_at_us,
+            )
+            request = self.drainer.request_for(
+                bundle,
+                workload_id=message.workload_id,
+                trigger="notice",
+                cause_event_id=message.event_id,
+                deadline_at_us=message.deadline_at_us,
+            )
+            self.drainer.start(request, self.drainer.path_for(bundle), received_mono_s)
+            return
+        if bundle is None or not bundle.proactive_drain_on_advisory:
+            log.info(
+                "advisory %s: not draining, the contract does not enable proactive drain (ADR-16)",
+                message.event_id,
+            )
+            return
+        request = self.drainer.request_for(
+            bundle,
+            workload_id=bundle.workload_id,
+            trigger="advisory",
+            cause_event_id=message.event_id,
+            deadline_at_us=message.expected_reclaim_at_us,
+        )
+        self.drainer.start(request, self.drainer.path_for(bundle), received_mono_s)
+
+    async def _bundle_refresh(self) -> None:
+        while True:
+            await asyncio.sleep(BUNDLE_CHECK_S)
+            self.bundles.refresh()
+            for source, count in list(self.intake.duplicates.items()):
+                self.metrics.duplicates.labels(source).inc(count)
+                self.intake.duplicates[source] -= count
+
+    async def _usage(self) -> None:
+        """A usage sample every `usage_sample_s` of (event) time: what the node ran on."""
+        interval_s = self.config.spool.usage_sample_s
+        start_us = self.clock.now_us()
+        while True:
+            await asyncio.sleep(interval_s / self.clock.speed)
+            end_us = self.clock.now_us()
+            bundle = self.bundles.current
+            self.recorder.record(
+                UsageInterval(
+                    workload_id=bundle.workload_id if bundle else "unknown",
+                    instance_id=self.config.instance_id,
+                    pool_id=self.config.pool_id,
+                    purchase_model=self.config.purchase_model,
+                    start_at=start_us,
+                    end_at=end_us,
+                    vcpu=self.config.vcpu,
+                    used_vcpu_h=self.config.vcpu * (end_us - start_us) / 3.6e9,
+                ),
+                cause=f"{self.config.instance_id}@{start_us}",
+            )
+            start_us = end_us
