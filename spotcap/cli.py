@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from spotcap.cli_agent import agent
 from spotcap.cli_contracts import contracts
 from spotcap.cli_db import db
 from spotcap.cli_notices import notices
@@ -296,6 +297,7 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     console.print(table)
 
 
+main.add_command(agent)
 main.add_command(contracts)
 main.add_command(db)
 main.add_command(project)
