@@ -37,11 +37,19 @@ class CheckpointReport:
 def run_trigger(
     config: CheckpointConfig, request: DrainRequest, deadline: Deadline
 ) -> CheckpointReport | None:
-    """Run the method's trigger; None when the contract declares no checkpoint or the method
-    has no command (the drain path may still deliver it, e.g. USR1 for slurm-requeue)."""
+    """Run the method's trigger; None when the contract declares no checkpoint, or for
+    slurm-requeue without a command (the Slurm path's USR1 delivers it)."""
     argv = config.commands.get(request.checkpoint_method)
-    if request.checkpoint_method == "none" or not argv:
+    if request.checkpoint_method == "none":
         return None
+    if not argv:
+        if request.checkpoint_method == "slurm-requeue":
+            return None  # the Slurm path's USR1 is the trigger
+        return CheckpointReport(
+            "failed",
+            0.0,
+            f"no trigger command for method {request.checkpoint_method!r} in [checkpoint]",
+        )
     timeout_s = deadline.cap(config.timeout_s)
     env = {
         **os.environ,

@@ -96,7 +96,7 @@ class LocalDrain:
         detail = f"{signalled} processes signalled"
         if remaining:
             detail += f"; {len(remaining)} still running"
-        return DrainResult("local", not remaining, True, detail, signalled)
+        return DrainResult("local", not remaining, False, detail, signalled)
 
 
 def _signal_all(pids: Iterable[int], sig: signal.Signals) -> int:

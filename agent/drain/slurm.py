@@ -165,13 +165,15 @@ class SlurmControl:
                 if str(j.get("job_state", "")) in RUNNING_STATES
                 and self.node in expand_hostlist(str(j.get("nodes") or ""))
             ]
-        out = self._cli("squeue", "-h", "-w", self.node, "-t", "R,CF,CG,S,ST", "-o", "%i %T")
+        # Not `squeue -w`: it resolves the name as a host and refuses e.g. "localhost".
+        out = self._cli("squeue", "-h", "-t", "R,CF,CG,S,ST", "-o", "%i %T %N")
         self.calls.append("cli:jobs")
         jobs = []
         for line in out.splitlines():
-            job_id, _, state = line.strip().partition(" ")
-            if job_id.isdigit():
-                jobs.append(Job(int(job_id), state.strip(), self._requeueable_cli(int(job_id))))
+            fields = line.split()
+            if len(fields) == 3 and fields[0].isdigit() and self.node in expand_hostlist(fields[2]):
+                job_id = int(fields[0])
+                jobs.append(Job(job_id, fields[1], self._requeueable_cli(job_id)))
         return jobs
 
     def _requeueable_cli(self, job_id: int) -> bool:

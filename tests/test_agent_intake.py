@@ -1,0 +1,236 @@
+"""The agent end to end on the local path: a real nats-server and the metadata endpoint deliver
+notices, the agent drains real processes from its signed bundle alone, records every step in the
+spool, and keeps working with NATS and the control plane both down (fail-static)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agent.config import AgentConfig
+from agent.service import Agent
+from infra import servers
+from provider.notices import MetadataServer, NoticeBoard, NoticeRelay
+from schemas.notices import ReclaimAdvisory
+from tests.agent_support import (
+    bundle,
+    config,
+    notice,
+    of_type,
+    reap,
+    spool_events,
+    wait_async,
+    workload,
+    write_bundle,
+)
+
+POLL_S = 0.05
+
+
+def _local_config(tmp_path: Path, marker: str, **tables: object) -> AgentConfig:
+    return config(
+        tmp_path,
+        local={"match_cmdline": [marker], "term_grace_s": 5.0},
+        drain={"safety_margin_s": 1.0},
+        **tables,
+    )
+
+
+def test_a_notice_over_nats_drains_the_workload_once_and_records_every_step(
+    tmp_path: Path, nats: servers.Server
+) -> None:
+    marker = f"spotcap-wl-{tmp_path.name}"
+    write_bundle(tmp_path, bundle(scheduler="slurm"))  # no Slurm on this node: local path
+    procs = [workload(marker, trap_term=True) for _ in range(3)]
+    cfg = _local_config(
+        tmp_path, marker, notices={"nats": [nats.address], "poll_interval_s": POLL_S}
+    )
+
+    async def scenario() -> None:
+        board = NoticeBoard()
+        async with MetadataServer(board) as metadata:
+            cfg2 = _with_metadata(cfg, metadata.url)
+            async with Agent(cfg2, serve_metrics=False) as node:
+                assert await node.intake.wait_subscribed(10.0)
+                note = notice(cfg.instance_id, deadline_s=60)
+                relay = await NoticeRelay.connect(nats.address)
+                await relay.publish(note)
+                board.post(note)  # the same notice by the poll: a late copy, ignored
+                await relay.publish(note)  # and again by NATS: a duplicate, ignored
+                await relay.close()
+                await wait_async(lambda: bool(node.drainer.outcomes), 20.0, "the drain")
+                await wait_async(lambda: node.intake.duplicates != {}, 5.0, "the late copy")
+                assert node.deliveries == 1
+
+    asyncio.run(scenario())
+    try:
+        assert all(p.wait(timeout=5) == 0 for p in procs)  # each exited on its SIGTERM
+        assert all(p.stdout is not None and p.stdout.read() == b"term\n" for p in procs)
+    finally:
+        reap(procs)
+    lines = spool_events(cfg.spool_dir)
+    types = [line["event_type"] for line in lines]
+    assert types.count("notice_received") == 1
+    assert types.count("drain_started") == 1 and types.count("drain_completed") == 1
+    (received,) = of_type(lines, "notice_received")
+    assert received["source"] == "nats"
+    (started,) = of_type(lines, "drain_started")
+    assert started["path"] == "local" and started["trigger"] == "notice"
+    assert started["drain_budget_s"] == 90
+    (done,) = of_type(lines, "drain_completed")
+    assert done["path"] == "local" and done["verified"] and not done["fell_back_to_local"]
+    assert not done["overrun"] and done["deadline_margin_s"]["double"] > 30
+    (checkpoint,) = of_type(lines, "checkpoint_triggered")
+    assert checkpoint["outcome"] == "failed"  # no trigger command configured for the method
+    started_line = next(line for line in lines if line["event_type"] == "drain_started")
+    notice_line = next(line for line in lines if line["event_type"] == "notice_received")
+    assert started_line["event"]["causation_id"] == {"string": notice_line["event_id"]}
+
+
+def _with_metadata(cfg: AgentConfig, url: str) -> AgentConfig:
+    import dataclasses
+
+    return dataclasses.replace(cfg, notices=dataclasses.replace(cfg.notices, metadata_url=url))
+
+
+def test_fail_static_nats_and_control_plane_down_the_metadata_poll_carries_the_notice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing but the metadata endpoint runs: NATS points at a closed port, there is no
+    Kafka and no control plane; the bundle file was altered after signing, so the agent
+    refuses it and acts on the last good bundle it verified before."""
+    marker = f"spotcap-wl-{tmp_path.name}"
+    bundle_file = write_bundle(tmp_path, bundle(drain_budget_s=45, checkpoint_method="pytorch"))
+    (port,) = servers.process.free_ports(1)
+    script = tmp_path / "ckpt.py"
+    script.write_text('print("checkpointing"); print(\'{"written_bytes": 4096, "generation": 7}\')')
+    cfg = _local_config(
+        tmp_path,
+        marker,
+        notices={"nats": [f"nats://127.0.0.1:{port}"], "poll_interval_s": POLL_S},
+        checkpoint={"pytorch": [sys.executable, str(script)]},
+    )
+    # A first start verifies the bundle and keeps it as the last good one.
+    first = Agent(cfg, serve_metrics=False)
+    assert first.bundles.load() is not None
+    first.writer.close()
+    bundle_file.write_bytes(
+        bundle_file.read_bytes().replace(b'"drain_budget_s":45', b'"drain_budget_s":9')
+    )
+    procs = [workload(marker)]
+
+    async def scenario() -> None:
+        board = NoticeBoard()
+        async with MetadataServer(board) as metadata:
+            async with Agent(_with_metadata(cfg, metadata.url), serve_metrics=False) as node:
+                assert node.bundles.origin == "last-good"
+                assert node.bundles.current is not None
+                assert node.bundles.current.drain_budget_s == 45
+                board.post(notice(cfg.instance_id, deadline_s=30))
+                await wait_async(lambda: bool(node.drainer.outcomes), 20.0, "the drain")
+
+    with caplog.at_level(logging.ERROR, logger="agent.bundle"):
+        asyncio.run(scenario())
+    try:
+        assert procs[0].wait(timeout=5) != 0  # SIGTERM, no handler
+    finally:
+        reap(procs)
+    assert any(
+        "refusing the bundle" in r.message and "tampered" in r.message for r in caplog.records
+    )
+    lines = spool_events(cfg.spool_dir)
+    (received,) = of_type(lines, "notice_received")
+    assert received["source"] == "metadata"
+    (started,) = of_type(lines, "drain_started")
+    assert started["drain_budget_s"] == 45
+    (done,) = of_type(lines, "drain_completed")
+    assert done["verified"] and done["path"] == "local"
+    (triggered,) = of_type(lines, "checkpoint_triggered")
+    assert triggered["outcome"] == "written" and triggered["method"] == "pytorch"
+    (written,) = of_type(lines, "checkpoint_written")
+    assert written == {
+        "instance_id": cfg.instance_id,
+        "workload_id": "etl",
+        "generation": 7,
+        "written_bytes": 4096,
+        "duration_s": written["duration_s"],
+        "final": True,
+    }
+
+
+def test_an_unsigned_bundle_is_refused_and_the_agent_still_drains_from_the_deadline(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    marker = f"spotcap-wl-{tmp_path.name}"
+    write_bundle(tmp_path, signed=False)
+    procs = [workload(marker)]
+    cfg = _local_config(tmp_path, marker, notices={"poll_interval_s": POLL_S})
+
+    async def scenario() -> None:
+        board = NoticeBoard()
+        async with MetadataServer(board) as metadata:
+            async with Agent(_with_metadata(cfg, metadata.url), serve_metrics=False) as node:
+                assert node.bundles.current is None
+                board.post(notice(cfg.instance_id, deadline_s=30))
+                await wait_async(lambda: bool(node.drainer.outcomes), 20.0, "the drain")
+
+    with caplog.at_level(logging.ERROR, logger="agent.bundle"):
+        asyncio.run(scenario())
+    reap(procs)
+    assert any("unsigned" in r.message and "not signed" in r.message for r in caplog.records)
+    (done,) = of_type(spool_events(cfg.spool_dir), "drain_completed")
+    assert done["verified"]
+
+
+@pytest.mark.parametrize("proactive", [False, True])
+def test_an_advisory_drains_only_where_the_contract_enables_proactive_drain(
+    tmp_path: Path, nats: servers.Server, proactive: bool
+) -> None:
+    marker = f"spotcap-wl-{tmp_path.name}"
+    write_bundle(tmp_path, bundle(proactive_drain_on_advisory=proactive))
+    procs = [workload(marker)]
+    cfg = _local_config(
+        tmp_path, marker, notices={"nats": [nats.address]}, metrics_listen="127.0.0.1:0"
+    )
+
+    async def scenario() -> str:
+        async with Agent(cfg) as node:
+            assert await node.intake.wait_subscribed(10.0)
+            now_us = notice().issued_at_us
+            advisory = ReclaimAdvisory(
+                event_id=notice().event_id,
+                region=cfg.region,
+                instance_id=cfg.instance_id,
+                pool_id="pool-1",
+                expected_reclaim_at_us=now_us + 300_000_000,
+                issued_at_us=now_us,
+            )
+            relay = await NoticeRelay.connect(nats.address)
+            await relay.publish(advisory)
+            await relay.close()
+            await wait_async(lambda: node.deliveries == 1, 10.0, "the advisory")
+            if proactive:
+                await wait_async(lambda: bool(node.drainer.outcomes), 20.0, "the drain")
+            else:
+                await asyncio.sleep(0.3)
+            assert node.metrics_port is not None
+            url = f"http://127.0.0.1:{node.metrics_port}/metrics"
+            return await asyncio.to_thread(
+                lambda: urllib.request.urlopen(url, timeout=5).read().decode()
+            )
+
+    scraped = asyncio.run(scenario())
+    try:
+        assert (procs[0].poll() is not None) is proactive
+    finally:
+        reap(procs)
+    assert 'spotcap_agent_notices_total{kind="advisory",source="nats"} 1.0' in scraped
+    started = of_type(spool_events(cfg.spool_dir), "drain_started")
+    assert [s["trigger"] for s in started] == (["advisory"] if proactive else [])
+    if proactive:
+        assert 'spotcap_agent_drain_duration_seconds_count{path="local"} 1.0' in scraped
