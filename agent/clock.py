@@ -38,3 +38,7 @@ class ScaledClock:
 
     def now_us(self) -> int:
         return self._origin_us + int((time.monotonic() - self._start_s) * self.speed * 1e6)
+
+    def restart(self) -> None:
+        """Event time is `origin_us` again from now (when the scaled feed starts)."""
+        self._start_s = time.monotonic()

@@ -173,6 +173,6 @@ class KubeReplay:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up at its cap: what the slow recordings are for
 
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve  # noqa: N815
 
         return Handler

@@ -9,6 +9,7 @@ import logging
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ from tests.agent_support import (
 POLL_S = 0.05
 
 
-def _local_config(tmp_path: Path, marker: str, **tables: object) -> AgentConfig:
+def _local_config(tmp_path: Path, marker: str, **tables: Any) -> AgentConfig:
     return config(
         tmp_path,
         local={"match_cmdline": [marker], "term_grace_s": 5.0},
@@ -127,7 +128,8 @@ def test_fail_static_nats_and_control_plane_down_the_metadata_poll_carries_the_n
     async def scenario() -> None:
         board = NoticeBoard()
         async with MetadataServer(board) as metadata:
-            async with Agent(_with_metadata(cfg, metadata.url), serve_metrics=False) as node:
+            node = Agent(_with_metadata(cfg, metadata.url), serve_metrics=False)
+            async with node:
                 assert node.bundles.origin == "last-good"
                 assert node.bundles.current is not None
                 assert node.bundles.current.drain_budget_s == 45
@@ -174,7 +176,8 @@ def test_an_unsigned_bundle_is_refused_and_the_agent_still_drains_from_the_deadl
     async def scenario() -> None:
         board = NoticeBoard()
         async with MetadataServer(board) as metadata:
-            async with Agent(_with_metadata(cfg, metadata.url), serve_metrics=False) as node:
+            node = Agent(_with_metadata(cfg, metadata.url), serve_metrics=False)
+            async with node:
                 assert node.bundles.current is None
                 board.post(notice(cfg.instance_id, deadline_s=30))
                 await wait_async(lambda: bool(node.drainer.outcomes), 20.0, "the drain")

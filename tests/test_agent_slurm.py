@@ -21,7 +21,7 @@ from agent.drain.slurm import SlurmControl, SlurmDrain, expand_hostlist
 from agent.drainer import Drainer, DrainOutcome
 from agent.records import Recorder
 from infra import servers
-from schemas.events import Envelope
+from schemas.events import CheckpointTriggered, DrainCompleted, Envelope
 from tests.agent_support import bundle, config, notice, wait_for
 
 JOB = """#!/bin/bash
@@ -120,9 +120,10 @@ def test_a_real_job_is_signalled_drained_and_requeued(
     else:
         assert {"cli:jobs", "cli:signal", "cli:drain", "cli:requeue"} <= interfaces
         assert not any(c.startswith("rest:") for c in interfaces)
-    by_type = {e.event_type: e.payload for e in events}
-    assert by_type["drain_completed"].path == "slurm"  # type: ignore[attr-defined]
-    assert by_type["checkpoint_triggered"].outcome == "signalled"  # type: ignore[attr-defined]
+    (done,) = [e.payload for e in events if isinstance(e.payload, DrainCompleted)]
+    assert done.path == "slurm"
+    (triggered,) = [e.payload for e in events if isinstance(e.payload, CheckpointTriggered)]
+    assert triggered.outcome == "signalled"
 
 
 def test_a_job_that_finishes_on_usr1_is_not_requeued(tmp_path: Path, node: servers.Server) -> None:

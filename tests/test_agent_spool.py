@@ -96,6 +96,7 @@ def test_every_event_survives_the_avro_json_form_as_fastavro_reads_it(envelope: 
     # fastavro's own reader of the Avro JSON encoding reads the same datum back.
     parsed = fastavro.parse_schema(strip_logical_types(envelope_schema()), _force=True)
     (datum,) = list(fastavro.json_reader(io.StringIO(text), parsed))
+    assert isinstance(datum, dict)
     assert datum["event_id"] == envelope.event_id
     assert datum["payload"] == envelope.payload.to_avro()
 

@@ -64,17 +64,14 @@ class LocalDrain:
             if not entry.name.isdigit():
                 continue
             pid = int(entry.name)
-            if pid in self._protect or not alive(pid):
-                continue
-            if self._matches(pid):
+            if pid not in self._protect and self._matches(pid) and alive(pid):
                 found.append(pid)
         return found
 
     def _matches(self, pid: int) -> bool:
         if self._cmdline:
-            cmdline = (
-                _read(_PROC / str(pid) / "cmdline").replace(b"\0", b" ").decode(errors="replace")
-            )
+            raw = _read(_PROC / str(pid) / "cmdline").rstrip(b"\0")
+            cmdline = raw.replace(b"\0", b" ").decode(errors="replace")
             if any(p.search(cmdline) for p in self._cmdline):
                 return True
         if self._cgroup:
