@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agent.config import AgentConfig, AgentConfigError, load_config
@@ -37,7 +38,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(1)
 
 
@@ -197,7 +198,7 @@ def check_command(config_path: Path, as_json: bool) -> None:
         )
         table.add_row("spool", str(config.spool_dir))
         for w in report["warnings"]:
-            table.add_row("[yellow]warning[/]", w)
+            table.add_row("[yellow]warning[/]", escape(w))
         console.print(table)
     if bundle is None:
         sys.exit(1)
@@ -247,6 +248,7 @@ def ship_command(ctx: click.Context, config_path: Path, follow: bool, as_json: b
     """Ship the spool into the event log (at least once; consumers de-duplicate by event id)."""
     from spotcap.spool_ship import SpoolShipper
     from spotcap.wiring import describe_log, make_codec, open_log
+    from streams.log import LogError
 
     config = _config(config_path)
     settings = ctx.find_object(Settings) or Settings.load()
@@ -260,6 +262,8 @@ def ship_command(ctx: click.Context, config_path: Path, follow: bool, as_json: b
             threading.Event().wait(1.0)
     except KeyboardInterrupt:
         pass
+    except LogError as error:
+        _fail(f"cannot ship to the {describe_log(settings)}: {error}")
     finally:
         shipper.close()
         event_log.close()
