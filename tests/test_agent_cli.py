@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -28,7 +27,13 @@ def _spotcap(*argv: str, home: Path | None = None) -> subprocess.CompletedProces
     if home is not None:
         env["SPOTCAP_HOME"] = str(home)
     return subprocess.run(
-        [*SPOTCAP, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [*SPOTCAP, *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -112,8 +117,8 @@ def test_run_drains_on_a_notice_serves_metrics_and_stops_on_sigterm(tmp_path: Pa
             await asyncio.to_thread(wait_for, lambda: proc_wl.poll() is not None, 20, "the drain")
             await asyncio.sleep(0.3)
             url = f"http://127.0.0.1:{port}/metrics"
-            scraped = await asyncio.to_thread(
-                lambda: urllib.request.urlopen(url, timeout=5).read().decode()
+            scraped: str = await asyncio.to_thread(
+                lambda: str(urllib.request.urlopen(url, timeout=5).read().decode())
             )
             agent.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(agent.wait(), 30) == 0
