@@ -4,13 +4,15 @@ The agent owns the trigger and the deadline: the deadline is the notice's own (p
 30 s to 120 s), the budget the contract's; the drain path comes from the bundle's scheduler.
 Each step is recorded (drain started, every eviction attempt, drain completed with duration,
 path, verification and overrun, the checkpoint's outcome), with ids derived from the notice.
-A drain runs in its own thread so that intake, metrics and the spool never wait for it, and an
-unexpected error in a scheduler path still ends in the local path, never in no drain at all.
+Drains run on the agent's drain thread, so that intake, metrics and the spool never wait for
+them, and an unexpected error in a scheduler path still ends in the local path, never in no
+drain at all.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -62,7 +64,13 @@ class Drainer:
         self._clock = clock
         self._metrics = metrics
         self._lock = threading.Lock()
-        self._active: threading.Thread | None = None
+        self._queue: queue.SimpleQueue[tuple[DrainRequest, DrainPathImpl, float] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._pending = 0
+        self._idle = threading.Event()
+        self._idle.set()
         self._started_causes: set[str] = set()
         self.outcomes: list[DrainOutcome] = []
 
@@ -111,34 +119,61 @@ class Drainer:
             return self._paths[bundle.scheduler]
         return self._paths["local"]
 
-    def start(
-        self, request: DrainRequest, path: DrainPathImpl, received_mono_s: float
-    ) -> threading.Thread | None:
-        """Drain in a new thread; None if this cause was drained already or a drain is running."""
+    def start(self, request: DrainRequest, path: DrainPathImpl, received_mono_s: float) -> bool:
+        """Hand the drain to the drain thread; False if this cause was drained already.
+
+        Never blocks: the drain thread is started once, ahead of any notice (starting a thread
+        per notice waits for that thread to get the interpreter, milliseconds in a wave).
+        Drains run one after another; a second notice while one runs is drained after it.
+        """
         with self._lock:
             if request.cause_event_id in self._started_causes:
-                return None
-            if self._active is not None and self._active.is_alive():
-                log.info("a drain is running; %s adds nothing to it", request.cause_event_id)
-                return None
+                return False
             self._started_causes.add(request.cause_event_id)
-            thread = threading.Thread(
-                target=self.run,
-                args=(request, path, received_mono_s),
-                name=f"drain-{request.cause_event_id[:8]}",
-                daemon=True,
-            )
-            self._active = thread
-        thread.start()
-        return thread
+            self._pending += 1
+            self._idle.clear()
+            if self._thread is None:
+                self._start_thread()
+        self._queue.put((request, path, received_mono_s))
+        return True
+
+    def start_thread(self) -> None:
+        """Start the drain thread now (at agent start), so a notice finds it waiting."""
+        with self._lock:
+            if self._thread is None:
+                self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._serve, name="drainer", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            request, path, received_mono_s = item
+            try:
+                self.run(request, path, received_mono_s)
+            except Exception:  # logged; the next notice must still be served
+                log.exception("drain of %s failed", request.cause_event_id)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.set()
 
     def wait(self, timeout_s: float) -> bool:
-        """True once no drain is running (False if one still runs after `timeout_s`)."""
-        thread = self._active
-        if thread is not None:
-            thread.join(timeout_s)
-            return not thread.is_alive()
-        return True
+        """True once no drain is running or queued (False if one still is after `timeout_s`)."""
+        return self._idle.wait(timeout_s)
+
+    def stop(self, timeout_s: float) -> None:
+        """Let the running drain finish (bounded), then stop the drain thread."""
+        self.wait(timeout_s)
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            self._thread = None
 
     def run(
         self, request: DrainRequest, path: DrainPathImpl, received_mono_s: float
@@ -161,14 +196,16 @@ class Drainer:
         deadline = Deadline(clock, request.deadline_at_us, self._config.drain.safety_margin_s)
         ctx = DrainContext(request, deadline, recorder, started_id)
         checkpoint: list[CheckpointReport | None] = [None]
-        trigger = threading.Thread(
-            target=lambda: checkpoint.__setitem__(
-                0, run_trigger(self._config.checkpoint, request, deadline)
-            ),
-            name="checkpoint",
-            daemon=True,
-        )
-        trigger.start()
+        trigger = None
+        if request.checkpoint_method != "none":  # a thread only when there is a trigger
+            trigger = threading.Thread(
+                target=lambda: checkpoint.__setitem__(
+                    0, run_trigger(self._config.checkpoint, request, deadline)
+                ),
+                name="checkpoint",
+                daemon=True,
+            )
+            trigger.start()
         result = self._drain(path, ctx)
         ended_us = clock.now_us()
         duration_s = (ended_us - started_us) / 1e6
@@ -188,7 +225,8 @@ class Drainer:
             cause=request.cause_event_id,
             causation_id=started_id,
         )
-        trigger.join(max(0.0, deadline.left_s() + self._config.drain.safety_margin_s))
+        if trigger is not None:
+            trigger.join(max(0.0, deadline.left_s() + self._config.drain.safety_margin_s))
         report = checkpoint[0]
         if (
             report is None

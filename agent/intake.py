@@ -80,6 +80,10 @@ class NoticeIntake:
         if self._metadata_url is not None:
             self._tasks.append(asyncio.create_task(self._run_poll(), name="notice-poll"))
 
+    async def next(self) -> Delivery:
+        """The next new notice or advisory, however long it takes (the agent's main loop)."""
+        return await self._queue.get()
+
     async def get(self, timeout_s: float) -> Delivery:
         """The next new notice or advisory; TimeoutError if none comes within ``timeout_s``."""
         return await asyncio.wait_for(self._queue.get(), timeout=timeout_s)

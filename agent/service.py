@@ -113,6 +113,7 @@ class Agent:
             if warning:
                 log.warning(warning)
         self.metrics.spool_bytes.set(self.spool.total_bytes)
+        self.drainer.start_thread()
         await self.intake.start()
         self._tasks = [
             asyncio.create_task(self._deliveries(), name="agent-deliveries"),
@@ -139,7 +140,7 @@ class Agent:
                 await task
         self._tasks.clear()
         await self.intake.close()
-        await asyncio.to_thread(self.drainer.wait, drain_wait_s)
+        await asyncio.to_thread(self.drainer.stop, drain_wait_s)
         await asyncio.to_thread(self.writer.flush, 5.0)
         self.writer.close()
         self.metrics.close()
@@ -158,12 +159,8 @@ class Agent:
     # -- background work --------------------------------------------------------------------
 
     async def _deliveries(self) -> None:
-        while True:
-            try:
-                delivery = await self.intake.get(timeout_s=3600.0)
-            except TimeoutError:
-                continue
-            self.handle(delivery)
+        while True:  # a node waits for its notice as long as it lives: no timeout here
+            self.handle(await self.intake.next())
 
     def handle(self, delivery: Delivery) -> None:
         """Act on the first copy of a notice or advisory (synchronous: never waits on I/O)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -70,12 +71,17 @@ class SpoolFullError(OSError):
     """The disk refused a line (ENOSPC or a short write); nothing of it was kept."""
 
 
+@functools.cache
+def _shared_form_and_codec() -> tuple[AvroJsonForm, Codec]:
+    # Both are immutable once built and costly to build (schema parsing): one per process.
+    return AvroJsonForm(), Codec(known_schemas=())
+
+
 class LineEncoder:
     """Envelopes to spool lines (bytes ending in a newline)."""
 
     def __init__(self) -> None:
-        self._form = AvroJsonForm()
-        self._codec = Codec(known_schemas=())
+        self._form, self._codec = _shared_form_and_codec()
         self._fingerprint = f"{self._form.fingerprint:016x}"
 
     def line(self, envelope: Envelope) -> bytes:

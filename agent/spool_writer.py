@@ -1,9 +1,11 @@
 """Writes to the spool from its own thread, so that a slow or full disk never delays a drain.
 
-`submit` only queues the envelope; the thread encodes and appends in batches (one fsync per
-batch). When the disk refuses (full, read-only, gone), the error is logged and counted, the
-lines wait in memory and are retried every `retry_s`; usage samples waiting longest are dropped
-first when that backlog grows past `backlog_max`, everything else waits for the disk.
+`submit` only queues the envelope; the thread waits `gather_s` (50 ms) after the first event so
+that the drain that queued it reaches its signal first, then encodes and appends what came as
+one batch (one fsync). When the disk refuses (full, read-only, gone), the error is logged and
+counted, the lines wait in memory and are retried every `retry_s`; usage samples waiting
+longest are dropped first when that backlog grows past `backlog_max`, everything else waits
+for the disk.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class SpoolWriter:
         *,
         retry_s: float = 1.0,
         backlog_max: int = 10_000,
+        gather_s: float = 0.05,
         on_error: Callable[[OSError], None] | None = None,
         on_written: Callable[[Spool, int], None] | None = None,
     ) -> None:
@@ -39,6 +42,7 @@ class SpoolWriter:
         self._backlog: deque[tuple[bytes, bool]] = deque()
         self._retry_s = retry_s
         self._backlog_max = backlog_max
+        self._gather_s = gather_s
         self._on_error = on_error
         self._on_written = on_written
         self._idle = threading.Event()
@@ -82,6 +86,10 @@ class SpoolWriter:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
                 item = None
+            if item is not None and self._gather_s:
+                # Let the step that queued this (a drain about to signal) run first, and
+                # take what it queues next in the same batch: one fsync for all of it.
+                time.sleep(self._gather_s)
             batch = [item] if item is not None else []
             while True:  # take whatever else is queued: one fsync for all of it
                 try:

@@ -115,10 +115,14 @@ def workload(marker: str, *, trap_term: bool = False) -> subprocess.Popen[bytes]
             "import signal,sys\n"
             "signal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), sys.exit(0)))\n"
         )
-    code += "while True: time.sleep(0.05)\n"
-    return subprocess.Popen(
+    code += "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n"
+    proc = subprocess.Popen(
         [sys.executable, "-c", code, marker], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
+    assert proc.stdout is not None
+    ready = proc.stdout.readline()  # its signal handler is in place: no race with SIGTERM
+    assert ready == b"ready\n", f"the workload process did not start: {ready!r}"
+    return proc
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -136,7 +136,7 @@ def test_run_drains_on_a_notice_serves_metrics_and_stops_on_sigterm(tmp_path: Pa
     )
     assert 'spotcap_agent_bundle_contract_version{workload="etl"} 3.0' in scraped
     types = [line["event_type"] for line in spool_events(tmp_path / "state" / "spool")]
-    assert types[:2] == ["notice_received", "drain_started"] and "drain_completed" in types
+    assert {"notice_received", "drain_started", "drain_completed"} <= set(types)
     # The embedded shipper puts the spool on the log; a second run ships nothing new.
     home = tmp_path / "home"
     cfg = tmp_path / "agent.toml"
