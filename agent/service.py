@@ -71,6 +71,9 @@ class Agent:
         self.metrics_port: int | None = None
         self.bundles = BundleStore(config.bundle, config.state_dir, self.metrics)
         self.paths = dict(paths) if paths is not None else build_paths(config)
+        for path in self.paths.values():
+            if hasattr(path, "on_attempt"):  # the Kubernetes path counts its eviction calls
+                path.on_attempt = lambda outcome: self.metrics.evictions.labels(outcome).inc()
         self.spool = Spool(
             config.spool_dir,
             segment_bytes=config.spool.segment_bytes,

@@ -99,6 +99,7 @@ async def _run(config: AgentConfig, ship_settings: Settings | None) -> None:
     ship_stop = threading.Event()
     shipper_thread = None
     async with Agent(config) as node:
+        loop.add_signal_handler(signal.SIGHUP, node.bundles.load)  # systemctl reload
         if node.metrics_port is not None:
             logging.getLogger("agent").info(
                 "metrics on http://%s/metrics",

@@ -120,6 +120,9 @@ def test_run_drains_on_a_notice_serves_metrics_and_stops_on_sigterm(tmp_path: Pa
             scraped: str = await asyncio.to_thread(
                 lambda: str(urllib.request.urlopen(url, timeout=5).read().decode())
             )
+            agent.send_signal(signal.SIGHUP)  # systemctl reload: re-read the bundle, live on
+            await asyncio.sleep(0.5)
+            assert agent.returncode is None
             agent.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(agent.wait(), 30) == 0
             return scraped
