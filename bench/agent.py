@@ -298,9 +298,10 @@ def _idle_cost(nats_url: str, window_s: float) -> None:
         )
         bare_code = (
             "import asyncio\nfrom nats.aio.client import Client\n"
+            "async def cb(m):\n    pass\n"
             "async def main():\n    c = Client()\n"
             f"    await c.connect(['{nats_url}'])\n"
-            "    await c.subscribe('spotcap.bench-1.notice.i-bare', cb=lambda m: None)\n"
+            "    await c.subscribe('spotcap.bench-1.notice.i-bare', cb=cb)\n"
             "    await asyncio.sleep(10**6)\nasyncio.run(main())\n"
         )
         bare = subprocess.Popen([sys.executable, "-c", bare_code])

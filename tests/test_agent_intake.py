@@ -5,6 +5,7 @@ spool, and keeps working with NATS and the control plane both down (fail-static)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import urllib.request
@@ -237,3 +238,74 @@ def test_an_advisory_drains_only_where_the_contract_enables_proactive_drain(
     assert [s["trigger"] for s in started] == (["advisory"] if proactive else [])
     if proactive:
         assert 'spotcap_agent_drain_duration_seconds_count{path="local"} 1.0' in scraped
+
+
+def test_a_full_disk_is_reported_and_the_drain_still_happens(tmp_path: Path) -> None:
+    from tests.test_agent_spool import small_tmpfs
+
+    marker = f"spotcap-wl-{tmp_path.name}"
+    write_bundle(tmp_path)
+    procs = [workload(marker)]
+    with small_tmpfs(tmp_path / "disk", 64) as disk:
+        filler = disk / "filler"
+        with filler.open("wb") as f, contextlib.suppress(OSError):
+            f.write(b"\0" * 70 * 1024)  # the node's disk is full before the notice comes
+        cfg = _local_config(
+            tmp_path, marker, state_dir=str(disk / "state"), notices={"poll_interval_s": POLL_S}
+        )
+
+        async def scenario() -> tuple[int, float]:
+            board = NoticeBoard()
+            async with MetadataServer(board) as metadata:
+                node = Agent(_with_metadata(cfg, metadata.url), serve_metrics=False)
+                async with node:
+                    board.post(notice(cfg.instance_id, deadline_s=30))
+                    await wait_async(lambda: bool(node.drainer.outcomes), 20.0, "the drain")
+                    await wait_async(lambda: node.writer.errors > 0, 10.0, "the spool error")
+                    (outcome,) = node.drainer.outcomes
+                    assert outcome.result.verified
+                    errors = node.metrics.registry.get_sample_value(
+                        "spotcap_agent_spool_write_errors_total"
+                    )
+                    return node.writer.backlog, errors or 0.0
+
+        backlog, errors = asyncio.run(scenario())
+        try:
+            assert procs[0].wait(timeout=5) != 0  # drained although nothing could be written
+        finally:
+            reap(procs)
+        assert backlog >= 3 and errors >= 1  # notice, drain started, drain completed wait
+
+
+def test_a_repeated_drain_of_the_same_notice_writes_the_same_event_ids(tmp_path: Path) -> None:
+    """An agent restarted mid-drain sees the notice again (the metadata poll) and repeats the
+    drain: its events carry the same ids, so consumers keep one of each."""
+    from agent.clock import WallClock
+    from agent.drain.local import LocalDrain
+    from agent.drainer import Drainer
+    from agent.records import Recorder
+    from schemas.events import Envelope
+
+    cfg = config(tmp_path)
+    note = notice(cfg.instance_id, deadline_s=60)
+    runs: list[list[Envelope]] = []
+    for _ in range(2):
+        events: list[Envelope] = []
+        local = LocalDrain(cfg.local)
+        drainer = Drainer(
+            cfg,
+            {"local": local},
+            Recorder(cfg.region, cfg.producer, WallClock(), events.append),
+            WallClock(),
+        )
+        request = drainer.request_for(
+            bundle(),
+            workload_id="etl",
+            trigger="notice",
+            cause_event_id=note.event_id,
+            deadline_at_us=note.deadline_at_us,
+        )
+        drainer.run(request, local, 0.0)
+        runs.append(events)
+    first, second = ([(e.event_type, e.event_id) for e in run] for run in runs)
+    assert first == second and len(first) >= 3
