@@ -32,22 +32,16 @@ from rich.table import Table
 from agent.config import AgentConfig, AgentConfigError, load_config
 from agent.spool import ShippedPosition, segments
 from spotcap.config import Settings
+from spotcap.fail import fail
 
 console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    sys.exit(1)
 
 
 def _config(path: Path) -> AgentConfig:
     try:
         return load_config(path)
     except AgentConfigError as error:
-        _fail(str(error))
-        raise  # unreachable: _fail exits
+        fail(str(error), "infra/agent/agent.example.toml lists every key with its default")
 
 
 _CONFIG = click.option(
@@ -264,7 +258,7 @@ def ship_command(ctx: click.Context, config_path: Path, follow: bool, as_json: b
     except KeyboardInterrupt:
         pass
     except LogError as error:
-        _fail(f"cannot ship to the {describe_log(settings)}: {error}")
+        fail(f"cannot ship to the {describe_log(settings)}: {error}")
     finally:
         shipper.close()
         event_log.close()

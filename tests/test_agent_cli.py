@@ -140,7 +140,11 @@ def test_run_drains_on_a_notice_serves_metrics_and_stops_on_sigterm(tmp_path: Pa
     assert 'spotcap_agent_bundle_contract_version{workload="etl"} 3.0' in scraped
     types = [line["event_type"] for line in spool_events(tmp_path / "state" / "spool")]
     assert {"notice_received", "drain_started", "drain_completed"} <= set(types)
-    # The embedded shipper puts the spool on the log; a second run ships nothing new.
+    _ship_and_check(tmp_path, len(types))
+
+
+def _ship_and_check(tmp_path: Path, lines: int) -> None:
+    """The embedded shipper puts the spool on the log; a second run ships nothing new."""
     home = tmp_path / "home"
     cfg = tmp_path / "agent.toml"
     unprepared = _spotcap("agent", "ship", "--config", str(cfg), home=home)
@@ -149,7 +153,7 @@ def test_run_drains_on_a_notice_serves_metrics_and_stops_on_sigterm(tmp_path: Pa
     _spotcap("--region", "eu-west-1", "topics", "apply", home=home)
     shipped = _spotcap("agent", "ship", "--config", str(cfg), "--json", home=home)
     assert shipped.returncode == 0, shipped.stderr
-    assert json.loads(shipped.stdout)["shipped"] == len(types)
+    assert json.loads(shipped.stdout)["shipped"] == lines
     again = _spotcap("agent", "ship", "--config", str(cfg), "--json", home=home)
     assert json.loads(again.stdout)["shipped"] == 0
     status = json.loads(_spotcap("agent", "spool", "--config", str(cfg), "--json").stdout)
