@@ -170,7 +170,14 @@ def check_command(config_path: Path, as_json: bool) -> None:
         "spool_dir": str(config.spool_dir),
         "warnings": [warning] if warning else [],
     }
+    refused = (
+        f"no bundle verifies: neither {config.bundle.path} nor the last good one in "
+        f"{config.state_dir}"
+    )
+    hint = "write this workload's signed bundle and its public key (spotcap contracts compile)"
     if as_json:
+        if bundle is None:
+            fail(refused, hint, json_report=report)
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:
         table = Table(title=f"agent {config.instance_id} ({config_path})", show_header=False)
@@ -195,8 +202,8 @@ def check_command(config_path: Path, as_json: bool) -> None:
         for w in report["warnings"]:
             table.add_row("[yellow]warning[/]", escape(w))
         console.print(table)
-    if bundle is None:
-        sys.exit(1)
+        if bundle is None:
+            fail(refused, hint)
 
 
 @agent.command("spool")
