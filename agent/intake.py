@@ -95,11 +95,7 @@ class NoticeIntake:
         return self._subscribed.is_set()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks.clear()
         if self._client is not None and not self._client.is_closed:
             with contextlib.suppress(OSError, NatsError, TimeoutError):
@@ -184,3 +180,21 @@ class NoticeIntake:
 
 async def _quiet(exc: Exception) -> None:
     """nats-py reports every failed (re)connect attempt here; the poll covers the gap."""
+
+
+async def cancel_tasks(tasks: Sequence[asyncio.Task[None]], timeout_s: float = 1.0) -> None:
+    """Cancel `tasks` and wait for them, bounded.
+
+    Cancelled again while any is left: on Python 3.11 a cancellation that meets an inner
+    ``asyncio.wait_for`` finishing at the same moment is lost (fixed in 3.12), and a poll loop
+    that lost it would keep a closing agent waiting for ever.
+    """
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(5):
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=timeout_s)
+    for task in pending:
+        log.error("task %s did not stop after 5 cancellations", task.get_name())

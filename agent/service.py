@@ -9,7 +9,6 @@ its processes (DESIGN.md §6). `Agent.start` returns once everything runs in the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from agent.config import AgentConfig
 from agent.drain.base import DrainPathImpl
 from agent.drain.local import LocalDrain
 from agent.drainer import Drainer
-from agent.intake import NoticeIntake
+from agent.intake import NoticeIntake, cancel_tasks
 from agent.logind import inhibit_delay_warning, kubelet_grace_s
 from agent.metrics import AgentMetrics
 from agent.records import Recorder
@@ -136,11 +135,7 @@ class Agent:
         )
 
     async def close(self, drain_wait_s: float = 10.0) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks.clear()
         await self.intake.close()
         await asyncio.to_thread(self.drainer.stop, drain_wait_s)

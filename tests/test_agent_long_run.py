@@ -1,5 +1,5 @@
 """Twelve hours without a control plane, accelerated: a simulated region's notices reach node
-agents through a real NATS relay and the metadata endpoint at 480x event time, and every notice
+agents through a real NATS relay and the metadata endpoint at 180x event time, and every notice
 is handled (drained, verified, inside its deadline, recorded once) with nothing else running:
 no Kafka, no controllers. Usage samples fill a deliberately small spool meanwhile, so its bound
 drops the oldest samples and keeps every drain event."""
@@ -31,7 +31,7 @@ from tests.agent_support import (
     write_bundle,
 )
 
-SPEED = 240.0  # 12 h of event time in 3 minutes; a 120 s notice is 0.5 s of wall time
+SPEED = 180.0  # 12 h of event time in 4 minutes; a 120 s notice is 0.67 s of wall time
 AGENTS = 24
 
 
@@ -70,7 +70,7 @@ def test_twelve_hours_without_control_plane_every_notice_is_handled(
     for i in watched:  # each node holds its own workload's bundle
         write_bundle(
             tmp_path / i,
-            bundle(workload_id=workload_of[i], checkpoint_method="none", drain_budget_s=60),
+            bundle(workload_id=workload_of[i], checkpoint_method="none", drain_budget_s=100),
         )
     procs = {i: workload(f"spotcap-long-{tmp_path.name}-{i}") for i in watched}
     configs = {
@@ -109,7 +109,7 @@ def test_twelve_hours_without_control_plane_every_notice_is_handled(
             dispatcher = NoticeDispatcher(relay, board)
             counts = await serve_events([relevant], dispatcher, speed=SPEED)
             assert counts.notices == sum(expected.values())
-            await asyncio.sleep(1.0)  # the last drain: 120 s of event time is 0.5 s here
+            await asyncio.sleep(1.0)  # the last drain: 120 s of event time is 0.67 s here
             for node in agents:
                 await node.close()
         await relay.close()
