@@ -27,6 +27,7 @@ from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
@@ -103,9 +104,11 @@ def run_demo(
                 f"use --fresh to replace them, another --home (or --region), "
                 f"or delete {settings.home}",
             )
-        log.apply_topics(region_topics(config.region))
-        sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config))
-        summary = write_run(sim, log, settings, on_progress)
+        # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
+        with run_marker(settings, config.region):
+            log.apply_topics(region_topics(config.region))
+            sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config))
+            summary = write_run(sim, log, settings, on_progress)
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)

@@ -65,6 +65,18 @@ class Extent:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """One segment as `spotcap log repair` sees it."""
+
+    path: Path
+    base: int
+    header: Header
+    header_damage: str | None  # what is wrong with the header on disk (None: it reads)
+    tail: Tail | None  # an incomplete block at its end (a write in progress or torn)
+    extents: list[Extent]
+
+
 @dataclass(slots=True)
 class _Segment:
     base: int
@@ -395,28 +407,55 @@ class Partition:
 
     # -- checking every block (`spotcap log verify`) -------------------------------------------
 
-    def extents(self) -> list[tuple[Path, Extent]]:
-        """The index as it stands: every segment's blocks and gaps, in offset order."""
+    def segments(self) -> list[SegmentView]:
+        """The index as it stands: each segment with its blocks and gaps, in offset order."""
         out = []
         for s, segment in enumerate(self._segments):
             next_base = self._bases[s + 1] if s + 1 < len(self._bases) else None
             n = len(segment)
-            for k in range(n):
-                hi = segment.los[k + 1] if k + 1 < n else next_base
-                out.append(
-                    (
-                        segment.path,
-                        Extent(
-                            segment.kinds[k],
-                            segment.los[k],
-                            hi,
-                            segment.positions[k],
-                            segment.ends[k],
-                            segment.counts[k],
-                        ),
-                    )
+            extents = [
+                Extent(
+                    segment.kinds[k],
+                    segment.los[k],
+                    segment.los[k + 1] if k + 1 < n else next_base,
+                    segment.positions[k],
+                    segment.ends[k],
+                    segment.counts[k],
                 )
+                for k in range(n)
+            ]
+            assert segment.header is not None
+            out.append(
+                SegmentView(
+                    segment.path,
+                    segment.base,
+                    segment.header,
+                    segment.header_damage,
+                    segment.tail,
+                    extents,
+                )
+            )
         return out
+
+    def extents(self) -> list[tuple[Path, Extent]]:
+        """Every block and gap of the partition with the segment it is in, in offset order."""
+        return [(view.path, extent) for view in self.segments() for extent in view.extents]
+
+    def decode_extent(self, view: SegmentView, extent: Extent) -> DecodedBlock | None:
+        """The records of a block (not kept); None if its file was replaced since indexed."""
+        data = _pread(view.path, extent.position, extent.end)
+        if data is None or extent.kind != FRAME:
+            return None
+        return decode_block(
+            data,
+            position=extent.position,
+            first=extent.lo,
+            limit=extent.hi,
+            count=extent.count,
+            topic=self.topic,
+            partition=self.number,
+            header=view.header,
+        )
 
     def check(
         self, on_bytes: Callable[[int], None] | None = None, *, settled: bool
@@ -468,28 +507,9 @@ class Partition:
         segment = self._segments[-1]
         if segment.tail is not None and segment.tail.torn:
             self._cut_torn_tail(segment)
-        # The newest block that reads whole: every record passes its checksum, offsets run
-        # from its first; its end is an offset really held.
-        k = len(segment) - 1
-        clean_end, clean_position = segment.base, segment.header.start if segment.header else 0
-        seen = segment.base  # the highest offset any record that passed its checksum holds + 1
-        while k >= 0:
-            if segment.kinds[k] == FRAME:
-                lo = segment.los[k]
-                decoded = self._decode(
-                    segment, k, lo, None if k == len(segment) - 1 else segment.los[k + 1]
-                )
-                good = [r for r in decoded.records if not _is_corrupt(r)] if decoded else []
-                if good:
-                    seen = max(seen, good[-1].offset + 1)
-                if decoded is not None and good and not decoded.problems and good[0].offset == lo:
-                    clean_end, clean_position = good[-1].offset + 1, segment.ends[k]
-                    break
-            k -= 1
-        after = segment.scanned - clean_position  # bytes after it: damaged, or blocks after damage
-        roll = segment.header_damage is not None or after > 0
-        # Whatever the bytes after it held, they held no more records than they can encode.
-        next_offset = max(clean_end + -(-after // MIN_RECORD_BYTES), seen)
+        self._next, clean_position = self._continue_from(segment)
+        after = segment.scanned - clean_position
+        self._roll = segment.header_damage is not None or after > 0
         if after > 0:
             _LOG.warning(
                 "%s[%d]: the newest segment %s holds damaged bytes after byte %s; new records go "
@@ -499,9 +519,40 @@ class Partition:
                 self.number,
                 segment.path,
                 f"{clean_position:,}",
-                f"{next_offset:,}",
+                f"{self._next:,}",
             )
-        self._next, self._roll = next_offset, roll
+
+    def next_offset(self) -> int:
+        """The offset a writer appends at next: past every record the partition holds or its
+        damaged bytes can have held (a torn tail, never acknowledged, does not count)."""
+        self.refresh()
+        if not self._segments:
+            return 0
+        return self._continue_from(self._segments[-1])[0]
+
+    def _continue_from(self, segment: _Segment) -> tuple[int, int]:
+        """(the next offset, the end of the newest block that reads whole) of the newest
+        segment, indexed up to `scanned`."""
+        # The newest block that reads whole: every record passes its checksum and offsets run
+        # from its first, so its end is an offset really held.
+        clean_end = segment.base
+        clean_position = segment.header.start if segment.header else 0
+        seen = segment.base  # past the highest offset of any record that passed its checksum
+        n = len(segment)
+        for k in range(n - 1, -1, -1):
+            if segment.kinds[k] != FRAME:
+                continue
+            lo = segment.los[k]
+            decoded = self._decode(segment, k, lo, segment.los[k + 1] if k + 1 < n else None)
+            good = [r for r in decoded.records if not _is_corrupt(r)] if decoded else []
+            if good:
+                seen = max(seen, good[-1].offset + 1)
+            if decoded is not None and good and not decoded.problems and good[0].offset == lo:
+                clean_end, clean_position = good[-1].offset + 1, segment.ends[k]
+                break
+        # Whatever the bytes after it held, they held no more records than they can encode.
+        after = segment.scanned - clean_position
+        return max(clean_end + -(-after // MIN_RECORD_BYTES), seen), clean_position
 
     def _cut_torn_tail(self, segment: _Segment) -> None:
         tail = segment.tail
