@@ -152,7 +152,8 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
     if not checked.damage:
         console.print(f"[green]ok[/]: {summary}: no damage", highlight=False, soft_wrap=True)
         return
-    console.print(f"[bold red]{len(checked.damage):,} damaged parts[/] of the embedded log:")
+    parts = "part" if len(checked.damage) == 1 else "parts"
+    console.print(f"[bold red]{len(checked.damage):,} damaged {parts}[/] of the embedded log:")
     for d in checked.damage:
         console.print(
             f"  [bold]{d.topic}[{d.partition}][/] {d.path.relative_to(settings.log_dir)}\n"
@@ -211,7 +212,8 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
         console.print("[green]nothing to repair[/]: no damage found", highlight=False)
         return
     verb = "would move" if dry_run else "moved"
-    console.print(f"{verb} {len(done):,} parts of the embedded log:", highlight=False)
+    parts = "part" if len(done) == 1 else "parts"
+    console.print(f"{verb} {len(done):,} {parts} of the embedded log:", highlight=False)
     for r in done:
         span = f"bytes {r.start:,}-{max(r.start, r.end - 1):,}" if r.end > r.start else "new"
         moved = f"\n      -> {r.moved_to.relative_to(settings.log_dir)}" if r.moved_to else ""
