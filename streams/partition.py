@@ -163,6 +163,12 @@ class Partition:
     def _scan(self, segment: _Segment, *, sealed: bool) -> None:
         """Index the bytes appended to a segment since the last scan (only those)."""
         try:
+            seen = segment.path.stat()
+            if (seen.st_ino, seen.st_size, sealed) == (segment.inode, segment.size, segment.sealed):
+                self._note_stale_tail(
+                    segment
+                )  # nothing new (the common case of a caught-up reader)
+                return
             handle = open(segment.path, "rb")  # noqa: SIM115 (closed below)
         except FileNotFoundError:
             return

@@ -379,67 +379,85 @@ class _Decoding:
         self.damaged = False  # a record stands for damaged bytes: sort and dedupe at the end
 
     def run(self, header: Header, first: int, limit: int | None) -> None:
-        body, base = self.body, self.base
+        body, base, topic, partition = self.body, self.base, self.topic, self.partition
         view = memoryview(body)
         stream = io.BytesIO(body)
+        read, crc32, schema, checked = (
+            fastavro.schemaless_reader,
+            zlib.crc32,
+            header.schema,
+            header.checked,
+        )
+        append = self.out.records.append
+        top = limit if limit is not None else 1 << 63  # offsets stay below the next block's
         split = body.find(header.sync)  # a sync marker inside a body: the size was damaged
-        expected, pos = first, 0
-        while pos < len(body):
+        expected, last, held, pos, size = first, first - 1, 0, 0, len(body)
+        while pos < size:
             try:
                 if pos == split:
-                    why = (
-                        f"a sync marker inside the block at byte {base + pos:,}: its size is wrong"
-                    )
-                    self.out.problems.append(
-                        BlockProblem(base + pos, base + pos, expected, None, why)
-                    )
-                    _, pos = read_long(body, pos + SYNC_SIZE)
-                    _, pos = read_long(body, pos)
+                    pos = self._past_sync(pos, expected, header.sync)
                     split = body.find(header.sync, pos)
                     stream.seek(pos)
                     continue
-                raw: Any = fastavro.schemaless_reader(stream, header.schema, None)
+                raw: Any = read(stream, schema, None)
                 end = stream.tell()
-                crc, after = read_long(body, end) if header.checked else (0, end)
+                crc, after = read_long(body, end) if checked else (0, end)
                 offset = raw["offset"]
                 if pos < split < after:
                     raise ValueError("a record runs into a sync marker")
             except Exception as error:  # damaged bytes can make the decoder raise anything
-                stop = split if split > pos else len(body)
+                # The rest of the body, or up to a sync marker inside it, does not read.
                 why = f"the block's records stop decoding at byte {base + pos:,} ({error})"
-                self._lost(pos, stop, expected, limit, why)
+                self._lost(pos, split if split > pos else size, expected, limit, why)
                 expected += 1
-                if split <= pos:
-                    return
-                pos = split
+                pos = split if split > pos else size
                 stream.seek(pos)
                 continue
             stream.seek(after)
-            self.out.held += 1
-            if header.checked and zlib.crc32(view[pos:end]) != crc:
+            held += 1
+            if checked and crc32(view[pos:end]) != crc:
                 self._lost(pos, after, expected, limit, "checksum mismatch", raw["value"])
                 expected += 1
-            elif (
-                offset < first
-                or (limit is not None and offset >= limit)
-                or (self.out.last_good is not None and offset <= self.out.last_good)
-            ):
+            elif offset <= last or offset >= top:
                 why = f"a record of offset {offset:,} out of place: left out"
-                self.out.problems.append(
-                    BlockProblem(base + pos, base + after, offset, offset + 1, why)
-                )
+                self._problem(pos, after, offset, offset + 1, why)
             else:
                 if offset > expected and not self.damaged:
                     why = f"offsets {expected:,}-{offset - 1:,} are missing from the block"
-                    self.out.problems.append(
-                        BlockProblem(base + pos, base + pos, expected, offset, why)
+                    self._problem(pos, pos, expected, offset, why)
+                headers: Headers = tuple((h["key"], h["value"]) for h in raw["headers"])
+                append(
+                    Record(
+                        topic,
+                        partition,
+                        offset,
+                        raw["key"],
+                        raw["value"],
+                        raw["timestamp_ms"],
+                        headers,
                     )
-                self.out.records.append(_record(self.topic, self.partition, raw))
-                self.out.last_good = offset
+                )
+                last = offset
                 expected = offset + 1
             pos = after
+        self.out.held = held
+        self.out.last_good = last if last >= first else None
         if self.damaged:
             self._settle()
+
+    def _past_sync(self, pos: int, expected: int, sync: bytes) -> int:
+        """Where the records go on after a sync marker found at `pos` inside the body (just
+        past the next block's count and size): two blocks read as one."""
+        why = f"a sync marker inside the block at byte {self.base + pos:,}: its size is wrong"
+        self._problem(pos, pos, expected, None, why)
+        _, pos = read_long(self.body, pos + len(sync))
+        _, pos = read_long(self.body, pos)
+        return pos
+
+    def _problem(self, start: int, end: int, first: int, end_offset: int | None, why: str) -> None:
+        self.out.problems.append(
+            BlockProblem(self.base + start, self.base + end, first, end_offset, why)
+        )
 
     def _lost(  # noqa: PLR0917 (the byte range, the offset and the limit belong together)
         self,
@@ -491,13 +509,6 @@ def first_record_holds(data: bytes, header: Header) -> bool:
     except Exception:  # damaged bytes can make the decoder raise anything
         return False
     return zlib.crc32(memoryview(data)[at:end]) == crc
-
-
-def _record(topic: str, partition: int, raw: Any) -> Record:
-    headers: Headers = tuple((h["key"], h["value"]) for h in raw["headers"])
-    return Record(
-        topic, partition, raw["offset"], raw["key"], raw["value"], raw["timestamp_ms"], headers
-    )
 
 
 def corrupt_record(
