@@ -24,7 +24,7 @@ import os
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from streams.damage import FRAMING, HEADER, RECORDS, TORN, Damage
@@ -104,16 +104,8 @@ class _Segment:
     def reset(self) -> None:
         """Forget the index (the file was replaced): it is read again from its start."""
         fresh = _Segment(self.base, self.path)
-        self.header, self.header_damage, self.inode = None, None, 0
-        self.scanned, self.size, self.expected, self.floor = 0, -1, fresh.expected, 0
-        self.los, self.positions, self.ends, self.counts = (
-            fresh.los,
-            fresh.positions,
-            fresh.ends,
-            fresh.counts,
-        )
-        self.kinds, self.whats, self.tail, self.tail_seen = fresh.kinds, {}, None, (0, 0.0)
-        self.sealed = False
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, getattr(fresh, name))
 
 
 class Partition:
@@ -165,9 +157,8 @@ class Partition:
         try:
             seen = segment.path.stat()
             if (seen.st_ino, seen.st_size, sealed) == (segment.inode, segment.size, segment.sealed):
-                self._note_stale_tail(
-                    segment
-                )  # nothing new (the common case of a caught-up reader)
+                # Nothing new: the common case of a reader that has caught up.
+                self._note_stale_tail(segment)
                 return
             handle = open(segment.path, "rb")  # noqa: SIM115 (closed below)
         except FileNotFoundError:
@@ -306,7 +297,8 @@ class Partition:
 
     @property
     def end_offset(self) -> int:
-        """The offset after the newest record indexed (the next one to be written)."""
+        """The offset after the newest record indexed (after damage at the end, a writer goes
+        on further: `next_offset`)."""
         if not self._segments:
             return 0
         segment = self._segments[-1]
