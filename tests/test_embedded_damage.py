@@ -193,3 +193,85 @@ def test_damage_costs_only_the_damaged_blocks_and_is_always_reported(
             if block not in damaged:
                 assert all(same(good_again[o], layout.records[o]) for o in block.offsets)
         assert [good_again[r.offset].value for r in written] == [b"after-0", b"after-1", b"after-2"]
+
+
+def small_log(root: Path) -> Layout:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(streams.embedded, "SEGMENT_BYTES", 1500)
+        return write_log(root, [3, 2, 4, 3, 2, 5, 3, 2, 3])
+
+
+def first_segment(layout: Layout) -> Path:
+    return min(layout.headers)
+
+
+def test_a_damaged_header_is_named_and_everything_else_still_reads(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    layout = small_log(root)
+    path = first_segment(layout)
+    other = EmbeddedLog(root)
+    other.apply_topics(region_topics("other", partitions_scale=SCALE))
+    producer = other.producer()
+    producer.produce(topic_name("other", "lifecycle"), b"elsewhere")
+    producer.flush()
+    other.close()
+    damage([(path, 30, 0x01)])  # inside the schema text
+
+    records, found = read_everything(root)
+    (header,) = [d for d in found if d.kind == HEADER]
+    assert header.path == path and "header" in header.what and header.offsets == "none"
+    assert [r.offset for r in records] == list(range(layout.end_offset)), "no record is lost"
+    assert all(same(r, layout.records[r.offset]) for r in records)
+    (elsewhere,) = EmbeddedLog(root).partition(topic_name("other", "lifecycle"), 0).read(0, 10)
+    assert elsewhere.value == b"elsewhere"
+
+
+def test_a_changed_header_cannot_switch_the_checksum_off(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    layout = small_log(root)
+    path = first_segment(layout)
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"crc32"')
+    data[at : at + 7] = b'"crc33"'  # the same length: still a readable header
+    victim = layout.records[1]
+    value_at = data.index(victim.value or b"")
+    data[value_at] ^= 0x01  # and a changed byte in a record the checksum protects
+    path.write_bytes(bytes(data))
+
+    records, found = read_everything(root)
+    assert any(d.kind == HEADER and d.path == path for d in found)
+    by_offset = {r.offset: r for r in records}
+    assert is_corrupt(by_offset[1]), "the changed record is caught, not read as data"
+    assert all(same(r, layout.records[r.offset]) for r in records if r.offset != 1)
+
+
+@pytest.mark.parametrize("change", ["count up", "count down", "first offset"])
+def test_a_changed_count_or_first_offset_neither_drops_nor_repeats_records(
+    tmp_path: Path, change: str
+) -> None:
+    root = tmp_path / "log"
+    layout = small_log(root)
+    block = layout.blocks[1]  # offsets 3-4, in the middle of the first segment
+    data = bytearray(block.path.read_bytes())
+    if change == "first offset":
+        _, at = read_long(bytes(data), block.position)
+        _, at = read_long(bytes(data), at)
+        data[at] = 2 * 9  # the first record's offset field (zigzag) now says 9
+    else:
+        data[block.position] = 2 * (
+            block.offsets.stop - block.offsets.start + (1 if change == "count up" else -1)
+        )
+    block.path.write_bytes(bytes(data))
+
+    records, found = read_everything(root)
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(set(offsets)), "no offset twice"
+    good = {r.offset for r in records if not is_corrupt(r)}
+    others = set(range(layout.end_offset)) - set(block.offsets)
+    assert others <= good, "no record of another block is lost"
+    assert all(same(r, layout.records[r.offset]) for r in records if not is_corrupt(r))
+    assert any(
+        d.path == block.path and d.start < block.end and block.position <= d.start for d in found
+    )
+    if change != "first offset":
+        assert set(block.offsets) <= good, "a wrong count loses nothing: the records say"
