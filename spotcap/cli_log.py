@@ -10,7 +10,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,7 +23,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from schemas.events import DeadLettered, Envelope
 from spotcap.config import Settings
-from streams.log import EventLog, Headers, LogError, Record
+from streams.log import Consumer, EventLog, Headers, LogError, Record, TopicPartition
 from streams.reader import Decoded, DecodingReader
 
 console = Console()
@@ -424,7 +424,9 @@ def _print_events(
     try:
         log = open_log(settings)
         ends = log.end_offsets(topic)
-        consumer = log.consumer(f"spotcap-log-{uuid.uuid4().hex[:12]}", [topic])
+        group = f"spotcap-log-{uuid.uuid4().hex[:12]}"  # a throwaway group, never committed
+        start = _StartAt(from_offset) if from_offset else None
+        consumer = log.consumer(group, [topic], listener=start)
     except LogError as error:
         _fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
     codec = make_codec(settings)
@@ -438,8 +440,6 @@ def _print_events(
         "spotcap log",
         schema_store=SchemaStore(log, region, codec),
     )
-    if from_offset:
-        _seek(consumer, topic, ends, from_offset)
     try:
         with _quiet_damage_warnings():  # damage is printed as undecodable records
             printed = _print_until(
@@ -492,14 +492,18 @@ def _print_until(  # noqa: PLR0917 (the reading loop's parts)
     return printed
 
 
-def _seek(consumer: Any, topic: str, ends: Mapping[int, int], offset: int) -> None:
-    """Start every partition at `offset` where the log lets a consumer seek before it has its
-    partitions (the embedded log); elsewhere the records before it are read and skipped."""
-    from streams.embedded import EmbeddedConsumer
+class _StartAt:
+    """Starts every partition at one offset, as it is assigned (`--from`)."""
 
-    if isinstance(consumer, EmbeddedConsumer):
-        for partition in ends:
-            consumer.seek(topic, partition, offset)
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        for topic, partition in partitions:
+            consumer.seek(topic, partition, self.offset)
+
+    def on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        pass
 
 
 def _print_undecodable(codec: Any, undecodable: _Undecodable, as_json: bool) -> None:
