@@ -7,7 +7,6 @@ import base64
 import json
 import logging
 import re
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -15,14 +14,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from schemas.events import DeadLettered, Envelope
 from spotcap.config import Settings
+from spotcap.fail import fail
 from streams.log import Consumer, EventLog, Headers, LogError, Record, TopicPartition
 from streams.reader import Decoded, DecodingReader
 
@@ -31,13 +32,6 @@ err_console = Console(stderr=True)
 # With nothing queued, `cat` waits this long for Kafka to assign partitions and deliver.
 _KAFKA_IDLE_S = 30.0
 _EMBEDDED_IDLE_S = 2.0
-
-
-def _fail(message: str, hint: str = "") -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    if hint:
-        err_console.print(f"[dim]{hint}[/]", highlight=False, soft_wrap=True)
-    sys.exit(1)
 
 
 @click.group("log")
@@ -52,13 +46,13 @@ def _embedded(settings: Settings, command: str) -> Any:
     from streams.embedded import EmbeddedLog
 
     if settings.kafka_bootstrap:
-        _fail(
+        fail(
             f"`spotcap log {command}` checks the embedded log's files; Kafka checks its own "
             "segments when a broker starts",
             "leave out --kafka (and unset SPOTCAP_KAFKA_BOOTSTRAP) to check the embedded log",
         )
     if not settings.log_dir.is_dir():
-        _fail(f"there is no embedded log at {settings.log_dir}", "check --home")
+        fail(f"there is no embedded log at {settings.log_dir}", "check --home")
     return EmbeddedLog(settings.log_dir)
 
 
@@ -70,7 +64,7 @@ def _topics(settings: Settings, log: EventLog, names: tuple[str, ...]) -> list[s
         try:
             log.partitions_for(topic)
         except LogError as error:
-            _fail(str(error))
+            fail(str(error))
     return topics
 
 
@@ -125,23 +119,23 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
         task = progress.add_task("segments", total=total_bytes(log, topics))
         checked = check(log, topics, lambda n: progress.advance(task, n))
     seconds = time.perf_counter() - started
+    found = len(checked.damage)
+    parts = "part" if found == 1 else "parts"
+    repair = "readers go on past damage; `spotcap log repair` moves the damaged parts aside"
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "log": str(settings.log_dir),
-                    "segments": checked.segments,
-                    "blocks": checked.blocks,
-                    "records": checked.records,
-                    "bytes": checked.bytes,
-                    "writer_active": checked.writer_active,
-                    "damage": [d.as_json() for d in checked.damage],
-                },
-                indent=2,
-                sort_keys=True,
-            )
-        )
-        sys.exit(1 if checked.damage else 0)
+        report = {
+            "log": str(settings.log_dir),
+            "segments": checked.segments,
+            "blocks": checked.blocks,
+            "records": checked.records,
+            "bytes": checked.bytes,
+            "writer_active": checked.writer_active,
+            "damage": [d.as_json() for d in checked.damage],
+        }
+        if found:
+            fail(f"{found:,} damaged {parts}", repair, json_report=report)
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
     summary = (
         f"checked {checked.segments:,} segments, {checked.blocks:,} blocks, "
         f"{checked.records:,} records ({checked.bytes / 2**20:,.1f} MiB) under "
@@ -150,25 +144,22 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
     if checked.writer_active:
         summary += "; another process is writing: the newest bytes of each partition not judged"
     if not checked.damage:
-        console.print(f"[green]ok[/]: {summary}: no damage", highlight=False, soft_wrap=True)
+        console.print(
+            f"[green]ok[/]: {escape(summary)}: no damage", highlight=False, soft_wrap=True
+        )
         return
-    parts = "part" if len(checked.damage) == 1 else "parts"
-    console.print(f"[bold red]{len(checked.damage):,} damaged {parts}[/] of the embedded log:")
+    console.print(f"[bold red]{found:,} damaged {parts}[/] of the embedded log:")
     for d in checked.damage:
         console.print(
-            f"  [bold]{d.topic}[{d.partition}][/] {d.path.relative_to(settings.log_dir)}\n"
+            f"  [bold]{escape(f'{d.topic}[{d.partition}]')}[/] "
+            f"{escape(str(d.path.relative_to(settings.log_dir)))}\n"
             f"      bytes {d.start:,}-{max(d.start, d.end - 1):,}, offsets {d.offsets} "
-            f"({d.kind}): {d.what}",
+            f"({d.kind}): {escape(d.what)}",
             highlight=False,
             soft_wrap=True,
         )
-    console.print(summary, highlight=False, soft_wrap=True)
-    err_console.print(
-        "[dim]Readers go on past damage (each damaged part reaches the dead-letter topic once "
-        "it is read); `spotcap log repair` moves the damaged parts aside.[/]",
-        highlight=False,
-    )
-    sys.exit(1)
+    console.print(summary, markup=False, highlight=False, soft_wrap=True)
+    fail(f"the embedded log has {found:,} damaged {parts}", repair)
 
 
 @log_group.command("repair")
@@ -193,7 +184,7 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
         with _quiet_damage_warnings():
             done = fix(log, topics, dry_run=dry_run)
     except LogError as error:
-        _fail(str(error))
+        fail(str(error))
     if as_json:
         rows = [
             {
@@ -220,6 +211,7 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
         console.print(
             f"  {r.path.relative_to(settings.log_dir)}: {span}, offsets {r.offsets}: "
             f"{r.what}{moved}",
+            markup=False,
             highlight=False,
             soft_wrap=True,
         )
@@ -230,7 +222,9 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
         if first is not None:
             quarantine = settings.log_dir / "_quarantine"
             readme = quarantine / first.relative_to(quarantine).parts[0] / "README"
-            console.print(f"what was moved and why: {readme}", highlight=False, soft_wrap=True)
+            console.print(
+                f"what was moved and why: {readme}", markup=False, highlight=False, soft_wrap=True
+            )
 
 
 def _progress(disabled: bool, verb: str) -> Progress:
@@ -283,9 +277,12 @@ def _since_ms(text: str | None) -> int | None:
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is neither a time like 2026-12-01T08:00:00Z nor a duration like 2h or 7d"
-        ) from None
+        fail(
+            f"--since {text!r} is neither a time like 2026-12-01T08:00:00Z nor a duration "
+            "like 2h or 7d",
+            "give a UTC time (ISO 8601) or how far back to start",
+            usage=True,
+        )
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
@@ -416,7 +413,7 @@ def _print_events(
 
     wanted = _Wanted(from_offset or 0, _since_ms(since), key, event_type)
     if event_type is not None and event_type not in {t.name for t in event_types()}:
-        _fail(
+        fail(
             f"there is no event type {event_type!r}",
             "`spotcap events` lists them (e.g. notice_received, instance_lost)",
         )
@@ -428,7 +425,7 @@ def _print_events(
         start = _StartAt(from_offset) if from_offset else None
         consumer = log.consumer(group, [topic], listener=start)
     except LogError as error:
-        _fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
+        fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
     codec = make_codec(settings)
     undecodable = _Undecodable()
     region = topic.partition(".")[0] if "." in topic else settings.region
@@ -484,7 +481,7 @@ def _print_until(  # noqa: PLR0917 (the reading loop's parts)
             printed += 1
         _print_undecodable(reader.codec, undecodable, as_json)
         if not follow and time.monotonic() - last_progress > idle_s:
-            _fail(
+            fail(
                 f"{describe_log(settings)} delivered nothing for {idle_s:g} s before reaching "
                 "the end offsets it had when the command started",
                 "check that the log is reachable, then run the command again",
@@ -515,7 +512,9 @@ def _print_undecodable(codec: Any, undecodable: _Undecodable, as_json: bool) -> 
             click.echo(json.dumps({"undecodable": where, "reason": payload.reason}))
         else:
             err_console.print(
-                f"[yellow]undecodable[/] {where}: {payload.reason}", highlight=False, soft_wrap=True
+                f"[yellow]undecodable[/] {escape(where)}: {escape(payload.reason)}",
+                highlight=False,
+                soft_wrap=True,
             )
     undecodable.letters.clear()
 

@@ -583,7 +583,7 @@ class Partition:
             kept,
         )
         segment.tail = None
-        segment.scanned = tail.position
+        segment.scanned = segment.size = tail.position
 
     def append(
         self, records: list[tuple[bytes | None, bytes | None, Headers, int]]
@@ -615,7 +615,7 @@ class Partition:
         # What was just written, indexed without reading it back.
         self._add(segment, Frame(segment.scanned, segment.scanned + len(data), first, len(written)))
         segment.scanned += len(data)
-        segment.tail_seen = (segment.scanned, time.monotonic())
+        segment.size = segment.scanned
         self._next = first + len(written)
         return written
 

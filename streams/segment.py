@@ -30,9 +30,9 @@ from streams.log import CORRUPT_HEADER, Headers, Record
 
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
-# The fewest bytes a record of either format takes (offset, timestamp, key and value union
-# branches, header count, checksum: one byte each at least); bounds how many records a
-# damaged stretch of bytes can have held.
+# The fewest bytes a record takes (offset, timestamp, key and value union branches, header
+# count: one byte each at least; the checksum, in the current format, one more): bounds how
+# many records a damaged stretch of bytes can have held.
 MIN_RECORD_BYTES = 5
 # At most this much of a damaged stretch travels in the record that reports it (the whole
 # stretch stays in the segment until `spotcap log repair` moves it aside).
