@@ -1,6 +1,6 @@
 """Peak memory of the embedded log: writing a log of N demo days, and reading all of it back
 from offset 0 through the decoding reader, each in a process of its own so that its peak
-RSS (``getrusage``'s ``ru_maxrss``) is its own.
+RSS (Linux's ``VmHWM``) is its own.
 
     .venv/bin/python bench/log_memory.py [--days 7,30] [--keep DIR]
 
@@ -27,7 +27,15 @@ REGION = "bench"
 
 
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process's peak resident memory. Linux's VmHWM belongs to the address space the
+    process exec'd into; `ru_maxrss` would carry over the RSS of the (larger) parent it was
+    forked from, as it does when `bench/log.py` starts it."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    (line,) = [x for x in status.splitlines() if x.startswith("VmHWM:")]
+    return int(line.split()[1]) / 1024
 
 
 def write(root: Path, days: float) -> dict[str, float]:
@@ -103,7 +111,7 @@ def _child(mode: str, root: Path, days: float) -> dict[str, float]:
 
 def measure(days_list: list[float], keep: Path | None = None) -> None:
     """Print peak RSS of writing and of reading back a log of each length, and the ratios."""
-    print("embedded log memory (each figure from a process of its own; ru_maxrss):")
+    print("embedded log memory (each figure from a process of its own; peak RSS, VmHWM):")
     figures: dict[float, tuple[dict[str, float], dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="spotcap-rss-") as tmp:
         base = keep or Path(tmp)
