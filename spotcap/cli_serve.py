@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import signal
 import socket
@@ -96,8 +97,13 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     url = f"http://{shown}:{bound_port}"
+    # uvicorn's own logging, with the access log on stderr beside the rest (stdout is for the
+    # one line that says where the server listens).
+    logging_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    logging_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
     config = uvicorn.Config(
         create_app(access),
+        log_config=logging_config,
         log_level=log_level,
         lifespan="off",
         server_header=False,

@@ -53,12 +53,14 @@ HINTS = {
 }
 
 
-def _access(request: Request) -> ReadAccess:
+# The two dependencies are coroutines: they do no I/O, and a plain function would cost a hop
+# through the thread pool each.
+async def _access(request: Request) -> ReadAccess:
     access: ReadAccess = request.app.state.access
     return access
 
 
-def _known_parameters(request: Request) -> None:
+async def _known_parameters(request: Request) -> None:
     """Refuse a query parameter the endpoint does not take (a typo would otherwise widen the
     query silently). What it takes is what its OpenAPI description says."""
     route = request.scope.get("route")
