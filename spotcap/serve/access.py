@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 from projections.ledger.store import LedgerError, LedgerStore
 from projections.postgres.connection import Connection, FleetDatabaseError, connect, redact
+from projections.postgres.migrate import migrate
 from projections.read.errors import fleet_unavailable_on_error
 from spotcap.config import Settings
 from spotcap.reading import end_offsets_of
@@ -32,7 +33,6 @@ from spotcap.stores import (
     embedded_postgres_status,
     fleet_dsn,
     ledger_location,
-    open_fleet,
     open_ledger,
     postgres_dir,
 )
@@ -81,10 +81,13 @@ class ReadAccess:
         running, migrations applied. Returns None, or why the fleet state is not ready yet
         (the server starts anyway and answers 503 until it is)."""
         try:
-            open_fleet(self.settings).close()
-            self._dsn = fleet_dsn(self.settings)
+            dsn = fleet_dsn(self.settings)
+            with connect(dsn, connect_timeout_s=CONNECT_TIMEOUT_S) as conn:
+                migrate(conn)
         except (StoreError, FleetDatabaseError) as error:
             return str(error)
+        with self._dsn_lock:
+            self._dsn = dsn
         return None
 
     def close(self) -> None:
