@@ -4,7 +4,7 @@
 
 Without --home, a demo home (`spotcap demo --days 1`) is made under a temporary directory. The
 server runs in its own process (as in production); each endpoint gets N sequential GETs over one
-keep-alive connection. The bare reference is the same read function called in this process,
+keep-alive connection, alternating with N bare reads (so both see the same load). The bare reference is the same read function called in this process,
 with what the server does around it that is not the web stack (a new PostgreSQL connection per
 request, or the embedded ledger opened and closed) and `json.dumps` of the rows, so the ratio
 is what the HTTP layer (FastAPI, pydantic validation of the response, uvicorn) costs.
@@ -64,13 +64,17 @@ def start(home: Path, logs: Path) -> tuple[subprocess.Popen[str], str, int]:
     raise SystemExit("spotcap serve did not start within 120 s")
 
 
-def timed(n: int, call: Callable[[], Any]) -> list[float]:
-    call()  # warm: imports, plans, caches
-    out = []
+def interleaved(
+    n: int, served: Callable[[], Any], bare: Callable[[], Any]
+) -> tuple[list[float], list[float]]:
+    """`n` timings of each, one after the other (after one warm-up call of each)."""
+    served(), bare()
+    out: tuple[list[float], list[float]] = ([], [])
     for _ in range(n):
-        t0 = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - t0)
+        for call, times in ((served, out[0]), (bare, out[1])):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
     return out
 
 
@@ -121,8 +125,6 @@ def main() -> None:
         (f"/api/v1/reports/savings?workload={workload}", ledger_read),
         ("/metrics", lambda: generate_latest(registry)),
     ]  # fmt: skip
-    bare = {path: timed(args.requests, call) for path, call in cases}
-
     process, host, port = start(home, tmp)
     try:
         client = http.client.HTTPConnection(host, port, timeout=60)
@@ -137,7 +139,8 @@ def main() -> None:
 
             return call
 
-        served = {path: timed(args.requests, get(path)) for path, _ in cases}
+        # Served and bare calls alternate, so that both see the same load on a shared machine.
+        timings = {path: interleaved(args.requests, get(path), call) for path, call in cases}
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -145,7 +148,7 @@ def main() -> None:
           "median (p95) in ms")  # fmt: skip
     print(f"{'endpoint':<52} {'served':>16} {'bare read':>16} {'bare/served':>11}")
     for path, _ in cases:
-        s, b = served[path], bare[path]
+        s, b = timings[path]
         shown = path if len(path) <= 50 else path[:47] + "..."
         print(f"{shown:<52} {ms(s):>16} {ms(b):>16} "
               f"{statistics.median(b) / statistics.median(s):>10.2f}x")  # fmt: skip

@@ -37,10 +37,18 @@ def listen(host: str, port: int) -> socket.socket:
     except socket.gaierror as error:
         fail(f"cannot listen on --host {host}: it is not an address of this machine "
              f"({error.strerror}); give an address such as 127.0.0.1", usage=True)  # fmt: skip
-    family, _, _, _, address = infos[0]
+    family, kind, proto, _, address = infos[0]
+    # The protocol number matters: asyncio sets TCP_NODELAY only on connections of a socket made
+    # with IPPROTO_TCP (socket.create_server leaves it 0), and without it a keep-alive client
+    # waits out a delayed ACK (~40 ms) on every response written in two parts.
+    sock = socket.socket(family, kind, proto)
     try:
-        return socket.create_server(address, family=family, backlog=128)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        return sock
     except OSError as error:
+        sock.close()
         if error.errno == errno.EADDRINUSE:
             fail(f"port {port} on {host} is already in use: stop what listens there "
                  "or choose another with --port")  # fmt: skip
