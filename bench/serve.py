@@ -4,10 +4,11 @@
 
 Without --home, a demo home (`spotcap demo --days 1`) is made under a temporary directory. The
 server runs in its own process (as in production); each endpoint gets N sequential GETs over one
-keep-alive connection, alternating with N bare reads (so both see the same load). The bare reference is the same read function called in this process,
-with what the server does around it that is not the web stack (a new PostgreSQL connection per
-request, or the embedded ledger opened and closed) and `json.dumps` of the rows, so the ratio
-is what the HTTP layer (FastAPI, pydantic validation of the response, uvicorn) costs.
+keep-alive connection, alternating with N bare reads (so both see the same load). The bare
+reference is the same read function called in this process, with what the server does around
+it that is not the web stack (a new PostgreSQL connection per request, or the embedded ledger
+opened and closed) and `json.dumps` of the rows, so the ratio is what the HTTP layer (FastAPI,
+pydantic validation of the response, uvicorn) costs.
 """
 
 from __future__ import annotations
