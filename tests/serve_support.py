@@ -101,11 +101,12 @@ def write_story(settings: Settings) -> Story:
         pools = [r[0] for r in conn.execute(
             "SELECT pool_id FROM pools WHERE purchase_model = 'reclaimable' ORDER BY pool_id"
             " LIMIT 3")]  # fmt: skip
-        (workload,) = conn.execute("SELECT min(workload_id) FROM workloads").fetchone() or ("",)
-        (lost,) = conn.execute(
-            "SELECT min(instance_id) FROM instances WHERE state = 'lost' AND workload_id = %s",
-            (workload,),
-        ).fetchone() or ("",)
+        # A workload with an instance that was lost (and maybe replaced since).
+        (workload, lost) = conn.execute(
+            "SELECT workload_id, min(instance_id) FROM instances WHERE state IN ('lost',"
+            " 'replaced') AND workload_id IS NOT NULL GROUP BY workload_id ORDER BY workload_id"
+            " LIMIT 1"
+        ).fetchone() or ("", "")
         assert len(pools) == 3 and workload and lost, "the demo home has no pools or losses"
         window = (T0_US - 60_000_000, T0_US)
         ranked = [

@@ -257,8 +257,9 @@ def test_metrics_are_read_from_the_stores(served: Served, home: Home, story: Sto
     assert m["spotcap_drains_total"] == {
         (("overrun", "false"), ("path", "slurm"), ("verified", "true")): 1.0
     }
-    instances = served.get("/api/v1/instances?state=lost&limit=10000").json()
-    assert m["spotcap_instances"][(("state", "lost"),)] == len(instances)
+    for state in ("running", "lost", "replaced"):
+        instances = served.get(f"/api/v1/instances?state={state}&limit=10000").json()
+        assert m["spotcap_instances"][(("state", state),)] == len(instances), state
     lag = served.get("/api/v1/lag").json()
     for projection in ("fleet", "ledger"):
         applied = sum(
