@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format kafka-jars system-packages bench clean
+.PHONY: demo test install lint format kafka-jars promtool system-packages bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,8 @@ demo: install
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers/.
-test: install kafka-jars system-packages
+## promtool (which lints /metrics) is built once from the Go module proxy (~12 min of CPU).
+test: install kafka-jars promtool system-packages
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
@@ -37,6 +38,9 @@ system-packages:
 
 kafka-jars: install
 	$(BIN)/python -m infra.servers fetch-kafka
+
+promtool: install
+	$(BIN)/python -m infra.servers fetch-promtool
 
 lint: install
 	$(BIN)/ruff check .

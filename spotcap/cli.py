@@ -18,6 +18,7 @@ from spotcap.cli_log import log_group
 from spotcap.cli_notices import notices
 from spotcap.cli_projections import project, rebuild
 from spotcap.cli_query import query, report, why_command
+from spotcap.cli_serve import serve
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
 from spotcap.fail import fail
@@ -324,6 +325,7 @@ main.add_command(rebuild)
 main.add_command(query)
 main.add_command(why_command)
 main.add_command(report)
+main.add_command(serve)
 main.add_command(notices)
 
 main.add_command(demo)
