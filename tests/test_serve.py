@@ -127,7 +127,7 @@ def test_every_endpoint_conforms_to_its_description(
                         "--max-examples", "25")  # fmt: skip
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
     count = len(operations(served))
-    assert count == 10
+    assert count == 14
     assert f"Selected: {count}/{count}" in done.stdout and f"Tested: {count}" in done.stdout
     assert re.search(r"(\d+) generated, \1 passed", done.stdout), done.stdout[-2000:]
 

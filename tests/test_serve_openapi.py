@@ -31,6 +31,10 @@ NEEDS = {  # the store each endpoint reads, hence its 503 (and why's 404)
     "/api/v1/lag": {503},
     "/api/v1/why/{id}": {404, 503},
     "/api/v1/reports/savings": {503},
+    "/api/v1/reports/savings/daily": {503},
+    "/api/v1/workloads/{id}/spread": {404, 503},
+    "/api/v1/fallbacks": {503},
+    "/api/v1/waves/last": {404, 503},
     "/api/v1/health": set(),
     "/metrics": set(),
 }

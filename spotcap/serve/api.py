@@ -15,13 +15,17 @@ from projections.postgres.writer import FLEET_PROJECTION
 from projections.read import fleet as fq
 from projections.read.lag import Positions, fleet_positions, lag_rows, ledger_positions
 from projections.read.rows import json_row
-from projections.read.savings import savings
-from projections.read.why import why
+from projections.read.savings import savings, savings_by_day
+from projections.read.spread import Caps, fallbacks, spread
+from projections.read.wave import last_wave
+from projections.read.why import NotFoundError, why
 from spotcap.reading import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
 from spotcap.serve.access import ReadAccess, StoreUnavailableError
 from spotcap.serve.errors import BadParameterError
 from spotcap.serve.models import (
+    DailySavingsReport,
     Exclusion,
+    Fallback,
     Health,
     Instance,
     InstanceState,
@@ -29,10 +33,13 @@ from spotcap.serve.models import (
     Pool,
     Ranking,
     SavingsReport,
+    SpreadRow,
+    Wave,
     WhyAnswer,
     Workload,
 )
 from spotcap.serve.openapi import errors
+from streams.deciders.settings import PlacementSettings
 
 MAX_LIMIT = 10_000
 # Ids are free text in the stores, but never control characters (PostgreSQL text cannot even
@@ -180,6 +187,59 @@ def get_workloads(
         return [json_row(r) for r in fq.workloads(conn, workload=workload, limit=limit)]
 
 
+PLACEMENT = PlacementSettings()
+CAPS = Caps(PLACEMENT.pool_cap_share, PLACEMENT.group_cap_share)
+
+
+def read_spread(access: ReadAccess, workload: str) -> list[dict[str, Any]]:
+    """The workload's spread; NotFoundError when there is no such workload."""
+    with access.fleet() as conn:
+        if not fq.workloads(conn, workload=workload, limit=1):
+            raise NotFoundError(
+                f"no workload {workload[:80]!r} in the fleet state: the workloads are listed "
+                "at /api/v1/workloads"
+            )
+        return spread(conn, workload, CAPS)
+
+
+@router.get("/workloads/{id}/spread", response_model=list[SpreadRow],
+            responses=errors(400, 404, 503), summary="A workload's spread",
+            description="How the workload's live capacity spreads over pools, halls and "
+            "correlation groups, each share against the planner's cap (ADR-08).")  # fmt: skip
+def get_spread(access: Access, id: Id) -> list[dict[str, Any]]:
+    return read_spread(access, id)
+
+
+@router.get("/fallbacks", response_model=list[Fallback], responses=errors(400, 503),
+            summary="Fallback decisions", description="Fallback decisions by authority "
+            "(restoring the floor, within the spend cap, escalated to the approver), newest "
+            "first.")  # fmt: skip
+def get_fallbacks(
+    access: Access, workload: WorkloadId = None, limit: Limit = fq.DEFAULT_LIMIT
+) -> list[dict[str, Any]]:
+    with access.fleet() as conn:
+        return [json_row(r) for r in fallbacks(conn, workload=workload, limit=limit)]
+
+
+def read_wave(access: ReadAccess) -> dict[str, Any]:
+    with access.fleet() as conn:
+        wave = last_wave(conn)
+    if wave is None:
+        raise NotFoundError(
+            "no hall-wide wave in this history: a wave is what the provider reclaims under one "
+            "correlation id"
+        )
+    return wave.as_json()
+
+
+@router.get("/waves/last", response_model=Wave, responses=errors(400, 404, 503),
+            summary="The last hall-wide wave", description="The last wave the provider tagged "
+            "with a correlation id: its advisories, notices, drains, losses and replacements "
+            "over event time.")  # fmt: skip
+def get_last_wave(access: Access) -> dict[str, Any]:
+    return read_wave(access)
+
+
 def read_lag(access: ReadAccess) -> list[dict[str, Any]]:
     """The lag rows; the ledger's positions are null (unknown) while the ledger is held."""
     with access.fleet() as conn:
@@ -224,6 +284,25 @@ def get_savings(
         raise BadParameterError(str(error)) from error
     with access.ledger() as store:
         return savings(store, first_day=first, last_day=last, workload=workload).as_json()
+
+
+@router.get("/reports/savings/daily", response_model=DailySavingsReport,
+            responses=errors(400, 503), summary="Savings per day", description="Every cost "
+            "line and the net saving per UTC day, for one workload or the whole region; money "
+            "in euros as decimal strings.")  # fmt: skip
+def get_daily_savings(
+    access: Access,
+    first: FirstDay = None,
+    last: LastDay = None,
+    workload: WorkloadId = None,
+) -> dict[str, Any]:
+    try:
+        check_span(first, last)
+    except ValueError as error:
+        raise BadParameterError(str(error)) from error
+    with access.ledger() as store:
+        report = savings_by_day(store, first_day=first, last_day=last, workload=workload)
+        return report.as_json()
 
 
 @router.get("/health", response_model=Health, responses=errors(400),

@@ -1,5 +1,5 @@
-"""The ASGI application `spotcap serve` runs: the JSON API (/api/v1), the metrics (/metrics) and
-the OpenAPI description (/openapi.json).
+"""The ASGI application `spotcap serve` runs: the console's pages (/), the JSON API (/api/v1), the
+metrics (/metrics) and the OpenAPI description (/openapi.json).
 
 One application, one data path: pages for people (the console) are routes of this same app
 over the same read functions and the same `ReadAccess`, with their assets served by it
@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
+from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import choose_encoder
 
+from spotcap.console import pages
 from spotcap.serve import api, errors
 from spotcap.serve.access import ReadAccess
 from spotcap.serve.metrics import registry_for
@@ -62,10 +64,8 @@ def create_app(access: ReadAccess) -> FastAPI:
         encode, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encode(registry), media_type=content_type)
 
-    @app.get("/", include_in_schema=False)
-    def index() -> JSONResponse:
-        # The console's pages will live here; until then, where things are.
-        return JSONResponse({"api": "/api/v1", "openapi": "/openapi.json", "metrics": "/metrics"})
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="console-static")
 
     def openapi() -> dict[str, Any]:
         return openapi_document(app)

@@ -187,3 +187,63 @@ class StoreHealth(Row):
 class Health(Row):
     status: Literal["ok", "degraded"]
     stores: dict[str, StoreHealth] = Field(description="fleet and ledger.")
+
+
+class SpreadRow(Row):
+    level: Literal["pool", "hall", "correlation_group"]
+    key: str = Field(description="The pool, hall or correlation group.")
+    instances: int = Field(description="Its live instances for the workload.")
+    reclaimable_vcpu: int
+    other_vcpu: int = Field(description="Guaranteed and reserved vCPU (the floor).")
+    reclaimable_share: float = Field(description="Of the workload's live reclaimable vCPU.")
+    cap_share: float | None = Field(description="The planner's cap on that share (ADR-08); null "
+                                    "where none applies (halls).")  # fmt: skip
+    over_cap: bool
+
+
+class Fallback(Row):
+    event_id: UUID
+    workload_id: str
+    kind: str = Field(description="The authority: floor_restore, within_cap or escalated.")
+    vcpu: int
+    spend_eur: Eur
+    cap_eur: Eur
+    approver: str
+    reason: str
+    occurred_at: datetime
+
+
+class DaySavings(Row):
+    day: date
+    eur: EurByCause
+
+
+class DailySavingsReport(Row):
+    workload_id: str | None = Field(description="The workload, or null for the whole region.")
+    currency: Literal["EUR"]
+    days: list[DaySavings] = Field(description="Oldest day first; days without lines left out.")
+
+
+class WaveEvent(Row):
+    at: datetime
+    stage: Literal["advisory", "notice", "drain", "loss", "replacement"]
+    event_type: str
+    instance_id: str
+    event_id: UUID
+
+
+class WaveCounts(Row):
+    advisory: int
+    notice: int
+    drain: int
+    loss: int
+    replacement: int
+
+
+class Wave(Row):
+    wave_id: str = Field(description="The correlation id the provider gave the wave.")
+    hall: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    counts: WaveCounts = Field(description="Events by stage.")
+    events: list[WaveEvent] = Field(description="Oldest first.")
