@@ -1,125 +1,286 @@
-"""Log throughput, events/s: append (produce + acknowledged flush) and consume (+ decode), for
-the embedded log and for a real Kafka broker, with the same encoded events.
+"""Log throughput, events/s, through the project's paths and, in the same run on the same
+events, through the libraries alone (`bench/log_bare.py`); prints the project/bare ratios.
 
-    .venv/bin/python bench/log.py [--events N] [--batch B] [--kafka HOST:PORT | --no-kafka]
+    .venv/bin/python bench/log.py [--days 3] [--rounds 2] [--flush-every 50000]
+                                  [--kafka HOST:PORT | --no-kafka] [--profile]
                                   [--rss-days 7,30 | --no-rss]
 
-Without --kafka, a single-node broker is started with infra/servers/ for the run. At the end,
-the embedded log's peak memory (RSS) of writing and of reading back a log of 7 and of 30 demo
-days, each in a process of its own (`bench/log_memory.py`).
+The events are a real `spotcap demo` run (the simulator, `--days` of the default region).
+Four paths, each from typed envelopes to typed envelopes:
+
+* Kafka produce: `EventWriter` on `KafkaLog` vs confluent-kafka's Producer (the same
+  config: idempotent, acks=all, murmur2_random, linger.ms=5, lz4) + fastavro's schemaless
+  writer; both flush every `--flush-every` events; the clock stops when all are acknowledged.
+* Kafka consume + decode: `DecodingReader` over `KafkaLog.consumer` (what processors read
+  through) vs a confluent-kafka consume + fastavro schemaless-reader loop building the same
+  envelopes; a new group each time, the clock starts at its first records.
+* Embedded append: `EventWriter` on `EmbeddedLog` vs fastavro's container writer (one file
+  per topic, each fsynced every `--flush-every` events, as the embedded log fsyncs each flush).
+* Embedded read + decode: `DecodingReader` over `EmbeddedLog.consumer` vs fastavro's
+  container reader over those files, building the same envelopes.
+
+Rounds interleave project and bare (project, bare, project, bare), so a busy machine slows
+both alike; the ratio of each round is its own pair's. Without --kafka, a single-node broker
+is started with infra/servers/ for the run. `--profile` runs each project path once more under
+cProfile and prints its top entries. At the end, the embedded log's peak memory (RSS) of
+writing and of reading back a log of 7 and of 30 demo days (`bench/log_memory.py`).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import dataclasses
+import pstats
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import log_bare
 from bench.log_memory import measure as measure_memory
-from bench.sample import sample_envelopes
 from infra import servers
 from schemas.codec import Codec
+from schemas.events import Envelope
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
-from streams.log import EventLog, Record
-from streams.topics import region_topics, topic_name
+from streams.log import EventLog
+from streams.reader import DecodingReader
+from streams.topics import EVENT_TOPICS, region_topics, topic_name
+from streams.writer import EventWriter
+
+POLL_RECORDS = 5_000
 
 
-def run(label: str, log: EventLog, values: list[tuple[bytes, bytes]], batch: int) -> None:
-    codec = Codec()
-    region = f"b{uuid.uuid4().hex[:8]}"
-    log.apply_topics(region_topics(region))
-    topic = topic_name(region, "lifecycle")
-    producer = log.producer()
-    producer.produce(topic, values[0][1], key=b"warm-up")  # connect, get the producer id
-    producer.flush()
-    start, cpu = time.perf_counter(), time.process_time()
-    for i in range(0, len(values), batch):
-        for key, value in values[i : i + batch]:
-            producer.produce(topic, value, key=key)
-        producer.flush()
-    append_s, append_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+@dataclasses.dataclass
+class Measured:
+    """One path: a project run and a bare run, each returning (events, seconds)."""
 
-    # Kafka needs a few seconds to assign partitions to a new group: the clock starts at the
-    # first records, and those are not counted.
-    consumer = log.consumer(f"bench-{uuid.uuid4().hex}", [topic])
-    first: list[Record] = []
-    deadline = time.perf_counter() + 300
-    while not first and time.perf_counter() < deadline:
-        first = consumer.poll(max_records=5000, timeout_s=1.0)
-    records: list[Record] = []
-    start, cpu = time.perf_counter(), time.process_time()
-    while len(first) + len(records) < len(values) + 1 and time.perf_counter() < deadline:
-        records.extend(consumer.poll(max_records=5000, timeout_s=1.0))
-    consume_s, consume_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    counted = len(records)
-    records = [r for r in first + records if r.key != b"warm-up"]
-    start = time.perf_counter()
-    for record in records:
-        codec.decode(record.value or b"", record.origin)
-    decode_s = time.perf_counter() - start
-    consumer.close()
-    n = len(values)
-    assert len(records) == n, f"{label}: consumed {len(records)} of {n}"
-    decode_rate = n / decode_s
-    consume_rate = counted / consume_s
-    print(
-        f"  {label:<10} append {n / append_s:>9,.0f} events/s (flush every {batch})   "
-        f"consume {consume_rate:>9,.0f} events/s   decode {decode_rate:>8,.0f} events/s   "
-        f"consume+decode {1 / (1 / consume_rate + 1 / decode_rate):>8,.0f} events/s"
+    name: str
+    project: Callable[[int], tuple[int, float]]
+    bare: Callable[[int], tuple[int, float]]
+    rates: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"project": [], "bare": []}
     )
-    if label == "embedded":
-        # CPU time, which other load on the machine does not inflate (the embedded log's work
-        # is all in this process; Kafka's is mostly in the broker).
-        print(
-            f"  {'':<10} CPU time: append {n / append_cpu_s:>9,.0f} events/s   "
-            f"consume {counted / consume_cpu_s:>9,.0f} events/s"
+
+
+def demo_events(days: float, seed: int) -> list[Envelope]:
+    from provider.sim import RegionSim, SimConfig
+
+    config = SimConfig(seed=seed, days=days, region="bench")
+    return [e for batch in RegionSim(config).run() for e in batch]
+
+
+def with_region(events: list[Envelope], region: str) -> list[Envelope]:
+    return [dataclasses.replace(e, region=region) for e in events]
+
+
+def topic_router(region: str) -> Callable[[Envelope], str]:
+    names: dict[type, str] = {}
+
+    def topic_of(envelope: Envelope) -> str:
+        kind = type(envelope.payload)
+        found = names.get(kind)
+        if found is None:
+            found = names[kind] = topic_name(region, kind.TOPIC)
+        return found
+
+    return topic_of
+
+
+def write_through_project(log: EventLog, events: list[Envelope], flush_every: int) -> float:
+    writer = EventWriter(log, Codec(), events[0].region, flush_every=flush_every)
+    start = time.perf_counter()
+    for envelope in events:
+        writer.write(envelope)
+    writer.close()
+    return time.perf_counter() - start
+
+
+def read_through_project(
+    log: EventLog, region: str, count: int, *, wait_first: bool
+) -> tuple[int, float]:
+    """Read `count` events through `DecodingReader`; with `wait_first` the clock starts after
+    the first poll that returns events (Kafka's group join is not counted, nor are they).
+    Returns the events timed and the seconds."""
+    topics = [topic_name(region, t) for t in EVENT_TOPICS]
+    group = f"bench-{uuid.uuid4().hex}"
+    reader = DecodingReader(log.consumer(group, topics), Codec(), log.producer(), region, "bench")
+    decoded = 0
+    if wait_first:
+        while not decoded:
+            decoded = len(reader.poll(POLL_RECORDS, timeout_s=1.0).events)
+    untimed = decoded
+    start = time.perf_counter()
+    while decoded < count:
+        batch = reader.poll(POLL_RECORDS, timeout_s=1.0)
+        if not batch.positions and not wait_first:
+            break
+        decoded += len(batch.events)
+    seconds = time.perf_counter() - start
+    reader.consumer.close()
+    assert decoded == count, f"read {decoded} of {count} events"
+    return count - untimed, seconds
+
+
+def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[Measured]:
+    n = len(events)
+    region = events[0].region
+    read_log = tmp / "read-log"
+    read_bare = tmp / "read-bare"
+    log = EmbeddedLog(read_log)
+    log.apply_topics(region_topics(region))
+    write_through_project(log, events, flush_every)
+    log.close()
+    log_bare.container_write(read_bare, events, topic_router(region), flush_every)
+
+    def append_project(r: int) -> tuple[int, float]:
+        log = EmbeddedLog(tmp / f"append-{r}")
+        log.apply_topics(region_topics(region))
+        seconds = write_through_project(log, events, flush_every)
+        log.close()
+        return n, seconds
+
+    def append_bare(r: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        log_bare.container_write(tmp / f"bare-{r}", events, topic_router(region), flush_every)
+        return n, time.perf_counter() - start
+
+    def read_project(r: int) -> tuple[int, float]:
+        log = EmbeddedLog(read_log)
+        timed = read_through_project(log, region, n, wait_first=False)
+        log.close()
+        return timed
+
+    def read_bare_(r: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        got = log_bare.container_read(read_bare)
+        assert got == n, f"bare read {got} of {n}"
+        return n, time.perf_counter() - start
+
+    return [
+        Measured("embedded append", append_project, append_bare),
+        Measured("embedded read + decode", read_project, read_bare_),
+    ]
+
+
+def kafka_paths(bootstrap: str, events: list[Envelope], flush_every: int) -> list[Measured]:
+    n = len(events)
+    kafka = KafkaLog(bootstrap)
+    region = events[0].region
+    kafka.apply_topics(region_topics(region))
+    # The events consumed: written once, to topics of their own.
+    read_region = f"{region}r"
+    kafka.apply_topics(region_topics(read_region))
+    write_through_project(kafka, with_region(events, read_region), flush_every)
+    read_topics = [topic_name(read_region, t) for t in EVENT_TOPICS]
+
+    def produce_project(r: int) -> tuple[int, float]:
+        return n, write_through_project(kafka, events, flush_every)
+
+    def produce_bare(r: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        log_bare.kafka_produce(bootstrap, events, topic_router(region), flush_every)
+        return n, time.perf_counter() - start
+
+    def consume_project(r: int) -> tuple[int, float]:
+        return read_through_project(kafka, read_region, n, wait_first=True)
+
+    def consume_bare(r: int) -> tuple[int, float]:
+        steps = log_bare.kafka_consume(bootstrap, f"bare-{uuid.uuid4().hex}", read_topics, n)
+        untimed = next(steps)  # the first records have come and are decoded
+        start = time.perf_counter()
+        timed = next(steps)
+        seconds = time.perf_counter() - start
+        assert untimed + timed == n, f"bare consume read {untimed + timed} of {n}"
+        return timed, seconds
+
+    return [
+        Measured("Kafka produce", produce_project, produce_bare),
+        Measured("Kafka consume + decode", consume_project, consume_bare),
+    ]
+
+
+def run_rounds(paths: list[Measured], rounds: int) -> None:
+    for r in range(rounds):
+        for path in paths:
+            for side in ("project", "bare"):
+                run = path.project if side == "project" else path.bare
+                count, seconds = run(r)
+                path.rates[side].append(count / seconds)
+        done = ", ".join(
+            f"{p.name} {p.rates['project'][-1] / p.rates['bare'][-1]:.2f}x" for p in paths
         )
+        print(f"  round {r + 1}/{rounds}: {done}", flush=True)
+
+
+def report(paths: list[Measured]) -> None:
+    print(f"\n{'path':<24} {'project events/s':>20} {'bare events/s':>20} {'project/bare':>14}")
+    for p in paths:
+        ratios = [a / b for a, b in zip(p.rates["project"], p.rates["bare"], strict=True)]
+        print(
+            f"{p.name:<24} {_range(p.rates['project'], '{:,.0f}'):>20} "
+            f"{_range(p.rates['bare'], '{:,.0f}'):>20} {_range(ratios, '{:.2f}x'):>14}"
+        )
+
+
+def _range(values: list[float], fmt: str) -> str:
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def profile(paths: list[Measured], rounds: int) -> None:
+    for path in paths:
+        print(f"\nprofile: {path.name} (project), by own time")
+        profiler = cProfile.Profile()
+        profiler.runcall(path.project, rounds)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--batch", default="1000,10000,50000", help="flush sizes, comma-separated")
+    parser.add_argument("--days", type=float, default=3.0, help="demo days of events")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--flush-every", type=int, default=50_000, help="events per flush")
     parser.add_argument("--kafka", default=None, help="bootstrap servers of a running broker")
     parser.add_argument("--no-kafka", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="profile each project path")
     parser.add_argument("--rss-days", default="7,30", help="log lengths for the memory figures")
     parser.add_argument("--no-rss", action="store_true", help="leave out the memory figures")
     args = parser.parse_args()
+    events = demo_events(args.days, args.seed)
     codec = Codec()
-    events = sample_envelopes(args.events)
-    values = [(e.key.encode(), codec.encode(e)) for e in events]
-    mean = sum(len(v) for _, v in values) / len(values)
-    print(f"{len(values)} events, mean {mean:.0f} bytes")
-    with tempfile.TemporaryDirectory() as tmp:
-        batches = [int(b) for b in args.batch.split(",")]
-        for batch in batches:
-            run("embedded", EmbeddedLog(Path(tmp) / f"log-{batch}"), values, batch)
+    mean = sum(len(codec.encode(e)) for e in events[:20_000]) / min(len(events), 20_000)
+    print(
+        f"{len(events):,} events of a {args.days:g}-day demo (seed {args.seed}), "
+        f"mean {mean:.0f} bytes encoded; flush every {args.flush_every:,}; "
+        f"{args.rounds} rounds of project, bare"
+    )
+    with tempfile.TemporaryDirectory(prefix="spotcap-bench-log-") as tmp:
+        paths = embedded_paths(events, args.flush_every, Path(tmp))
+        server = None
         if not args.no_kafka:
-            run_kafka(args.kafka, batches, values, Path(tmp))
+            bootstrap = args.kafka
+            if bootstrap is None:
+                server = servers.start_kafka(Path(tmp) / "kafka")
+                bootstrap = server.address
+            paths += kafka_paths(bootstrap, events, args.flush_every)
+        try:
+            run_rounds(paths, args.rounds)
+            report(paths)
+            if args.profile:
+                profile(paths, args.rounds)
+        finally:
+            if server is not None:
+                servers.stop(server)
     if not args.no_rss:
+        print()
         measure_memory([float(d) for d in args.rss_days.split(",")])
-
-
-def run_kafka(
-    bootstrap: str | None, batches: list[int], values: list[tuple[bytes, bytes]], tmp: Path
-) -> None:
-    """The same figures on Kafka (a broker started for the run when none is given)."""
-    server = None
-    if bootstrap is None:
-        server = servers.start_kafka(tmp / "kafka")
-        bootstrap = server.address
-    try:
-        for batch in batches:
-            run("kafka", KafkaLog(bootstrap), values, batch)
-    finally:
-        if server is not None:
-            servers.stop(server)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.partitioner import murmur2, partition_for
+from streams.partitioner import PLACEMENT_CACHE_SIZE, murmur2, partition_for
 
 # From Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils).
 JAVA_VECTORS = {
@@ -29,3 +29,11 @@ def test_partition_is_in_range_and_stable() -> None:
             p = partition_for(key, n)
             assert 0 <= p < n
             assert p == partition_for(key, n)
+
+
+def test_cached_placement_is_murmur2_for_repeated_and_evicted_keys() -> None:
+    # More keys than the cache holds, each asked twice: hits, misses and evictions all place
+    # a key where the hash does (the contract suite checks the hash against a real broker).
+    keys = [f"workload-{i}".encode() for i in range(PLACEMENT_CACHE_SIZE + 500)]
+    for key in [*keys, *reversed(keys)]:
+        assert partition_for(key, 40) == (murmur2(key) & 0x7FFFFFFF) % 40
