@@ -129,7 +129,7 @@ class SegmentHeaderError(ValueError):
 SegmentCorruptError = SegmentHeaderError
 
 
-def _zigzag(n: int) -> bytes:
+def _zigzag_uncached(n: int) -> bytes:
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
     while n & ~0x7F:
@@ -137,6 +137,17 @@ def _zigzag(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# Lengths of keys and values, and block counts, are mostly below this: looked up, not built.
+_SMALL_LONGS = tuple(_zigzag_uncached(n) for n in range(8192))
+
+
+def _zigzag(n: int) -> bytes:
+    """Avro's encoding of a long (zigzag varint)."""
+    if 0 <= n < 8192:
+        return _SMALL_LONGS[n]
+    return _zigzag_uncached(n)
 
 
 def read_long(buf: bytes, pos: int) -> tuple[int, int]:
@@ -294,24 +305,39 @@ def _read_metadata(data: bytes) -> tuple[dict[str, bytes], int]:
 
 
 def encode_block(records: list[Record], sync: bytes) -> bytes:
-    """One container block holding `records` (in the checked format)."""
-    body = io.BytesIO()
+    """One container block holding `records` (in the checked format).
+
+    Each `LogRecord` is encoded here rather than by fastavro: the same bytes (a test checks
+    them against fastavro's), in a third of the time (fastavro resolves each union branch by
+    trying them in turn).
+    """
+    parts: list[bytes] = []
+    add, crc32, zigzag = parts.append, zlib.crc32, _zigzag
     for record in records:
-        start = body.tell()
-        fastavro.schemaless_writer(
-            body,
-            _BODY,
-            {
-                "offset": record.offset,
-                "timestamp_ms": record.timestamp_ms,
-                "key": record.key,
-                "value": record.value,
-                "headers": [{"key": k, "value": v} for k, v in record.headers],
-            },
+        key, value = record.key, record.value
+        encoded = b"".join(
+            (
+                zigzag(record.offset),
+                zigzag(record.timestamp_ms),
+                b"\x00" if key is None else b"\x02" + zigzag(len(key)) + key,
+                b"\x00" if value is None else b"\x02" + zigzag(len(value)) + value,
+                _headers(record.headers) if record.headers else b"\x00",
+            )
         )
-        body.write(_zigzag(zlib.crc32(body.getbuffer()[start:])))
-    data = body.getvalue()
+        add(encoded)
+        add(zigzag(crc32(encoded)))
+    data = b"".join(parts)
     return _zigzag(len(records)) + _zigzag(len(data)) + data + sync
+
+
+def _headers(headers: Headers) -> bytes:
+    """An Avro array of `Header` records: one block with its count, then the end (0)."""
+    parts = [_zigzag(len(headers))]
+    for key, value in headers:
+        text = key.encode()
+        parts += (_zigzag(len(text)), text, _zigzag(len(value)), value)
+    parts.append(b"\x00")
+    return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
