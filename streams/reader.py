@@ -55,20 +55,23 @@ class Decoder:
         self.codec = codec
         self._schema_store = schema_store
 
-    def decode(self, record: Record) -> Envelope:
+    def decode(self, record: Record, origin: Origin | None = None) -> Envelope:
+        """`origin`: the record's, if the caller has made it already (it is made per call)."""
+        if origin is None:
+            origin = record.origin
         if record.headers:
             damaged = dict(record.headers).get(CORRUPT_HEADER)
             if damaged is not None:
-                raise CorruptRecordError(damaged.decode(errors="replace"), record.origin)
+                raise CorruptRecordError(damaged.decode(errors="replace"), origin)
         if record.value is None:
-            raise CodecError("the record has no value (a tombstone)", record.origin)
+            raise CodecError("the record has no value (a tombstone)", origin)
         try:
-            return self.codec.decode(record.value, record.origin)
+            return self.codec.decode(record.value, origin)
         except UnknownSchemaError:
             # Written by a newer release? Its writer published the schema on the log.
             if self._schema_store is None or not self._schema_store.refresh():
                 raise
-            return self.codec.decode(record.value, record.origin)
+            return self.codec.decode(record.value, origin)
 
 
 class DecodingReader:
@@ -94,13 +97,14 @@ class DecodingReader:
         decode = self.decoder.decode
         try:
             for record in records:
+                origin = record.origin
                 try:
-                    envelope = decode(record)
+                    envelope = decode(record, origin)
                 except CodecError as error:
                     self.dead_letters.send(record, error)
                     failed += 1
                     continue
-                events.append(Decoded(record.origin, envelope))
+                events.append(Decoded(origin, envelope))
             if failed:
                 self._producer.flush()
         except LogError:
