@@ -36,12 +36,6 @@ class Group:
     columns: tuple[str, ...]
     keep: Literal["earliest", "latest"] = "latest"
 
-    def present(self, row: Mapping[str, Any]) -> bool:
-        return None not in [row.get(c) for c in self.version]
-
-    def key(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(row[c] for c in self.version)
-
 
 @dataclass(frozen=True, slots=True)
 class StateTable:
@@ -54,6 +48,11 @@ class StateTable:
     derived: tuple[str, ...] = ()
     derive: Callable[[Row], Row] | None = field(default=None, compare=False)
     columns: tuple[str, ...] = field(init=False, default=(), compare=False)
+    # Per group: its version columns, every column it sets, and whether the latest wins
+    # (precomputed: merging is the fleet writer's hottest Python path).
+    _plan: tuple[tuple[tuple[str, ...], tuple[str, ...], bool], ...] = field(
+        init=False, default=(), compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         cols: list[str] = [self.key, *self.shared]
@@ -61,6 +60,8 @@ class StateTable:
             cols.extend(c for c in (*group.version, *group.columns) if c not in cols)
         cols.extend(c for c in self.derived if c not in cols)
         object.__setattr__(self, "columns", tuple(cols))
+        plan = tuple((g.version, (*g.version, *g.columns), g.keep == "latest") for g in self.groups)
+        object.__setattr__(self, "_plan", plan)
 
     def merge(
         self, a: Mapping[str, Any] | None, b: Mapping[str, Any], *, finish: bool = True
@@ -72,29 +73,37 @@ class StateTable:
         else:
             merged = {self.key: b[self.key]}
             for column in self.shared:
-                merged[column] = a.get(column) if a.get(column) is not None else b.get(column)
-            for group in self.groups:
-                winner = _pick(group, a, b)
-                if winner is not None:
-                    for column in (*group.version, *group.columns):
-                        merged[column] = winner.get(column)
+                value = a.get(column)
+                merged[column] = value if value is not None else b.get(column)
+            # Per group, the better version of the two; a group unset on one side is the
+            # other's, unset on both stays out.
+            for version, columns, latest in self._plan:
+                kb = _version(b, version)
+                ka = _version(a, version)
+                if kb is None:
+                    if ka is None:
+                        continue
+                    winner = a
+                elif ka is None:
+                    winner = b
+                elif latest:
+                    winner = a if ka >= kb else b
+                else:
+                    winner = a if ka <= kb else b
+                get = winner.get
+                for column in columns:
+                    merged[column] = get(column)
         return self.finish(merged) if finish else merged
 
     def finish(self, row: Row) -> Row:
         """Every column present (None where unknown), derived columns computed."""
-        full = {c: row.get(c) for c in self.columns}
+        full = dict(zip(self.columns, map(row.get, self.columns), strict=True))
         if self.derive is not None:
             full.update(self.derive(full))
         return full
 
 
-def _pick(group: Group, a: Mapping[str, Any], b: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    has_a, has_b = group.present(a), group.present(b)
-    if not has_b:
-        return a if has_a else None
-    if not has_a:
-        return b
-    ka, kb = group.key(a), group.key(b)
-    if group.keep == "latest":
-        return a if ka >= kb else b
-    return a if ka <= kb else b
+def _version(row: Mapping[str, Any], version: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The group's version in `row`, or None when the group is absent (a version column unset)."""
+    key = tuple(map(row.get, version))
+    return None if None in key else key
