@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,21 +80,27 @@ def _uuids(values: Iterable[str]) -> list[uuid.UUID]:
     return [uuid.UUID(v) for v in values]
 
 
-def journal_row(origin: Origin, e: Envelope) -> Row:
-    return {
-        "event_id": uuid.UUID(e.event_id),
-        "event_type": e.event_type,
-        "occurred_at": ts(e.occurred_at),
-        "recorded_at": ts(e.recorded_at),
-        "key": e.key,
-        "causation_id": _uuid(e.causation_id),
-        "correlation_id": e.correlation_id,
-        "producer": e.producer,
-        "topic": origin.topic,
-        "partition": origin.partition,
-        "offset": origin.offset,
-        "payload": json.dumps(e.payload.to_avro(), sort_keys=True, separators=(",", ":")),
-    }
+# One encoder for every journaled payload (json.dumps with options builds one per call).
+_JOURNAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
+def journal_row(origin: Origin, e: Envelope, event_id: uuid.UUID | None = None) -> tuple[Any, ...]:
+    """The journal row of an event, in the order of `schema.EVENTS.columns` (`event_id`: the
+    event's id already parsed, if the caller has it)."""
+    return (
+        uuid.UUID(e.event_id) if event_id is None else event_id,
+        e.event_type,
+        ts(e.occurred_at),
+        ts(e.recorded_at),
+        e.key,
+        _uuid(e.causation_id),
+        e.correlation_id,
+        e.producer,
+        origin.topic,
+        origin.partition,
+        origin.offset,
+        _JOURNAL_JSON.encode(e.payload.to_avro()),
+    )
 
 
 # -- per event type ---------------------------------------------------------------------------
@@ -556,9 +562,10 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def map_event(changes: Changes, e: Envelope) -> None:
-    """Add what one (new) event does to `changes`."""
-    event_id = uuid.UUID(e.event_id)
+def map_event(changes: Changes, e: Envelope, event_id: uuid.UUID | None = None) -> None:
+    """Add what one (new) event does to `changes` (`event_id`: its id parsed, if known)."""
+    if event_id is None:
+        event_id = uuid.UUID(e.event_id)
     handler = HANDLERS.get(e.event_type)
     if handler is not None:
         handler(changes, e, event_id)
@@ -582,12 +589,14 @@ def _feed_version(e: Envelope) -> tuple[int, str]:
     return (p.valid_from_at if isinstance(p, RateCard) else e.occurred_at), e.event_id
 
 
-def map_events(events: Iterable[Envelope]) -> Changes:
+def map_events(events: Iterable[Envelope], ids: Mapping[str, uuid.UUID] | None = None) -> Changes:
     """The changes of a batch of new events (in any order: the state rows do not depend on it).
 
     Of the market feeds (a rate card per pool every 5 minutes), only each pool's latest card and
-    forecast of the batch can change a row: the others are skipped before mapping.
+    forecast of the batch can change a row: the others are skipped before mapping. `ids`: the
+    events' ids already parsed (by event id), if the caller has them.
     """
+    ids = ids or {}
     changes = Changes()
     latest: dict[tuple[str, str], Envelope] = {}
     for e in events:
@@ -597,7 +606,7 @@ def map_events(events: Iterable[Envelope]) -> Changes:
             if kept is None or _feed_version(e) > _feed_version(kept):
                 latest[key] = e
             continue
-        map_event(changes, e)
+        map_event(changes, e, ids.get(e.event_id))
     for e in latest.values():
-        map_event(changes, e)
+        map_event(changes, e, ids.get(e.event_id))
     return changes

@@ -22,7 +22,7 @@ from psycopg.types.string import TextLoader
 from projections.postgres import schema as s
 from projections.postgres.connection import Connection, FleetUnavailableError
 from projections.postgres.mappers import UNJOURNALED, Changes, journal_row, map_events
-from projections.postgres.tables import AppendTable, Row, StateTable
+from projections.postgres.tables import AppendTable, StateTable
 from schemas.errors import Origin
 from schemas.events import Envelope
 
@@ -118,17 +118,21 @@ class FleetWriter:
                         sql.Literal(max(1, int(timeout_s * 1000)))
                     )
                 )
+            # Each id parsed once (the journal, the check for new events and the rows use it).
+            ids = {event_id: uuid.UUID(event_id) for event_id in unique}
             journal = [
-                journal_row(o, e) for o, e in unique.values() if e.event_type not in UNJOURNALED
+                journal_row(o, e, ids[e.event_id])
+                for o, e in unique.values()
+                if e.event_type not in UNJOURNALED
             ]
             new_ids = self._journal(journal)
             self._step("journal")
             fresh = [
                 e
                 for _, e in unique.values()
-                if e.event_type in UNJOURNALED or uuid.UUID(e.event_id) in new_ids
+                if e.event_type in UNJOURNALED or ids[e.event_id] in new_ids
             ]
-            changes = map_events(fresh)
+            changes = map_events(fresh, ids)
             for state_table in s.STATE_TABLES:
                 self._upsert_state(state_table, changes)
             self._step("state")
@@ -152,11 +156,11 @@ class FleetWriter:
             for row in rows:
                 copy.write_row(row)
 
-    def _journal(self, rows: list[Row]) -> set[uuid.UUID]:
+    def _journal(self, rows: list[tuple[Any, ...]]) -> set[uuid.UUID]:
         if not rows:
             return set()
         table = s.EVENTS
-        self._copy(table.name, table.columns, [tuple(r[c] for c in table.columns) for r in rows])
+        self._copy(table.name, table.columns, rows)
         cols = _cols(table.columns)
         found = self.conn.execute(
             sql.SQL(
