@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.ledger.pricing import DAY_US, HOUR_US, LedgerLine, price
+from projections.ledger.pricing import DAY_US, HOUR_US, LedgerLine, price, round_half_even
 from projections.ledger.rates import Card, RateBook, Unpriced
 from projections.ledger.rule import RECORDED
 from schemas.events import CheckpointWritten, Envelope, PurchaseModel, UsageInterval, WorkWasted
@@ -156,3 +157,16 @@ def test_prune_then_backfill_finds_the_same_cards() -> None:
     assert len(pruned) < len(full)
     a, z = T0_US + 1_000_000_000, T0_US + 20_000_000_000
     assert list(pruned.segments(P, a, z)) == list(full.segments(P, a, z))
+
+
+@given(st.integers(-(10**30), 10**30), st.integers(1, 10**24))
+def test_integer_rounding_is_fractions_half_to_even(numerator: int, denominator: int) -> None:
+    assert round_half_even(numerator, denominator) == round(Fraction(numerator, denominator))
+
+
+@given(st.integers(-(10**6), 10**6), st.integers(1, 8))
+def test_integer_rounding_of_exact_halves_goes_to_even(whole: int, twice: int) -> None:
+    # n + 1/2 exactly (over an even denominator): the even neighbour, as round() does.
+    denominator = 2 * twice
+    numerator = whole * denominator + twice
+    assert round_half_even(numerator, denominator) == round(whole + 0.5)

@@ -11,14 +11,15 @@
 
 Each line carries the event that caused it and is charged to that event's workload (ADR-26).
 Amounts are exact integer micro-euros: quantities are first rounded to the rule's quantum, the
-sum per line is exact, and each line is rounded once (half to even).
+sum per line is exact (integer numerators over one denominator per event: the same rationals
+Python's `Fraction` would give, at a fraction of its cost), and each line is rounded once (half
+to even).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 
 from projections.ledger.rates import RateBook
 from projections.ledger.rule import (
@@ -53,13 +54,25 @@ class LedgerLine:
     rule: str
 
 
+def round_half_even(numerator: int, denominator: int) -> int:
+    """numerator / denominator (denominator > 0) to the nearest integer, ties to even: what
+    `round(Fraction(numerator, denominator))` gives, in integers."""
+    q, r = divmod(numerator, denominator)
+    twice = 2 * r
+    if twice > denominator or (twice == denominator and q % 2 == 1):
+        q += 1
+    return q
+
+
 class _Lines:
-    """Exact sums per (day, cause) for one event, rounded once into lines."""
+    """Exact sums per (day, cause) for one event, rounded once into lines. Amounts are integer
+    numerators over `denominator` (micro-euros); quantities are floats (not money)."""
 
     def __init__(
         self,
         e: Envelope,
         rule: AccountingRule,
+        denominator: int,
         *,
         workload_id: str,
         instance_id: str,
@@ -69,21 +82,25 @@ class _Lines:
         self.e, self.rule = e, rule
         self.workload_id, self.instance_id = workload_id, instance_id
         self.pool_id, self.purchase_model = pool_id, purchase_model
-        self.amount: dict[tuple[int, str], Fraction] = {}
+        self.denominator = denominator
+        self.amount: dict[tuple[int, str], int] = {}
         self.quantity: dict[tuple[int, str], float] = {}  # a quantity, not money: floats do
         self.unit: dict[str, str] = {}
 
-    def add(self, day: int, cause: str, quantity: Fraction, amount: Fraction, unit: str) -> None:
+    def add(self, day: int, cause: str, quantity: float, amount: int, unit: str) -> None:
+        """Add `quantity` and `amount` / denominator micro-euros to the line (day, cause). A
+        quantity is the float of its exact ratio (int / int is correctly rounded, as is the
+        float of a Fraction)."""
         key = (day, cause)
-        self.amount[key] = self.amount[key] + amount if key in self.amount else amount
-        self.quantity[key] = self.quantity.get(key, 0.0) + float(quantity)
+        self.amount[key] = self.amount.get(key, 0) + amount
+        self.quantity[key] = self.quantity.get(key, 0.0) + quantity
         self.unit[cause] = unit
 
     def lines(self) -> list[LedgerLine]:
         out: list[LedgerLine] = []
         for (day, cause), amount in sorted(self.amount.items()):
             quantity = self.quantity[(day, cause)]
-            micros = round(amount)
+            micros = round_half_even(amount, self.denominator)
             if micros == 0 and quantity == 0:
                 continue
             out.append(
@@ -127,7 +144,7 @@ def price_usage(e: Envelope, book: RateBook, rule: AccountingRule) -> list[Ledge
     q = rule.vcpu_h_quantum
     used_q = round(u.used_vcpu_h * q)  # used vCPU-hours, in quanta
     # Capacity paid for, to the same quantum: idle only where the usage says so.
-    capacity_q = round(Fraction(u.vcpu * span_us * q, HOUR_US))
+    capacity_q = round_half_even(u.vcpu * span_us * q, HOUR_US)
     idle_q = max(capacity_q - used_q, 0)
     # Per day, integer sums over the pieces: duration, duration x price, duration x guaranteed
     # (the differences of the rate cards' integrals, so the cost does not grow with the cards).
@@ -139,20 +156,22 @@ def price_usage(e: Envelope, book: RateBook, rule: AccountingRule) -> list[Ledge
         sums[day] = [y - x, py - px, gy - gx]
     share = q * span_us  # a piece's share of the quantities is d / span, in quanta of q
     agent = rule.agent_millicpu_per_instance
+    milli_h = 1000 * HOUR_US  # the agent's millicores x microseconds per core-hour
+    # Every amount over share x milli_h: a share-based amount n / share is n x milli_h over it.
     out = _Lines(
-        e, rule, workload_id=u.workload_id, instance_id=u.instance_id, pool_id=u.pool_id,
-        purchase_model=u.purchase_model,
+        e, rule, share * milli_h, workload_id=u.workload_id, instance_id=u.instance_id,
+        pool_id=u.pool_id, purchase_model=u.purchase_model,
     )  # fmt: skip
+    control_plane = rule.control_plane_eur_micros_per_vcpu_h
     for day, (d, d_price, d_guaranteed) in sums.items():
-        used = Fraction(used_q * d, share)
-        idle = Fraction(idle_q * d, share)
-        out.add(day, COUNTERFACTUAL, used, Fraction(used_q * d_guaranteed, share), "vcpu_h")
-        out.add(day, spend_cause, used, Fraction(used_q * d_price, share), "vcpu_h")
-        out.add(day, HEADROOM, idle, Fraction(idle_q * d_price, share), "vcpu_h")
-        footprint = Fraction(agent * d_price, 1000 * HOUR_US) + Fraction(
-            used_q * d * rule.control_plane_eur_micros_per_vcpu_h, share
-        )
-        out.add(day, FOOTPRINT, Fraction(agent * d, 1000 * HOUR_US), footprint, "vcpu_h")
+        used = used_q * d / share
+        idle = idle_q * d / share
+        out.add(day, COUNTERFACTUAL, used, used_q * d_guaranteed * milli_h, "vcpu_h")
+        out.add(day, spend_cause, used, used_q * d_price * milli_h, "vcpu_h")
+        out.add(day, HEADROOM, idle, idle_q * d_price * milli_h, "vcpu_h")
+        # agent x d_price / milli_h + used_q x d x control_plane / share
+        footprint = agent * d_price * share + used_q * d * control_plane * milli_h
+        out.add(day, FOOTPRINT, agent * d / milli_h, footprint, "vcpu_h")
     return out.lines()
 
 
@@ -160,30 +179,34 @@ def price_waste(e: Envelope, book: RateBook, rule: AccountingRule) -> list[Ledge
     w = e.payload
     assert isinstance(w, WorkWasted)
     card = book.at(w.pool_id, e.occurred_at)
-    hours = Fraction(round(w.wasted_vcpu_s * rule.vcpu_s_quantum), rule.vcpu_s_quantum * 3600)
+    # The wasted vCPU-hours are n / per_h: n quanta of vCPU-seconds.
+    n = round(w.wasted_vcpu_s * rule.vcpu_s_quantum)
+    per_h = rule.vcpu_s_quantum * 3600
     day = e.occurred_at // DAY_US
     out = _Lines(
-        e, rule, workload_id=w.workload_id, instance_id=w.instance_id, pool_id=w.pool_id,
+        e, rule, per_h, workload_id=w.workload_id, instance_id=w.instance_id, pool_id=w.pool_id,
         purchase_model=card.purchase_model,
     )  # fmt: skip
-    out.add(day, COUNTERFACTUAL, -hours, -hours * card.guaranteed_eur_micros, "vcpu_h")
-    out.add(day, WASTED_WORK, hours, hours * card.price_eur_micros, "vcpu_h")
+    out.add(day, COUNTERFACTUAL, -n / per_h, -n * card.guaranteed_eur_micros, "vcpu_h")
+    out.add(day, WASTED_WORK, n / per_h, n * card.price_eur_micros, "vcpu_h")
     spend_cause = rule.spend_cause[card.purchase_model]
-    out.add(day, spend_cause, -hours, -hours * card.price_eur_micros, "vcpu_h")
+    out.add(day, spend_cause, -n / per_h, -n * card.price_eur_micros, "vcpu_h")
     return out.lines()
 
 
 def price_checkpoint(e: Envelope, book: RateBook, rule: AccountingRule) -> list[LedgerLine]:
     c = e.payload
     assert isinstance(c, CheckpointWritten)
-    gb_months = Fraction(c.written_bytes, BYTES_PER_GB) * Fraction(
-        rule.checkpoint_retention_days, 30
-    )
+    # GB-months: bytes x retention days / (bytes per GB x 30 days).
+    gb_months = c.written_bytes * rule.checkpoint_retention_days
+    per_gb_month = BYTES_PER_GB * 30
     out = _Lines(
-        e, rule, workload_id=c.workload_id, instance_id=c.instance_id, pool_id="", purchase_model=""
-    )
+        e, rule, per_gb_month, workload_id=c.workload_id, instance_id=c.instance_id, pool_id="",
+        purchase_model="",
+    )  # fmt: skip
     amount = gb_months * rule.checkpoint_eur_micros_per_gb_month
-    out.add(e.occurred_at // DAY_US, CHECKPOINT_STORAGE, gb_months, amount, "gb_month")
+    out.add(e.occurred_at // DAY_US, CHECKPOINT_STORAGE, gb_months / per_gb_month, amount,
+            "gb_month")  # fmt: skip
     return out.lines()
 
 
