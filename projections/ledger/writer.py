@@ -158,16 +158,18 @@ class LedgerWriteResult:
     unpriced: list[tuple[Origin, str]]  # events that cost something but could not be priced
 
 
-def _payload_json(e: Envelope) -> str:
-    return json.dumps(
-        e.payload.to_avro(), sort_keys=True, separators=(",", ":"), default=_bytes_hex
-    )
-
-
 def _bytes_hex(value: object) -> str:
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"cannot put {type(value).__name__} in JSON")
+
+
+# One encoder for every payload (json.dumps with options builds one per call).
+_PAYLOAD_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_bytes_hex)
+
+
+def _payload_json(e: Envelope) -> str:
+    return _PAYLOAD_JSON.encode(e.payload.to_avro())
 
 
 class LedgerWriter:
