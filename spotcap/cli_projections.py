@@ -21,7 +21,7 @@ from projections.postgres.connection import FleetDatabaseError
 from spotcap.cli_db import postgres_option, with_postgres
 from spotcap.config import Settings
 from spotcap.fail import fail
-from spotcap.projecting import RunReport, Which, catch_up, open_writer
+from spotcap.projecting import RunReport, Which, Writer, catch_up_together, open_writer
 from spotcap.stores import StoreError
 from spotcap.wiring import describe_log, open_log
 from streams.log import LogError
@@ -40,14 +40,31 @@ LABEL = {"fleet": "fleet state (PostgreSQL)", "ledger": "ledger (ClickHouse)"}
 def run_projections(
     settings: Settings, which: Sequence[Which], *, fresh: bool, quiet: bool = False
 ) -> list[RunReport]:
-    """Catch up (or, with `fresh`, rebuild) each projection, with a progress bar."""
-    reports: list[RunReport] = []
+    """Catch up (or, with `fresh`, rebuild) each projection, with a progress bar. Projections
+    that start from the same offsets (always, in a rebuild) share one read of the history."""
     log = open_log(settings)
     try:
-        for name in which:
-            writer = open_writer(settings, name, fresh=fresh)
+        writers = [open_writer(settings, name, fresh=fresh) for name in which]
+        groups: list[list[Writer]] = []
+        for writer in writers:
+            same = next(
+                (
+                    g
+                    for g in groups
+                    if g[0].topics == writer.topics
+                    and g[0].stored_offsets() == writer.stored_offsets()
+                ),
+                None,
+            )
+            if same is None:
+                groups.append([writer])
+            else:
+                same.append(writer)
+        reports: list[RunReport] = []
+        for group in groups:
+            label = " and ".join(LABEL[w.which] for w in group)
             progress = Progress(
-                TextColumn(f"[bold]{'rebuilding' if fresh else 'projecting'}[/] {LABEL[name]}"),
+                TextColumn(f"[bold]{'rebuilding' if fresh else 'projecting'}[/] {label}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("records"),
@@ -59,13 +76,13 @@ def run_projections(
                 disable=quiet,
             )
             with progress:
-                task = progress.add_task(name, total=None)
+                task = progress.add_task(label, total=None)
 
                 def show(p: object, task: object = task, progress: Progress = progress) -> None:
                     read, total = getattr(p, "records_read", 0), getattr(p, "records_total", None)
                     progress.update(task, completed=read, total=total)  # type: ignore[arg-type]
 
-                reports.append(catch_up(settings, log, writer, on_progress=show))
+                reports += catch_up_together(settings, log, group, on_progress=show)
     finally:
         log.close()
     return reports

@@ -97,22 +97,51 @@ def catch_up(
     batch_events: int = BATCH_EVENTS,
 ) -> RunReport:
     """Apply every event after the stored offsets, up to the log's end offsets now."""
+    return catch_up_together(
+        settings, log, [writer], on_progress=on_progress, batch_events=batch_events
+    )[0]
+
+
+def catch_up_together(
+    settings: Settings,
+    log: EventLog,
+    writers: Sequence[Writer],
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    batch_events: int = BATCH_EVENTS,
+) -> list[RunReport]:
+    """`catch_up` for several writers that read the same topics from the same stored offsets
+    (a rebuild of both projections): the history is read and decoded once, and each batch goes
+    to every writer in turn. A record that cannot be decoded is dead-lettered once, by
+    ``projection/<names joined by +>``. Each report's seconds are its own writes plus the
+    shared reading."""
+    assert writers, "no writer to catch up"
+    topics, start = writers[0].topics, writers[0].stored_offsets()
+    for other in writers[1:]:
+        if other.topics != topics or other.stored_offsets() != start:
+            raise ValueError("writers caught up together must read the same topics and offsets")
     codec = make_codec(settings)
     producer = log.producer()
-    dead_letters = DeadLetters(producer, codec, settings.region, f"projection/{writer.which}")
+    names = "+".join(w.which for w in writers)
+    dead_letters = {
+        w.which: DeadLetters(producer, codec, settings.region, f"projection/{w.which}")
+        for w in writers
+    }
     started = time.monotonic()
     history = MergedHistory(
         log,
         codec,
         settings.region,
-        writer.topics,
-        start=writer.stored_offsets(),
+        topics,
+        start=start,
         until="end",
-        dead_letters=dead_letters,
+        dead_letters=DeadLetters(producer, codec, settings.region, f"projection/{names}"),
         poll_records=2000,
         buffer_per_partition=4000,
     )
-    events = unpriced = 0
+    events = 0
+    write_s = dict.fromkeys(dead_letters, 0.0)
+    unpriced = dict.fromkeys(dead_letters, 0)
     try:
         while not history.finished:
             batch = history.read(batch_events, timeout_s=5.0)
@@ -123,21 +152,28 @@ def catch_up(
             for origin, _ in rows:
                 tp = (origin.topic, origin.partition)
                 positions[tp] = max(positions.get(tp, 0), origin.offset + 1)
-            failed = writer.write(rows, positions)
-            if failed:
-                by_origin = dict(rows)
-                for origin, reason in failed:
-                    e = by_origin[origin]
-                    dead_letters.send(_record(codec.encode(e), origin, e), UnpricedEvent(reason))
-                dead_letters.flush()
-                unpriced += len(failed)
+            for writer in writers:
+                began = time.monotonic()
+                failed = writer.write(rows, positions)
+                if failed:
+                    by_origin = dict(rows)
+                    letters = dead_letters[writer.which]
+                    for origin, reason in failed:
+                        e = by_origin[origin]
+                        letters.send(_record(codec.encode(e), origin, e), UnpricedEvent(reason))
+                    letters.flush()
+                    unpriced[writer.which] += len(failed)
+                write_s[writer.which] += time.monotonic() - began
             events += len(rows)
             if on_progress is not None:
                 on_progress(history.progress)
     finally:
         history.close()
         producer.close()
-    return RunReport(writer.which, events, time.monotonic() - started, unpriced)
+    reading_s = time.monotonic() - started - sum(write_s.values())
+    return [
+        RunReport(w.which, events, reading_s + write_s[w.which], unpriced[w.which]) for w in writers
+    ]
 
 
 class UnpricedEvent(ValueError):  # noqa: N818 - the dead letter's error class says what it is
