@@ -7,9 +7,18 @@ log at sim time, and carries out the provider calls the actuator guard allows:
 
 * **Settling an instant.** Events are gathered as they are observed; once an instant is
   complete (a wake-up after everything the region does in that microsecond,
-  ``wake_at(..., last=True)``), its inputs go to the core in `instant_order`, after the timers
-  due by then. The decisions are published at that instant, and so are in the log with the
-  region's events. A quiet key's timer gets its own settle at its due time.
+  ``wake_at(..., last=True)``), its events go to the core (`DeciderCore.process`, which keeps
+  the input facts) in the merged history's order: by topic and partition (the log's order of
+  one instant across partitions, `streams.merged`), and within a partition as published (its
+  offsets). The loop therefore needs the partition counts of the log the run is written to
+  (`topics`). The decisions are published at that instant, and so are in the log with the
+  region's events. The loop runs the core with a clock of one microsecond (`LOOP_RUNTIME`):
+  a timer fires at its due time exactly, and its decisions (stamped with that time) are
+  published then; the loop settles that instant even when nothing happens in it. A replay of
+  the log with the same runtime settings puts the same clock before the next fact
+  (`streams.runtime.core.Sequence`). (With the 1 s clock of the partitioned runtime a timer's
+  decision would be made up to a second after the time it carries, which a simulated region,
+  where sim time is event time, cannot publish.)
 * **Acting.** The guard judges every call a decision implies (token budget of 10 calls/s of
   event time, termination breaker, ownership): an allowed call goes out one microsecond after
   the decision, or at the guard's ``not_before`` when it was throttled; a refused one never (the
@@ -21,7 +30,8 @@ log at sim time, and carries out the provider calls the actuator guard allows:
 * **What comes back.** The provider's answers (launched, deleted, failed) are facts of the
   instant of the call, observed and settled like any other: nothing a decision causes lands in
   the instant it was made, so a replay of the log puts every instant's inputs in the same order
-  and makes the same decisions (`streams.runtime.instants`).
+  and makes the same decisions: the embedded runner over the recorded log makes them byte for
+byte (tests/test_loop_replay.py).
 
 Escalations wait for the region's approvers (`provider.sim.approver`); returns delete the
 fallback's instances; a released claim's instances are deleted at an orderly pace.
@@ -68,13 +78,17 @@ from streams.deciders.workload import (
     ROLE_TAG,
     SPREAD_ROLE,
 )
-from streams.runtime.core import DecisionCore, Outcome
-from streams.runtime.instants import instant_order, is_decision
+from streams.log import TopicSpec
+from streams.partitioner import partition_for
+from streams.runtime.core import DERIVED_PREFIX, DeciderCore, RuntimeSettings
+from streams.topics import LOGICAL_NAMES, region_topics, topic_name
 
 ACTUATOR = "spotcap/actuator"  # the I/O side's producer (its launch_failed events)
 SETTLE = "settle"
 CALLS = "calls"
 NEXT_US = 1  # calls go out one microsecond after the decision at the earliest
+# The core's clock in the loop: timers fire at their due time, to the microsecond.
+LOOP_RUNTIME = RuntimeSettings(clock_interval_s=1e-6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +102,27 @@ class _Pending:
 class DecidersOrchestrator:
     """The deciders and the actuator as the simulated region's orchestrator."""
 
-    def __init__(self, orchestrator_id: str, settings: DeciderSettings | None = None) -> None:
+    def __init__(
+        self,
+        orchestrator_id: str,
+        settings: DeciderSettings | None = None,
+        *,
+        topics: Sequence[TopicSpec] | None = None,
+        runtime: RuntimeSettings | None = None,
+    ) -> None:
+        """`runtime`: the core's clock (`LOOP_RUNTIME` by default; a replay must use the
+        same). `topics`: the region's topics as the log the run is written to has them (their
+        partition counts order an instant's events as a replay of the log will); the default
+        is `region_topics` of the host's region at full scale."""
         settings = settings or DeciderSettings()
         actuator = replace(settings.actuator, orchestrator_id=orchestrator_id)
         self.settings = replace(settings, actuator=actuator)
-        self.core = DecisionCore(settings=self.settings)
+        self.runtime = runtime or LOOP_RUNTIME
+        self.core = DeciderCore(self.settings, self.runtime)
+        self.core.actuator_stage.collect_verdicts()
         self.orchestrator_id = orchestrator_id
+        self._topics = topics
+        self._partitions: dict[str, tuple[str, int]] = {}  # logical topic -> (name, partitions)
         self._host: OrchestratorHost | None = None
         self._inputs: list[Envelope] = []  # observed in the instant not settled yet
         self._settles: set[int] = set()  # instants with a settle asked for
@@ -107,10 +136,16 @@ class DecidersOrchestrator:
 
     def start(self, host: OrchestratorHost) -> None:
         self._host = host
+        specs = self._topics if self._topics is not None else region_topics(host.region)
+        counts = {spec.name: spec.partitions for spec in specs}
+        for logical in LOGICAL_NAMES:
+            name = topic_name(host.region, logical)
+            if name in counts:
+                self._partitions[logical] = (name, counts[name])
 
     def observe(self, event: Envelope) -> None:
-        if is_decision(event):
-            return  # its own, made by the core: already fed
+        if event.producer.startswith(DERIVED_PREFIX):
+            return  # its own, made by the core: not an input
         self._inputs.append(event)
         self._learn_claim(event)
 
@@ -125,26 +160,27 @@ class DecidersOrchestrator:
     # -- settling an instant -----------------------------------------------------------------
 
     def _settle(self, now_us: int) -> None:
-        inputs, self._inputs = instant_order(self._inputs), []
+        inputs, self._inputs = sorted(self._inputs, key=self._merged_place), []
         core = self.core
-        out = core.advance(now_us)
+        decisions = core.advance_to(now_us)  # the clocks up to now (those a fact would bring)
         for event in inputs:
-            _merge(out, core.feed(event))
-        while True:  # timers armed for this very instant while it settled
-            more = core.advance(now_us)
-            if not more:
-                break
-            _merge(out, more)
+            decisions += core.process(event)
         host = self._ready()
-        for decision in out.decisions:
+        for decision in decisions:
             self._learn_claim(decision)
             host.publish(decision)
-        by_id = {d.event_id: d for d in out.decisions}
-        for verdict in out.verdicts:
+        by_id = {d.event_id: d for d in decisions}
+        for verdict in core.actuator_stage.take_verdicts():
             self._queue(verdict, by_id, inputs, now_us)
         due = core.next_due_us()
-        if due is not None:
-            self._settle_at(max(due, now_us + NEXT_US))
+        if due is not None:  # a quiet key's timer: settle at the clock that fires it
+            self._settle_at(core.next_clock_us(due))
+
+    def _merged_place(self, event: Envelope) -> tuple[str, int]:
+        """Where the merged history puts `event` among the events of its instant (a stable
+        sort keeps the publication order, which is the offset order, within a partition)."""
+        name, partitions = self._partitions[event.payload.TOPIC]
+        return name, partition_for(event.key.encode(), partitions)
 
     def _settle_at(self, at_us: int) -> None:
         if at_us not in self._settles:
@@ -286,8 +322,3 @@ class DecidersOrchestrator:
         if self._host is None:
             raise RuntimeError("the deciders' orchestrator was used before start(host)")
         return self._host
-
-
-def _merge(into: Outcome, more: Outcome) -> None:
-    into.decisions.extend(more.decisions)
-    into.verdicts.extend(more.verdicts)
