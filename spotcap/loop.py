@@ -91,6 +91,13 @@ NEXT_US = 1  # calls go out one microsecond after the decision at the earliest
 LOOP_RUNTIME = RuntimeSettings(clock_interval_s=1e-6)
 
 
+def owned_by(orchestrator_id: str, settings: DeciderSettings | None = None) -> DeciderSettings:
+    """`settings` (the defaults) for an orchestrator whose instances carry `orchestrator_id`
+    as their owner tag: what the loop runs with, and what a replay of its log must use."""
+    settings = settings or DeciderSettings()
+    return replace(settings, actuator=replace(settings.actuator, orchestrator_id=orchestrator_id))
+
+
 @dataclass(frozen=True, slots=True)
 class _Pending:
     """A call the guard allowed, waiting for its time."""
@@ -114,9 +121,7 @@ class DecidersOrchestrator:
         same). `topics`: the region's topics as the log the run is written to has them (their
         partition counts order an instant's events as a replay of the log will); the default
         is `region_topics` of the host's region at full scale."""
-        settings = settings or DeciderSettings()
-        actuator = replace(settings.actuator, orchestrator_id=orchestrator_id)
-        self.settings = replace(settings, actuator=actuator)
+        self.settings = owned_by(orchestrator_id, settings)
         self.runtime = runtime or LOOP_RUNTIME
         self.core = DeciderCore(self.settings, self.runtime)
         self.core.actuator_stage.collect_verdicts()

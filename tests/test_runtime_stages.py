@@ -79,7 +79,9 @@ def _hash(key: str, n: int) -> int:
     return zlib.crc32(key.encode()) % n
 
 
-def route(journal: Journal, pools: int, workloads: int, progress_every: int) -> dict[str, Partition]:
+def route(
+    journal: Journal, pools: int, workloads: int, progress_every: int
+) -> dict[str, Partition]:
     router = Router(SETTINGS)
     parts = {f"pool{i}": Partition(f"pool{i}") for i in range(pools)}
     parts |= {f"workload{i}": Partition(f"workload{i}") for i in range(workloads)}
@@ -101,7 +103,9 @@ def route(journal: Journal, pools: int, workloads: int, progress_every: int) -> 
                 parts["scorer"].records.append(StageRecord(header, item))
         if n % progress_every == progress_every - 1 or n == len(journal.entries) - 1:
             for i in range(workloads):
-                parts[f"workload{i}"].records.append(StageRecord(Header("progress", position), None))
+                parts[f"workload{i}"].records.append(
+                    StageRecord(Header("progress", position), None)
+                )
     return parts
 
 
@@ -137,7 +141,9 @@ def run_partitioned(
             header = Header("decision", placed.position, source=source, order=placed.order)
             actuator.records.append(StageRecord(header, placed.envelope))
         if out.progress is not None:
-            actuator.records.append(StageRecord(Header("progress", out.progress, source=source), None))
+            actuator.records.append(
+                StageRecord(Header("progress", out.progress, source=source), None)
+            )
 
     while True:
         ready = [p for p in parts.values() if p.next_index < len(p.records)]
