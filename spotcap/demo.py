@@ -305,17 +305,7 @@ def demo(
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:
-        console = Console()
-        print_summary(report, console)
-        if report["orchestrator"] != BASELINE:
-            print_decisions(report["decisions"], console)
-        if "comparison" in report:
-            print_comparison(report["comparison"], console, report["seed"])
-        if projections:
-            from spotcap.demo_projections import print_projections
-
-            home_args = f" --home {settings.home} --region {settings.region}"
-            print_projections(report["projections"], Console(), home_args)
+        print_report(report, settings, projections=projections)
     if contracts_out is not None and not as_json:
         pools = catalogue or Path("examples/region/demo-region.yaml")
         note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
@@ -326,6 +316,22 @@ def demo(
             highlight=False,
             soft_wrap=True,
         )
+
+
+def print_report(report: dict[str, Any], settings: Settings, *, projections: bool) -> None:
+    """The demo's readable summary: the run, the deciders' decisions, the baseline comparison
+    and the projections."""
+    console = Console()
+    print_summary(report, console)
+    if report["orchestrator"] != BASELINE:
+        print_decisions(report["decisions"], console)
+    if "comparison" in report:
+        print_comparison(report["comparison"], console, report["seed"])
+    if projections:
+        from spotcap.demo_projections import print_projections
+
+        home_args = f" --home {settings.home} --region {settings.region}"
+        print_projections(report["projections"], Console(), home_args)
 
 
 def write_contract_files(config: SimConfig, directory: Path) -> int:

@@ -52,7 +52,7 @@ def reason_class(reason: str) -> str:
     for phrase, words in _REASONS:
         if phrase in reason:
             return words
-    return re.sub(r"\d+", "N", reason.split(";")[0])[:80]
+    return re.sub(r"\d+", "N", reason.split(";", maxsplit=1)[0])[:80]
 
 
 class DecisionSummary:

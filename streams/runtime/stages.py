@@ -233,4 +233,3 @@ class ActuatorPartition:
     def restore(self, data: dict[str, Any]) -> None:
         self.position = data["position"]
         self.stage.restore(data["guard"])
-
