@@ -1,12 +1,12 @@
 # A newcomer runs two commands (README.md): `make demo` and `make test`.
 # Downloads are cached under the home directory: pip in ~/.cache/pip, Maven in ~/.m2,
-# the Kafka jars in ~/.cache/spotcap.
+# the Kafka jars, promtool and the browser tests' npm packages in ~/.cache/spotcap.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format kafka-jars system-packages bench clean
+.PHONY: demo test install lint format kafka-jars promtool system-packages browser-tools bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,8 @@ demo: install
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers/.
-test: install kafka-jars system-packages
+## promtool (which lints /metrics) is built once from the Go module proxy (~12 min of CPU).
+test: install kafka-jars promtool system-packages browser-tools
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
@@ -35,8 +36,29 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			slurm-wlm slurmrestd munge; }
 
+## The console's browser tests: Debian's chromium (no browser download), driven by playwright-core
+## with axe-core for accessibility, both from npm, installed once under ~/.cache/spotcap/node.
+NODE_DIR := $(HOME)/.cache/spotcap/node
+PLAYWRIGHT_CORE := 1.65.1
+AXE_CORE := 4.14.1
+
+browser-tools:
+	@test -x /usr/bin/chromium || { \
+		echo "installing chromium from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v npm >/dev/null || { \
+		echo "installing nodejs and npm from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	@grep -qs '"version": "$(PLAYWRIGHT_CORE)"' $(NODE_DIR)/node_modules/playwright-core/package.json \
+		&& grep -qs '"version": "$(AXE_CORE)"' $(NODE_DIR)/node_modules/axe-core/package.json \
+		|| { mkdir -p $(NODE_DIR) && npm install --no-audit --no-fund --prefix $(NODE_DIR) \
+			playwright-core@$(PLAYWRIGHT_CORE) axe-core@$(AXE_CORE); }
+
 kafka-jars: install
 	$(BIN)/python -m infra.servers fetch-kafka
+
+promtool: install
+	$(BIN)/python -m infra.servers fetch-promtool
 
 lint: install
 	$(BIN)/ruff check .

@@ -6,9 +6,10 @@ import random
 import string
 import uuid
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
-from schemas.catalogue import event_types
+from schemas.catalogue import envelope_schema, event_types
 from schemas.events import EVENT_CLASSES, Envelope
 
 T0_US = 1_796_000_000_000_000
@@ -19,7 +20,8 @@ def _value(schema: Any, rng: random.Random, name: str) -> Any:
         branches = [b for b in schema if b != "null"]
         return None if not branches or rng.random() < 0.2 else _value(branches[0], rng, name)
     if isinstance(schema, str):
-        return _primitive(schema, rng, name)
+        named = _named_types().get(schema)  # a record or enum defined once, used by name
+        return _primitive(schema, rng, name) if named is None else _value(named, rng, name)
     kind = schema["type"]
     if kind == "record":
         return {f["name"]: _value(f["type"], rng, f["name"]) for f in schema["fields"]}
@@ -34,6 +36,32 @@ def _value(schema: Any, rng: random.Random, name: str) -> Any:
     if schema.get("logicalType", "").startswith("timestamp"):
         return T0_US + rng.randint(0, 86_400_000_000)
     return _primitive(kind, rng, name)
+
+
+@cache
+def _named_types() -> dict[str, Any]:
+    """Every named type of the envelope schema by its full name (and its short name)."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any, namespace: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, namespace)
+        elif isinstance(node, dict):
+            if node.get("type") in ("record", "enum", "fixed") and "name" in node:
+                full = (
+                    node["name"]
+                    if "." in node["name"]
+                    else f"{node.get('namespace', namespace)}.{node['name']}"
+                )
+                namespace = full.rpartition(".")[0]
+                found.setdefault(full, node)
+                found.setdefault(full.rpartition(".")[2], node)
+            for value in node.values():
+                walk(value, namespace)
+
+    walk(envelope_schema(), "")
+    return found
 
 
 def _primitive(kind: str, rng: random.Random, name: str) -> Any:

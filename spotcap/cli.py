@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ from rich.table import Table
 from spotcap.cli_agent import agent
 from spotcap.cli_contracts import contracts
 from spotcap.cli_db import db
+from spotcap.cli_log import log_group
 from spotcap.cli_notices import notices
 from spotcap.cli_projections import project, rebuild
 from spotcap.cli_query import query, report, why_command
+from spotcap.cli_serve import serve
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
 from spotcap.fail import fail
@@ -258,26 +261,32 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the topics as JSON.")
 @click.pass_obj
 def topics_list(settings: Settings, as_json: bool) -> None:
-    """Show the region's topics: partitions and how many records each holds (end offsets)."""
+    """Show the region's topics: partitions, end offsets (the next offset each partition
+    writes; their sum is the records written) and whether the last run writing the region
+    finished. Damage inside the files does not show here: `spotcap log verify` finds it."""
+    from spotcap.runs import last_run
     from spotcap.wiring import describe_log, open_log
     from streams.log import LogError
     from streams.topics import region_topics
 
-    rows = []
+    rows: list[dict[str, Any]] = []
+    run = last_run(settings, settings.region)
+    run_json = None if run is None else {**asdict(run), "state": run.state}
     try:
         log = open_log(settings)
         for spec in region_topics(settings.region):
             try:
                 ends = log.end_offsets(spec.name)
             except LogError:
-                rows.append({"topic": spec.name, "exists": False, "partitions": 0, "records": 0})
-                continue
+                ends = None
             rows.append(
                 {
                     "topic": spec.name,
-                    "exists": True,
-                    "partitions": len(ends),
-                    "records": sum(ends.values()),
+                    "exists": ends is not None,
+                    "partitions": len(ends or {}),
+                    "records": sum((ends or {}).values()),
+                    "end_offsets": {str(p): o for p, o in (ends or {}).items()},
+                    "last_run": run_json,
                 }
             )
     except LogError as error:
@@ -288,16 +297,27 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     table = Table(title=f"topics of region {settings.region} ({describe_log(settings)})")
     table.add_column("topic")
     table.add_column("partitions", justify="right")
-    table.add_column("records", justify="right")
+    table.add_column("end offsets (sum)", justify="right")
+    table.add_column("end offset per partition")
     for row in rows:
         if row["exists"]:
-            table.add_row(str(row["topic"]), str(row["partitions"]), f"{row['records']:,}")
+            per = " ".join(f"{o:,}" for o in row["end_offsets"].values())
+            table.add_row(str(row["topic"]), str(row["partitions"]), f"{row['records']:,}", per)
         else:
-            table.add_row(str(row["topic"]), "-", "missing: run `spotcap topics apply`")
+            table.add_row(str(row["topic"]), "-", "missing: run `spotcap topics apply`", "")
     console.print(table)
+    if run is None:
+        console.print(f"no run has written region {settings.region} from this home yet")
+    elif run.state == "killed":
+        console.print(f"[bold red]unfinished run[/]: {run.describe()}", soft_wrap=True)
+    elif run.state == "failed":
+        console.print(f"[yellow]failed run[/]: {run.describe()}", soft_wrap=True)
+    else:
+        console.print(run.describe(), highlight=False, soft_wrap=True)
 
 
 main.add_command(agent)
+main.add_command(log_group)
 main.add_command(contracts)
 main.add_command(db)
 main.add_command(project)
@@ -305,6 +325,7 @@ main.add_command(rebuild)
 main.add_command(query)
 main.add_command(why_command)
 main.add_command(report)
+main.add_command(serve)
 main.add_command(notices)
 
 main.add_command(demo)

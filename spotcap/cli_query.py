@@ -15,20 +15,29 @@ from rich.table import Table
 
 from projections.ledger.rule import CAUSES
 from projections.ledger.store import LedgerError
-from projections.ledger.writer import LEDGER_PROJECTION, LEDGER_TOPICS, LedgerWriter
+from projections.ledger.writer import LEDGER_PROJECTION
 from projections.money import eur_text
 from projections.postgres.connection import FleetDatabaseError
-from projections.postgres.writer import FLEET_PROJECTION, FLEET_TOPICS, FleetWriter
+from projections.postgres.lifecycle import STATES
+from projections.postgres.writer import FLEET_PROJECTION
 from projections.read import fleet as fq
+from projections.read.lag import Positions, fleet_positions, lag_rows, ledger_positions
+from projections.read.rows import json_row
 from projections.read.savings import savings
 from projections.read.why import NotFoundError, why
 from spotcap.cli_db import postgres_option, with_postgres
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.reading import (
+    DAY_FORM,
+    MOMENT_FORMS,
+    check_span,
+    end_offsets_of,
+    parse_day,
+    parse_moment,
+)
 from spotcap.stores import StoreError, open_fleet, open_ledger
 from spotcap.wiring import open_log
-from streams.log import LogError
-from streams.topics import topic_name
 
 console = Console()
 Column = tuple[str, str, Callable[[Any], str], bool]  # label, key, format, right-aligned
@@ -58,19 +67,11 @@ def _yes(v: Any) -> str:
     return "" if v is None else ("yes" if v else "no")
 
 
-def _json_default(v: Any) -> Any:
-    if isinstance(v, datetime):
-        return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(v, date):
-        return v.isoformat()
-    return str(v)
-
-
 def emit(
     rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, as_json: bool
 ) -> None:
     if as_json:
-        click.echo(json.dumps(list(rows), indent=2, sort_keys=True, default=_json_default))
+        click.echo(json.dumps([json_row(r) for r in rows], indent=2, sort_keys=True))
         return
     table = Table(title=f"{title} ({len(rows):,} rows)")
     for label, _, _, right in columns:
@@ -84,14 +85,9 @@ def _since(value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_moment(value)
     except ValueError:
-        fail(
-            f"--since {value!r} is not a date or time",
-            "write it as 2026-11-02 or 2026-11-02T14:00Z",
-            usage=True,
-        )
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        fail(f"--since {value!r} is not a date or time", f"write it as {MOMENT_FORMS}", usage=True)
 
 
 def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:
@@ -236,19 +232,7 @@ def query_exclusions(
 @click.option("--pool", default=None)
 @click.option(
     "--state",
-    type=click.Choice(
-        [
-            "requested",
-            "running",
-            "advised",
-            "noticed",
-            "draining",
-            "drained",
-            "lost",
-            "replaced",
-            "deleted",
-        ]
-    ),
+    type=click.Choice(STATES),
     default=None,
 )
 @click.option("--since", default=None, help="Touched since this time (UTC).")
@@ -320,39 +304,16 @@ def query_workloads(
     )
 
 
-def lag_rows(settings: Settings, conn: Any) -> list[dict[str, Any]]:
+def read_lag(settings: Settings, conn: Any) -> list[dict[str, Any]]:
     """Per projection and partition: the log's end, where the projection is, and the lag."""
     log = open_log(settings)
     try:
-        stored = {FLEET_PROJECTION: FleetWriter(conn).stored_offsets()}
+        positions: dict[str, Positions | None] = {FLEET_PROJECTION: fleet_positions(conn)}
         try:
-            stored[LEDGER_PROJECTION] = LedgerWriter(open_ledger(settings)).stored_offsets()
-        except LedgerError:
-            stored[LEDGER_PROJECTION] = {}
-        rows = []
-        for projection, topics in (
-            (FLEET_PROJECTION, FLEET_TOPICS),
-            (LEDGER_PROJECTION, LEDGER_TOPICS),
-        ):
-            for logical in topics:
-                name = topic_name(settings.region, logical)
-                try:
-                    ends = log.end_offsets(name)
-                except LogError:
-                    continue
-                for partition, end in sorted(ends.items()):
-                    at = stored[projection].get((name, partition), 0)
-                    rows.append(
-                        {
-                            "projection": projection,
-                            "topic": name,
-                            "partition": partition,
-                            "end_offset": end,
-                            "next_offset": at,
-                            "lag": max(end - at, 0),
-                        }
-                    )
-        return rows
+            positions[LEDGER_PROJECTION] = ledger_positions(open_ledger(settings))
+        except (LedgerError, StoreError):
+            positions[LEDGER_PROJECTION] = None  # unknown: shown blank, not as behind
+        return lag_rows(settings.region, end_offsets_of(log), positions)
     finally:
         log.close()
 
@@ -363,7 +324,7 @@ def lag_rows(settings: Settings, conn: Any) -> list[dict[str, Any]]:
 @click.pass_obj
 def query_lag(settings: Settings, *, postgres_dsn: str | None, as_json: bool) -> None:
     """How far each projection is behind the log, per partition."""
-    rows = lag_rows(settings, _fleet(settings, postgres_dsn))
+    rows = read_lag(settings, _fleet(settings, postgres_dsn))
     emit(
         rows,
         [
@@ -392,24 +353,7 @@ def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_
     except NotFoundError as error:
         fail(str(error))
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "kind": answer.kind,
-                    "subject": answer.subject,
-                    "steps": [
-                        {
-                            "at": _json_default(s.at),
-                            "event_id": s.event_id,
-                            "event_type": s.event_type,
-                            "sentence": s.sentence,
-                        }
-                        for s in answer.steps
-                    ],
-                },
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(answer.as_json(), indent=2))
         return
     console.print(
         f"[bold]why {answer.kind} {answer.subject}[/] ({len(answer.steps)} events, oldest first)"
@@ -431,9 +375,9 @@ def _day(value: str | None, name: str) -> date | None:
     if value is None:
         return None
     try:
-        return date.fromisoformat(value)
+        return parse_day(value)
     except ValueError:
-        fail(f"{name} {value!r} is not a date", "write it as 2026-11-02", usage=True)
+        fail(f"{name} {value!r} is not a date", f"write it as {DAY_FORM}", usage=True)
 
 
 @report.command("savings")
@@ -446,12 +390,14 @@ def report_savings(
     settings: Settings, *, first: str | None, last: str | None, workload: str | None, as_json: bool
 ) -> None:
     """Per workload, every cost line and the net saving, with totals (from the ledger)."""
+    first_day, last_day = _day(first, "--from"), _day(last, "--to")
+    try:
+        check_span(first_day, last_day)
+    except ValueError as error:
+        fail(str(error), usage=True)
     try:
         result = savings(
-            open_ledger(settings),
-            first_day=_day(first, "--from"),
-            last_day=_day(last, "--to"),
-            workload=workload,
+            open_ledger(settings), first_day=first_day, last_day=last_day, workload=workload
         )
     except (LedgerError, StoreError) as error:
         fail(str(error))

@@ -34,6 +34,7 @@ from spotcap.config import Settings
 from spotcap.demo_report import DecisionSummary, comparison, print_comparison, print_decisions
 from spotcap.fail import fail
 from spotcap.loop import DecidersOrchestrator
+from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError
@@ -136,11 +137,13 @@ def run_demo(
                 f"use --fresh to replace them, another --home (or --region), "
                 f"or delete {settings.home}",
             )
-        log.apply_topics(region_topics(config.region))
-        driver = ORCHESTRATORS[orchestrator](config)
-        sim = RegionSim(config, orchestrator=driver)
-        decisions = DecisionSummary(sim.misbehaving_pool_ids)
-        summary = write_run(sim, log, settings, on_progress, decisions)
+        # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
+        with run_marker(settings, config.region):
+            log.apply_topics(region_topics(config.region))
+            driver = ORCHESTRATORS[orchestrator](config)
+            sim = RegionSim(config, orchestrator=driver)
+            decisions = DecisionSummary(sim.misbehaving_pool_ids)
+            summary = write_run(sim, log, settings, on_progress, decisions)
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)

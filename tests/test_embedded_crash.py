@@ -14,6 +14,7 @@ import fastavro
 
 from streams.embedded import EmbeddedLog
 from streams.log import CORRUPT_HEADER, Record
+from streams.partitioner import partition_for
 from streams.topics import region_topics, topic_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,9 +82,17 @@ def test_kill_9_mid_append_loses_no_acknowledged_record(tmp_path: Path) -> None:
             acked = max(acked, int(line))
         acknowledged[round_] = acked
 
-        # Reopening as the writer repairs every partition; every segment reads as Avro.
+        # A writer's first append to a partition cuts its torn tail back (and only then: a
+        # command writing one topic never touches another's files). Append to every
+        # partition; then every segment reads as Avro.
         log = EmbeddedLog(root)
-        log.acquire_writer()
+        producer = log.producer()
+        partitions = log.partitions_for(TOPIC)
+        for n in range(partitions):
+            keys = (f"r{i}".encode() for i in range(10_000))
+            to_n = next(k for k in keys if partition_for(k, partitions) == n)
+            producer.produce(TOPIC, (b"x" * 300) + f"{round_}:repair-{n}".encode(), key=to_n)
+        producer.flush()
         log.close()
         for segment in root.glob(f"{TOPIC}/*/*.avro"):
             with open(segment, "rb") as handle:
@@ -129,11 +138,14 @@ def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
     reopened = EmbeddedLog(root)
     reader_view = [int(r.value or b"") for r in read_all(root)]
     assert reader_view == list(range(10)), "a reader never sees a torn block"
-    producer = reopened.producer()  # repairs
-    assert segment.stat().st_size < whole - 25
+    producer = reopened.producer()
+    assert segment.stat().st_size == whole - 25, "the partition's first append repairs, not open"
     producer.produce(TOPIC, b"20", key=b"i-1")
-    (record,) = producer.flush()
+    (record,) = producer.flush()  # cuts the torn block back, then appends
     assert record.offset == 10
+    (kept,) = (root / "_quarantine" / "torn").rglob("*.bin")  # the cut bytes are kept
+    assert kept.stat().st_size > 0
+    assert "torn write" in (root / "_quarantine" / "torn" / "README").read_text()
     assert [int(r.value or b"") for r in read_all(root)] == [*range(10), 20]
     with open(segment, "rb") as handle:
         assert [r["offset"] for r in fastavro.reader(handle)] == list(range(11))  # type: ignore[index,call-overload]

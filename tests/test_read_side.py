@@ -161,7 +161,9 @@ def test_the_savings_report_adds_up_to_the_ledger(home: Home, incremental: objec
 
 def test_queries_answer_in_tables_and_json(home: Home, incremental: object) -> None:
     pools = home.json("query", "pools")
-    assert pools and {"pool_id", "price_per_vcpu_h_eur_micros", "excluded"} <= set(pools[0])
+    assert pools and {"pool_id", "price_per_vcpu_h_eur", "excluded"} <= set(pools[0])
+    # Money in JSON is euros as exact decimal strings, as in the savings report.
+    assert Decimal(pools[0]["price_per_vcpu_h_eur"]) > 0
     assert "pools (" in home.cli("query", "pools", "--limit", "3")
     workloads = home.json("query", "workloads")
     assert len(workloads) == 40

@@ -65,6 +65,8 @@ def test_list_shows_partitions_and_records(where: list[str]) -> None:
         "exists": True,
         "partitions": 12,
         "records": 0,
+        "end_offsets": {str(n): 0 for n in range(12)},
+        "last_run": None,
     }
 
 

@@ -1,4 +1,5 @@
-"""The command line ``python -m infra.servers``: fetch-kafka; start, stop or status a server."""
+"""The command line ``python -m infra.servers``: fetch-kafka, fetch-promtool; start, stop or
+status a server."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from infra.servers.nats import start_nats
 from infra.servers.openbao import start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
+from infra.servers.promtool import fetch_promtool
 from infra.servers.slurm import start_slurm
 
 NAMES = ("kafka", "postgres", "nats", "openbao", "slurm")
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         description=(
             "Fetch and run spotcap's real servers on 127.0.0.1 (free ports).\n\n"
             "  fetch-kafka                fetch Kafka's jars from Maven Central (cached)\n"
+            "  fetch-promtool             build Prometheus's promtool with go install (cached)\n"
             "  SERVER start               start; prints {name, address, pid} as JSON\n"
             "  SERVER stop                stop cleanly (idempotent)\n"
             "  SERVER status              print the state as JSON; exit 3 if not running\n"
@@ -43,12 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         ),
         epilog=(
             "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "
-            "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_NATS_SERVER, SPOTCAP_BAO (bao for "
-            "OpenBao). Errors go to stderr, exit code 1."
+            "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_GO, SPOTCAP_NATS_SERVER, SPOTCAP_BAO "
+            "(bao for OpenBao). Errors go to stderr, exit code 1."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("server", choices=[*NAMES, "fetch-kafka"], help="which server")
+    parser.add_argument(
+        "server", choices=[*NAMES, "fetch-kafka", "fetch-promtool"], help="which server"
+    )
     parser.add_argument("action", nargs="?", choices=["start", "stop", "status"], help="what to do")
     parser.add_argument(
         "--dir",
@@ -60,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.server == "fetch-kafka":
             print(json.dumps({"libs": str(fetch_kafka())}))
+            return 0
+        if args.server == "fetch-promtool":
+            print(json.dumps({"promtool": str(fetch_promtool())}))
             return 0
         if args.action is None:
             parser.error("an action is required: start, stop or status")

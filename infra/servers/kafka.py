@@ -23,6 +23,7 @@ from infra.servers.process import (
     Server,
     ServerError,
     append_log,
+    cache_dir,
     file_lock,
     free_ports,
     prepare_dir,
@@ -40,17 +41,13 @@ KAFKA_POM = INFRA_DIR / "kafka" / "pom.xml"
 KAFKA_LOG4J2 = INFRA_DIR / "kafka" / "log4j2.yaml"
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("SPOTCAP_CACHE") or Path.home() / ".cache" / "spotcap").expanduser()
-
-
 def fetch_kafka() -> Path:
     """Return the directory of Kafka's jars, fetching them from Maven Central with mvn if needed.
 
     The jars land in ``<cache>/kafka-4.4.0/libs``; a marker file holding the SHA-256 of
     ``infra/kafka/pom.xml`` says they are complete, so a second call does nothing.
     """
-    home = _cache_dir() / f"kafka-{KAFKA_VERSION}"
+    home = cache_dir() / f"kafka-{KAFKA_VERSION}"
     libs = home / "libs"
     marker = home / "libs.complete"
     pom_hash = hashlib.sha256(KAFKA_POM.read_bytes()).hexdigest()

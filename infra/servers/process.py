@@ -28,6 +28,11 @@ LOG_TAIL_LINES = 40
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
+def cache_dir() -> Path:
+    """Where fetched and built tools are cached: $SPOTCAP_CACHE, else ~/.cache/spotcap."""
+    return Path(os.environ.get("SPOTCAP_CACHE") or Path.home() / ".cache" / "spotcap").expanduser()
+
+
 class ServerError(RuntimeError):
     """A server could not be fetched, started or stopped.
 

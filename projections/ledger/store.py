@@ -145,7 +145,10 @@ class ChdbStore:
         return f"embedded ClickHouse (chdb) at {self.path}, database {self.database}"
 
     def close(self) -> None:
-        """The session stays open for the process (chdb's embedded server lives as long)."""
+        """Close this store's session. Other sessions on the path in this process go on; when
+        the last one closes, chdb lets go of the path, and another process can open it (the
+        HTTP server holds the ledger only while a request reads it)."""
+        self._session.close()
 
 
 # -- ClickHouse server -------------------------------------------------------------------------

@@ -69,6 +69,17 @@ def savings(
     workload: str | None = None,
 ) -> SavingsReport:
     """Sum of the ledger lines per workload and cause over [first_day, last_day] (inclusive)."""
+    by_workload = _by(store, "workload_id", first_day, last_day, workload)
+    return SavingsReport(first_day, last_day, list(by_workload.values()))
+
+
+def _by(
+    store: LedgerStore,
+    column: str,  # "workload_id" or "day": a name of ours, never the caller's
+    first_day: date | None,
+    last_day: date | None,
+    workload: str | None,
+) -> dict[str, WorkloadSavings]:
     conditions, params = [], {}
     if first_day is not None:
         conditions.append("day >= {f:Date}")
@@ -81,12 +92,43 @@ def savings(
         params["w"] = workload
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     rows = store.query(
-        "SELECT workload_id, cause, sum(amount_eur_micros) AS amount FROM ledger_lines FINAL "
-        f"{where} GROUP BY workload_id, cause ORDER BY workload_id, cause",
+        f"SELECT {column} AS key, cause, sum(amount_eur_micros) AS amount FROM ledger_lines FINAL "
+        f"{where} GROUP BY key, cause ORDER BY key, cause",
         params,
     )
-    by_workload: dict[str, WorkloadSavings] = {}
+    by_key: dict[str, WorkloadSavings] = {}
     for r in rows:
-        w = by_workload.setdefault(str(r["workload_id"]), WorkloadSavings(str(r["workload_id"])))
+        key = str(r["key"])
+        w = by_key.setdefault(key, WorkloadSavings(key))
         w.by_cause[str(r["cause"])] = w.by_cause.get(str(r["cause"]), 0) + int(r["amount"])
-    return SavingsReport(first_day, last_day, list(by_workload.values()))
+    return by_key
+
+
+@dataclass(slots=True)
+class DailySavings:
+    """One workload's (or the whole region's) cost lines and net saving per UTC day."""
+
+    workload_id: str | None
+    days: dict[date, WorkloadSavings]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "currency": "EUR",
+            "days": [
+                {"day": d.isoformat(), "eur": w.as_json()["eur"]} for d, w in self.days.items()
+            ],
+        }
+
+
+def savings_by_day(
+    store: LedgerStore,
+    *,
+    first_day: date | None = None,
+    last_day: date | None = None,
+    workload: str | None = None,
+) -> DailySavings:
+    """The same sums as `savings`, per UTC day instead of per workload (oldest day first)."""
+    report = _by(store, "day", first_day, last_day, workload)
+    days = {date.fromisoformat(str(k)[:10]): w for k, w in sorted(report.items())}
+    return DailySavings(workload, days)

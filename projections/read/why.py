@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 from projections.eventtime import iso
 from projections.money import eur_text
 from projections.postgres.connection import Connection
+from projections.read.rows import utc_text
 
 Payload = dict[str, Any]
 
@@ -32,6 +33,18 @@ class Answer:
     kind: str  # "instance" | "workload" | "event"
     subject: str
     steps: list[Step]
+
+    def as_json(self) -> dict[str, Any]:
+        """The chain as `spotcap why --json` and the HTTP API give it."""
+        return {
+            "kind": self.kind,
+            "subject": self.subject,
+            "steps": [
+                {"at": utc_text(s.at), "event_id": s.event_id, "event_type": s.event_type,
+                 "sentence": s.sentence}
+                for s in self.steps
+            ],
+        }  # fmt: skip
 
 
 class NotFoundError(LookupError):

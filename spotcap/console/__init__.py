@@ -1,0 +1,1 @@
+"""The console: pages for people over the same read functions as the HTTP API."""

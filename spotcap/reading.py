@@ -1,0 +1,56 @@
+"""Pieces of the read side shared by `spotcap query` and `spotcap serve` that are not queries
+(those are in `projections.read`): how a time or a day is written, and the log's end offsets."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime
+
+from streams.log import EventLog, LogError
+
+# RFC 3339 (and ISO 8601's extended form): a day, optionally a time, optionally an offset.
+_DAY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_MOMENT = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"(?:[Tt ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})?)?$"
+)
+MOMENT_FORMS = "2026-11-02 or 2026-11-02T14:00:00Z (UTC when no offset is given)"
+DAY_FORM = "2026-11-02"
+
+
+def parse_moment(text: str) -> datetime:
+    """A time as people write it: ``2026-11-02``, ``2026-11-02T14:00``, ``...14:00:00Z``,
+    ``...14:00:00+01:00``; UTC when no offset is given. ValueError otherwise."""
+    if not _MOMENT.match(text):
+        raise ValueError(f"{text!r} is not a date or time")
+    moment = datetime.fromisoformat(text.upper())  # ValueError for 2026-02-30 and the like
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse_day(text: str) -> date:
+    """A UTC day, ``2026-11-02``. ValueError otherwise."""
+    if not _DAY.match(text):
+        raise ValueError(f"{text!r} is not a day")
+    return date.fromisoformat(text)
+
+
+def check_span(first: date | None, last: date | None) -> None:
+    """ValueError (one sentence) when the first day is after the last."""
+    if first is not None and last is not None and first > last:
+        raise ValueError(
+            f"from {first.isoformat()} is after to {last.isoformat()}: give a first day on or "
+            "before the last"
+        )
+
+
+def end_offsets_of(log: EventLog) -> Callable[[str], Mapping[int, int] | None]:
+    """`topic -> {partition: end offset}`, None for a topic the log does not have."""
+
+    def ends(topic: str) -> Mapping[int, int] | None:
+        try:
+            return log.end_offsets(topic)
+        except LogError:
+            return None
+
+    return ends

@@ -1,0 +1,74 @@
+"""The ASGI application `spotcap serve` runs: the console's pages (/), the JSON API (/api/v1), the
+metrics (/metrics) and the OpenAPI description (/openapi.json).
+
+One application, one data path: pages for people (the console) are routes of this same app
+over the same read functions and the same `ReadAccess`, with their assets served by it
+(FastAPI's StaticFiles and HTMLResponse), so nothing reaches a store another way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client.exposition import choose_encoder
+
+from spotcap.console import pages
+from spotcap.serve import api, errors
+from spotcap.serve.access import ReadAccess
+from spotcap.serve.metrics import registry_for
+from spotcap.serve.openapi import errors as error_responses
+from spotcap.serve.openapi import openapi_document
+
+DESCRIPTION = """\
+Read-only: the fleet state (PostgreSQL), the ledger (ClickHouse) and the projections' lag,
+through the same queries as `spotcap query`, `spotcap why` and `spotcap report savings`.
+
+Money is in euros as exact decimal strings (six places); times are UTC (ISO 8601 with `Z`).
+Every error is a problem document (RFC 9457) whose `detail` is one sentence saying what is
+wrong and how to fix it. A store that is down makes the endpoints that need it answer 503;
+the server stays up.
+"""
+
+METRICS_TYPES = {
+    "text/plain": "Prometheus text format (the default).",
+    "application/openmetrics-text": "OpenMetrics, when the scraper asks for it (Accept).",
+}
+
+
+def create_app(access: ReadAccess) -> FastAPI:
+    app = FastAPI(
+        title="spotcap",
+        version="1",
+        summary="The fleet state, the cause chains and the net saving of one region.",
+        description=DESCRIPTION,
+        docs_url=None,  # Swagger UI and ReDoc load assets from CDNs: nothing leaves the process
+        redoc_url=None,
+    )
+    app.state.access = access
+    errors.install(app, api.HINTS)
+    app.include_router(api.router)
+    registry = registry_for(access)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
+             responses={200: {"description": "The metrics, read from the stores now.",
+                              "content": {t: {"schema": {"type": "string"}, "example": d}
+                                          for t, d in METRICS_TYPES.items()}},
+                        **error_responses(400)},
+             description="The fleet's figures for Prometheus, read from the stores at scrape "
+             "time (see docs/operating.md for each metric).",
+             dependencies=[api.KnownParameters])  # fmt: skip
+    def metrics(request: Request) -> Response:
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(registry), media_type=content_type)
+
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="console-static")
+
+    def openapi() -> dict[str, Any]:
+        return openapi_document(app)
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,249 @@
+"""The API's response bodies, as pydantic models: FastAPI writes the OpenAPI description from
+them and checks every response against them before it leaves (a field the read side adds or
+drops without the model fails loudly: ``extra="forbid"``, no defaults).
+
+The rows are those of `projections.read` rendered by `projections.read.rows.json_row`, the same
+JSON `spotcap query ... --json` prints: money in euros as decimal strings, times in UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Annotated, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Eur = Annotated[
+    str,
+    Field(
+        pattern=r"^-?[0-9]+\.[0-9]{6}$",
+        description="Euros as an exact decimal string (six places: micro-euros).",
+        examples=["1234.500000"],
+    ),
+]
+InstanceState = Literal[
+    "requested", "running", "advised", "noticed", "draining", "drained", "lost", "replaced",
+    "deleted",
+]  # fmt: skip
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Row):
+    """An error (RFC 9457 problem details): `detail` is one sentence that says what is wrong
+    and how to fix it."""
+
+    type: str = Field(description='Always "about:blank": the status says what kind of error.')
+    title: str = Field(description="The HTTP status phrase.", examples=["Bad Request"])
+    status: int = Field(description="The HTTP status code.", examples=[400])
+    detail: str = Field(
+        description="One sentence: what is wrong and how to fix it.",
+        examples=["query parameter since='yesterday' is not a date or time: write it as "
+                  "2026-11-02 or 2026-11-02T14:00Z"],
+    )  # fmt: skip
+
+
+class Pool(Row):
+    pool_id: str
+    hall: str | None
+    sku_family: str | None
+    purchase_model: str | None = Field(description="How the capacity is bought, e.g. reclaimable.")
+    correlation_group: str | None
+    capacity_vcpu: int | None
+    rank: int | None = Field(description="1 is best; null until the scorer ranked the pool.")
+    pool_count: int | None = Field(description="How many pools that ranking ranked.")
+    score: float | None
+    price_per_vcpu_h_eur: Eur | None = Field(description="The rate card in force, per vCPU-hour.")
+    guaranteed_price_per_vcpu_h_eur: Eur | None = Field(
+        description="The guaranteed (on-demand) rate for the same capacity, per vCPU-hour."
+    )
+    forward_available_vcpu: int | None = Field(description="Forward capacity the provider offers.")
+    excluded: bool
+    exclusion_changed_at: datetime | None
+    ranked_at: datetime | None
+
+
+class Ranking(Row):
+    ranking_id: str
+    pool_id: str
+    rank: int
+    pool_count: int
+    score: float
+    available_vcpu: int
+    observed_interruption_per_h: float
+    price_per_vcpu_h_eur: Eur
+    correlation_group: str
+    inputs: int = Field(description="How many input events the rank rests on.")
+    occurred_at: datetime
+    event_id: UUID
+
+
+class Exclusion(Row):
+    event_id: UUID
+    pool_id: str
+    reason: str
+    observed_interruption_per_h: float
+    expected_interruption_per_h: float
+    reclaimed_instances: int
+    excluded_at: datetime
+    readmitted_at: datetime | None
+    readmission_event_id: UUID | None
+    evidence_event_ids: list[UUID] = Field(description="The events the exclusion rests on.")
+
+
+class Instance(Row):
+    instance_id: str
+    state: InstanceState
+    workload_id: str | None
+    pool_id: str | None
+    vcpu: int | None
+    purchase_model: str | None
+    launched_at: datetime | None
+    noticed_at: datetime | None
+    drain_path: str | None
+    drain_verified: bool | None
+    lost_at: datetime | None
+    loss_reason: str | None
+    deleted_at: datetime | None
+    last_event_at: datetime
+
+
+class Workload(Row):
+    workload_id: str
+    tier: str
+    owner: str
+    contract_version: int
+    target_vcpu: int
+    floor_vcpu: int
+    spend_cap_eur: Eur = Field(description="Fallback spend the workload allows per day.")
+    approver: str
+    live_vcpu: int = Field(description="vCPU of its instances running or draining now.")
+    lost_instances: int
+
+
+class Lag(Row):
+    projection: Literal["fleet", "ledger"]
+    topic: str
+    partition: int
+    end_offset: int = Field(description="The log's next offset to be written.")
+    next_offset: int | None = Field(
+        description="The next offset the projection will apply; null when its store could "
+        "not be read."
+    )
+    lag: int | None = Field(description="Records not applied yet (null: unknown).")
+
+
+class WhyStep(Row):
+    at: datetime = Field(description="Event time.")
+    event_id: UUID
+    event_type: str
+    sentence: str
+
+
+class WhyAnswer(Row):
+    kind: Literal["instance", "workload", "event"]
+    subject: str
+    steps: list[WhyStep] = Field(description="The chain of causes, oldest first.")
+
+
+class EurByCause(Row):
+    """Every ledger cause (ADR-26), the sum of the costs and the net saving."""
+
+    counterfactual: Eur = Field(description="The useful work priced at guaranteed rates.")
+    reclaimable_spend: Eur
+    floor_spend: Eur
+    fallback_spend: Eur
+    wasted_work: Eur
+    headroom: Eur
+    checkpoint_storage: Eur
+    footprint: Eur
+    cost: Eur = Field(description="The sum of every cost line.")
+    net_saving: Eur = Field(description="counterfactual - cost.")
+
+
+class WorkloadSavings(Row):
+    workload_id: str
+    eur: EurByCause
+
+
+class SavingsReport(Row):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: date | None = Field(alias="from", description="First UTC day (inclusive).")
+    to: date | None = Field(description="Last UTC day (inclusive).")
+    currency: Literal["EUR"]
+    workloads: list[WorkloadSavings]
+    total: EurByCause
+
+
+class StoreHealth(Row):
+    up: bool
+    detail: str | None = Field(description="Why it is down, and how to fix it.")
+
+
+class Health(Row):
+    status: Literal["ok", "degraded"]
+    stores: dict[str, StoreHealth] = Field(description="fleet and ledger.")
+
+
+class SpreadRow(Row):
+    level: Literal["pool", "hall", "correlation_group"]
+    key: str = Field(description="The pool, hall or correlation group.")
+    instances: int = Field(description="Its live instances for the workload.")
+    reclaimable_vcpu: int
+    other_vcpu: int = Field(description="Guaranteed and reserved vCPU (the floor).")
+    reclaimable_share: float = Field(description="Of the workload's live reclaimable vCPU.")
+    cap_share: float | None = Field(description="The planner's cap on that share (ADR-08); null "
+                                    "where none applies (halls).")  # fmt: skip
+    over_cap: bool
+
+
+class Fallback(Row):
+    event_id: UUID
+    workload_id: str
+    kind: str = Field(description="The authority: floor_restore, within_cap or escalated.")
+    vcpu: int
+    spend_eur: Eur
+    cap_eur: Eur
+    approver: str
+    reason: str
+    occurred_at: datetime
+
+
+class DaySavings(Row):
+    day: date
+    eur: EurByCause
+
+
+class DailySavingsReport(Row):
+    workload_id: str | None = Field(description="The workload, or null for the whole region.")
+    currency: Literal["EUR"]
+    days: list[DaySavings] = Field(description="Oldest day first; days without lines left out.")
+
+
+class WaveEvent(Row):
+    at: datetime
+    stage: Literal["advisory", "notice", "drain", "loss", "replacement"]
+    event_type: str
+    instance_id: str
+    event_id: UUID
+
+
+class WaveCounts(Row):
+    advisory: int
+    notice: int
+    drain: int
+    loss: int
+    replacement: int
+
+
+class Wave(Row):
+    wave_id: str = Field(description="The correlation id the provider gave the wave.")
+    hall: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    counts: WaveCounts = Field(description="Events by stage.")
+    events: list[WaveEvent] = Field(description="Oldest first.")

@@ -1,0 +1,323 @@
+"""The console in a real headless Chromium (Debian's, driven by playwright-core from npm) against
+`spotcap serve` over a demo history with a hall-wide wave: every page loads and shows the API's
+figures for the same query, the why timeline of a lost instance names its notice, drain and
+replacement, nothing is requested outside the process, axe-core finds no serious violation, the
+keyboard reaches the navigation, the figures are there without JavaScript, and each page's
+screenshot is written (under the test's directory; into SPOTCAP_CONSOLE_SCREENSHOTS too when set,
+which is how docs/console/ is made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from infra.servers.promtool import fetch_promtool
+from projections.postgres.writer import FleetWriter
+from schemas.events import DrainCompleted, DrainStarted
+from spotcap.config import Settings
+from spotcap.console.pages import MISSING, eur
+from spotcap.stores import open_fleet, stop_embedded_postgres
+from tests.projection_support import T0_US, event, positioned
+from tests.serve_support import Served, Story, spotcap, write_story
+
+pytestmark = pytest.mark.slow
+DRIVER = Path(__file__).with_name("browser") / "console.cjs"
+NODE_MODULES = Path.home() / ".cache" / "spotcap" / "node" / "node_modules"
+CHROMIUM = Path("/usr/bin/chromium")
+SERIOUS = {"serious", "critical"}
+
+
+def _browser_tools() -> None:
+    missing = [str(p) for p in (CHROMIUM, NODE_MODULES / "playwright-core",
+                                NODE_MODULES / "axe-core") if not p.exists()]  # fmt: skip
+    assert not missing and shutil.which("node"), (
+        f"the browser tests need {', '.join(missing) or 'node'}: run `make browser-tools`"
+    )
+
+
+class Console:
+    def __init__(self, served: Served, story: Story, wave_instance: str, report: dict[str, Any]):
+        self.served, self.story, self.wave_instance = served, story, wave_instance
+        self.pages: dict[str, dict[str, Any]] = report["pages"]
+
+    def api(self, path: str) -> Any:
+        reply = self.served.get(path)
+        assert reply.status == 200, (path, reply.text)
+        return reply.json()
+
+    def figures(self, page: str) -> dict[str, dict[str, str | None]]:
+        figures: dict[str, dict[str, str | None]] = self.pages[page]["figures"]
+        return figures
+
+
+def write_wave_drain(settings: Settings) -> str:
+    """A drain (started, completed) for an instance of the demo's wave that was noticed and
+    replaced: the demo's agents are not wired yet, the rest of its chain is the demo's own."""
+    conn = open_fleet(settings)
+    try:
+        row = conn.execute(
+            "SELECT n.payload->>'instance_id', n.payload->>'workload_id', n.occurred_at"
+            " FROM events n JOIN replacements r ON r.replaces_instance_id ="
+            " n.payload->>'instance_id' WHERE n.event_type = 'notice_received'"
+            " AND n.correlation_id IS NOT NULL ORDER BY 1 LIMIT 1"
+        ).fetchone()
+        assert row, "the demo history has no wave instance that was noticed and replaced"
+        instance, workload, noticed_at = row
+        at_s = (noticed_at.timestamp() * 1e6 - T0_US) / 1e6
+        started = event(DrainStarted(instance, workload, "kubernetes", 90, "notice"), at_s + 1,
+                        name="wave-drain", region=settings.region)  # fmt: skip
+        done = event(DrainCompleted(instance, workload, "kubernetes", 30.0, True, False, False,
+                                    60.0), at_s + 31, name="wave-drained",
+                     causation_id=started.event_id, region=settings.region)  # fmt: skip
+        FleetWriter(conn).write(positioned([started, done]), {})
+        return str(instance)
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    _browser_tools()
+    root = tmp_path_factory.mktemp("console-home")
+    settings = Settings.load(home=root, region="dev")
+    # Seed 3's first day has a hall-wide wave (wave-0001, 29 instances of hall-d).
+    done = spotcap(root, "demo", "--days", "1", "--workloads", "40", "--seed", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    try:
+        story = write_story(settings)
+        wave_instance = write_wave_drain(settings)
+        logs = tmp_path_factory.mktemp("console-logs")
+        served = Served(root, logs, "--log-level", "warning")
+        try:
+            out = tmp_path_factory.mktemp("console-shots")
+            pages = [
+                {"name": "fleet", "path": "/"},
+                {"name": "workloads", "path": "/workloads"},
+                {"name": "workload", "path": f"/workloads/{story.workload}"},
+                {"name": "why", "path": f"/why?id={wave_instance}"},
+                {"name": "savings", "path": "/savings"},
+            ]
+            config = {"base": served.url, "pages": pages, "out": str(out),
+                      "modules": str(NODE_MODULES), "chromium": str(CHROMIUM)}  # fmt: skip
+            (logs / "config.json").write_text(json.dumps(config))
+            driven = subprocess.run(
+                ["node", str(DRIVER), str(logs / "config.json")],
+                capture_output=True, text=True, timeout=900, check=False,
+            )  # fmt: skip
+            assert driven.returncode == 0, driven.stderr[-3000:]
+            report = json.loads(driven.stdout)
+            if os.environ.get("SPOTCAP_CONSOLE_SCREENSHOTS"):
+                target = Path(os.environ["SPOTCAP_CONSOLE_SCREENSHOTS"])
+                target.mkdir(parents=True, exist_ok=True)
+                for page in report["pages"].values():
+                    shutil.copy(page["screenshot"], target)
+            yield Console(served, story, wave_instance, report)
+        finally:
+            code = served.stop()
+            assert code == 0, served.err.read_text()[-3000:]
+    finally:
+        stop_embedded_postgres(settings)
+
+
+def test_every_page_loads_with_a_screenshot(console: Console) -> None:
+    assert set(console.pages) == {"fleet", "workloads", "workload", "why", "savings"}
+    for name, page in console.pages.items():
+        assert page["status"] == 200, name
+        assert page["title"].endswith("· spotcap"), page["title"]
+        shot = Path(page["screenshot"])
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_nothing_is_requested_outside_the_process(console: Console) -> None:
+    for name, page in console.pages.items():
+        outside = [u for u in page["requests"] if not u.startswith(console.served.url + "/")]
+        assert outside == [], (name, outside)
+        # The recorder sees the subresources too, not only the page itself.
+        assert f"{console.served.url}/static/console.css" in page["requests"], name
+
+
+def test_the_fleet_page_shows_the_apis_figures(console: Console) -> None:
+    f = console.figures("fleet")
+    pools = console.api("/api/v1/pools?limit=10000")
+    assert len(pools) > 10
+    for p in pools:
+        rank = f[f"pool.{p['pool_id']}.rank"]["text"]
+        assert rank == (str(p["rank"]) if p["rank"] is not None else MISSING), p["pool_id"]
+        assert f[f"pool.{p['pool_id']}.price"]["value"] == p["price_per_vcpu_h_eur"]
+        excluded = f[f"pool.{p['pool_id']}.excluded"]["text"]
+        assert excluded == ("excluded" if p["excluded"] else "no"), p["pool_id"]
+    assert f[f"pool.{console.story.excluded_pool}.excluded"]["text"] == "excluded"
+    for x in console.api("/api/v1/exclusions"):
+        shown = f[f"exclusion.{x['event_id']}.readmitted"]["text"]
+        assert (shown == "in force") == (x["readmitted_at"] is None), x
+    for state in ("running", "lost", "replaced", "deleted"):
+        n = len(console.api(f"/api/v1/instances?state={state}&limit=10000"))
+        assert int(str(f[f"instances.{state}"]["text"]).replace(",", "")) == n, state
+    lag: dict[str, int] = {}
+    for r in console.api("/api/v1/lag"):
+        key = f"lag.{r['projection']}.{r['topic']}"
+        lag[key] = lag.get(key, 0) + r["lag"]
+    assert {k: int(str(f[k]["text"]).replace(",", "")) for k in lag} == lag
+    wave = console.api("/api/v1/waves/last")
+    assert f["wave.id"]["text"] == wave["wave_id"] == "wave-0001"
+    for stage, n in wave["counts"].items():
+        assert int(str(f[f"wave.{stage}"]["text"])) == n, stage
+    assert wave["counts"]["notice"] == wave["counts"]["loss"] == 29
+    assert wave["counts"]["drain"] == 2 and wave["counts"]["replacement"] > 0
+
+
+def test_the_workload_pages_show_the_apis_figures(console: Console) -> None:
+    w = console.story.workload
+    listed = console.figures("workloads")
+    for row in console.api("/api/v1/workloads?limit=10000"):
+        shown = str(listed[f"workload.{row['workload_id']}.live_vcpu"]["text"])
+        assert int(shown.replace(",", "")) == row["live_vcpu"]
+    f = console.figures("workload")
+    (contract,) = console.api(f"/api/v1/workloads?workload={w}")
+    assert f["contract.tier"]["text"] == contract["tier"]
+    for k in ("target_vcpu", "floor_vcpu", "live_vcpu"):
+        assert int(str(f[f"contract.{k}"]["text"]).replace(",", "")) == contract[k], k
+    assert f["contract.spend_cap"]["value"] == contract["spend_cap_eur"]
+    assert f["contract.spend_cap"]["text"] == eur(contract["spend_cap_eur"])
+    spread = console.api(f"/api/v1/workloads/{w}/spread")
+    assert {r["level"] for r in spread} == {"pool", "hall", "correlation_group"}
+    for r in spread:
+        shown = str(f[f"spread.{r['level']}.{r['key']}.reclaimable_vcpu"]["text"])
+        assert int(shown.replace(",", "")) == r["reclaimable_vcpu"]
+    fallbacks = console.api(f"/api/v1/fallbacks?workload={w}")
+    assert {x["kind"] for x in fallbacks} == {"within_cap", "escalated"}
+    for x in fallbacks:
+        assert f[f"fallback.{x['event_id']}.spend"]["value"] == x["spend_eur"]
+    daily = console.api(f"/api/v1/reports/savings/daily?workload={w}")
+    assert daily["days"]
+    for d in daily["days"]:
+        net = f[f"daily.{d['day']}.net_saving"]
+        assert net["value"] == d["eur"]["net_saving"]
+        assert net["text"] == eur(d["eur"]["net_saving"])
+    for i in console.api(f"/api/v1/instances?workload={w}&limit=10000"):
+        assert f[f"instance.{i['instance_id']}.state"]["text"] == i["state"]
+
+
+def test_the_savings_page_shows_the_apis_figures(console: Console) -> None:
+    f = console.figures("savings")
+    report = console.api("/api/v1/reports/savings")
+    for k in ("counterfactual", "cost", "net_saving"):
+        assert f[f"total.{k}"]["value"] == report["total"][k]
+        assert f[f"total.{k}"]["text"] == eur(report["total"][k])
+    assert len(report["workloads"]) == 40
+    for w in report["workloads"]:
+        for cause, amount in w["eur"].items():
+            if cause not in ("counterfactual", "cost"):
+                assert f[f"savings.{w['workload_id']}.{cause}"]["value"] == amount
+    # The page's per-workload net savings add up to the total it shows.
+    total = sum(Decimal(str(v["value"])) for k, v in f.items()
+                if k.startswith("savings.") and k.endswith(".net_saving"))  # fmt: skip
+    assert total == Decimal(report["total"]["net_saving"])
+
+
+def test_the_why_timeline_names_notice_drain_and_replacement(console: Console) -> None:
+    page = console.pages["why"]
+    answer = console.api(f"/api/v1/why/{console.wave_instance}")
+    assert [s["event_type"] for s in page["why"]] == [s["event_type"] for s in answer["steps"]]
+    assert [s["sentence"] for s in page["why"]] == [s["sentence"] for s in answer["steps"]]
+    assert [s["link"] for s in page["why"]] == [f"/why?id={s['event_id']}" for s in answer["steps"]]
+    kinds = [s["event_type"] for s in page["why"]]
+    for kind in ("notice_received", "drain_started", "drain_completed", "instance_lost",
+                 "replacement_requested"):  # fmt: skip
+        assert kind in kinds, (kind, kinds)
+    assert (
+        kinds.index("notice_received")
+        < kinds.index("drain_completed")
+        < kinds.index("replacement_requested")
+    )
+    assert console.figures("why")["why.subject"]["text"] == console.wave_instance
+
+
+def test_no_serious_accessibility_violation(console: Console) -> None:
+    for name, page in console.pages.items():
+        assert page["passes"] > 10, name  # axe ran
+        serious = [v for v in page["violations"] if v["impact"] in SERIOUS]
+        assert serious == [], (name, serious)
+
+
+def test_the_keyboard_reaches_the_navigation(console: Console) -> None:
+    for name, page in console.pages.items():
+        assert page["focus"] == ["a Skip to the content", "a Fleet", "a Workloads", "a Why"], name
+
+
+def test_the_figures_are_there_without_javascript(console: Console) -> None:
+    for name, page in console.pages.items():
+        assert page["figures_without_js"] == len(page["figures"]) > 0, name
+
+
+def test_errors_are_pages_of_one_sentence(console: Console) -> None:
+    for path, status in (("/workloads/no-such-workload", 404), ("/why?id=no-such-thing", 404),
+                         ("/savings?from=2026-11-31", 400)):  # fmt: skip
+        reply = console.served.get(path)
+        assert reply.status == status and reply.content_type.startswith("text/html"), path
+        assert 'role="alert"' in reply.text
+
+
+DASHBOARDS = sorted((Path(__file__).parents[1] / "infra" / "grafana").glob("*.json"))
+_METRIC = re.compile(r"\bspotcap_[a-z_]+\b")
+_LABELS = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)|[{,]\s*([a-z_]+)\s*=~?")
+
+
+def panel_queries() -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, PromQL) for every target of every panel."""
+    out = []
+    for path in DASHBOARDS:
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel["targets"]:
+                out.append((path.name, str(panel["title"]), str(target["expr"])))
+    return out
+
+
+def test_every_dashboard_query_names_metrics_the_process_exports(console: Console) -> None:
+    """Each panel's query, against a real scrape of /metrics: its metric names are series the
+    process exports, its labels are labels of those series, and promtool parses it."""
+    assert DASHBOARDS and len(panel_queries()) >= 10
+    exported: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(console.served.get("/metrics").text):
+        for sample in family.samples:
+            exported.setdefault(sample.name, set()).update(sample.labels)
+    for dashboard, title, expr in panel_queries():
+        names = _METRIC.findall(expr)
+        assert names, (dashboard, title, expr)
+        for name in names:
+            assert name in exported, f"{dashboard} {title!r}: {name} is not exported"
+        labels = {x.strip() for by, one in _LABELS.findall(expr) for x in (*by.split(","), one)}
+        known = set().union(*(exported[n] for n in names))
+        assert labels - {""} <= known, (dashboard, title, labels - known)
+    # promtool parses each query (as a recording rule's expression: its rule check parses PromQL).
+    rules = {"groups": [{"name": "dashboards", "rules": [
+        {"record": f"dashboard:panel_{n}", "expr": expr}
+        for n, (_, _, expr) in enumerate(panel_queries())]}]}  # fmt: skip
+    path = Path(console.served.out).with_name("dashboard-rules.json")
+    path.write_text(json.dumps(rules))  # YAML is a superset of JSON
+    checked = subprocess.run(
+        [str(fetch_promtool()), "check", "rules", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(panel_queries())} rules found" in checked.stdout, checked.stdout
+
+
+def test_the_dashboard_check_fails_on_a_metric_not_exported(console: Console) -> None:
+    """The check above can fail: a misspelt metric is not among the exported names."""
+    text = console.served.get("/metrics").text
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert "spotcap_decisions_total" in names and "spotcap_decision_total" not in names
+    assert _METRIC.findall('sum(rate(spotcap_decision_total{kind="x"}[5m]))') == [
+        "spotcap_decision_total"
+    ]
