@@ -19,6 +19,7 @@ from spotcap.cli_notices import notices
 from spotcap.cli_projections import project, rebuild
 from spotcap.cli_query import query, report, why_command
 from spotcap.cli_serve import serve
+from spotcap.cli_streams import run
 from spotcap.config import ConfigError, Settings
 from spotcap.demo import demo
 from spotcap.fail import fail
@@ -327,6 +328,7 @@ main.add_command(why_command)
 main.add_command(report)
 main.add_command(serve)
 main.add_command(notices)
+main.add_command(run)
 
 main.add_command(demo)
 

@@ -189,6 +189,11 @@ class ActuatorPartition:
         return min(self.progress)
 
     def apply(self, records: Sequence[StageRecord]) -> StageOutput:
+        self.receive(records)
+        return self.advance()
+
+    def receive(self, records: Sequence[StageRecord]) -> None:
+        """Take decisions and progress in; nothing is applied yet (see `advance`)."""
         for record in records:
             header = record.header
             if header.position <= self.position or header.source is None:
@@ -205,12 +210,11 @@ class ActuatorPartition:
                         self._waiting,
                         (header.position, header.order, len(self._seen), record.envelope),
                     )
-        return self.advance()
 
-    def advance(self) -> StageOutput:
-        """Apply every position all workload partitions are past."""
+    def advance(self, until: int | None = None) -> StageOutput:
+        """Apply every position all workload partitions are past (at most up to `until`)."""
         out = StageOutput()
-        target = self.reachable
+        target = self.reachable if until is None else min(until, self.reachable)
         if target <= self.position:
             return out
         stage = self.stage

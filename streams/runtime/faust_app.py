@@ -1,0 +1,497 @@
+"""The deciders on Faust (faust-streaming): four agents, one per stage topic, state in tables.
+
+`build_app(config)` makes the app; `run_worker(config)` runs one worker of it. The sequencer
+(`sequencer`) must run beside the workers: it writes the journal the stages read.
+
+| agent | reads | keyed by | state (table, with its changelog topic) |
+|---|---|---|---|
+| pool | ``deciders-pool`` | pool | the exclusion watcher's pools |
+| scorer | ``deciders-scorer`` | region | the scorer |
+| workload | ``deciders-workload`` | workload | planner, replacement, fallback; the region view |
+| actuator | ``deciders-actuator`` | region | the actuator guard |
+
+Each agent hands its partitions' records to the stage classes of `stages`, in batches. It
+publishes their decisions to the region's ``decisions`` topic (the workload agent also sends
+them, with their places, and its progress to ``deciders-actuator``), and every few thousand
+positions or seconds stores the partition's whole state in its table (`Snapshots`).
+
+**Exactly once in effect, not in Faust's sense.** The app runs at least once: Faust redelivers
+what was not committed after a crash or a rebalance, and Faust's own exactly-once is known to
+send duplicates on rebalances (faust-streaming #323, #502, #517). So correctness does not rest
+on Faust: every decision's id is derived from its cause (a decision made again has the same id
+and the same bytes), a stage skips records at or below the position of its state, and an input
+record is acknowledged (its offset may be committed) only once a stored snapshot covers it.
+Before a snapshot is stored, the decisions made so far are flushed, so a stored state never
+claims decisions the log does not hold. A consumer that drops duplicates by event id sees
+every decision once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import faust
+from faust.tables.table import Table
+from faust.types import TP, EventT, StreamT
+
+from schemas.codec import Codec
+from streams.deciders import DeciderSettings, ExclusionWatcher, Scorer
+from streams.runtime import state_codec
+from streams.runtime.core import Clock, Item, RuntimeSettings
+from streams.runtime.journal import Header, RuntimeTopics
+from streams.runtime.kafka_io import PartitionReader
+from streams.runtime.stages import (
+    ActuatorPartition,
+    KeyedPartition,
+    StageOutput,
+    StageRecord,
+    WorkloadPartition,
+)
+from streams.topics import topic_name
+
+_LOG = logging.getLogger("spotcap.runtime.faust")
+CHUNK_BYTES = 900_000  # under the changelog topics' 2 MiB max.message.bytes, with room
+CATCH_UP_STEP = 500  # journal items applied between two yields to the event loop
+
+
+@dataclass(frozen=True, slots=True)
+class FaustConfig:
+    """Everything a worker needs (the CLI builds it from settings and flags)."""
+
+    bootstrap: str
+    topics: RuntimeTopics
+    codec: Codec = field(default_factory=Codec)
+    settings: DeciderSettings = field(default_factory=DeciderSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    session_timeout_s: float = 30.0
+    """How long the group waits for a silent worker (a killed one) before giving its
+    partitions to the others; Faust's default is 60 s."""
+    snapshot_every: int = 5000
+    """Positions between two snapshots of a partition."""
+    snapshot_interval_s: float = 10.0
+    """Seconds between two snapshots of a partition that has moved."""
+    batch_max: int = 1000
+    batch_within_s: float = 0.05
+    producer_linger_s: float = 0.01
+    log_level: str = "warning"
+
+
+class Runner(Protocol):
+    position: int
+
+    def apply(self, records: list[StageRecord]) -> StageOutput: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def restore(self, data: dict[str, Any]) -> None: ...
+
+
+class PartitionedTable(Table[bytes, bytes]):
+    """A table whose keys start with the partition they belong to (``"3/..."``), so a value can
+    be stored for a partition from outside that partition's event (a batch holds several)."""
+
+    def partition_for_key(self, key: Any) -> int | None:
+        return int(bytes(key).split(b"/", 1)[0])
+
+
+class JournalFeed:
+    """Journal items for one stage partition, read ahead off the event loop (`prefetch`)."""
+
+    def __init__(self, config: FaustConfig) -> None:
+        self._config = config
+        self._reader: PartitionReader | None = None
+        self._cache: dict[int, Item] = {}
+
+    def _read(self, first: int, last: int) -> list[tuple[int, Item]]:
+        if self._reader is None:
+            self._reader = PartitionReader(self._config.bootstrap, self._config.topics.journal)
+        reader = self._reader
+        if reader.position != first:
+            reader.seek(first)
+        out: list[tuple[int, Item]] = []
+        decode = self._config.codec.decode
+        for m in reader.read_until(last):
+            header = Header.decode(m.headers)
+            if header.position != m.offset:
+                continue  # a racing sequencer's record, not part of the journal
+            if header.kind == "clock":
+                assert header.clock_us is not None
+                out.append((m.offset, Clock(header.clock_us)))
+            else:
+                out.append((m.offset, decode(m.value or b"")))
+        return out
+
+    async def prefetch(self, first: int, last: int) -> None:
+        """Read items `first`..`last` into the cache (in a thread: the loop keeps beating)."""
+        if last < first or all(p in self._cache for p in (first, last)):
+            return
+        loop = asyncio.get_running_loop()
+        got = await loop.run_in_executor(None, self._read, first, last)
+        self._cache.update(got)
+
+    def items(self, first: int, last: int) -> list[tuple[int, Item]]:
+        missing = [p for p in (first, last) if p not in self._cache]
+        if missing and last >= first:
+            self._cache.update(self._read(first, last))  # not prefetched: read here
+        out = [(p, self._cache[p]) for p in sorted(self._cache) if first <= p <= last]
+        for p, _ in out:
+            del self._cache[p]
+        return out
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+@dataclass(slots=True)
+class _Held:
+    """A partition's runner, and what is not yet covered by its stored snapshot."""
+
+    runner: Runner
+    feed: JournalFeed | None
+    stored_position: int = -1
+    stored_at: float = field(default_factory=time.monotonic)
+    stored_keys: list[bytes] = field(default_factory=list)
+    unacked: list[tuple[int, EventT[Any]]] = field(default_factory=list)
+
+
+class StageHost:
+    """Runs one stage's partitions inside one worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        config: FaustConfig,
+        name: str,
+        table: PartitionedTable,
+        make_runner: Callable[[int, JournalFeed | None], Runner],
+        *,
+        journal: bool,
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.name = name
+        self.table = table
+        self.make_runner = make_runner
+        self.journal = journal
+        self.held: dict[int, _Held] = {}
+        self.lock = asyncio.Lock()
+        self.token = secrets.token_hex(4)  # this worker's snapshot keys never clash
+        self.decisions = raw_topic(app, topic_name(config.topics.region, "decisions"))
+        self.actuator = raw_topic(app, config.topics.actuator)
+        self.stream: StreamT[Any] | None = None
+        self.published = 0
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    def hold(self, partition: int) -> _Held:
+        held = self.held.get(partition)
+        if held is not None:
+            return held
+        feed = JournalFeed(self.config) if self.journal else None
+        runner = self.make_runner(partition, feed)
+        held = _Held(runner, feed)
+        meta = self.table.get(self._key(partition, "meta"))
+        if meta is not None:
+            info = json.loads(meta)
+            data = b"".join(self.table[k.encode()] for k in info["chunks"])
+            if hashlib.sha256(data).hexdigest() != info["sha256"]:
+                raise state_codec.StateCodecError(
+                    f"the {self.name} stage's snapshot of partition {partition} does not match "
+                    "its checksum"
+                )
+            runner.restore(state_codec.decode(data))
+            held.stored_position = runner.position
+            _LOG.info("%s[%d]: restored at position %d", self.name, partition, runner.position)
+        self.held[partition] = held
+        return held
+
+    def release(self, partitions: set[int]) -> None:
+        """Partitions gone to another worker: forget them (it restores from the table)."""
+        for partition in partitions:
+            held = self.held.pop(partition, None)
+            if held is not None and held.feed is not None:
+                held.feed.close()
+
+    def _key(self, partition: int, name: str) -> bytes:
+        return f"{partition}/{self.name}/{name}".encode()
+
+    # -- processing ---------------------------------------------------------------------------
+
+    async def on_batch(self, events: list[EventT[Any]]) -> None:
+        async with self.lock:
+            by_partition: dict[int, list[tuple[StageRecord, EventT[Any]]]] = {}
+            decode = self.config.codec.decode
+            for event in events:
+                header = Header.decode(event.headers)
+                value = event.value
+                envelope = decode(value) if header.kind in ("fact", "decision") else None
+                record = StageRecord(header, envelope)
+                by_partition.setdefault(event.message.partition, []).append((record, event))
+            for partition, pairs in by_partition.items():
+                await self._apply(partition, pairs)
+
+    async def _apply(self, partition: int, pairs: list[tuple[StageRecord, EventT[Any]]]) -> None:
+        held = self.hold(partition)
+        runner = held.runner
+        records = [r for r, _ in pairs]
+        if isinstance(runner, WorkloadPartition):
+            out = await self._apply_workload(runner, held, records)
+        elif isinstance(runner, ActuatorPartition):
+            out = await self._apply_actuator(runner, held, records)
+        else:
+            out = runner.apply(records)
+        await self._publish(partition, out)
+        held.unacked += [(r.position, e) for r, e in pairs]
+        await self._maybe_store(partition, held)
+
+    async def _apply_workload(
+        self, runner: WorkloadPartition, held: _Held, records: list[StageRecord]
+    ) -> StageOutput:
+        assert held.feed is not None
+        todo = [r for r in records if r.position > runner.position and r.header.kind != "progress"]
+        if not todo:
+            return runner.apply(records)
+        # Up to just before the batch's first record the view can be brought in steps,
+        # yielding in between (a restart may have far to go); from there each record is
+        # applied with the view at its own position, never beyond.
+        before = todo[0].position - 1
+        while runner.view_position < before:
+            upto = min(before, runner.view_position + CATCH_UP_STEP)
+            await held.feed.prefetch(runner.view_position + 1, upto)
+            runner.catch_up(upto)
+            await asyncio.sleep(0)
+        await held.feed.prefetch(runner.view_position + 1, todo[-1].position)
+        return runner.apply(records)
+
+    async def _apply_actuator(
+        self, runner: ActuatorPartition, held: _Held, records: list[StageRecord]
+    ) -> StageOutput:
+        assert held.feed is not None
+        runner.receive(records)
+        out = StageOutput()
+        while runner.position < runner.reachable:
+            upto = min(runner.reachable, runner.position + CATCH_UP_STEP)
+            await held.feed.prefetch(runner.position + 1, upto)
+            out.decisions += runner.advance(upto).decisions
+            await asyncio.sleep(0)
+        return out
+
+    async def _publish(self, partition: int, out: StageOutput) -> None:
+        encode = self.config.codec.encode
+        region = self.config.topics.region.encode()
+        for decision in out.decisions:
+            await self.decisions.send(
+                key=decision.key.encode(),
+                value=encode(decision),
+                timestamp=decision.occurred_at / 1e6,
+            )
+        self.published += len(out.decisions)
+        if out.to_actuator or out.progress is not None:
+            for placed in out.to_actuator:
+                header = Header("decision", placed.position, source=partition, order=placed.order)
+                await self.actuator.send(
+                    key=region,
+                    value=encode(placed.envelope),
+                    partition=0,
+                    headers=list(header.encode()),
+                )
+            if out.progress is not None:
+                header = Header("progress", out.progress, source=partition)
+                await self.actuator.send(
+                    key=region, value=b"", partition=0, headers=list(header.encode())
+                )
+
+    # -- snapshots and acknowledgements ------------------------------------------------------
+
+    async def _maybe_store(self, partition: int, held: _Held, force: bool = False) -> None:
+        position = held.runner.position
+        moved = position - held.stored_position
+        if moved <= 0 and not held.unacked:
+            return
+        due = (
+            force
+            or moved >= self.config.snapshot_every
+            or time.monotonic() - held.stored_at >= self.config.snapshot_interval_s
+        )
+        if due and moved > 0:
+            await self.store(partition, held)
+        await self._ack(held)
+
+    async def store(self, partition: int, held: _Held) -> None:
+        """Flush the decisions made so far, then store the partition's state in the table."""
+        if not self._owns(partition):
+            return  # revoked meanwhile: the next owner goes on from the stored snapshot
+        await self.app.producer.flush()
+        data = state_codec.encode(held.runner.snapshot())
+        version = f"{held.runner.position}-{self.token}"
+        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+        keys = [self._key(partition, f"{version}/{i}") for i in range(len(chunks))]
+        for key, chunk in zip(keys, chunks, strict=True):
+            self.table[key] = chunk
+        meta = {
+            "position": held.runner.position,
+            "chunks": [k.decode() for k in keys],
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        self.table[self._key(partition, "meta")] = json.dumps(meta).encode()
+        for old in held.stored_keys:
+            self.table.pop(old, None)
+        held.stored_keys = keys
+        held.stored_position = held.runner.position
+        held.stored_at = time.monotonic()
+
+    async def _ack(self, held: _Held) -> None:
+        """Acknowledge the records the stored snapshot covers (their offsets may be committed:
+        Faust flushes the producer, so the snapshot, before it commits)."""
+        if self.stream is None:
+            return
+        keep: list[tuple[int, EventT[Any]]] = []
+        for position, event in held.unacked:
+            if position <= held.stored_position:
+                await self.stream.ack(event)
+            else:
+                keep.append((position, event))
+        held.unacked = keep
+
+    def _owns(self, partition: int) -> bool:
+        topic = self.table_source_topic
+        return TP(topic, partition) in self.app.consumer.assignment()
+
+    @property
+    def table_source_topic(self) -> str:
+        t = self.config.topics
+        return {"pool": t.pool, "scorer": t.scorer, "workload": t.workload}.get(
+            self.name, t.actuator
+        )
+
+    async def store_idle(self) -> None:
+        """Store partitions that moved but got no batch since (a timer calls this)."""
+        async with self.lock:
+            for partition, held in list(self.held.items()):
+                if held.runner.position > held.stored_position and (
+                    time.monotonic() - held.stored_at >= self.config.snapshot_interval_s
+                ):
+                    await self.store(partition, held)
+                    await self._ack(held)
+
+
+def raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
+    """A topic of bytes. (Faust's default serializer is JSON even for ``value_type=bytes``,
+    and a record it cannot decode crashes the agent *and is acknowledged*: lost.)"""
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
+def build_app(config: FaustConfig) -> tuple[faust.App, dict[str, StageHost]]:
+    """The Faust app of `config`'s region and its stage hosts (by stage name)."""
+    t = config.topics
+    app = faust.App(
+        t.app_id,
+        broker=f"kafka://{config.bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        processing_guarantee="at_least_once",
+        broker_session_timeout=config.session_timeout_s,
+        broker_heartbeat_interval=max(0.5, config.session_timeout_s / 10),
+        broker_request_timeout=max(30.0, config.session_timeout_s + 5),
+        broker_rebalance_timeout=max(30.0, config.session_timeout_s * 2),
+        producer_linger=config.producer_linger_s,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        stream_publish_on_commit=False,
+        topic_allow_declare=False,
+        table_standby_replicas=0,
+        loghandlers=[],
+    )
+    settings = config.settings
+    hosts: dict[str, StageHost] = {}
+
+    def table(name: str) -> PartitionedTable:
+        made = PartitionedTable(
+            app,
+            name=name,
+            partitions=t.stage_partitions[name],
+            key_type=bytes,
+            value_type=bytes,
+            beacon=app.tables.beacon,
+        )
+        app.tables.add(made)
+        return made
+
+    def keyed(decider_factory: Callable[[], Any]) -> Callable[[int, JournalFeed | None], Runner]:
+        return lambda _p, _feed: KeyedPartition(decider_factory())
+
+    def workload(_p: int, feed: JournalFeed | None) -> Runner:
+        assert feed is not None
+        return WorkloadPartition(settings, feed)
+
+    def actuator(_p: int, feed: JournalFeed | None) -> Runner:
+        assert feed is not None
+        return ActuatorPartition(settings, feed, t.workload_partitions)
+
+    stages: dict[str, tuple[str, int, Callable[[int, JournalFeed | None], Runner], bool]] = {
+        "pool": (t.pool, t.pool_partitions, keyed(lambda: ExclusionWatcher(settings)), False),
+        "scorer": (t.scorer, 1, keyed(lambda: Scorer(settings)), False),
+        "workload": (t.workload, t.workload_partitions, workload, True),
+        "actuator": (t.actuator, 1, actuator, True),
+    }
+    for name, (topic_name_, partitions, make, journal) in stages.items():
+        host = StageHost(app, config, name, table(name), make, journal=journal)
+        hosts[name] = host
+        source = raw_topic(app, topic_name_, partitions)
+        _agent(app, host, source, config)
+
+    async def store_idle_partitions() -> None:
+        for host in hosts.values():
+            await host.store_idle()
+
+    app.timer(interval=max(1.0, config.snapshot_interval_s / 2))(store_idle_partitions)
+
+    # A rebalance first revokes every partition, then assigns; a partition this worker keeps
+    # goes on from the consumer's position, not from the committed offset, so its runner must
+    # be kept: only partitions that went elsewhere are forgotten (their next owner restores).
+    async def forget_gone(_sender: Any, /, *args: Any, signal: Any, **_kw: Any) -> None:
+        assigned: set[TP] = args[0] if args else set()
+        for host in hosts.values():
+            mine = {tp.partition for tp in assigned if tp.topic == host.table_source_topic}
+            host.release(set(host.held) - mine)
+
+    app.on_partitions_assigned.connect(forget_gone)
+
+    return app, hosts
+
+
+def _agent(app: faust.App, host: StageHost, source: Any, config: FaustConfig) -> None:
+    async def process(stream: StreamT[Any]) -> None:
+        host.stream = stream
+        batches = stream.noack_take(  # type: ignore[attr-defined]  # Stream has it, StreamT not
+            config.batch_max, within=config.batch_within_s
+        )
+        async for events in batches:
+            await host.on_batch(list(events))
+
+    process.__name__ = f"deciders_{host.name}"
+    app.agent(source, name=f"deciders-{host.name}")(process)
+
+
+def run_worker(config: FaustConfig) -> None:
+    """Run one worker until SIGTERM or SIGINT (Faust's worker handles both)."""
+    app, _ = build_app(config)
+    worker = faust.Worker(app, loglevel=config.log_level, quiet=True)
+    worker.execute_from_commandline()
