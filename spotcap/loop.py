@@ -88,7 +88,7 @@ SETTLE = "settle"
 CALLS = "calls"
 NEXT_US = 1  # calls go out one microsecond after the decision at the earliest
 # The core's clock in the loop: timers fire at their due time, to the microsecond.
-LOOP_RUNTIME = RuntimeSettings(clock_interval_s=1e-6)
+LOOP_RUNTIME = RuntimeSettings(clock_interval_s=1e-6, every_boundary=True)
 
 
 def owned_by(orchestrator_id: str, settings: DeciderSettings | None = None) -> DeciderSettings:

@@ -89,10 +89,15 @@ class RuntimeSettings:
     """How a runtime cuts time and remembers inputs (every runtime of one region must agree)."""
 
     clock_interval_s: float = 1.0
-    """Timers of quiet keys fire at the first clock at or after their due time. The
-    partitioned runtime journals every clock, so it needs a coarse one; the in-process core
-    skips the clocks at which nothing is due, so the simulator's loop runs it at a
-    microsecond (`spotcap.loop.LOOP_RUNTIME`: a timer fires at its due time exactly)."""
+    """Timers of quiet keys fire at the next clock at or after their due time."""
+    every_boundary: bool = False
+    """False (the partitioned runtime's order, which journals every clock): a fact that enters
+    a later interval than every fact before it gets one clock, at the start of its interval,
+    and the timers due by then fire there. True: every boundary crossed gets its clock (a
+    timer due at `d` fires at the first boundary at or after `d`); with a clock of a
+    microsecond that is its due time exactly, which the simulator's loop needs
+    (`spotcap.loop.LOOP_RUNTIME`). The in-process core skips the clocks at which nothing is
+    due, so either costs only the clocks that fire."""
     seen_capacity: int = 100_000
     """Input event ids remembered to drop re-delivered duplicates."""
 
@@ -161,16 +166,14 @@ class RecentIds:
 
 
 class Sequence:
-    """Turns the merged history into items: input facts, duplicates dropped, clocks put in.
-
-    Every clock interval boundary event time crosses gets its clock, in order, before the fact
-    that crosses it: a timer due at `d` fires at the first boundary at or after `d`, however
-    the facts around it fall. (A clock at which no timer is due changes nothing; `DeciderCore`
-    skips those without building them.)"""
+    """Turns the merged history into items: input facts, duplicates dropped, clocks put in
+    (one clock per fact entering a later interval, or, with `every_boundary`, one per
+    boundary crossed: see `RuntimeSettings`)."""
 
     def __init__(self, settings: RuntimeSettings | None = None) -> None:
         settings = settings or RuntimeSettings()
         self.interval_us = settings.clock_interval_us
+        self.every_boundary = settings.every_boundary
         self.next_clock_us: int | None = None
         self.seen = RecentIds(settings.seen_capacity)
         self.dropped_duplicates = 0
@@ -185,15 +188,16 @@ class Sequence:
         return True
 
     def items(self, event: Envelope) -> list[Item]:
-        """The items `event` gives: none (not an input, or seen), or the clocks of the
-        boundaries its event time crosses and then itself."""
+        """The items `event` gives: none (not an input, or seen), or its clocks (none, one,
+        or with `every_boundary` each boundary it crosses) and then itself."""
         if not self.admit(event):
             return []
         clocks: list[Item] = [Clock(at) for at in self.clocks_before(event.occurred_at)]
         return [*clocks, event]
 
     def clocks_before(self, at_us: int) -> range:
-        """The clock boundaries event time `at_us` crosses (none the first time), in order."""
+        """The clocks event time `at_us` brings (none the first time), in order: the start of
+        its interval, or every boundary crossed (`every_boundary`)."""
         boundary = at_us - at_us % self.interval_us
         start = self.next_clock_us
         if start is None:
@@ -202,6 +206,8 @@ class Sequence:
         if at_us < start:
             return range(0)
         self.next_clock_us = boundary + self.interval_us
+        if not self.every_boundary:
+            start = boundary
         return range(start, boundary + 1, self.interval_us)
 
     def snapshot(self) -> dict[str, Any]:
@@ -502,11 +508,13 @@ class DeciderCore:
 
     def _clocks(self, boundaries: range) -> list[Envelope]:
         """Apply the clocks of `boundaries` at which some timer is due (the others change
-        nothing, and are not counted as items: with a clock of a microsecond they are all the
-        microseconds of the run)."""
+        nothing; with `every_boundary` they are not counted as items either: with a clock of a
+        microsecond they would be every microsecond of the run)."""
         out: list[Envelope] = []
         if not boundaries:
             return out
+        if not self.sequence.every_boundary:
+            self.items += len(boundaries)  # the one clock, as the partitioned runtime counts
         interval, last = boundaries.step, boundaries[-1]
         start = boundaries[0]
         while start <= last:
@@ -514,7 +522,8 @@ class DeciderCore:
             if due is None or due > last:
                 break
             at = start if due <= start else start + -(-(due - start) // interval) * interval
-            self.items += 1
+            if self.sequence.every_boundary:
+                self.items += 1
             out += self._stages(Clock(at))
             start = at + interval
         return out
