@@ -731,7 +731,9 @@ class PlacementDecided:
     """
     eligible_pool_count: int = 0
     """Reclaimable pools that were eligible for this workload: not excluded, with forward
-    capacity, of a family and size it can use and no more interrupted than it tolerates.
+    capacity, of a family and size it can use, no more interrupted than it tolerates, and with
+    instances no larger than the pool cap of the plan (a larger instance cannot take part in a
+    capped spread).
     """
     pool_cap_vcpu: int = 0
     """The most vCPU of the workload one pool could hold under the pool cap for this plan."""

@@ -1,4 +1,9 @@
-"""`spotcap demo`: run the simulated region and write every event it produces to the log.
+"""`spotcap demo`: the deciders drive a simulated region; every event goes to the log.
+
+By default the deciders (`spotcap.loop.DecidersOrchestrator`) place, replace, fall back and
+scale down the region's capacity; `--orchestrator baseline` runs the simulator's stand-in
+instead. After a run of the deciders the same seed is simulated once more with the baseline
+(nothing written) so the summary can set wasted work, shortfall and spend side by side.
 
 The log's bytes are a function of the seed and the options alone: events carry sim time, the
 record timestamp is the event time (`occurred_at` // 1000) and batches are flushed at fixed
@@ -26,7 +31,9 @@ from provider.sim.summary import RunSummary
 from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.config import Settings
+from spotcap.demo_report import DecisionSummary, comparison, print_comparison, print_decisions
 from spotcap.fail import fail
+from spotcap.loop import DecidersOrchestrator
 from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
@@ -37,10 +44,13 @@ from streams.writer import EventWriter
 FLUSH_EVENTS = 50_000
 
 # What can drive the simulated region (`--orchestrator`): a name -> a new orchestrator for the
-# config. The deciders' adapter joins the baseline stand-in here.
+# config. The deciders are the default; the baseline stand-in is what they are compared with.
 ORCHESTRATORS: dict[str, Callable[[SimConfig], Orchestrator]] = {
+    "deciders": lambda config: DecidersOrchestrator(config.orchestrator.orchestrator_id),
     "baseline": lambda config: BaselineOrchestrator(config.orchestrator),
 }
+DEFAULT_ORCHESTRATOR = "deciders"
+BASELINE = "baseline"
 
 ProgressCallback = Callable[[float], None]
 
@@ -57,7 +67,11 @@ def events_in_log(log: EventLog, region: str) -> int:
 
 
 def write_run(
-    sim: RegionSim, log: EventLog, settings: Settings, on_progress: ProgressCallback | None = None
+    sim: RegionSim,
+    log: EventLog,
+    settings: Settings,
+    on_progress: ProgressCallback | None = None,
+    decisions: DecisionSummary | None = None,
 ) -> RunSummary:
     """Run `sim` to its end, writing each event to its topic; returns what was written."""
     summary = RunSummary(sim.catalogue)
@@ -66,11 +80,26 @@ def write_run(
         for batch in sim.run(HOUR_US):
             for envelope in batch:
                 summary.observe(envelope)
+                if decisions is not None:
+                    decisions.observe(envelope)
                 writer.write(envelope)
             if on_progress is not None:
                 on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
     finally:
         writer.close()
+    return summary
+
+
+def simulate_only(config: SimConfig, on_progress: ProgressCallback | None = None) -> RunSummary:
+    """Run the baseline on `config` without writing anything: what the deciders are compared
+    with on the same seed."""
+    sim = RegionSim(config, orchestrator=ORCHESTRATORS[BASELINE](config))
+    summary = RunSummary(sim.catalogue)
+    for batch in sim.run(HOUR_US):
+        for envelope in batch:
+            summary.observe(envelope)
+        if on_progress is not None:
+            on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
     return summary
 
 
@@ -80,12 +109,16 @@ def run_demo(
     on_progress: ProgressCallback | None = None,
     *,
     fresh: bool = False,
-    orchestrator: str = "baseline",
+    orchestrator: str = DEFAULT_ORCHESTRATOR,
+    compare: bool = True,
+    on_baseline_progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Apply the region's topics, refuse a log that already holds its events, run, report.
 
     With `fresh`, an embedded log's topics of the region are deleted first (never Kafka's).
-    `orchestrator` names what drives the region (`ORCHESTRATORS`).
+    `orchestrator` names what drives the region (`ORCHESTRATORS`); with `compare` (and an
+    orchestrator other than the baseline) the baseline runs the same config too, unwritten, and
+    the report compares the two (`comparison`).
     """
     log = open_log(settings)
     try:
@@ -107,14 +140,23 @@ def run_demo(
         # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
         with run_marker(settings, config.region):
             log.apply_topics(region_topics(config.region))
-            sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config))
-            summary = write_run(sim, log, settings, on_progress)
+            driver = ORCHESTRATORS[orchestrator](config)
+            sim = RegionSim(config, orchestrator=driver)
+            decisions = DecisionSummary(sim.misbehaving_pool_ids)
+            summary = write_run(sim, log, settings, on_progress, decisions)
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)
     report.update(
         region=config.region, seed=config.seed, pools=len(sim.catalogue), orchestrator=orchestrator
     )
+    report["decisions"] = decisions.report()
+    if isinstance(driver, DecidersOrchestrator):
+        report["calls"] = dict(sorted(driver.counts.items()))
+    if compare and orchestrator != BASELINE:
+        baseline = simulate_only(config, on_baseline_progress).report(sim.misbehaving_pool_ids)
+        report["baseline"] = baseline
+        report["comparison"] = comparison(report, baseline)
     return report
 
 
@@ -152,10 +194,18 @@ class DemoRefusedError(RuntimeError):
 @click.option(
     "--orchestrator",
     type=click.Choice(sorted(ORCHESTRATORS)),
-    default="baseline",
+    default=DEFAULT_ORCHESTRATOR,
     show_default=True,
-    help="What places, replaces and scales down the region's capacity "
-    "(baseline: the simulator's stand-in, which records its placements and replacements).",
+    help="What places, replaces and scales down the region's capacity: the deciders "
+    "(exclusion, ranking, placement, replacement, fallback, the actuator), or the "
+    "simulator's baseline stand-in.",
+)
+@click.option(
+    "--compare/--no-compare",
+    default=True,
+    show_default=True,
+    help="Also simulate the same seed with the baseline (nothing written) and compare wasted "
+    "work, shortfall and spend.",
 )
 @click.option(
     "--fresh",
@@ -179,6 +229,7 @@ def demo(
     catalogue: Path | None,
     contracts_out: Path | None,
     orchestrator: str,
+    compare: bool,
     fresh: bool,
     projections: bool,
     as_json: bool,
@@ -210,7 +261,18 @@ def demo(
         disable=as_json,
     )
     with progress:
-        task = progress.add_task(f"region {settings.region}", total=days)
+        task = progress.add_task(f"region {settings.region} ({orchestrator})", total=days)
+        baseline_task = (
+            progress.add_task("the baseline, to compare", total=days, start=False)
+            if compare and orchestrator != BASELINE
+            else None
+        )
+
+        def baseline_progress(done: float) -> None:
+            if baseline_task is not None:
+                progress.start_task(baseline_task)
+                progress.update(baseline_task, completed=done)
+
         try:
             report = run_demo(
                 settings,
@@ -218,6 +280,8 @@ def demo(
                 lambda d: progress.update(task, completed=d),
                 fresh=fresh,
                 orchestrator=orchestrator,
+                compare=compare,
+                on_baseline_progress=baseline_progress,
             )
         except DemoRefusedError as error:
             progress.stop()
@@ -244,12 +308,7 @@ def demo(
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:
-        print_summary(report, Console())
-        if projections:
-            from spotcap.demo_projections import print_projections
-
-            home_args = f" --home {settings.home} --region {settings.region}"
-            print_projections(report["projections"], Console(), home_args)
+        print_report(report, settings, projections=projections)
     if contracts_out is not None and not as_json:
         pools = catalogue or Path("examples/region/demo-region.yaml")
         note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
@@ -260,6 +319,22 @@ def demo(
             highlight=False,
             soft_wrap=True,
         )
+
+
+def print_report(report: dict[str, Any], settings: Settings, *, projections: bool) -> None:
+    """The demo's readable summary: the run, the deciders' decisions, the baseline comparison
+    and the projections."""
+    console = Console()
+    print_summary(report, console)
+    if report["orchestrator"] != BASELINE:
+        print_decisions(report["decisions"], console)
+    if "comparison" in report:
+        print_comparison(report["comparison"], console, report["seed"])
+    if projections:
+        from spotcap.demo_projections import print_projections
+
+        home_args = f" --home {settings.home} --region {settings.region}"
+        print_projections(report["projections"], Console(), home_args)
 
 
 def write_contract_files(config: SimConfig, directory: Path) -> int:
@@ -306,6 +381,8 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         ("losses with notice", f"{report['losses_with_notice']:,}"),
         ("losses without notice", f"{report['losses_without_notice']:,}"),
         ("wasted vCPU-hours", f"{report['wasted_vcpu_h']:,.0f}"),
+        ("shortfall vCPU-hours (asked for, not running)", f"{report['shortfall_vcpu_h']:,.0f}"),
+        ("spend at the rate cards (EUR)", f"{report['spend_eur']:,.0f}"),
         ("placements decided", f"{report['events_by_type'].get('placement_decided', 0):,}"),
         (
             "replacements requested",

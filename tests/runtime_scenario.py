@@ -1,8 +1,11 @@
 """A short recorded scenario for the deciders' runtimes, and helpers to compare decisions.
 
-Three simulated hours of a 40-workload region with a wave every hour and a misbehaving pool:
-about 2,300 input events that make every kind of decision the deciders have (exclusions and
-readmissions, rankings, placements, replacements, fallbacks and returns, throttling).
+Three simulated hours of a 40-workload region with a wave every hour and a misbehaving pool,
+driven by the deciders themselves (`spotcap.loop`, as `spotcap demo` runs it): the log holds the
+region's facts and the loop's own decisions (which no runtime reads as inputs), and no other
+orchestrator's (the baseline's placements would otherwise be read as inputs by the guard). The
+inputs make every kind of decision the deciders have (exclusions and readmissions, rankings,
+placements, replacements, fallbacks and returns, throttling).
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cache
 
-from provider.sim import ReclaimSettings, SimConfig, simulate
+from provider.sim import ReclaimSettings, RegionSim, SimConfig
 from schemas.codec import Codec
 from schemas.events import Envelope
+from spotcap.loop import DecidersOrchestrator
 from streams.log import EventLog
 from streams.topics import region_topics
 from streams.writer import EventWriter
@@ -27,16 +31,20 @@ CONFIG = SimConfig(
     reclaims=ReclaimSettings(waves_per_day=24.0, misbehaving_factor=30.0),
 )
 CODEC = Codec()
+PARTITIONS_SCALE = 0.5
 
 
 @cache
 def scenario() -> tuple[Envelope, ...]:
-    return tuple(simulate(CONFIG))
+    driver = DecidersOrchestrator(
+        CONFIG.orchestrator.orchestrator_id, topics=region_topics(REGION, PARTITIONS_SCALE)
+    )
+    return tuple(e for batch in RegionSim(CONFIG, orchestrator=driver).run() for e in batch)
 
 
 def write_scenario(log: EventLog, events: Iterable[Envelope] | None = None) -> int:
     """Create the region's topics on `log` and write the scenario's events; returns how many."""
-    log.apply_topics(region_topics(REGION, partitions_scale=0.5))
+    log.apply_topics(region_topics(REGION, partitions_scale=PARTITIONS_SCALE))
     writer = EventWriter(log, CODEC, REGION)
     n = 0
     for event in scenario() if events is None else events:

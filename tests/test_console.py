@@ -90,8 +90,20 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     _browser_tools()
     root = tmp_path_factory.mktemp("console-home")
     settings = Settings.load(home=root, region="dev")
-    # Seed 3's first day has a hall-wide wave (wave-0001, 29 instances of hall-d).
-    done = spotcap(root, "demo", "--days", "1", "--workloads", "40", "--seed", "3")
+    # Seed 3's first day has a hall-wide wave (wave-0001, 29 instances of hall-d). The pages'
+    # story is the stand-in orchestrator's run (the deciders are the demo's default now).
+    done = spotcap(
+        root,
+        "demo",
+        "--days",
+        "1",
+        "--workloads",
+        "40",
+        "--seed",
+        "3",
+        "--orchestrator",
+        "baseline",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     try:
         story = write_story(settings)

@@ -63,7 +63,8 @@ def test_the_same_seed_writes_the_same_log(tmp_path: Path) -> None:
 
 
 def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:
-    result = _run(tmp_path, "--json")
+    # The baseline, as `simulate` runs it (the deciders' demo: tests/test_loop_replay.py).
+    result = _run(tmp_path, "--json", "--orchestrator", "baseline")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     expected = list(simulate(SimConfig(seed=9, days=0.25, workloads=20, region=REGION)))

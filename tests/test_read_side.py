@@ -74,7 +74,18 @@ def run_processor_to_end(home: Home, conn: Connection) -> None:
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Iterator[Home]:
     h = Home(tmp_path_factory.mktemp("read-side"))
-    h.cli("demo", "--days", "0.5", "--workloads", "40", "--no-projections")
+    # The stand-in's run: the queries below expect what it does (losses left lost, no
+    # exclusion); the deciders' demo is tested in tests/test_loop_replay.py.
+    h.cli(
+        "demo",
+        "--days",
+        "0.5",
+        "--workloads",
+        "40",
+        "--no-projections",
+        "--orchestrator",
+        "baseline",
+    )
     try:
         yield h
     finally:

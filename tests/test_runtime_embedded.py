@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from schemas.events import Envelope
+from spotcap.loop import LOOP_RUNTIME, owned_by
 from streams.embedded import EmbeddedLog
-from streams.runtime.core import DeciderCore, input_topics
+from streams.runtime.core import DERIVED_PREFIX, DeciderCore, input_topics
 from streams.runtime.embedded import CheckpointFile, EmbeddedRunner, ListSink
 from streams.topics import topic_name
 from streams.writer import EventWriter
-from tests.runtime_scenario import CODEC, REGION, by_id, scenario, write_scenario
+from tests.runtime_scenario import CODEC, CONFIG, REGION, by_id, scenario, write_scenario
 
 
 def read_by_runner() -> list[Envelope]:
@@ -119,21 +120,40 @@ def test_decisions_go_to_the_decisions_topic_and_a_rerun_reads_past_them(
 ) -> None:
     log = EmbeddedLog(tmp_path / "log")
     write_scenario(log)
+    topic = topic_name(REGION, "decisions")
+    before = log.end_offsets(topic)  # the recorded run's own decisions (the loop's)
     writer = EventWriter(log, CODEC, REGION)
     report = EmbeddedRunner(log, CODEC, REGION, writer).run()
     writer.close()
     assert report.decisions_total == len(full_run)
-    topic = topic_name(REGION, "decisions")
     written = [
         CODEC.decode(r.value or b"", r.origin)
         for n in range(log.partitions_for(topic))
-        for r in log.partition(topic, n).read(0, 10**7)
+        for r in log.partition(topic, n).read(before.get(n, 0), 10**7)
     ]
-    assert by_id(written) == by_id(full_run)
+    assert len(written) == len(full_run) and by_id(written) == by_id(full_run)
     # The decisions now in the log are the deciders' own: a second run skips them as inputs.
     again = ListSink()
     EmbeddedRunner(log, CODEC, REGION, again).run()
     assert [CODEC.encode(d) for d in again.decisions] == [CODEC.encode(d) for d in full_run]
+
+
+def test_the_loops_own_decisions_are_what_the_runner_makes_on_the_loops_clock(
+    recorded: Path,
+) -> None:
+    """The recorded run was driven by the deciders in the simulator's loop: read back with the
+    loop's runtime settings, the log gives the loop's decisions, byte for byte, in order."""
+    sink = ListSink()
+    settings = owned_by(CONFIG.orchestrator.orchestrator_id)
+    runner = EmbeddedRunner(
+        EmbeddedLog(recorded), CODEC, REGION, sink, settings=settings, runtime=LOOP_RUNTIME
+    )
+    runner.run()
+    recorded_decisions = [e for e in scenario() if e.producer.startswith(DERIVED_PREFIX)]
+    assert len(recorded_decisions) > 1000
+    assert [CODEC.encode(d) for d in sink.decisions] == [
+        CODEC.encode(d) for d in recorded_decisions
+    ]
 
 
 def _by_time(events: list[Envelope]) -> list[Envelope]:

@@ -52,7 +52,8 @@ class Home:
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
     h = Home(tmp_path_factory.mktemp("serve-home"))
-    done = spotcap(h.root, "demo", "--days", "1", "--workloads", "40")
+    # The story is the stand-in orchestrator's run (the deciders are the demo's default now).
+    done = spotcap(h.root, "demo", "--days", "1", "--workloads", "40", "--orchestrator", "baseline")
     assert done.returncode == 0, done.stderr[-3000:]
     try:
         yield h

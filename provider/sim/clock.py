@@ -4,7 +4,9 @@ Time is integer microseconds since the Unix epoch, starting at `EPOCH_US` (Monda
 2026-11-02T00:00Z) unless configured otherwise. Actions scheduled for the same microsecond run
 in the order they were scheduled, so a run is a pure function of its seed; an action scheduled
 with `late=True` runs after every ordinary action of its microsecond (a deadline that an
-action due at the same instant still meets).
+action due at the same instant still meets), and one with `last=True` after every ordinary and
+late action of its microsecond, even those scheduled after it (the orchestrator settling an
+instant once everything that happens in it is known).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ Action = Callable[[], None]
 # Late actions sort after every ordinary one of their microsecond: their sequence numbers start
 # here (a run schedules far fewer than 2**62 actions), which keeps heap entries 3-tuples.
 _LATE_SEQ = 1 << 62
+_LAST_SEQ = 1 << 63  # after every late action too (a run schedules far fewer than 2**62)
 
 
 class Scheduler:
@@ -37,10 +40,10 @@ class Scheduler:
         self._seq = 0
         self.on_step: Action | None = None
 
-    def at(self, when_us: int, action: Action, *, late: bool = False) -> None:
+    def at(self, when_us: int, action: Action, *, late: bool = False, last: bool = False) -> None:
         """Run `action` at `when_us` (never earlier than now)."""
         self._seq += 1
-        seq = self._seq + _LATE_SEQ if late else self._seq
+        seq = self._seq + (_LAST_SEQ if last else _LATE_SEQ if late else 0)
         heapq.heappush(self._heap, (max(when_us, self.now_us), seq, action))
 
     def after(self, delay_us: int, action: Action) -> None:

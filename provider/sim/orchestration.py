@@ -65,9 +65,11 @@ class OrchestratorHost(Protocol):
         orchestrator knows only the `forward_capacity` events."""
         ...
 
-    def wake_at(self, when_us: int, timer: str) -> None:
+    def wake_at(self, when_us: int, timer: str, *, last: bool = False) -> None:
         """Call `act` at `when_us` (not before now) with `timer` among its `due` names; after
-        every action of that microsecond scheduled before this call."""
+        every action of that microsecond scheduled before this call, or with `last` after
+        every action of that microsecond whenever scheduled (the instant is then complete:
+        nothing the region does at `when_us` comes after it)."""
         ...
 
     def emit(
@@ -195,12 +197,12 @@ class RegionHost:
     def room_vcpu(self, pool_id: str) -> int:
         return self._provider.room_vcpu(pool_id)
 
-    def wake_at(self, when_us: int, timer: str) -> None:
+    def wake_at(self, when_us: int, timer: str, *, last: bool = False) -> None:
         if when_us < self._clock.now_us:
             raise OrchestratorMisuseError(
                 f"wake-up {timer!r} asked for {when_us}, before now ({self._clock.now_us})"
             )
-        self._clock.at(when_us, partial(self._act, (timer,)))
+        self._clock.at(when_us, partial(self._act, (timer,)), last=last)
 
     def emit(
         self,

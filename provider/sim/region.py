@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import CompileResult
+from provider.sim.approver import Approvers
 from provider.sim.bus import EventBus
 from provider.sim.clock import DAY_US, EPOCH_US, HOUR_US, Scheduler
 from provider.sim.contracts import compile_workload_contracts
@@ -65,6 +66,7 @@ class SimConfig:
     forward_capacity_interval_s: int = 3600
     claim_deadline_s: int = 60  # a claim not placed by then expires
     usage_interval_s: int = 6 * 3600
+    approval_delay_s: int = 15 * 60  # an approver answers an escalated fallback this late
     checkpoint_bandwidth_bytes_per_s: int = CHECKPOINT_BANDWIDTH_BYTES_PER_S
     reclaims: ReclaimSettings = field(default_factory=ReclaimSettings)
     # The owner identity (the provider deletes nothing else) and the baseline's settings.
@@ -136,6 +138,9 @@ class RegionSim:
             by_id,
             usage_interval_s=config.usage_interval_s,
             checkpoint_bandwidth_bytes_per_s=config.checkpoint_bandwidth_bytes_per_s,
+        )
+        self.approvers = Approvers(
+            self.bus, self.clock, self.catalogue, delay_s=config.approval_delay_s
         )
         self.host.start()
         self.demand = DemandSide(self.bus, self.clock, claim_deadline_s=config.claim_deadline_s)

@@ -2,23 +2,88 @@
 
 `RunSummary.observe` every envelope, then `report` with the simulation's own truth about which
 pools misbehave; the report is plain JSON-able data that `spotcap demo` prints.
+
+Besides the counts, three figures compare orchestrators on one seed:
+
+* **wasted work**: the `work_wasted` vCPU-hours (work redone after losses);
+* **shortfall**: vCPU-hours the workloads asked for and did not have, summed per workload
+  over time: what its open claims request (from `capacity_claim_opened` to
+  `capacity_released`) less the vCPU of its running instances, when that is positive;
+  **surplus** is the other side (vCPU running beyond what the open claims ask for);
+* **spend**: what the usage cost at the pools' rate cards (each `usage_interval` priced at its
+  pool's price over the interval, rate card by rate card), in micro-euros.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.events import (
+    CapacityClaimOpened,
+    CapacityReleased,
     ContractPublished,
     Envelope,
     InstanceDeleted,
     InstanceLaunched,
     InstanceLost,
+    RateCard,
     UsageInterval,
     WorkWasted,
 )
 from schemas.pools import PoolCatalogue
+
+US_PER_H = 3_600_000_000
+
+
+@dataclass(slots=True)
+class _Demand:
+    """One workload's asked-for and running vCPU, and the shortfall and surplus so far."""
+
+    asked_vcpu: int = 0
+    running_vcpu: int = 0
+    since_us: int = 0
+    short_vcpu_us: int = 0
+    surplus_vcpu_us: int = 0
+
+    def move(self, now_us: int) -> None:
+        span = now_us - self.since_us
+        if span > 0:
+            gap = self.asked_vcpu - self.running_vcpu
+            if gap > 0:
+                self.short_vcpu_us += gap * span
+            else:
+                self.surplus_vcpu_us -= gap * span
+        self.since_us = max(self.since_us, now_us)
+
+
+@dataclass(slots=True)
+class _Prices:
+    """A pool's rate cards as a running integral: micro-euros per vCPU up to each card."""
+
+    times_us: list[int] = field(default_factory=list)
+    cumulative: list[float] = field(default_factory=list)  # micro-euro x us / h, per vCPU
+    prices: list[int] = field(default_factory=list)
+
+    def add(self, at_us: int, price: int) -> None:
+        if self.times_us:
+            last = self.times_us[-1]
+            self.cumulative.append(self.cumulative[-1] + self.prices[-1] * (at_us - last))
+        else:
+            self.cumulative.append(0.0)
+        self.times_us.append(at_us)
+        self.prices.append(price)
+
+    def integral(self, at_us: int) -> float:
+        i = bisect.bisect_right(self.times_us, at_us) - 1
+        if i < 0:
+            return 0.0
+        return self.cumulative[i] + self.prices[i] * (at_us - self.times_us[i])
+
+    def cost_eur_micros(self, vcpu: int, start_us: int, end_us: int) -> float:
+        return vcpu * (self.integral(end_us) - self.integral(start_us)) / US_PER_H
 
 
 class RunSummary:
@@ -41,6 +106,12 @@ class RunSummary:
         self.peak_vcpu = 0
         self.first_us: int | None = None
         self.last_us = 0
+        self._demand: dict[str, _Demand] = {}
+        self._claims: dict[str, int] = {}  # open claim -> vCPU it asks for
+        self._owner: dict[str, str] = {}  # running instance -> workload
+        self._prices: dict[str, _Prices] = {}
+        self.spend_eur_micros = 0.0
+        self.spend_by_model: defaultdict[str, float] = defaultdict(float)
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload
@@ -49,14 +120,28 @@ class RunSummary:
         if self.first_us is None:
             self.first_us = envelope.occurred_at
         self.last_us = envelope.occurred_at
-        if isinstance(payload, InstanceLaunched):
+        if isinstance(payload, RateCard):
+            prices = self._prices.get(payload.pool_id)
+            if prices is None:
+                prices = self._prices[payload.pool_id] = _Prices()
+            prices.add(envelope.occurred_at, payload.price_per_vcpu_h_eur_micros)
+        elif isinstance(payload, InstanceLaunched):
             self._running[payload.instance_id] = payload.vcpu
             self.running_vcpu += payload.vcpu
             self.peak_vcpu = max(self.peak_vcpu, self.running_vcpu)
+            self._owner[payload.instance_id] = payload.workload_id
+            self._change(payload.workload_id, envelope.occurred_at).running_vcpu += payload.vcpu
+        elif isinstance(payload, CapacityClaimOpened):
+            self._claims[payload.claim_id] = payload.requested_vcpu
+            demand = self._change(payload.workload_id, envelope.occurred_at)
+            demand.asked_vcpu += payload.requested_vcpu
+        elif isinstance(payload, CapacityReleased):
+            asked = self._claims.pop(payload.claim_id, 0)
+            self._change(payload.workload_id, envelope.occurred_at).asked_vcpu -= asked
         elif isinstance(payload, InstanceDeleted):
-            self.running_vcpu -= self._running.pop(payload.instance_id, 0)
+            self.running_vcpu -= self._gone(payload.instance_id, envelope.occurred_at)
         elif isinstance(payload, InstanceLost):
-            self.running_vcpu -= self._running.pop(payload.instance_id, 0)
+            self.running_vcpu -= self._gone(payload.instance_id, envelope.occurred_at)
             if payload.with_notice:
                 self.losses_with_notice += 1
             else:
@@ -69,11 +154,39 @@ class RunSummary:
         elif isinstance(payload, UsageInterval):
             self.instance_h_by_pool[payload.pool_id] += payload.used_vcpu_h / payload.vcpu
             self.vcpu_h_by_model[payload.purchase_model] += payload.used_vcpu_h
+            prices = self._prices.get(payload.pool_id)
+            if prices is not None:
+                cost = prices.cost_eur_micros(payload.vcpu, payload.start_at, payload.end_at)
+                self.spend_eur_micros += cost
+                self.spend_by_model[payload.purchase_model] += cost
         elif isinstance(payload, WorkWasted):
             self.wasted_vcpu_s += payload.wasted_vcpu_s
         elif isinstance(payload, ContractPublished):
             self.workloads.add(payload.workload_id)
             self.target_vcpu += payload.target_vcpu
+
+    def _change(self, workload_id: str, now_us: int) -> _Demand:
+        demand = self._demand.get(workload_id)
+        if demand is None:
+            demand = self._demand[workload_id] = _Demand(since_us=now_us)
+        demand.move(now_us)
+        return demand
+
+    def _gone(self, instance_id: str, now_us: int) -> int:
+        vcpu = self._running.pop(instance_id, 0)
+        workload_id = self._owner.pop(instance_id, None)
+        if workload_id is not None:
+            self._change(workload_id, now_us).running_vcpu -= vcpu
+        return vcpu
+
+    def shortfall_vcpu_h(self) -> tuple[float, float]:
+        """(shortfall, surplus) in vCPU-hours, up to the last event observed."""
+        short = surplus = 0
+        for demand in self._demand.values():
+            demand.move(self.last_us)
+            short += demand.short_vcpu_us
+            surplus += demand.surplus_vcpu_us
+        return short / US_PER_H, surplus / US_PER_H
 
     def observed_per_instance_h(self, pool_id: str) -> float:
         hours = self.instance_h_by_pool.get(pool_id, 0.0)
@@ -83,6 +196,7 @@ class RunSummary:
         used_vcpu_h = sum(self.vcpu_h_by_model.values())
         reclaimable_vcpu_h = self.vcpu_h_by_model.get("reclaimable", 0.0)
         span_us = self.last_us - (self.first_us or 0)
+        shortfall_vcpu_h, surplus_vcpu_h = self.shortfall_vcpu_h()
         return {
             "events": sum(self.events_by_type.values()),
             "events_by_type": dict(sorted(self.events_by_type.items())),
@@ -108,6 +222,12 @@ class RunSummary:
             "reclaimable_share_of_used": round(reclaimable_vcpu_h / used_vcpu_h, 4)
             if used_vcpu_h
             else 0.0,
+            "shortfall_vcpu_h": round(shortfall_vcpu_h, 1),
+            "surplus_vcpu_h": round(surplus_vcpu_h, 1),
+            "spend_eur": round(self.spend_eur_micros / 1_000_000, 2),
+            "spend_eur_by_model": {
+                m: round(v / 1_000_000, 2) for m, v in sorted(self.spend_by_model.items())
+            },
         }
 
     def _pool_report(self, pool_id: str) -> dict[str, Any]:

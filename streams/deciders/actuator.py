@@ -8,10 +8,13 @@ the calls it allows, when it allows them, for every provider.
 Inputs: the decisions that act (`placement_decided`, `replacement_requested` and
 `fallback_decided` launch one instance per instance-size of each allocation; an approved or
 automatic fallback only, never one awaiting approval; `fallback_returned` deletes the
-fallback's instances), `pool_registered` (instance sizes), `instance_launched` (which instances
-carry the orchestrator's owner tag, and that the provider answers), `instance_lost`,
-`instance_deleted` and `launch_failed`. Outputs: `actuation_throttled` for every delayed call,
-`actuation_refused` for every refused one, `breaker_tripped`, `breaker_reset`.
+fallback's instances), `capacity_released` (a run's work is done: the instances serving its
+claim, tagged ``spotcap.io/claim``, are deleted), `pool_registered` (instance sizes),
+`instance_launched` (which instances carry the orchestrator's owner tag and which claim they
+serve, and that the provider answers; an instance that lands for a claim already released is
+deleted), `instance_lost`, `instance_deleted` and `launch_failed`. Outputs:
+`actuation_throttled` for every delayed call, `actuation_refused` for every refused one,
+`breaker_tripped`, `breaker_reset`.
 
 * **Token budget** (`budget.TokenBucket`): `calls_per_s` (10) mutating calls a second, a burst
   of `burst_calls`; a call finding no token is queued and delayed, never dropped, and says so.
@@ -20,6 +23,11 @@ carry the orchestrator's owner tag, and that the provider answers), `instance_lo
 * **Termination breaker**: more than `termination_threshold` deletions allowed within
   `termination_window_s` open it; while open every delete is refused; it closes after
   `breaker_open_s`, and the budget restarts at `recovery_ratio` of itself.
+* **Orderly scale-down**: deleting what a released claim no longer needs is never urgent, so
+  those deletions are *paced* under the breaker instead of tripping it: each waits until the
+  termination window has room for it (and until an open breaker closes). A run's end
+  (hundreds of CI runners at 18:00) therefore takes a few minutes, and the breaker stays for
+  what it is for: terminations nobody planned.
 * **Provider outage**: `outage_failures` failed launches in a row mean the provider is out; the
   budget drops to `recovery_ratio` (probing, not storming). When a launch succeeds again,
   recovery begins (`breaker_reset`, breaker ``provider``).
@@ -29,6 +37,7 @@ carry the orchestrator's owner tag, and that the provider answers), `instance_lo
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -39,6 +48,7 @@ from schemas.events import (
     ActuationThrottled,
     BreakerReset,
     BreakerTripped,
+    CapacityReleased,
     Envelope,
     FallbackDecided,
     FallbackReturned,
@@ -51,15 +61,18 @@ from schemas.events import (
     ReplacementRequested,
 )
 from schemas.ids import derived_event_id
-from streams.deciders.budget import TokenBucket
+from streams.deciders.budget import Grant, TokenBucket
 from streams.deciders.maps import drop, put
 from streams.deciders.region import RegionView
 from streams.deciders.settings import ActuatorSettings, DeciderSettings
 from streams.deciders.types import US, Cause, Input, Tick, decision
+from streams.deciders.workload import CLAIM_TAG
 
 NAME = "actuator"
 OWNER_TAG = "spotcap.io/owner"  # ADR-11; the same tag provider.base.OWNER_TAG names
 TERMINATION = "termination"
+# How long a released claim is remembered, to delete what still lands for it.
+RELEASED_MEMORY_US = 24 * 3600 * US
 PROVIDER = "provider"
 INPUTS = frozenset(
     {
@@ -67,11 +80,23 @@ INPUTS = frozenset(
         "replacement_requested",
         "fallback_decided",
         "fallback_returned",
+        "capacity_released",
         "pool_registered",
         "instance_launched",
         "instance_lost",
         "instance_deleted",
         "launch_failed",
+    }
+)
+# The inputs that can imply provider calls (the rest only update the guard's state).
+CALL_CAUSES = frozenset(
+    {
+        "placement_decided",
+        "replacement_requested",
+        "fallback_decided",
+        "fallback_returned",
+        "capacity_released",
+        "instance_launched",
     }
 )
 
@@ -88,6 +113,7 @@ class Call:
     workload_id: str | None = None
     operation: str | None = None  # the provider operation when not the call itself (reclaim)
     owner_checked: bool = False  # the adapter checked the owner tag itself, before any token
+    orderly: bool = False  # a scale-down delete: paced under the breaker, never tripping it
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +144,9 @@ class GuardState:
     now_us: int = 0
     sizes: Mapping[str, int] = field(default_factory=dict)  # pool -> vCPU per instance
     owners: Mapping[str, str | None] = field(default_factory=dict)  # instance -> owner tag
-    deletions_us: tuple[int, ...] = ()  # deletions allowed inside the termination window
+    claims: Mapping[str, str] = field(default_factory=dict)  # own instance -> claim it serves
+    released: Mapping[str, int] = field(default_factory=dict)  # claim -> when it was released
+    deletions_us: tuple[int, ...] = ()  # deletions allowed inside the termination window, sorted
     termination: Breaker | None = None
     launch_failures: int = 0
     outage: Breaker | None = None
@@ -142,6 +170,9 @@ class ActuatorGuard:
 
     def __init__(self, settings: DeciderSettings | None = None) -> None:
         self.settings: ActuatorSettings = (settings or DeciderSettings()).actuator
+        # `step` asks `decide` and then `evolve` about the same (state, input): the judgement
+        # of the last pair is kept (by identity: both are immutable), not made twice.
+        self._last: tuple[GuardState, Input, Judged] | None = None
 
     def key(self, event: Envelope) -> str | None:
         return event.region if event.event_type in INPUTS else None
@@ -180,6 +211,8 @@ class ActuatorGuard:
         rate = s.calls_per_s * ratio
         bucket, grant = state.bucket.take(at_us, rate, ratio)
         state = replace(state, bucket=bucket)
+        if call.orderly:
+            state, grant = self._paced(state, grant)
         delay_us = grant.delay_us(at_us)
         if delay_us > 0:
             throttled = ActuationThrottled(
@@ -193,6 +226,23 @@ class ActuatorGuard:
             )
             events = (*events, self._stamp(throttled, call, at_us, "throttled"))
         return Judged(state, (Verdict(call, grant.not_before_us),), events)
+
+    def _paced(self, state: GuardState, grant: Grant) -> tuple[GuardState, Grant]:
+        """An orderly delete's grant moved to when the termination window has room for it
+        (and the breaker is closed), and the deletion counted there."""
+        s = self.settings
+        window_us = s.termination_window_s * US
+        at_us = grant.not_before_us
+        if state.termination is not None:
+            at_us = max(at_us, state.termination.since_us + s.breaker_open_s * US)
+        deletions = state.deletions_us
+        if len(deletions) >= s.termination_threshold:
+            # the window ending at `at_us` may hold threshold - 1 others
+            at_us = max(at_us, deletions[-s.termination_threshold] + window_us)
+        placed = list(deletions)
+        bisect.insort(placed, at_us)
+        paced = Grant(at_us, grant.tokens_before, grant.queued)
+        return replace(state, deletions_us=tuple(placed)), paced
 
     def _check_delete(
         self, state: GuardState, call: Call, at_us: int
@@ -211,6 +261,8 @@ class ActuatorGuard:
         window_us = s.termination_window_s * US
         recent = tuple(t for t in state.deletions_us if t > at_us - window_us)
         state = replace(state, deletions_us=recent)
+        if call.orderly:
+            return state, ()  # counted where `_paced` puts it
         if state.termination is not None:
             why = (
                 f"the termination breaker is open since {state.termination.since_us}: "
@@ -219,7 +271,9 @@ class ActuatorGuard:
             return self._refuse(state, call, at_us, (TERMINATION, why))
         count = len(recent) + 1
         if count <= s.termination_threshold:
-            return replace(state, deletions_us=(*recent, at_us)), ()
+            placed = list(recent)
+            bisect.insort(placed, at_us)
+            return replace(state, deletions_us=tuple(placed)), ()
         why = f"{count} deletions within {s.termination_window_s} s opened the breaker"
         tripped = BreakerTripped(
             breaker=TERMINATION,
@@ -296,10 +350,40 @@ class ActuatorGuard:
                     "delete", cause, len(out), instance_id=instance_id, workload_id=p.workload_id
                 )
                 out.append(call)
+        elif isinstance(p, CapacityReleased):
+            serving = sorted(i for i, claim in state.claims.items() if claim == p.claim_id)
+            for instance_id in serving:
+                out.append(self._scale_down(cause, len(out), instance_id, p.workload_id))
+        elif isinstance(p, InstanceLaunched):
+            claim = state.claims.get(p.instance_id)
+            if claim is not None and claim in state.released:
+                # it landed after its claim's work was done (a queued launch, a replacement)
+                out.append(self._scale_down(cause, 0, p.instance_id, p.workload_id))
         return tuple(out)
+
+    @staticmethod
+    def _scale_down(cause: Cause, index: int, instance_id: str, workload_id: str) -> Call:
+        return Call(
+            "delete", cause, index, instance_id=instance_id, workload_id=workload_id, orderly=True
+        )
+
+    def verdicts(self, state: GuardState, event: Input) -> tuple[Verdict, ...]:
+        """What the I/O side may do for `event`: each call's verdict (none for a tick). The
+        state must be the one `step` decides on (the key's timers due by then fired)."""
+        if isinstance(event, Tick) or event.event_type not in CALL_CAUSES:
+            return ()
+        return self.judge(state, event).verdicts
 
     def judge(self, state: GuardState, event: Input) -> Judged:
         """The guard's answer to an input: what the I/O side may do, and the events."""
+        last = self._last
+        if last is not None and last[0] is state and last[1] is event:
+            return last[2]
+        judged = self._judge(state, event)
+        self._last = (state, event, judged)
+        return judged
+
+    def _judge(self, state: GuardState, event: Input) -> Judged:
         if isinstance(event, Tick):
             return self._tick(state, event)
         state = self._observe(state, event)
@@ -319,16 +403,27 @@ class ActuatorGuard:
         if isinstance(p, PoolRegistered):
             return replace(state, sizes=put(state.sizes, p.pool_id, p.instance_vcpu))
         if isinstance(p, InstanceLaunched):
+            owner = p.tags.get(OWNER_TAG)
             state = replace(
-                state,
-                owners=put(state.owners, p.instance_id, p.tags.get(OWNER_TAG)),
-                launch_failures=0,
+                state, owners=put(state.owners, p.instance_id, owner), launch_failures=0
             )
+            claim = p.tags.get(CLAIM_TAG)
+            if claim is not None and owner == self.settings.orchestrator_id:
+                state = replace(state, claims=put(state.claims, p.instance_id, claim))
             if state.outage is not None:
                 state = replace(state, outage=None, recovery_since_us=at)
             return state
+        if isinstance(p, CapacityReleased):
+            horizon_us = at - RELEASED_MEMORY_US
+            released = {c: t for c, t in state.released.items() if t > horizon_us}
+            released[p.claim_id] = at
+            return replace(state, released=released)
         if isinstance(p, InstanceLost | InstanceDeleted):
-            return replace(state, owners=drop(state.owners, p.instance_id))
+            return replace(
+                state,
+                owners=drop(state.owners, p.instance_id),
+                claims=drop(state.claims, p.instance_id),
+            )
         if isinstance(p, LaunchFailed):
             failures = state.launch_failures + 1
             state = replace(state, launch_failures=failures)

@@ -130,6 +130,7 @@ class ExclusionWatcher:
         self.settings: ExclusionSettings = (settings or DeciderSettings()).exclusion
         s = self.settings
         self._horizon_us = max(s.rate_window_s, s.burst_window_s, s.readmission_healthy_s) * US
+        self._last: tuple[PoolWatch, Envelope, PoolWatch] | None = None
 
     def key(self, event: Envelope) -> str | None:
         if event.event_type not in INPUTS:
@@ -187,8 +188,19 @@ class ExclusionWatcher:
         return state
 
     def _observe(self, state: PoolWatch, event: Envelope) -> PoolWatch:
+        # `step` asks `decide` and then `evolve` about the same (state, input): the last pair's
+        # answer is kept (by identity: both are immutable), not worked out twice.
+        last = self._last
+        if last is not None and last[0] is state and last[1] is event:
+            return last[2]
+        seen = self._observed(state, event)
+        self._last = (state, event, seen)
+        return seen
+
+    def _observed(self, state: PoolWatch, event: Envelope) -> PoolWatch:
         now_us = max(state.now_us, event.occurred_at)
-        state = replace(state, now_us=now_us)
+        if now_us != state.now_us:
+            state = replace(state, now_us=now_us)
         p = event.payload
         if isinstance(p, PoolRegistered):
             return replace(

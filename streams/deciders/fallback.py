@@ -52,12 +52,11 @@ from schemas.events import (
     ReplacementRequested,
 )
 from streams.deciders import eligibility
-from streams.deciders.eligibility import Needs
 from streams.deciders.observe import US_PER_H
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.types import US, Cause, Input, Tick, decision
-from streams.deciders.waterfill import FloorSpread, spread_floor
+from streams.deciders.waterfill import FloorSpread, spread, spread_floor
 from streams.deciders.workload import LIFECYCLE_INPUTS, Terms, WorkloadFacts, workload_of
 
 NAME = "fallback"
@@ -298,6 +297,9 @@ class FallbackArbiter:
             if a.returnable and self._return_due(state, a) <= at
             else a
             for a in state.active
+            # a returnable fallback whose instances are all gone (deleted with its claim,
+            # or never landed) has nothing left to return when its time comes
+            if not (a.returnable and self._return_due(state, a) <= at and not _held_by(state, a))
         )
         return _settled(replace(state, active=active))
 
@@ -358,29 +360,42 @@ class FallbackArbiter:
                 out += self._fall_back(state, terms, ask, view)
         for active in state.active:
             due = self._return_due(state, active)
-            if active.returnable and due <= at and self._ready(state, terms, view):
-                out.append(self._return(state, active, at))
+            if not active.returnable or due > at:
+                continue
+            held = _held_by(state, active)
+            if held and self._ready(state, view, sum(held.values())):
+                out.append(self._return(state, active, at, held))
         return out
 
-    def _ready(self, state: ArbiterState, terms: Terms, view: RegionView) -> bool:
+    def _ready(self, state: ArbiterState, view: RegionView, vcpu: int) -> bool:
+        """Whether reclaimable capacity can take `vcpu` back now: the planner's spread of them
+        (the workload's shapes, its reclaimable holdings, the caps) places all of them, over
+        at least `min_pools` eligible pools. Else the fallback stays (no return that the
+        planner would only hand back to the arbiter: no oscillation)."""
+        s = self.settings
         eligible = eligibility.reclaimable(
             view,
-            Needs(tolerated_per_h=terms.tolerated_per_h),
-            unrecorded_per_h=self.settings.exclusion.unrecorded_expected_per_h,
+            state.facts.needs(),
+            unrecorded_per_h=s.exclusion.unrecorded_expected_per_h,
         )
-        return len(eligible.candidates) >= self.settings.placement.min_pools
+        if len(eligible.candidates) < s.placement.min_pools:
+            return False
+        plan = spread(
+            vcpu,
+            state.facts.reclaimable_by_pool(),
+            eligibility.group_of(view),
+            eligible.candidates,
+            settings=s.placement,
+        )
+        return plan.unplaced_vcpu == 0 and plan.caps_held
 
-    def _return(self, state: ArbiterState, active: Active, at: int) -> Envelope:
-        instance_ids = tuple(
-            sorted(
-                i
-                for i, h in state.facts.instances.items()
-                if h.launched_by == active.cause.event_id
-            )
-        )
+    def _return(
+        self, state: ArbiterState, active: Active, at: int, held: dict[str, int]
+    ) -> Envelope:
+        instance_ids = tuple(sorted(held))
         payload = FallbackReturned(
             workload_id=state.facts.workload_id,
-            vcpu=active.vcpu,
+            vcpu=sum(held.values()),
             dwell_s=(at - active.at_us) // US,
             fallback_event_id=active.cause.event_id,
             instance_ids=instance_ids,
@@ -588,6 +603,15 @@ class FallbackArbiter:
             decider=NAME,
             discriminator=f"{grant.trigger}/{grant.kind}/{part}/{at}",
         )
+
+
+def _held_by(state: ArbiterState, active: Active) -> dict[str, int]:
+    """The live instances a fallback launched (instance id -> vCPU)."""
+    return {
+        i: h.vcpu
+        for i, h in state.facts.instances.items()
+        if h.launched_by == active.cause.event_id
+    }
 
 
 def _settled(state: ArbiterState) -> ArbiterState:

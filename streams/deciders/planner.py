@@ -121,7 +121,7 @@ class Planner:
             needs = Needs(frozenset(p.sku_families), frozenset(p.sizes_vcpu), tolerated)
             request = Request(p.requested_vcpu, needs, p.claim_id, with_floor=True)
         elif isinstance(p, FallbackReturned):
-            request = Request(p.vcpu, Needs(tolerated_per_h=tolerated), None, with_floor=False)
+            request = Request(p.vcpu, state.facts.needs(), None, with_floor=False)
         else:
             return []
         return [self.plan(state, request, view, event)]

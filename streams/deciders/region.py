@@ -157,47 +157,61 @@ class RegionView:
 
     def evolve(self, event: Envelope) -> RegionView:
         """The view after one event (events it does not read change only `now_us`)."""
-        view = self
+        changes: dict[str, object] = {}
         if event.occurred_at > self.now_us or not self.region:
-            view = replace(self, now_us=max(self.now_us, event.occurred_at), region=event.region)
+            changes["now_us"] = max(self.now_us, event.occurred_at)
+            changes["region"] = event.region
         p = event.payload
-        if isinstance(p, PoolRegistered):
-            return replace(view, pools=put(view.pools, p.pool_id, PoolFacts.of(p)))
-        if isinstance(p, RateCard):
+        kind = type(p)
+        if kind is RateCard:
+            assert isinstance(p, RateCard)
             price = Price(
                 p.price_per_vcpu_h_eur_micros,
                 p.guaranteed_price_per_vcpu_h_eur_micros,
                 event.event_id,
             )
-            return replace(view, prices=put(view.prices, p.pool_id, price))
-        if isinstance(p, ForwardCapacity):
-            forecast = Forecast(p.available_vcpu, event.event_id)
-            return replace(view, forecasts=put(view.forecasts, p.pool_id, forecast))
-        if isinstance(p, ReservationCommitted):
-            held = view.reservations.get(p.pool_id, ())
-            r = Reservation(p.reserved_vcpu, p.start_at, p.end_at)
-            return replace(view, reservations=put(view.reservations, p.pool_id, (*held, r)))
-        if isinstance(p, InstanceLaunched):
-            if p.instance_id in view.instances:
-                return view  # a redelivered launch
-            return view._use(p.pool_id, p.vcpu, p.instance_id, launched=True)
-        if isinstance(p, InstanceLost | InstanceDeleted):
-            known = view.instances.get(p.instance_id)
-            if known is None:
-                return view
-            return view._use(known[0], known[1], p.instance_id, launched=False)
-        if isinstance(p, PoolExcluded):
-            return replace(view, excluded=put(view.excluded, p.pool_id, event.event_id))
-        if isinstance(p, PoolReadmitted):
-            return replace(view, excluded=drop(view.excluded, p.pool_id))
-        if isinstance(p, PoolRanked):
+            changes["prices"] = put(self.prices, p.pool_id, price)
+        elif kind is PoolRanked:
+            assert isinstance(p, PoolRanked)
             ranked = Ranked(p.rank, p.score, p.observed_interruption_per_h)
-            if p.ranking_id != view.ranking_id:
-                return replace(view, ranking_id=p.ranking_id, ranking={p.pool_id: ranked})
-            return replace(view, ranking=put(view.ranking, p.pool_id, ranked))
-        return view
+            if p.ranking_id != self.ranking_id:
+                changes["ranking_id"] = p.ranking_id
+                changes["ranking"] = {p.pool_id: ranked}
+            else:
+                changes["ranking"] = put(self.ranking, p.pool_id, ranked)
+        elif kind is InstanceLaunched:
+            assert isinstance(p, InstanceLaunched)
+            if p.instance_id not in self.instances:  # else a redelivered launch
+                changes.update(self._use(p.pool_id, p.vcpu, p.instance_id, launched=True))
+        elif kind is InstanceLost or kind is InstanceDeleted:
+            assert isinstance(p, InstanceLost | InstanceDeleted)
+            known = self.instances.get(p.instance_id)
+            if known is not None:
+                changes.update(self._use(known[0], known[1], p.instance_id, launched=False))
+        elif kind is ForwardCapacity:
+            assert isinstance(p, ForwardCapacity)
+            forecast = Forecast(p.available_vcpu, event.event_id)
+            changes["forecasts"] = put(self.forecasts, p.pool_id, forecast)
+        elif kind is PoolRegistered:
+            assert isinstance(p, PoolRegistered)
+            changes["pools"] = put(self.pools, p.pool_id, PoolFacts.of(p))
+        elif kind is ReservationCommitted:
+            assert isinstance(p, ReservationCommitted)
+            held = self.reservations.get(p.pool_id, ())
+            r = Reservation(p.reserved_vcpu, p.start_at, p.end_at)
+            changes["reservations"] = put(self.reservations, p.pool_id, (*held, r))
+        elif kind is PoolExcluded:
+            assert isinstance(p, PoolExcluded)
+            changes["excluded"] = put(self.excluded, p.pool_id, event.event_id)
+        elif kind is PoolReadmitted:
+            assert isinstance(p, PoolReadmitted)
+            changes["excluded"] = drop(self.excluded, p.pool_id)
+        return replace(self, **changes) if changes else self  # type: ignore[arg-type]
 
-    def _use(self, pool_id: str, vcpu: int, instance_id: str, *, launched: bool) -> RegionView:
+    def _use(
+        self, pool_id: str, vcpu: int, instance_id: str, *, launched: bool
+    ) -> dict[str, object]:
+        """The changes a launch (or a loss or deletion) of the orchestrator's makes."""
         delta = vcpu if launched else -vcpu
         used = put(self.used_vcpu, pool_id, max(0, self.used_vcpu.get(pool_id, 0) + delta))
         instances = (
@@ -205,9 +219,9 @@ class RegionView:
             if launched
             else drop(self.instances, instance_id)
         )
-        forecasts = self.forecasts
-        forecast = forecasts.get(pool_id)
+        changes: dict[str, object] = {"used_vcpu": used, "instances": instances}
+        forecast = self.forecasts.get(pool_id)
         if forecast is not None:
             moved = replace(forecast, used_since_vcpu=forecast.used_since_vcpu + delta)
-            forecasts = put(forecasts, pool_id, moved)
-        return replace(self, used_vcpu=used, instances=instances, forecasts=forecasts)
+            changes["forecasts"] = put(self.forecasts, pool_id, moved)
+        return changes

@@ -37,7 +37,6 @@ from schemas.events import (
     ReplacementRequested,
 )
 from streams.deciders import eligibility
-from streams.deciders.eligibility import Needs
 from streams.deciders.maps import add
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
@@ -49,6 +48,7 @@ NAME = "replacement"
 INPUTS = frozenset(
     {
         "contract_published",
+        "capacity_claim_opened",
         "notice_received",
         "launch_failed",
         "actuation_refused",
@@ -192,10 +192,9 @@ class Replacement:
         facts, settings = state.facts, self.settings
         lost_facts = view.pools.get(lost.pool_id)
         lost_group = lost_facts.correlation_group if lost_facts else lost.pool_id
-        tolerated = facts.terms.tolerated_per_h if facts.terms else 0.0
         eligible = eligibility.reclaimable(
             view,
-            Needs(tolerated_per_h=tolerated),
+            facts.needs(),
             unrecorded_per_h=settings.exclusion.unrecorded_expected_per_h,
             exclude_pools=(lost.pool_id,),
         )

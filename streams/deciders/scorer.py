@@ -57,13 +57,18 @@ INPUTS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Observed:
-    """A pool's live instances and, per bucket, reclamations and instance-microseconds."""
+    """A pool's live instances and, per bucket, reclamations and instance-microseconds.
+
+    `reclaims` and `inst_us` are the sums over `buckets`, kept as the buckets change, so a
+    round reads a pool's window without summing a day of buckets."""
 
     live: frozenset[str] = frozenset()
     noticed: frozenset[str] = frozenset()
     last_us: int = 0
     # (bucket start, reclamations, instance-microseconds), oldest first
     buckets: tuple[tuple[int, int, int], ...] = ()
+    reclaims: int = 0
+    inst_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,22 +120,26 @@ class Scorer:
         if event.event_type not in INPUTS:
             return state  # its own pool_ranked events: nothing to fold
         now_us = max(state.now_us, event.occurred_at)
-        state = replace(state, now_us=now_us, last_input=Cause.of(event), region=event.region)
+        changes: dict[str, object] = {
+            "now_us": now_us,
+            "last_input": Cause.of(event),
+            "region": event.region,
+        }
         if state.next_round_us is None:
-            state = replace(state, next_round_us=self._round_at(now_us) + self._step)
+            changes["next_round_us"] = self._round_at(now_us) + self._step
         p = event.payload
-        if isinstance(p, PoolRegistered):
-            return replace(state, pools=put(state.pools, p.pool_id, PoolFacts.of(p)))
         if isinstance(p, RateCard):
             price = Latest(p.price_per_vcpu_h_eur_micros, event.event_id, now_us)
-            return replace(state, prices=put(state.prices, p.pool_id, price))
-        if isinstance(p, ForwardCapacity):
-            forward = Latest(p.available_vcpu, event.event_id, now_us)
-            return replace(state, forward=put(state.forward, p.pool_id, forward))
-        if isinstance(p, InstanceLaunched | InstanceLost | InstanceDeleted | NoticeReceived):
+            changes["prices"] = put(state.prices, p.pool_id, price)
+        elif isinstance(p, InstanceLaunched | InstanceLost | InstanceDeleted | NoticeReceived):
             seen = self._observe(state.observed.get(p.pool_id, Observed()), p, now_us)
-            return replace(state, observed=put(state.observed, p.pool_id, seen))
-        return state
+            changes["observed"] = put(state.observed, p.pool_id, seen)
+        elif isinstance(p, ForwardCapacity):
+            forward = Latest(p.available_vcpu, event.event_id, now_us)
+            changes["forward"] = put(state.forward, p.pool_id, forward)
+        elif isinstance(p, PoolRegistered):
+            changes["pools"] = put(state.pools, p.pool_id, PoolFacts.of(p))
+        return replace(state, **changes)  # type: ignore[arg-type]
 
     @property
     def _step(self) -> int:
@@ -163,25 +172,44 @@ class Scorer:
         )
 
     def _accrue(self, seen: Observed, now_us: int) -> Observed:
-        """Add the live count's instance-microseconds up to `now_us`, bucket by bucket."""
+        """Add the live count's instance-microseconds up to `now_us`, bucket by bucket, and
+        drop the buckets the window has left behind."""
         bucket_us = self.settings.bucket_s * US
-        buckets = list(seen.buckets)
         at_us = seen.last_us if seen.last_us else now_us
+        cutoff = now_us - self.settings.observation_window_s * US - bucket_us
         count = len(seen.live)
-        while at_us < now_us:
+        buckets = seen.buckets
+        if (at_us >= now_us or not count) and (not buckets or buckets[0][0] > cutoff):
+            if now_us <= seen.last_us:
+                return seen
+            return replace(seen, last_us=now_us)  # nothing accrues, nothing leaves the window
+        grown = list(buckets)
+        inst_us = seen.inst_us
+        while at_us < now_us and count:
             start = at_us - at_us % bucket_us
             until = min(now_us, start + bucket_us)
-            _bump(buckets, start, 0, count * (until - at_us))
+            _bump(grown, start, 0, count * (until - at_us))
+            inst_us += count * (until - at_us)
             at_us = until
-        cutoff = now_us - self.settings.observation_window_s * US - bucket_us
-        kept = tuple(b for b in buckets if b[0] > cutoff)
-        return replace(seen, last_us=max(seen.last_us, now_us), buckets=kept)
+        reclaims = seen.reclaims
+        first = 0
+        while first < len(grown) and grown[first][0] <= cutoff:
+            reclaims -= grown[first][1]
+            inst_us -= grown[first][2]
+            first += 1
+        return replace(
+            seen,
+            last_us=max(seen.last_us, now_us),
+            buckets=tuple(grown[first:]),
+            reclaims=reclaims,
+            inst_us=inst_us,
+        )
 
     def _count_reclaim(self, seen: Observed, now_us: int) -> Observed:
         buckets = list(seen.buckets)
         bucket_us = self.settings.bucket_s * US
         _bump(buckets, now_us - now_us % bucket_us, 1, 0)
-        return replace(seen, buckets=tuple(buckets))
+        return replace(seen, buckets=tuple(buckets), reclaims=seen.reclaims + 1)
 
     # -- decide ------------------------------------------------------------------------------
 
@@ -240,12 +268,25 @@ class Scorer:
         return score, available, observed, price_micros, ids
 
     def observed_rate(self, state: ScorerState, pool_id: str, round_us: int) -> float:
-        """Reclamations per instance-hour over the window before `round_us` (else the record)."""
+        """Reclamations per instance-hour over the window before `round_us` (else the record).
+
+        The window is the buckets starting in [round - window, round): the pool's running sums
+        less the buckets before the window, plus what the live instances accrued since the
+        pool's last event (all of it inside the window, but for a pool quiet since before)."""
         s = self.settings
-        seen = self._accrue(state.observed.get(pool_id, Observed()), round_us)
-        start = round_us - s.observation_window_s * US
-        reclaims = sum(b[1] for b in seen.buckets if start <= b[0] < round_us)
-        exposure_h = sum(b[2] for b in seen.buckets if start <= b[0] < round_us) / US_PER_H
+        seen = state.observed.get(pool_id)
+        reclaims = inst_us = 0
+        if seen is not None:
+            start = round_us - s.observation_window_s * US
+            reclaims, inst_us = seen.reclaims, seen.inst_us
+            for bucket_start, bucket_reclaims, bucket_inst_us in seen.buckets:
+                if bucket_start >= start:
+                    break
+                reclaims -= bucket_reclaims
+                inst_us -= bucket_inst_us
+            if seen.last_us and seen.last_us < round_us:
+                inst_us += len(seen.live) * (round_us - max(seen.last_us, start))
+        exposure_h = inst_us / US_PER_H
         if exposure_h < s.min_exposure_instance_h:
             facts = state.pools.get(pool_id)
             return (facts.expected_per_h or 0.0) if facts else 0.0

@@ -15,6 +15,13 @@ with the total) until it places all of it, and the rest is reported unplaced. Wi
 eligible candidates the caps cannot hold (n pools cannot each stay under 15%); the plan then
 spreads evenly over what there is and says so, never silently.
 
+Instances are whole, so only a pool whose instance is no larger than the pool cap can take
+part in a capped spread: a 40-vCPU workload (a cap of 6 vCPU a pool) can use 4-vCPU pools,
+not 8-vCPU ones. When fewer than `min_pools` candidates are that fine, the caps cannot hold
+either, and the plan spreads evenly over every candidate, one instance a pool as far as it
+can, and says so (the loop showed what the strict alternative costs: a quarter of the vCPU of
+small workloads unplaced, so on guaranteed capacity, and an escalation for most of them).
+
 **Floor spread** (`spread_floor`). Committed capacity first, always: a guaranteed pool is used
 only when no committed pool has room for another instance. Within each purchase model the
 next instance goes to the hall holding the least of the floor, so a floor over at least three
@@ -77,14 +84,18 @@ def spread(
 ) -> Spread:
     """Place `need_vcpu` more reclaimable vCPU over `candidates` (best first), on top of what
     the workload already `held` per pool (`group_of` maps every held or candidate pool)."""
-    pools = {c.pool_id: c for c in candidates}
-    eligible = len(pools)
-    groups = {c.correlation_group for c in candidates}
-    strict = eligible >= settings.min_pools
     held_total = sum(held.values())
+    target = max(0, need_vcpu)
+    whole_cap, _ = _caps(held_total + target, settings, strict=True)
+    fit = [c for c in candidates if c.instance_vcpu <= whole_cap]
+    strict = len(fit) >= settings.min_pools
+    coarse = len(candidates) - len(fit)
+    if strict:
+        candidates = fit
+    eligible = len(candidates)
+    groups = {c.correlation_group for c in candidates}
     preferred = [c for c in candidates if c.correlation_group not in avoid_groups]
     fallback = [c for c in candidates if c.correlation_group in avoid_groups]
-    target = max(0, need_vcpu)
     pool_cap, group_cap = _caps(held_total + target, settings, strict=strict)
     placed, avoided = _fill(
         target,
@@ -104,7 +115,15 @@ def spread(
     unplaced = max(0, need_vcpu - placed_vcpu)
     caps_held = strict and _within_caps(held, placed, group_of, settings)
     reason = None
-    if not strict:
+    if not strict and coarse and eligible >= settings.min_pools:
+        reason = (
+            f"only {len(fit)} of {eligible} eligible pools have instances within the pool cap "
+            f"({whole_cap} vCPU) of this workload, fewer than {settings.min_pools}: the caps "
+            f"cannot hold, so the plan spreads evenly over all {eligible}"
+        )
+        eligible = len(fit)
+        pool_cap = group_cap = 0
+    elif not strict:
         reason = (
             f"only {eligible} eligible pools in {len(groups)} correlation groups, fewer than "
             f"{settings.min_pools}: the caps cannot hold, so the plan spreads evenly over them"
@@ -115,7 +134,7 @@ def spread(
         reason = f"a cap was broken before this plan and still is: {broken}"
     elif unplaced:
         smallest = min((c.instance_vcpu for c in candidates), default=0)
-        coarse = (
+        too_coarse = (
             f"; the smallest eligible instance ({smallest} vCPU) is larger than the pool cap"
             if smallest > pool_cap
             else ""
@@ -123,7 +142,7 @@ def spread(
         reason = (
             f"caps held; {unplaced} vCPU unplaced: the room of {eligible} eligible pools in "
             f"{len(groups)} groups under the caps ({pool_cap} vCPU per pool, {group_cap} per "
-            f"group) took {placed_vcpu} of {need_vcpu} vCPU{coarse}"
+            f"group) took {placed_vcpu} of {need_vcpu} vCPU{too_coarse}"
         )
     if avoid_groups and not avoided:
         used = sorted({group_of[p] for p in placed if group_of[p] in avoid_groups})

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from schemas.events import (
+    CapacityClaimOpened,
     ContractPublished,
     Envelope,
     InstanceDeleted,
@@ -23,9 +24,11 @@ from schemas.events import (
     InstanceLost,
     PurchaseModel,
 )
+from streams.deciders.eligibility import Needs
 from streams.deciders.maps import drop, put
 
 ROLE_TAG = "spotcap.io/role"
+CLAIM_TAG = "spotcap.io/claim"  # the capacity claim an instance serves (its scheduler's)
 FLOOR_ROLE = "floor"
 FALLBACK_ROLE = "fallback"
 SPREAD_ROLE = "spread"
@@ -78,12 +81,18 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadFacts:
-    """A workload's contract terms and live instances, as of `now_us`."""
+    """A workload's contract terms, live instances and what its work runs on, as of `now_us`.
+
+    `families` and `sizes_vcpu` are the latest claim's (empty: anything): work placed for the
+    workload without a claim of its own (a replacement, a fallback coming back) runs on the
+    same shapes as its runs ask for."""
 
     workload_id: str
     now_us: int = 0
     terms: Terms | None = None
     instances: Mapping[str, Held] = field(default_factory=dict)
+    families: frozenset[str] = frozenset()
+    sizes_vcpu: frozenset[int] = frozenset()
 
     def vcpu(self, model: PurchaseModel | None = None, *, floor: bool | None = None) -> int:
         return sum(
@@ -91,6 +100,11 @@ class WorkloadFacts:
             for h in self.instances.values()
             if (model is None or h.purchase_model == model) and (floor is None or h.floor == floor)
         )
+
+    def needs(self) -> Needs:
+        """What the workload's work runs on and the interruption it tolerates."""
+        tolerated = self.terms.tolerated_per_h if self.terms else 0.0
+        return Needs(self.families, self.sizes_vcpu, tolerated)
 
     def reclaimable_by_pool(self, without: str | None = None) -> dict[str, int]:
         """vCPU on reclaimable capacity per pool (leaving out instance `without`)."""
@@ -115,6 +129,11 @@ class WorkloadFacts:
         p = event.payload
         if isinstance(p, ContractPublished):
             return replace(facts, terms=Terms.of(p))
+        if isinstance(p, CapacityClaimOpened):
+            families, sizes = frozenset(p.sku_families), frozenset(p.sizes_vcpu)
+            if families == facts.families and sizes == facts.sizes_vcpu:
+                return facts
+            return replace(facts, families=families, sizes_vcpu=sizes)
         if isinstance(p, InstanceLaunched):
             role = p.tags.get(ROLE_TAG)
             floor = p.purchase_model == "committed" or role == FLOOR_ROLE

@@ -53,6 +53,7 @@ from streams.deciders import (
     Scorer,
     all_deciders,
 )
+from streams.deciders.actuator import Verdict
 from streams.deciders.types import Decider, Tick, step
 from streams.deciders.workload import workload_of
 
@@ -88,7 +89,15 @@ class RuntimeSettings:
     """How a runtime cuts time and remembers inputs (every runtime of one region must agree)."""
 
     clock_interval_s: float = 1.0
-    """Timers of quiet keys fire at the first clock at or after their due time."""
+    """Timers of quiet keys fire at the next clock at or after their due time."""
+    every_boundary: bool = False
+    """False (the partitioned runtime's order, which journals every clock): a fact that enters
+    a later interval than every fact before it gets one clock, at the start of its interval,
+    and the timers due by then fire there. True: every boundary crossed gets its clock (a
+    timer due at `d` fires at the first boundary at or after `d`); with a clock of a
+    microsecond that is its due time exactly, which the simulator's loop needs
+    (`spotcap.loop.LOOP_RUNTIME`). The in-process core skips the clocks at which nothing is
+    due, so either costs only the clocks that fire."""
     seen_capacity: int = 100_000
     """Input event ids remembered to drop re-delivered duplicates."""
 
@@ -157,35 +166,49 @@ class RecentIds:
 
 
 class Sequence:
-    """Turns the merged history into items: input facts, duplicates dropped, clocks put in."""
+    """Turns the merged history into items: input facts, duplicates dropped, clocks put in
+    (one clock per fact entering a later interval, or, with `every_boundary`, one per
+    boundary crossed: see `RuntimeSettings`)."""
 
     def __init__(self, settings: RuntimeSettings | None = None) -> None:
         settings = settings or RuntimeSettings()
         self.interval_us = settings.clock_interval_us
+        self.every_boundary = settings.every_boundary
         self.next_clock_us: int | None = None
         self.seen = RecentIds(settings.seen_capacity)
         self.dropped_duplicates = 0
 
-    def items(self, event: Envelope) -> list[Item]:
-        """The items `event` gives: none (not an input, or seen), itself, or a clock and it."""
+    def admit(self, event: Envelope) -> bool:
+        """Whether `event` is an input fact seen for the first time (counts the duplicates)."""
         if not is_input(event):
-            return []
+            return False
         if not self.seen.first_time(event.event_id):
             self.dropped_duplicates += 1
-            return []
-        clock = self.clock_before(event.occurred_at)
-        return [event] if clock is None else [clock, event]
+            return False
+        return True
 
-    def clock_before(self, at_us: int) -> Clock | None:
-        """A clock if event time `at_us` enters a later interval than any before it."""
+    def items(self, event: Envelope) -> list[Item]:
+        """The items `event` gives: none (not an input, or seen), or its clocks (none, one,
+        or with `every_boundary` each boundary it crosses) and then itself."""
+        if not self.admit(event):
+            return []
+        clocks: list[Item] = [Clock(at) for at in self.clocks_before(event.occurred_at)]
+        return [*clocks, event]
+
+    def clocks_before(self, at_us: int) -> range:
+        """The clocks event time `at_us` brings (none the first time), in order: the start of
+        its interval, or every boundary crossed (`every_boundary`)."""
         boundary = at_us - at_us % self.interval_us
-        if self.next_clock_us is None:
+        start = self.next_clock_us
+        if start is None:
             self.next_clock_us = boundary + self.interval_us
-            return None
-        if at_us < self.next_clock_us:
-            return None
+            return range(0)
+        if at_us < start:
+            return range(0)
         self.next_clock_us = boundary + self.interval_us
-        return Clock(boundary)
+        if not self.every_boundary:
+            start = boundary
+        return range(start, boundary + 1, self.interval_us)
 
     def snapshot(self) -> dict[str, Any]:
         return {"next_clock_us": self.next_clock_us, "seen": self.seen.snapshot()}
@@ -226,6 +249,13 @@ class KeyedStage(Generic[S]):
             return []
         key = self.decider.key(event)
         return [] if key is None else self.step(key, event, view)
+
+    def next_due(self) -> int | None:
+        """The earliest timer of any key, if any."""
+        timers = self._timers
+        while timers and self._due.get(timers[0][1]) != timers[0][0]:
+            heapq.heappop(timers)  # stale: the key moved its timer since
+        return timers[0][0] if timers else None
 
     def due(self, at_us: int) -> list[tuple[int, str]]:
         """Keys whose timer is due by `at_us`, as (due, key), in that order."""
@@ -282,6 +312,9 @@ class ViewStage:
             view = view.evolve(decision)
         self.view = view
         return made
+
+    def next_due(self) -> int | None:
+        return _earliest(self.watcher.next_due(), self.scorer.next_due())
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -351,6 +384,9 @@ class WorkloadStage:
                 queue.extend(made)
         return out
 
+    def next_due(self) -> int | None:
+        return _earliest(*(stage.next_due() for stage in self.stages))
+
     def snapshot(self) -> dict[str, Any]:
         return {s.decider.name: s.snapshot() for s in self.stages}
 
@@ -359,12 +395,45 @@ class WorkloadStage:
             stage.restore(data[stage.decider.name])
 
 
+class GuardStage(KeyedStage[Any]):
+    """The actuator guard's keyed state, which can also say, for each input it steps, which
+    provider calls may go out and when (`Verdict`): what a runtime that acts (the simulator's
+    loop) carries out. Collecting them changes no decision (`step` fires the key's due timers
+    first either way, and the guard judges an input once: `ActuatorGuard.judge` keeps it)."""
+
+    def __init__(self, guard: ActuatorGuard) -> None:
+        super().__init__(guard)
+        self.guard = guard
+        self.verdicts: list[Verdict] | None = None  # None: not collected (nothing acts)
+
+    def step(self, key: str, event: Envelope | Tick, view: RegionView) -> list[Envelope]:
+        if self.verdicts is None or not isinstance(event, Envelope):
+            return super().step(key, event, view)
+        at = event.occurred_at
+        fired = super().step(key, Tick(at, at), view)  # the timers due by the input, first
+        self.verdicts.extend(self.guard.verdicts(self.states[key], event))
+        return fired + super().step(key, event, view)
+
+
 class ActuatorStage:
     """The actuator guard (key region): facts and clocks, then the workload decisions."""
 
     def __init__(self, settings: DeciderSettings) -> None:
-        self.guard: KeyedStage[Any] = KeyedStage(ActuatorGuard(settings))
+        self.guard = GuardStage(ActuatorGuard(settings))
         self._empty = RegionView()  # the guard reads no view
+
+    def collect_verdicts(self) -> None:
+        """From now on, keep the verdicts of every call the guard judges (`take_verdicts`)."""
+        if self.guard.verdicts is None:
+            self.guard.verdicts = []
+
+    def take_verdicts(self) -> list[Verdict]:
+        """The verdicts collected since the last call, in the order they were judged."""
+        taken = self.guard.verdicts
+        if taken is None:
+            return []
+        self.guard.verdicts = []
+        return taken
 
     def apply(self, item: Item) -> list[Envelope]:
         if isinstance(item, Clock):
@@ -373,6 +442,9 @@ class ActuatorStage:
 
     def on_decision(self, decision: Envelope) -> list[Envelope]:
         return self.guard.on_fact(decision, self._empty)
+
+    def next_due(self) -> int | None:
+        return self.guard.next_due()
 
     def snapshot(self) -> dict[str, Any]:
         return self.guard.snapshot()
@@ -405,21 +477,63 @@ class DeciderCore:
         return self.view_stage.view
 
     def process(self, event: Envelope) -> list[Envelope]:
-        """The decisions `event` (the next event of the merged history) calls for, in order."""
-        out: list[Envelope] = []
-        for item in self.sequence.items(event):
-            out += self.apply(item)
-        return out
+        """The decisions `event` (the next event of the merged history) calls for, in order:
+        those of the clocks before it, then its own (none if it is no input or a duplicate)."""
+        sequence = self.sequence
+        if not sequence.admit(event):
+            return []
+        out = self._clocks(sequence.clocks_before(event.occurred_at))
+        return out + self.apply(event)
 
     def advance_to(self, at_us: int) -> list[Envelope]:
-        """Move event time to `at_us` without an event (a simulator's quiet time): the clock,
-        if `at_us` enters a new interval, and the timers it fires."""
-        clock = self.sequence.clock_before(at_us)
-        return [] if clock is None else self.apply(clock)
+        """Move event time to `at_us` without an event (the simulator's loop, at a timer's
+        clock): the clocks of the boundaries it crosses and the timers they fire. The same
+        clocks come before the next fact otherwise: a replay of the log makes them too."""
+        return self._clocks(self.sequence.clocks_before(at_us))
+
+    def next_due_us(self) -> int | None:
+        """The earliest timer of any decider and key, if any."""
+        return _earliest(
+            self.view_stage.next_due(),
+            self.workload_stage.next_due(),
+            self.actuator_stage.next_due(),
+        )
+
+    def next_clock_us(self, due_us: int) -> int:
+        """The clock at which a timer due at `due_us` fires from here (a clock boundary)."""
+        interval = self.sequence.interval_us
+        at = -(-due_us // interval) * interval
+        following = self.sequence.next_clock_us
+        return at if following is None else max(at, following)
+
+    def _clocks(self, boundaries: range) -> list[Envelope]:
+        """Apply the clocks of `boundaries` at which some timer is due (the others change
+        nothing; with `every_boundary` they are not counted as items either: with a clock of a
+        microsecond they would be every microsecond of the run)."""
+        out: list[Envelope] = []
+        if not boundaries:
+            return out
+        if not self.sequence.every_boundary:
+            self.items += len(boundaries)  # the one clock, as the partitioned runtime counts
+        interval, last = boundaries.step, boundaries[-1]
+        start = boundaries[0]
+        while start <= last:
+            due = self.next_due_us()
+            if due is None or due > last:
+                break
+            at = start if due <= start else start + -(-(due - start) // interval) * interval
+            if self.sequence.every_boundary:
+                self.items += 1
+            out += self._stages(Clock(at))
+            start = at + interval
+        return out
 
     def apply(self, item: Item) -> list[Envelope]:
         """The three stages on one item."""
         self.items += 1
+        return self._stages(item)
+
+    def _stages(self, item: Item) -> list[Envelope]:
         out = self.view_stage.apply(item)
         workload = self.workload_stage.apply(item, self.view_stage.view)
         out += self.actuator_stage.apply(item)
@@ -443,3 +557,8 @@ class DeciderCore:
         self.view_stage.restore(data["view"])
         self.workload_stage.restore(data["workload"])
         self.actuator_stage.restore(data["actuator"])
+
+
+def _earliest(*dues: int | None) -> int | None:
+    known = [due for due in dues if due is not None]
+    return min(known) if known else None

@@ -13,8 +13,8 @@ order is kept), so two checkpoints of the same state compare equal.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
+import sys
 import zlib
 from typing import Any
 
@@ -72,11 +72,15 @@ def _class(name: str) -> type[Any]:
             f"stored state names class {name!r}, outside the modules decider state may use "
             f"({', '.join(ALLOWED_MODULES)})"
         )
+    # Only modules already loaded (the deciders and the events are, wherever state is read):
+    # stored state never makes the runtime import anything.
+    found: Any = sys.modules.get(module_name)
     try:
-        found: Any = importlib.import_module(module_name)
+        if found is None:
+            raise AttributeError(module_name)
         for part in qualname.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError) as error:
+    except AttributeError as error:
         raise StateCodecError(f"stored state names class {name!r}, which is unknown") from error
     if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
         raise StateCodecError(f"stored state names {name!r}, which is not a dataclass")

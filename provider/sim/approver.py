@@ -1,0 +1,65 @@
+"""The people who answer an escalated fallback (ADR-23, ADR-30): they approve after a while.
+
+When an orchestrator escalates a fallback beyond a workload's daily spend cap
+(`fallback_decided` with ``awaiting_approval``), the approver it names is paged. In the
+simulation every approver answers `delay_s` later (15 minutes by default), and approves: a
+`fallback_reviewed` with ``outcome = approved`` for the vCPU the escalation asked for, and a
+spend that covers them at the region's dearest guaranteed rate until the end of the UTC day
+(at least an hour), which is what a fallback arbiter charges an approved fallback against.
+The review names the escalation as its cause and carries its correlation (the wave).
+
+An orchestrator that escalates nothing (the baseline) never pages anyone.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from provider.sim.bus import EventBus
+from provider.sim.clock import DAY_US, HOUR_US, SECOND_US, Scheduler
+from schemas.events import Envelope, FallbackDecided, FallbackReviewed
+from schemas.pools import PoolCatalogue
+
+PRODUCER = "sim/approver"
+
+
+class Approvers:
+    def __init__(
+        self, bus: EventBus, clock: Scheduler, catalogue: PoolCatalogue, *, delay_s: int
+    ) -> None:
+        if delay_s <= 0:
+            # An answer in the instant of the page would come after the orchestrator settled
+            # that instant; no person answers in 0 s anyway.
+            raise ValueError(f"approval delay {delay_s} s: an approver needs at least 1 s")
+        self._bus = bus
+        self._clock = clock
+        self._delay_us = delay_s * SECOND_US
+        guaranteed = [p.guaranteed_price_per_vcpu_h_eur_micros for p in catalogue]
+        self._rate_eur_micros = max(guaranteed, default=0)
+        bus.subscribe(FallbackDecided.EVENT_TYPE, self._on_decided)
+
+    def _on_decided(self, envelope: Envelope) -> None:
+        decided = envelope.payload
+        assert isinstance(decided, FallbackDecided)
+        if decided.awaiting_approval:
+            self._clock.at(self._clock.now_us + self._delay_us, partial(self._approve, envelope))
+
+    def _approve(self, escalation: Envelope) -> None:
+        asked = escalation.payload
+        assert isinstance(asked, FallbackDecided)
+        now_us = self._clock.now_us
+        horizon_us = max(HOUR_US, DAY_US - now_us % DAY_US)
+        spend = asked.vcpu * self._rate_eur_micros * horizon_us // HOUR_US
+        self._bus.emit(
+            FallbackReviewed(
+                workload_id=asked.workload_id,
+                approver=asked.approver,
+                outcome="approved",
+                vcpu=asked.vcpu,
+                approved_spend_eur_micros=spend,
+                note=f"approved {self._delay_us // SECOND_US} s after the page",
+            ),
+            PRODUCER,
+            causation_id=escalation.event_id,
+            correlation_id=escalation.correlation_id,
+        )
