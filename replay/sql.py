@@ -69,9 +69,14 @@ LEDGER_RELATIONS = Relations(
 def parquet_relations(files: list[str]) -> Relations:
     """The history in archive Parquet files (events.parquet of each month)."""
     union = " UNION ALL ".join(f"SELECT * FROM file({_quote(f)}, Parquet)" for f in files)
+    # Parquet columns read as Nullable; the engine's joins want plain values (none is null
+    # but causation_id, which the ledger's table also gives as '').
     events = (
-        "SELECT event_id, event_type, toUnixTimestamp64Micro(occurred_at) AS t,"
-        " ifNull(causation_id, '') AS causation, payload, topic, partition, offset"
+        "SELECT assumeNotNull(event_id) AS event_id, assumeNotNull(event_type) AS event_type,"
+        " toUnixTimestamp64Micro(assumeNotNull(occurred_at)) AS t,"
+        " ifNull(causation_id, '') AS causation, assumeNotNull(payload) AS payload,"
+        " assumeNotNull(topic) AS topic, assumeNotNull(partition) AS partition,"
+        " assumeNotNull(offset) AS offset"
         f" FROM ({union})"
     )
     cards = (
