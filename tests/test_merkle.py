@@ -47,7 +47,9 @@ def test_the_tree_head_of_known_sizes_matches_the_rfc_recursion() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=1, max_value=300), st.data())
-def test_every_inclusion_proof_verifies_and_a_changed_leaf_does_not(n: int, data: st.DataObject) -> None:
+def test_every_inclusion_proof_verifies_and_a_changed_leaf_does_not(
+    n: int, data: st.DataObject
+) -> None:
     leaves = leaves_of(n)
     root = root_of(leaves)
     index = data.draw(st.integers(min_value=0, max_value=n - 1))

@@ -76,7 +76,7 @@ def test_a_mistake_names_the_file_line_and_key(old: str, new: str, key: str, wor
         parse_rule(text, "what-if.yaml")
     error = caught.value
     assert error.key == key and words in f"{error.message} (fix: {error.fix})"
-    assert error.line == _line_of(text, new.split("\n")[0])
+    assert error.line == _line_of(text, new.split("\n", maxsplit=1)[0])
     assert str(error).startswith(f"what-if.yaml:{error.line}: {key}: ")
 
 
