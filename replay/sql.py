@@ -6,7 +6,7 @@ The statements follow `replay.fold` line by line, in integer arithmetic (Int128;
 numerator over a denominator until it is rounded half to even):
 
 1. the rate cards as a step function per pool, with the integral of each price from the
-   pool's first card up to each card's start (a window over the cards);
+   pool's first card up to each card's start (a cumulative sum over each pool's cards);
 2. the usage intervals split at UTC midnights, with the integral of each price at both ends
    of every piece (ASOF joins on the cards);
 3. the ledger lines of usage, wasted work and checkpoints under the rule, unpivoted into
@@ -61,7 +61,7 @@ LEDGER_RELATIONS = Relations(
         "SELECT toString(pool_id) AS pool, toString(event_id) AS eid,"
         " toUnixTimestamp64Micro(valid_from) AS vf, price_per_vcpu_h_eur_micros AS price,"
         " guaranteed_price_per_vcpu_h_eur_micros AS g, toString(purchase_model) AS model"
-        " FROM rate_cards FINAL"
+        " FROM rate_cards"  # no FINAL: a card inserted twice collapses with its copies below
     ),
 )
 
@@ -193,24 +193,27 @@ class SqlReplay:
     # -- 1: cards --------------------------------------------------------------------------
 
     def _cards_sql(self) -> str:
-        # Of cards starting at the same moment the last (greatest event id) is in force; the
-        # integral up to a card's start is the sum over the earlier cards of duration x price.
+        # Per pool, the cards sorted by (start, event id); of cards starting at the same moment
+        # the last (greatest event id) is in force. The integral up to a card's start is the
+        # sum over the earlier cards of duration x price: a cumulative sum over the pool's
+        # array (array functions run columnar; a window over the rows took four times longer).
         return f"""
-SELECT pool, vf, price, g, model,
-       toInt128(sum(seg_p) OVER earlier) AS cp, toInt128(sum(seg_g) OVER earlier) AS cg,
-       1 AS hit
+SELECT pool, c.1 AS vf, c.2 AS price, c.3 AS g, c.4 AS model, c.5 AS cp, c.6 AS cg, 1 AS hit
 FROM (
-    SELECT pool, vf, price, g, model,
-           toInt128(leadInFrame(vf, 1, vf) OVER next - vf) * price AS seg_p,
-           toInt128(leadInFrame(vf, 1, vf) OVER next - vf) * g AS seg_g
+    SELECT pool,
+        arrayFilter((x, i) -> i = length(sorted) OR sorted[i + 1].1 != x.1, sorted,
+                    arrayEnumerate(sorted)) AS cs,
+        arrayMap(i -> if(i < length(cs), cs[i + 1].1 - cs[i].1, 0), arrayEnumerate(cs)) AS d,
+        arrayCumSum(arrayMap((x, dd) -> toInt128(dd) * x.3, cs, d)) AS sp,
+        arrayCumSum(arrayMap((x, dd) -> toInt128(dd) * x.4, cs, d)) AS sg,
+        arrayMap((x, i) -> (x.1, x.3, x.4, x.5, sp[i] - toInt128(d[i]) * x.3,
+                            sg[i] - toInt128(d[i]) * x.4), cs, arrayEnumerate(cs)) AS rows
     FROM (
-        SELECT pool, vf, argMax(price, eid) AS price, argMax(g, eid) AS g,
-               argMax(model, eid) AS model
-        FROM ({self.relations.cards}) GROUP BY pool, vf
+        SELECT pool, arraySort(groupArray((vf, eid, price, g, model))) AS sorted
+        FROM ({self.relations.cards}) GROUP BY pool
     )
-    WINDOW next AS (PARTITION BY pool ORDER BY vf ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING)
 )
-WINDOW earlier AS (PARTITION BY pool ORDER BY vf ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+ARRAY JOIN rows AS c
 """
 
     # -- 2: usage pieces ------------------------------------------------------------------
