@@ -242,8 +242,10 @@ def _run(
         _bring_ledger_up(settings, quiet)
     if source == "archive":
         storage = open_archive(settings, location)
+        # A usage interval is archived in the month it ended in, which may be after the
+        # range's last day: the months up to a week after it are read.
         last_month = (
-            None if last_day is None else layout.month_of_us((last_day + 1) * 86_400_000_000 - 1)
+            None if last_day is None else layout.month_of_us((last_day + 8) * 86_400_000_000 - 1)
         )
         first_month = (
             None

@@ -150,6 +150,9 @@ class S3Storage:
         try:
             answer = self._s3.get_object_retention(Bucket=self.bucket, Key=self._key(key))
         except self._errors as error:
+            code = getattr(error, "response", {}).get("Error", {}).get("Code")
+            if code == "NoSuchObjectLockConfiguration":  # a version written without a lock
+                return Retention("NONE", datetime.min)
             raise ArchiveError(
                 f"cannot read the retention of {key}: {self._error(error)}"
             ) from error
