@@ -5,7 +5,9 @@ Usable as a library (the test fixtures import it) and as a command line::
 
     python -m infra.servers fetch-kafka
     python -m infra.servers fetch-versitygw
-    python -m infra.servers {kafka|postgres|nats|openbao|slurm|versitygw} {start|stop|status} [--dir DIR]
+    python -m infra.servers SERVER {start|stop|status} [--dir DIR]
+
+where SERVER is one of kafka, postgres, nats, openbao, slurm, versitygw.
 
 Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
 ``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
