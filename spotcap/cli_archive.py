@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from replay.archive.export import export_month
 from replay.archive.proof import check_proof, prove
 from replay.archive.s3 import S3Storage
 from replay.archive.storage import ArchiveError, ArchiveStorage, LocalStorage
-from replay.archive.verify import verify_archive
+from replay.archive.verify import MonthReport, verify_archive
 from spotcap.cli_contracts import _signer as contract_signer
 from spotcap.config import Settings
 from spotcap.fail import fail
@@ -267,30 +266,27 @@ def verify_command(
         fail(str(error))
     ok = all(r.ok for r in reports)
     if as_json:
-        click.echo(
-            json.dumps(
+        report = {
+            "ok": ok,
+            "archive": storage.describe(),
+            "region": settings.region,
+            "months": [
                 {
-                    "ok": ok,
-                    "archive": storage.describe(),
-                    "region": settings.region,
-                    "months": [
-                        {
-                            "month": r.month,
-                            "ok": r.ok,
-                            "events": r.events,
-                            "findings": [
-                                {"subject": f.subject, "message": f.message, "error": f.error}
-                                for f in r.findings
-                            ],
-                        }
-                        for r in reports
+                    "month": r.month,
+                    "ok": r.ok,
+                    "events": r.events,
+                    "findings": [
+                        {"subject": f.subject, "message": f.message, "error": f.error}
+                        for f in r.findings
                     ],
-                },
-                indent=2,
-                sort_keys=True,
-            )
-        )
-        sys.exit(0 if ok else 1)
+                }
+                for r in reports
+            ],
+        }
+        if not ok:
+            fail(_verify_failed(reports), json_report=report)
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
     table = Table(title=f"{storage.describe()}, region {settings.region}")
     table.add_column("month")
     table.add_column("events", justify="right")
@@ -310,7 +306,14 @@ def verify_command(
             mark = "[red]problem[/]" if f.error else "[dim]note[/]"
             console.print(f"{mark} {f}", highlight=False, soft_wrap=True)
     if not ok:
-        sys.exit(1)
+        fail(_verify_failed(reports), "each problem above names the file and what changed")
+
+
+def _verify_failed(reports: list[MonthReport]) -> str:
+    months = [r.month for r in reports if not r.ok]
+    return (
+        f"the archive does not verify: {len(months)} month(s) with problems ({', '.join(months)})"
+    )
 
 
 # -- proofs ---------------------------------------------------------------------------------
@@ -359,13 +362,10 @@ def check_proof_command(proof_file: Any, public_key_file: Path, as_json: bool) -
         fail(f"{proof_file.name} is not JSON: {error}", "give a file written by `archive prove`")
     result = check_proof(proof if isinstance(proof, dict) else {}, public_key)
     if as_json:
-        click.echo(
-            json.dumps(
-                {"ok": result.ok, "message": result.message, "event": result.event},
-                indent=2,
-                sort_keys=True,
-            )
-        )
+        report = {"ok": result.ok, "message": result.message, "event": result.event}
+        if not result.ok:
+            fail(result.message, json_report=report)
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
     elif result.ok:
         what = result.event
         extra = f" ({what['event_type']} at {what['occurred_at']})" if what.get("decoded") else ""
@@ -373,6 +373,4 @@ def check_proof_command(proof_file: Any, public_key_file: Path, as_json: bool) -
             f"[green]proof holds[/]: {result.message}{extra}", highlight=False, soft_wrap=True
         )
     else:
-        err.print(f"[bold red]proof fails[/]: {result.message}", highlight=False, soft_wrap=True)
-    if not result.ok:
-        sys.exit(1)
+        fail(f"the proof fails: {result.message}", "ask for a new proof with `archive prove`")
