@@ -1,5 +1,5 @@
 """`spotcap archive`: export a month (Parquet, signed Merkle tree head, Object Lock), verify an
-archive offline, prove one event's inclusion and check such a proof (ADR-25; docs/archive.md).
+archive offline, prove one event's inclusion and check such a proof (ADR-25; docs/accounting.md).
 
 Where the archive is: ``--archive`` (a directory, or ``s3://BUCKET/PREFIX``), else
 $SPOTCAP_ARCHIVE, else ``<home>/archive``. S3's endpoint and credentials come from boto3's own
@@ -15,21 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pyarrow as pa
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from contracts.signing import SigningError, load_public_key
 from projections.ledger.store import LedgerError
-from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA
+from projections.ledger.writer import LEDGER_TOPICS
 from replay.archive import layout
-from replay.archive.export import export_month
+from replay.archive.export import export_month, month_cost_lines
 from replay.archive.proof import check_proof, prove
 from replay.archive.s3 import S3Storage
 from replay.archive.storage import ArchiveError, ArchiveStorage, LocalStorage
-from replay.archive.verify import MonthReport, verify_archive
+from replay.archive.verify import MonthReport, PublicKey, verify_archive
 from spotcap.cli_contracts import _signer as contract_signer
 from spotcap.config import Settings
 from spotcap.fail import fail
@@ -72,7 +70,7 @@ public_key_option = click.option(
 )
 
 
-def _public_key(path: Path) -> Ed25519PublicKey:
+def _public_key(path: Path) -> PublicKey:
     try:
         return load_public_key(path.read_bytes())
     except SigningError as error:
@@ -88,26 +86,10 @@ def _month(value: str) -> str:
 
 @click.group("archive")
 def archive() -> None:
-    """The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/archive.md)."""
+    """The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/accounting.md)."""
 
 
 # -- export ---------------------------------------------------------------------------------
-
-
-def _cost_lines(settings: Settings, month: str) -> pa.Table:
-    """The ledger's lines of the events that occurred in `month` (in a stable order)."""
-    start_us, end_us = layout.month_bounds_us(month)
-    rows = open_ledger(settings).query(
-        "SELECT toString(workload_id) AS workload_id, day, toString(cause) AS cause,"
-        " toString(event_id) AS event_id, amount_eur_micros, quantity, toString(unit) AS unit,"
-        " toString(pool_id) AS pool_id, toString(purchase_model) AS purchase_model, instance_id,"
-        " toString(event_type) AS event_type, occurred_at, toString(rule) AS rule"
-        " FROM ledger_lines FINAL WHERE occurred_at >= fromUnixTimestamp64Micro({s:Int64}, 'UTC')"
-        " AND occurred_at < fromUnixTimestamp64Micro({e:Int64}, 'UTC')"
-        " ORDER BY occurred_at, event_id, day, cause",
-        {"s": start_us, "e": end_us},
-    )
-    return pa.Table.from_pylist(rows, schema=LINES_SCHEMA)
 
 
 @archive.command("export")
@@ -167,7 +149,7 @@ def export_command(
             with progress:
                 task = progress.add_task("bringing the ledger up to date", total=None)
                 catch_up(settings, log, open_writer(settings, "ledger"))
-                lines = _cost_lines(settings, month)
+                lines = month_cost_lines(open_ledger(settings), month)
                 progress.update(task, description=f"reading the history for {month}")
                 history = MergedHistory(
                     log,

@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 
 from contracts.signing import Signer
 from projections.eventtime import iso
+from projections.ledger.store import LedgerStore
+from projections.ledger.writer import LINES_SCHEMA
 from replay.archive import layout
 from replay.archive.merkle import Extension, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
@@ -122,6 +124,34 @@ class _EventsFile:
     def close(self) -> None:
         self.flush()
         self.writer.close()
+
+
+def month_cost_lines(store: LedgerStore, month: str) -> pa.Table:
+    """The ledger's lines of the events that occurred in `month` (in a stable order)."""
+    start_us, end_us = layout.month_bounds_us(month)
+    rows = store.query(
+        "SELECT toString(workload_id) AS workload_id, day, toString(cause) AS cause,"
+        " toString(event_id) AS event_id, amount_eur_micros, quantity, toString(unit) AS unit,"
+        " toString(pool_id) AS pool_id, toString(purchase_model) AS purchase_model, instance_id,"
+        " toString(event_type) AS event_type, occurred_at, toString(rule) AS rule"
+        " FROM ledger_lines FINAL WHERE occurred_at >= fromUnixTimestamp64Micro({s:Int64}, 'UTC')"
+        " AND occurred_at < fromUnixTimestamp64Micro({e:Int64}, 'UTC')"
+        " ORDER BY occurred_at, event_id, day, cause",
+        {"s": start_us, "e": end_us},
+    )
+    return pa.Table.from_pylist(rows, schema=LINES_SCHEMA)
+
+
+def write_events_file(path: Path, history: Iterable[Positioned]) -> int:
+    """`history` as an events.parquet of the archive's format, without a manifest: the SQL
+    engine's input for a history that has no ledger (tests, benchmarks). Returns the rows."""
+    events = _EventsFile(path, Codec())
+    try:
+        for origin, e in history:
+            events.add(origin, e)
+    finally:
+        events.close()
+    return len(events.leaves)
 
 
 def _file_entry(path: Path, rows: int | None, schema: pa.Schema | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The archive's layout and formats, in one place (docs/archive.md tells auditors the same).
+"""The archive's layout and formats, in one place (docs/accounting.md tells auditors the same).
 
 Per region and month, under ``REGION/YYYY-MM/``:
 

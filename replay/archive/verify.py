@@ -29,6 +29,8 @@ from replay.archive.export import archived_months
 from replay.archive.merkle import Extension, leaf_hash, root_of, verify_consistency
 from replay.archive.storage import ArchiveError, ArchiveStorage
 
+PublicKey = Ed25519PublicKey  # the one key an auditor trusts
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
