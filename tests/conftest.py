@@ -127,14 +127,3 @@ def replay_history(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) ->
     from tests.replay_support import History, small_config
 
     return History(tmp_path_factory.mktemp("replay-history"), small_config())
-
-
-@pytest.fixture(scope="session")
-def month_history(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Any:
-    """The demo region (220 workloads) over 30 days, in an embedded log and the ledger: made
-    once per session, for the slow acceptance tests."""
-    from provider.sim.region import SimConfig
-    from tests.replay_support import History
-
-    config = SimConfig(seed=1, days=30, region="month")
-    return History(tmp_path_factory.mktemp("month-history"), config)
