@@ -1,12 +1,13 @@
 # A newcomer runs two commands (README.md): `make demo` and `make test`.
 # Downloads are cached under the home directory: pip in ~/.cache/pip, Maven in ~/.m2,
-# the Kafka jars, promtool and the browser tests' npm packages in ~/.cache/spotcap.
+# the Kafka jars, promtool, the versitygw binary and the browser tests' npm packages in
+# ~/.cache/spotcap.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format kafka-jars promtool system-packages browser-tools bench clean
+.PHONY: demo test install lint format kafka-jars promtool versitygw system-packages browser-tools bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +23,7 @@ demo: install
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers/.
 ## promtool (which lints /metrics) is built once from the Go module proxy (~12 min of CPU).
-test: install kafka-jars promtool system-packages browser-tools
+test: install kafka-jars promtool versitygw system-packages browser-tools
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
@@ -59,6 +60,10 @@ kafka-jars: install
 
 promtool: install
 	$(BIN)/python -m infra.servers fetch-promtool
+
+## The S3 server of the archive's Object Lock tests, built once with go install (~8 min of CPU).
+versitygw: install
+	$(BIN)/python -m infra.servers fetch-versitygw
 
 lint: install
 	$(BIN)/ruff check .

@@ -12,12 +12,14 @@ from rich.console import Console
 from rich.table import Table
 
 from spotcap.cli_agent import agent
+from spotcap.cli_archive import archive
 from spotcap.cli_contracts import contracts
 from spotcap.cli_db import db
 from spotcap.cli_log import log_group
 from spotcap.cli_notices import notices
 from spotcap.cli_projections import project, rebuild
 from spotcap.cli_query import query, report, why_command
+from spotcap.cli_replay import replay
 from spotcap.cli_serve import serve
 from spotcap.cli_streams import run
 from spotcap.config import ConfigError, Settings
@@ -331,6 +333,8 @@ main.add_command(notices)
 main.add_command(run)
 
 main.add_command(demo)
+main.add_command(archive)
+main.add_command(replay)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,19 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
     packages; ``.address`` is ``unix:<rest socket>``, ``servers.slurm_conf(slurm)`` the
     ``SLURM_CONF``. The node is ``localhost``, the partition ``batch``."""
     yield from _serve(tmp_path_factory, "slurm", servers.start_slurm)
+
+
+@pytest.fixture(scope="session")
+def versitygw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+    """A real versitygw S3 server (posix backend, versioning, Object Lock enforced);
+    ``.address`` is ``http://127.0.0.1:PORT``, the keys are ``servers.versitygw_credentials``."""
+    yield from _serve(tmp_path_factory, "versitygw", servers.start_versitygw)
+
+
+@pytest.fixture(scope="session")
+def replay_history(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Any:
+    """A small simulated region over the turn of November 2026 (two months), in an embedded
+    log and projected into the ledger (tests.replay_support.History)."""
+    from tests.replay_support import History, small_config
+
+    return History(tmp_path_factory.mktemp("replay-history"), small_config())

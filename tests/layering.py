@@ -101,7 +101,7 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
-    "replay": frozenset({"fastavro", "pyarrow"}),
+    "replay": frozenset({"fastavro", "pyarrow", "boto3", "botocore", "cryptography"}),
     # The HTTP server (spotcap serve): FastAPI on Starlette, served by uvicorn; its models are
     # pydantic's; its metrics prometheus_client's; the console's pages Jinja2's (with markupsafe).
     "spotcap": frozenset(

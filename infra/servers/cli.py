@@ -1,5 +1,5 @@
-"""The command line ``python -m infra.servers``: fetch-kafka, fetch-promtool; start, stop or
-status a server."""
+"""The command line ``python -m infra.servers``: fetch-kafka, fetch-promtool, fetch-versitygw;
+start, stop or status a server."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 from infra.servers.promtool import fetch_promtool
 from infra.servers.slurm import start_slurm
+from infra.servers.versitygw import fetch_versitygw, start_versitygw
 
-NAMES = ("kafka", "postgres", "nats", "openbao", "slurm")
+NAMES = ("kafka", "postgres", "nats", "openbao", "slurm", "versitygw")
 
 _STARTERS: dict[str, Callable[[Path], Server]] = {
     "kafka": start_kafka,
@@ -25,6 +26,7 @@ _STARTERS: dict[str, Callable[[Path], Server]] = {
     "nats": start_nats,
     "openbao": start_openbao,
     "slurm": start_slurm,
+    "versitygw": start_versitygw,
 }
 
 
@@ -36,13 +38,15 @@ def main(argv: list[str] | None = None) -> int:
             "Fetch and run spotcap's real servers on 127.0.0.1 (free ports).\n\n"
             "  fetch-kafka                fetch Kafka's jars from Maven Central (cached)\n"
             "  fetch-promtool             build Prometheus's promtool with go install (cached)\n"
+            "  fetch-versitygw            build the versitygw S3 server with go install (cached)\n"
             "  SERVER start               start; prints {name, address, pid} as JSON\n"
             "  SERVER stop                stop cleanly (idempotent)\n"
             "  SERVER status              print the state as JSON; exit 3 if not running\n"
             "\n"
-            "SERVER is kafka, postgres, nats, openbao or slurm. OpenBao runs in dev mode (in\n"
-            "memory); Slurm is one node from Debian's packages (slurm-wlm, slurmrestd, munge);\n"
-            "OpenBao's root token is in DIR/token.\n"
+            "SERVER is kafka, postgres, nats, openbao, slurm or versitygw. OpenBao runs in dev\n"
+            "mode (in memory); Slurm is one node from Debian's packages (slurm-wlm, slurmrestd,\n"
+            "munge); OpenBao's root token is in DIR/token, versitygw's keys in\n"
+            "DIR/credentials.json.\n"
         ),
         epilog=(
             "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "
@@ -52,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "server", choices=[*NAMES, "fetch-kafka", "fetch-promtool"], help="which server"
+        "server",
+        choices=[*NAMES, "fetch-kafka", "fetch-promtool", "fetch-versitygw"],
+        help="which server",
     )
     parser.add_argument("action", nargs="?", choices=["start", "stop", "status"], help="what to do")
     parser.add_argument(
@@ -68,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.server == "fetch-promtool":
             print(json.dumps({"promtool": str(fetch_promtool())}))
+            return 0
+        if args.server == "fetch-versitygw":
+            print(json.dumps({"binary": str(fetch_versitygw())}))
             return 0
         if args.action is None:
             parser.error("an action is required: start, stop or status")

@@ -1,0 +1,343 @@
+"""Replay throughput, events/s, by each engine on 30 days of the default region and on a
+generated 400-day history; the archive's export and verify time for one month. Each engine
+is set against a bare reference in the same run: the same fold with the libraries alone.
+
+    .venv/bin/python bench/replay.py [--home DIR] [--long-days 400] [--python-long]
+
+The 30-day history (`spotcap demo --days 30`, the default region: 138 pools, 220 workloads,
+seed 1) and its ledger are made once under --home (default ~/.cache/spotcap/bench-replay; tens
+of minutes on a loaded machine) and reused. Every run then:
+
+- python: `spotcap replay --engine python` (the merged history of the log, decoded, and the
+  fold under the recorded rule); bare: the same records read from the log, decoded by fastavro
+  to dicts, the usage intervals priced at the guaranteed price of the pool's latest card and
+  summed per workload and day in a dict;
+- export and verify of 2026-11 into a fresh local archive (`spotcap archive export`, `verify`);
+- clickhouse: the SQL of the recorded rule over the ledger's tables and over the month's
+  events.parquet; bare: one chdb query over the same Parquet, the usage intervals ASOF-joined
+  to the card in force and summed per workload and day;
+- the long history: the month's events.parquet repeated with its times shifted (and its event
+  ids renamed) until --long-days days are covered, written once under --home; the SQL engine
+  and the bare query over it. The Python engine on it only with --python-long (the month's
+  events decoded and shifted in Python, about 20 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import fastavro
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from bench.projections import read_records
+from contracts.signing import generate_key_pem
+from projections.ledger.store import LedgerStore
+from projections.ledger.writer import LEDGER_TOPICS
+from provider.sim.region import SimConfig
+from replay.archive import layout
+from replay.archive.read import archive_history
+from replay.fold import DAY_US
+from replay.rule_file import load_rule, shipped_rule_path
+from replay.run import replay_clickhouse, replay_python
+from replay.sql import LEDGER_RELATIONS, parquet_relations
+from schemas.codec import strip_logical_types
+from schemas.events import Envelope
+from spotcap.cli import main as cli
+from spotcap.config import Settings
+from spotcap.demo import run_demo
+from spotcap.projecting import catch_up, open_writer
+from spotcap.stores import open_ledger
+from spotcap.wiring import make_codec, open_log
+from streams.embedded import EmbeddedLog
+from streams.merged import MergedHistory
+
+MONTH = "2026-11"
+REGION = "dev"
+SHIFTED = ("start_at", "end_at", "valid_from_at", "valid_until_at")  # payload times priced by
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def row(what: str, events: int, seconds: float, bare_s: float | None = None) -> None:
+    rate = events / seconds
+    ratio = ""
+    if bare_s is not None:
+        bare = f"bare {events / bare_s:>11,.0f} ev/s ({bare_s:6.1f} s)"
+        ratio = f"   {bare}   ratio {bare_s / seconds:.2f}"
+    say(f"{what:<44} {events:>12,} ev {seconds:7.1f} s {rate:>11,.0f} ev/s{ratio}")
+
+
+# -- the 30-day history ---------------------------------------------------------------------
+
+
+def prepare(home: Path) -> Settings:
+    settings = Settings.load(home=home, region=REGION)
+    if not (home / "log").exists():
+        say("simulating 30 days of the default region (once) ...")
+        started = time.monotonic()
+        run_demo(settings, SimConfig(seed=1, days=30, region=REGION))
+        say(f"  {time.monotonic() - started:.0f} s")
+    say("bringing the ledger up to date with the log (once) ...")
+    started = time.monotonic()
+    log = open_log(settings)
+    try:
+        catch_up(settings, log, open_writer(settings, "ledger"))
+    finally:
+        log.close()
+    say(f"  {time.monotonic() - started:.0f} s")
+    return settings
+
+
+def python_engine(settings: Settings) -> tuple[int, float]:
+    rule = load_rule(shipped_rule_path("recorded"))
+    log = open_log(settings)
+    try:
+        history = MergedHistory(
+            log,
+            make_codec(settings),
+            REGION,
+            LEDGER_TOPICS,
+            poll_records=2000,
+            buffer_per_partition=4000,
+        )
+        result = replay_python([rule], (d.envelope for d in history))[0]
+    finally:
+        log.close()
+    return result.events, result.seconds
+
+
+def python_bare(settings: Settings) -> tuple[int, float]:
+    """Read, decode with fastavro to dicts, price usage at the latest card, sum in a dict."""
+    started = time.monotonic()
+    log = EmbeddedLog(settings.home / "log")
+    try:
+        records = read_records(log, REGION, LEDGER_TOPICS)
+    finally:
+        log.close()
+    schema = fastavro.parse_schema(strip_logical_types(dict(make_codec(settings).schema)))
+    guaranteed: dict[str, int] = {}
+    sums: dict[tuple[str, int], float] = defaultdict(float)
+    for r in records:
+        e = fastavro.schemaless_reader(io.BytesIO((r.value or b"")[10:]), schema, schema)
+        assert isinstance(e, dict)
+        p = e["payload"]
+        kind = e["event_type"]
+        if kind == "rate_card":
+            guaranteed[p["pool_id"]] = p["guaranteed_price_per_vcpu_h_eur_micros"]
+        elif kind == "usage_interval":
+            price = guaranteed.get(p["pool_id"], 0)
+            sums[(p["workload_id"], p["start_at"] // DAY_US)] += p["used_vcpu_h"] * price
+    return len(records), time.monotonic() - started
+
+
+# -- the archive ----------------------------------------------------------------------------
+
+
+def export_and_verify(settings: Settings, where: Path) -> tuple[int, float, float]:
+    private_pem, public_pem = generate_key_pem()
+    (where.parent / "k").write_bytes(private_pem)
+    (where.parent / "k.pub").write_bytes(public_pem)
+    base = ["--home", str(settings.home), "--region", REGION]
+    started = time.monotonic()
+    done = CliRunner().invoke(
+        cli,
+        [*base, "archive", "export", "--month", MONTH, "--archive", str(where), "--key",
+         str(where.parent / "k"), "--json"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    export_s = time.monotonic() - started
+    assert done.exit_code == 0, done.output
+    started = time.monotonic()
+    checked = CliRunner().invoke(
+        cli,
+        [*base, "archive", "verify", "--archive", str(where), "--public-key",
+         str(where.parent / "k.pub"), "--json"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    verify_s = time.monotonic() - started
+    assert checked.exit_code == 0, checked.output
+    rows = pq.ParquetFile(where / layout.key(REGION, MONTH, layout.EVENTS)).metadata.num_rows
+    return rows, export_s, verify_s
+
+
+# -- ClickHouse -----------------------------------------------------------------------------
+
+
+def sql_engine(store: LedgerStore, files: list[str] | None) -> tuple[int, float]:
+    rule = load_rule(shipped_rule_path("recorded"))
+    relations = LEDGER_RELATIONS if files is None else parquet_relations(files)
+    result = replay_clickhouse(store, relations, rule)
+    return result.events, result.seconds
+
+
+def sql_bare(store: LedgerStore, files: list[str]) -> tuple[int, float]:
+    """One query: usage intervals priced at the card in force at their start, summed."""
+    union = " UNION ALL ".join(
+        f"SELECT event_type, payload FROM file('{f}', Parquet)" for f in files
+    )
+    sql = f"""
+WITH h AS ({union}),
+cards AS (
+    SELECT JSONExtractString(payload, 'pool_id') AS pool,
+           JSONExtractInt(payload, 'valid_from_at') AS vf,
+           JSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g
+    FROM h WHERE event_type = 'rate_card'),
+usage AS (
+    SELECT JSONExtractString(payload, 'workload_id') AS w,
+           JSONExtractString(payload, 'pool_id') AS pool,
+           JSONExtractInt(payload, 'start_at') AS s,
+           JSONExtractFloat(payload, 'used_vcpu_h') AS used
+    FROM h WHERE event_type = 'usage_interval')
+SELECT w, intDiv(s, {DAY_US}) AS day, sum(used * c.g) AS micros
+FROM usage AS u ASOF LEFT JOIN cards AS c ON u.pool = c.pool AND u.s >= c.vf
+GROUP BY w, day"""
+    started = time.monotonic()
+    store.query(sql)
+    seconds = time.monotonic() - started
+    n = store.query(f"SELECT count() AS n FROM ({union})")[0]["n"]
+    return int(n), seconds
+
+
+# -- the long history -----------------------------------------------------------------------
+
+
+def _span_days(month_file: str, store: LedgerStore) -> tuple[int, int]:
+    got = store.query(
+        "SELECT toUnixTimestamp64Micro(min(occurred_at)) AS a,"
+        f" toUnixTimestamp64Micro(max(occurred_at)) AS b FROM file('{month_file}', Parquet)"
+    )[0]
+    first_day = int(got["a"]) // DAY_US
+    return first_day, int(got["b"]) // DAY_US - first_day + 1
+
+
+def generate_long(store: LedgerStore, month_file: str, home: Path, days: int) -> list[str]:
+    """The month repeated, shifted by its span each time, cut at `days` days: one file per
+    repetition, event ids renamed (the first 8 hex digits are the repetition's number)."""
+    first_day, span = _span_days(month_file, store)
+    tiles = -(-days // span)
+    folder = home / f"long-{days}d"
+    files = [str(folder / f"tile-{k:03d}.parquet") for k in range(tiles)]
+    if all(Path(f).exists() for f in files):
+        return files
+    folder.mkdir(parents=True, exist_ok=True)
+    end_us = (first_day + days) * DAY_US
+    say(f"generating {days} days: the {span}-day month repeated {tiles} times (once) ...")
+    started = time.monotonic()
+    for k, target in enumerate(files):
+        shift = k * span * DAY_US
+        payload = "payload"
+        for key in SHIFTED:
+            old = f"JSONExtractInt(payload, '{key}')"
+            payload = (
+                f"replaceOne({payload}, concat('\"{key}\":', toString({old})),"
+                f" concat('\"{key}\":', toString({old} + {shift})))"
+            )
+        rename = "concat(leftPad(hex(toUInt32({k})), 8, '0'), substring({c}, 9))"
+        Path(target).unlink(missing_ok=True)
+        store.command(
+            f"INSERT INTO FUNCTION file('{target}', Parquet)"
+            f" SELECT {rename.format(k=k, c='event_id')} AS event_id, event_type,"
+            f" fromUnixTimestamp64Micro(toUnixTimestamp64Micro(occurred_at) + {shift}, 'UTC')"
+            " AS occurred_at,"
+            f" if(causation_id IS NULL, NULL, {rename.format(k=k, c='causation_id')})"
+            f" AS causation_id, {payload} AS payload, topic, partition, offset"
+            # The cut in a subquery: in the outer WHERE, occurred_at would be the shifted alias.
+            f" FROM (SELECT * FROM file('{month_file}', Parquet)"
+            f" WHERE toUnixTimestamp64Micro(occurred_at) + {shift} < {end_us})"
+            " ORDER BY occurred_at, topic, partition, offset"
+        )
+    say(f"  {time.monotonic() - started:.0f} s")
+    return files
+
+
+def shifted_history(month_file: Path, first_day: int, span: int, days: int) -> Iterator[Envelope]:
+    """The long history for the Python engine: the month decoded and shifted in Python."""
+    end_us = (first_day + days) * DAY_US
+    for k in range(-(-days // span)):
+        shift = k * span * DAY_US
+        prefix = f"{k:08x}"
+        for e in archive_history([(MONTH, month_file)]):
+            if e.occurred_at + shift >= end_us:
+                break
+            p: Any = e.payload
+            times = {f: getattr(p, f) + shift for f in SHIFTED if getattr(p, f, None) is not None}
+            cause = e.causation_id
+            yield dataclasses.replace(
+                e,
+                event_id=prefix + e.event_id[8:],
+                occurred_at=e.occurred_at + shift,
+                causation_id=None if cause is None else prefix + cause[8:],
+                payload=dataclasses.replace(p, **times) if times else p,
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--home", type=Path, default=Path.home() / ".cache" / "spotcap" / "bench-replay"
+    )
+    parser.add_argument("--long-days", type=int, default=400)
+    parser.add_argument("--python-long", action="store_true")
+    parser.add_argument(
+        "--long-only", action="store_true", help="only the long history (the month file cached)"
+    )
+    args = parser.parse_args()
+    settings = prepare(args.home)
+    store = open_ledger(settings)
+
+    month_file = args.home / f"{MONTH}-events.parquet"
+    if args.long_only:
+        long(args, store, month_file)
+        return
+    say("\n30 days of the default region (recorded rule)")
+    bare = python_bare(settings)
+    events, seconds = python_engine(settings)
+    row("python engine (log, merged history, fold)", events, seconds, bare[1])
+
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+        where = Path(tmp) / "archive"
+        rows, export_s, verify_s = export_and_verify(settings, where)
+        row(f"archive export {MONTH}", rows, export_s)
+        row(f"archive verify {MONTH}", rows, verify_s)
+        month_file.write_bytes((where / layout.key(REGION, MONTH, layout.EVENTS)).read_bytes())
+
+    events, seconds = sql_engine(store, None)
+    row("clickhouse engine (ledger tables)", events, seconds)
+    files = [str(month_file)]
+    bare = sql_bare(store, files)
+    events, seconds = sql_engine(store, files)
+    row(f"clickhouse engine ({MONTH} events.parquet)", events, seconds, bare[1])
+
+    long(args, store, month_file)
+
+
+def long(args: argparse.Namespace, store: LedgerStore, month_file: Path) -> None:
+    long_files = generate_long(store, str(month_file), args.home, args.long_days)
+    say(f"\n{args.long_days} days generated from {MONTH} (recorded rule)")
+    bare = sql_bare(store, long_files)
+    events, seconds = sql_engine(store, long_files)
+    row(f"clickhouse engine ({len(long_files)} Parquet files)", events, seconds, bare[1])
+    if args.python_long:
+        first_day, span = _span_days(str(month_file), store)
+        rule = load_rule(shipped_rule_path("recorded"))
+        history = shifted_history(month_file, first_day, span, args.long_days)
+        result = replay_python([rule], history)[0]
+        row("python engine (decoded and shifted in Python)", result.events, result.seconds)
+
+
+if __name__ == "__main__":
+    main()

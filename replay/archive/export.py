@@ -1,0 +1,287 @@
+"""`spotcap archive export`: one month of a region's history, made verifiable and locked.
+
+The month's events (in history order) and their cost lines go to Parquet; the manifest records
+each file's SHA-256, size, rows and schema fingerprint, the time range, the Merkle tree head
+over the events (RFC 9162), and the chain: the tree over every archived event of the region so
+far, with a consistency proof from the previous month's tree and the SHA-256 of the previous
+manifest. The manifest's bytes are signed (Ed25519: a key file or OpenBao transit). Months are
+archived in order; a month is written once (with Object Lock it could not be replaced).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from contracts.signing import Signer
+from projections.eventtime import iso
+from projections.ledger.store import LedgerStore
+from projections.ledger.writer import LINES_SCHEMA
+from replay.archive import layout
+from replay.archive.merkle import Extension, leaf_hash, root_of
+from replay.archive.storage import ArchiveError, ArchiveStorage
+from schemas.codec import Codec
+from schemas.errors import Origin
+from schemas.events import Envelope
+
+BATCH_ROWS = 50_000
+Positioned = tuple[Origin, Envelope]
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    region: str
+    month: str
+    events: int
+    cost_lines: int
+    root: str
+    chain_size: int
+    manifest_sha256: str
+    seconds: float
+
+
+def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
+    """The months of `region` that have a manifest, in order."""
+    months = set()
+    for k in storage.keys(f"{region}/"):
+        parts = k.split("/")
+        if len(parts) == 3 and parts[2] == layout.MANIFEST:
+            months.add(parts[1])
+    return sorted(months)
+
+
+def payload_json(e: Envelope) -> str:
+    """The payload as JSON, as the ledger stores it (sorted keys; bytes as hex)."""
+    return json.dumps(e.payload.to_avro(), sort_keys=True, separators=(",", ":"), default=_hex)
+
+
+def _hex(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot put {type(value).__name__} in JSON")
+
+
+class _EventsFile:
+    """Writes events.parquet in row groups and the Merkle leaves as it goes."""
+
+    def __init__(self, path: Path, codec: Codec) -> None:
+        self.path = path
+        self.codec = codec
+        self.writer = pq.ParquetWriter(path, layout.EVENTS_SCHEMA, compression="zstd")
+        self.rows: list[tuple[Any, ...]] = []
+        self.leaves: list[bytes] = []
+        self.fingerprints: set[str] = set()
+        self.topics: set[str] = set()
+        self.first_us: int | None = None
+        self.last_us: int | None = None
+
+    def add(self, origin: Origin, e: Envelope) -> None:
+        data = self.codec.encode(e)
+        self.leaves.append(leaf_hash(layout.leaf_data(e.event_id, data)))
+        self.fingerprints.add(data[:10].hex())
+        self.topics.add(origin.topic)
+        self.first_us = e.occurred_at if self.first_us is None else self.first_us
+        self.last_us = e.occurred_at
+        self.rows.append(
+            (
+                e.event_id,
+                e.event_type,
+                e.occurred_at,
+                e.recorded_at,
+                e.region,
+                e.key,
+                e.causation_id,
+                e.correlation_id,
+                e.producer,
+                origin.topic,
+                origin.partition,
+                origin.offset,
+                payload_json(e),
+                data,
+            )
+        )
+        if len(self.rows) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        columns = list(zip(*self.rows, strict=True))
+        table = pa.table(
+            [pa.array(c, type=f.type) for c, f in zip(columns, layout.EVENTS_SCHEMA, strict=True)],
+            schema=layout.EVENTS_SCHEMA,
+        )
+        self.writer.write_table(table)
+        self.rows = []
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def month_cost_lines(store: LedgerStore, month: str) -> pa.Table:
+    """The ledger's lines of the events that occurred in `month` (in a stable order)."""
+    start_us, end_us = layout.month_bounds_us(month)
+    rows = store.query(
+        "SELECT toString(workload_id) AS workload_id, day, toString(cause) AS cause,"
+        " toString(event_id) AS event_id, amount_eur_micros, quantity, toString(unit) AS unit,"
+        " toString(pool_id) AS pool_id, toString(purchase_model) AS purchase_model, instance_id,"
+        " toString(event_type) AS event_type, occurred_at, toString(rule) AS rule"
+        " FROM ledger_lines FINAL WHERE occurred_at >= fromUnixTimestamp64Micro({s:Int64}, 'UTC')"
+        " AND occurred_at < fromUnixTimestamp64Micro({e:Int64}, 'UTC')"
+        " ORDER BY occurred_at, event_id, day, cause",
+        {"s": start_us, "e": end_us},
+    )
+    return pa.Table.from_pylist(rows, schema=LINES_SCHEMA)
+
+
+def write_events_file(path: Path, history: Iterable[Positioned]) -> int:
+    """`history` as an events.parquet of the archive's format, without a manifest: the SQL
+    engine's input for a history that has no ledger (tests, benchmarks). Returns the rows."""
+    events = _EventsFile(path, Codec())
+    try:
+        for origin, e in history:
+            events.add(origin, e)
+    finally:
+        events.close()
+    return len(events.leaves)
+
+
+def _file_entry(path: Path, rows: int | None, schema: pa.Schema | None) -> dict[str, Any]:
+    data = path.read_bytes()
+    entry: dict[str, Any] = {"sha256": layout.sha256_hex(data), "bytes": len(data)}
+    if rows is not None:
+        entry["rows"] = rows
+    if schema is not None:
+        entry["schema_sha256"] = layout.schema_fingerprint(schema)
+    return entry
+
+
+def export_month(
+    storage: ArchiveStorage,
+    signer: Signer,
+    *,
+    region: str,
+    month: str,
+    history: Iterable[Positioned],
+    cost_lines: pa.Table,
+    workdir: Path,
+    on_event: Callable[[int], None] | None = None,
+) -> Exported:
+    """Write `month` of `region` to the archive: `history` is the region's history in order
+    (events of other months are skipped), `cost_lines` the ledger's lines of the month."""
+    started = time.monotonic()
+    layout.check_month(month)
+    months = archived_months(storage, region)
+    if month in months:
+        raise ArchiveError(
+            f"{month} of region {region} is already archived in {storage.describe()}; a month is "
+            f"written once: check it with `spotcap archive verify --month {month}`"
+        )
+    later = [m for m in months if m > month]
+    if later:
+        raise ArchiveError(
+            f"the archive of region {region} already goes on to {later[-1]}; months are archived "
+            f"in order, so {month} can no longer join the chain"
+        )
+    previous = months[-1] if months else None
+    if previous is not None and previous != layout.previous_month(month):
+        raise ArchiveError(
+            f"the archive of region {region} ends at {previous}: archive "
+            f"{layout.previous_month(month)} first (months are chained in order)"
+        )
+    chain_before: dict[str, Any] = {"size": 0, "root": None, "frontier": []}
+    previous_sha: str | None = None
+    if previous is not None:
+        previous_bytes = storage.read(layout.key(region, previous, layout.MANIFEST))
+        previous_sha = layout.sha256_hex(previous_bytes)
+        chain_before = json.loads(previous_bytes)["chain"]
+
+    start_us, end_us = layout.month_bounds_us(month)
+    workdir.mkdir(parents=True, exist_ok=True)
+    codec = Codec()
+    events = _EventsFile(workdir / layout.EVENTS, codec)
+    try:
+        for origin, e in history:
+            if start_us <= e.occurred_at < end_us:
+                events.add(origin, e)
+                if on_event is not None and len(events.leaves) % 10_000 == 0:
+                    on_event(len(events.leaves))
+    finally:
+        events.close()
+    pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
+    (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
+
+    extension = Extension(
+        int(chain_before["size"]),
+        [bytes.fromhex(h) for h in chain_before["frontier"]],
+        events.leaves,
+    )
+    root = root_of(events.leaves)
+    chain_root = extension.root()
+    manifest: dict[str, Any] = {
+        "format": layout.FORMAT,
+        "region": region,
+        "month": month,
+        "time_range": {
+            "from": iso(start_us),
+            "to": iso(end_us),
+            "first_event_at": iso(events.first_us) if events.first_us is not None else None,
+            "last_event_at": iso(events.last_us) if events.last_us is not None else None,
+        },
+        "files": {
+            layout.EVENTS: _file_entry(
+                workdir / layout.EVENTS, len(events.leaves), layout.EVENTS_SCHEMA
+            ),
+            layout.COST_LINES: _file_entry(
+                workdir / layout.COST_LINES, cost_lines.num_rows, cost_lines.schema
+            ),
+            layout.SCHEMA: _file_entry(workdir / layout.SCHEMA, None, None),
+        },
+        "events": {
+            "count": len(events.leaves),
+            "topics": sorted(events.topics),
+            "avro_headers": sorted(events.fingerprints),  # C3 01 + writer schema fingerprint
+        },
+        "merkle": {"leaf": layout.LEAF, "size": len(events.leaves), "root": root.hex()},
+        "chain": {
+            "previous_month": previous,
+            "previous_manifest_sha256": previous_sha,
+            "previous_size": int(chain_before["size"]),
+            "previous_root": chain_before["root"],
+            "size": extension.size,
+            "root": chain_root.hex(),
+            "consistency_proof": [h.hex() for h in extension.consistency_proof()],
+            "frontier": [h.hex() for h in extension.frontier()],
+        },
+        "retention": {
+            "mode": "COMPLIANCE",
+            "retain_until": iso(int(layout.retain_until(month).timestamp()) * 1_000_000),
+        },
+        "signing": {"algorithm": "ed25519", "key_id": signer.key_id},
+    }
+    manifest_bytes = layout.canonical_json(manifest)
+    (workdir / layout.MANIFEST).write_bytes(manifest_bytes)
+    (workdir / layout.SIGNATURE).write_bytes(signer.sign(manifest_bytes))
+    until = layout.retain_until(month)
+    # The manifest and its signature last: a month without them is not archived (a retry
+    # after a crash finds the month absent and writes it again).
+    for name in (*layout.DATA_FILES, layout.MANIFEST, layout.SIGNATURE):
+        storage.put(layout.key(region, month, name), workdir / name, until)
+    return Exported(
+        region,
+        month,
+        len(events.leaves),
+        cost_lines.num_rows,
+        root.hex(),
+        extension.size,
+        layout.sha256_hex(manifest_bytes),
+        time.monotonic() - started,
+    )

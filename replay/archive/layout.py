@@ -1,0 +1,117 @@
+"""The archive's layout and formats, in one place (docs/accounting.md tells auditors the same).
+
+Per region and month, under ``REGION/YYYY-MM/``:
+
+- ``events.parquet``: the month's events in history order (by event time, then topic,
+  partition and offset), with the envelope's fields, the payload as JSON and ``avro``, the
+  event's bytes (Avro single-object encoding: ``C3 01``, the writer schema's CRC-64-AVRO
+  fingerprint, the body);
+- ``cost_lines.parquet``: the ledger lines of those events;
+- ``envelope.avsc``: the writer schema, to decode ``avro`` with any Avro library;
+- ``manifest.json``: each file's SHA-256, size, rows and schema fingerprint, the time range,
+  the Merkle tree head over the events, the chain to the previous month, the retention;
+- ``manifest.sig``: the Ed25519 signature of the exact bytes of ``manifest.json``.
+
+A Merkle leaf is ``event id (16 bytes) || event bytes``, hashed as RFC 9162 says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+FORMAT = "spotcap-archive/1"
+PROOF_FORMAT = "spotcap-inclusion-proof/1"
+EVENTS = "events.parquet"
+COST_LINES = "cost_lines.parquet"
+SCHEMA = "envelope.avsc"
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.sig"
+DATA_FILES = (EVENTS, COST_LINES, SCHEMA)
+RETENTION_YEARS = 7  # cost history is kept 7 years (DESIGN.md §8)
+LEAF = "SHA-256(0x00 || event id as 16 bytes || event bytes as in the avro column)"
+
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_type", pa.string()),
+        ("occurred_at", pa.timestamp("us", tz="UTC")),
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+        ("region", pa.string()),
+        ("key", pa.string()),
+        ("causation_id", pa.string()),
+        ("correlation_id", pa.string()),
+        ("producer", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.uint32()),
+        ("offset", pa.uint64()),
+        ("payload", pa.string()),
+        ("avro", pa.binary()),
+    ]
+)
+
+
+def check_month(month: str) -> str:
+    if not _MONTH.match(month):
+        raise ValueError(f"{month!r} is not a month: write YYYY-MM, e.g. 2026-11")
+    return month
+
+
+def month_bounds_us(month: str) -> tuple[int, int]:
+    """[start, end) of the month in microseconds since the epoch, UTC."""
+    year, number = (int(x) for x in check_month(month).split("-"))
+    start = datetime(year, number, 1, tzinfo=UTC)
+    end = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=UTC)
+    return _us(start), _us(end)
+
+
+def month_of_us(t_us: int) -> str:
+    moment = datetime.fromtimestamp(t_us / 1e6, tz=UTC)
+    return f"{moment.year:04d}-{moment.month:02d}"
+
+
+def previous_month(month: str) -> str:
+    year, number = (int(x) for x in check_month(month).split("-"))
+    return f"{year - 1:04d}-12" if number == 1 else f"{year:04d}-{number - 1:02d}"
+
+
+def retain_until(month: str) -> datetime:
+    """The end of the month plus seven years: the ledger's cost retention, from the data's date."""
+    _, end_us = month_bounds_us(month)
+    end = datetime.fromtimestamp(end_us / 1e6, tz=UTC)
+    return end.replace(year=end.year + RETENTION_YEARS)
+
+
+def _us(moment: datetime) -> int:
+    return int(moment.timestamp()) * 1_000_000
+
+
+def key(region: str, month: str, name: str) -> str:
+    return f"{region}/{month}/{name}"
+
+
+def leaf_data(event_id: str, event_bytes: bytes) -> bytes:
+    return uuid.UUID(event_id).bytes + event_bytes
+
+
+def canonical_json(data: Any) -> bytes:
+    """The manifest's bytes: sorted keys, two-space indent, a final newline (deterministic)."""
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def schema_fingerprint(schema: pa.Schema) -> str:
+    """SHA-256 of the Parquet file's column names and types (metadata left out)."""
+    text = "\n".join(f"{f.name}:{f.type}:{'null' if f.nullable else 'required'}" for f in schema)
+    return sha256_hex(text.encode())

@@ -1,0 +1,363 @@
+"""`spotcap archive verify`: check an archive with nothing but the archive and a public key.
+
+For every month: the manifest's signature; each file's SHA-256, size, rows and schema; the
+Merkle tree head recomputed from the events; that every cost line names an archived event of
+the month; the chain (the previous month's manifest by its SHA-256, the RFC 9162 consistency
+proof from its tree to this one, and the tree recomputed from its frontier and this month's
+events); and, where the storage has Object Lock, each object's retention. Every problem is a
+finding that names the month, the object and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from contracts.signing import key_id_of
+from replay.archive import layout
+from replay.archive.export import archived_months
+from replay.archive.merkle import Extension, leaf_hash, root_of, verify_consistency
+from replay.archive.storage import ArchiveError, ArchiveStorage
+
+PublicKey = Ed25519PublicKey  # the one key an auditor trusts
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    month: str
+    subject: str  # the object or aspect: "events.parquet", "signature", "chain", ...
+    message: str
+    error: bool = True  # False: a note (e.g. a directory cannot lock anything)
+
+    def __str__(self) -> str:
+        return f"{self.month}: {self.subject}: {self.message}"
+
+
+@dataclass(slots=True)
+class MonthReport:
+    month: str
+    events: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.error for f in self.findings)
+
+
+def _months_in(storage: ArchiveStorage, region: str) -> list[str]:
+    months = set()
+    for k in storage.keys(f"{region}/"):
+        parts = k.split("/")
+        if len(parts) == 3:
+            months.add(parts[1])
+    return sorted(months)
+
+
+def verify_archive(
+    storage: ArchiveStorage,
+    public_key: Ed25519PublicKey,
+    region: str,
+    month: str | None = None,
+    on_month: Callable[[str], None] | None = None,
+) -> list[MonthReport]:
+    """Check every month of `region` (or one, with its link to the one before)."""
+    signed = archived_months(storage, region)
+    present = _months_in(storage, region)
+    reports: list[MonthReport] = []
+    if month is not None:
+        if month not in present:
+            report = MonthReport(month)
+            later = [m for m in signed if m > month]
+            why = f" ({later[0]}'s chain links back through it)" if later else ""
+            report.findings.append(Finding(month, "month", f"is not in {storage.describe()}{why}"))
+            return [report]
+        wanted = [month]
+    else:
+        wanted = present
+        if not present:
+            report = MonthReport("-")
+            report.findings.append(
+                Finding("-", "archive", f"{storage.describe()} holds no month of region {region}")
+            )
+            return [report]
+    with tempfile.TemporaryDirectory(prefix="spotcap-verify-") as tmp:
+        for m in wanted:
+            if on_month is not None:
+                on_month(m)
+            reports.append(_Month(storage, public_key, region, m, Path(tmp) / m).check())
+    if month is None:
+        reports.extend(_gaps(storage, region, signed))
+    return reports
+
+
+def _gaps(storage: ArchiveStorage, region: str, months: list[str]) -> list[MonthReport]:
+    """Months that a later month's chain links to but that are gone."""
+    out = []
+    for m in months:
+        try:
+            manifest = json.loads(storage.read(layout.key(region, m, layout.MANIFEST)))
+            previous = manifest["chain"]["previous_month"]
+        except (ArchiveError, ValueError, KeyError, TypeError):
+            continue
+        if previous is not None and previous not in months:
+            report = MonthReport(previous)
+            report.findings.append(
+                Finding(
+                    previous,
+                    "month",
+                    f"is missing from {storage.describe()}: {m}'s manifest links to it "
+                    f"(SHA-256 {manifest['chain']['previous_manifest_sha256']})",
+                )
+            )
+            out.append(report)
+    return out
+
+
+class _Month:
+    def __init__(
+        self,
+        storage: ArchiveStorage,
+        public_key: Ed25519PublicKey,
+        region: str,
+        month: str,
+        workdir: Path,
+    ) -> None:
+        self.storage, self.public_key = storage, public_key
+        self.region, self.month, self.workdir = region, month, workdir
+        self.report = MonthReport(month)
+
+    def fail(self, subject: str, message: str, *, error: bool = True) -> None:
+        self.report.findings.append(Finding(self.month, subject, message, error))
+
+    def key(self, name: str) -> str:
+        return layout.key(self.region, self.month, name)
+
+    def check(self) -> MonthReport:
+        manifest_bytes = self._read(layout.MANIFEST)
+        signature = self._read(layout.SIGNATURE)
+        if manifest_bytes is None:
+            return self.report
+        try:
+            manifest: dict[str, Any] = json.loads(manifest_bytes)
+        except ValueError as error:
+            self.fail(layout.MANIFEST, f"is not JSON ({error}): it was changed after export")
+            return self.report
+        self._signature(manifest, manifest_bytes, signature)
+        try:
+            self._files(manifest)
+            self._chain(manifest)
+        except (KeyError, TypeError, ValueError) as error:
+            self.fail(layout.MANIFEST, f"lacks or garbles a field ({error!r})")
+        self._retention(manifest)
+        return self.report
+
+    def _read(self, name: str) -> bytes | None:
+        if not self.storage.exists(self.key(name)):
+            self.fail(name, "is missing")
+            return None
+        return self.storage.read(self.key(name))
+
+    def _signature(self, manifest: dict[str, Any], data: bytes, signature: bytes | None) -> None:
+        if signature is None:
+            return
+        named = manifest.get("signing", {}).get("key_id")
+        given = key_id_of(self.public_key)
+        try:
+            self.public_key.verify(signature, data)
+        except InvalidSignature:
+            if named != given:
+                self.fail(
+                    "signature",
+                    f"the manifest is signed by {named}, not by the public key "
+                    f"given ({given}): it does not come from the key you trust",
+                )
+            else:
+                self.fail(
+                    "signature",
+                    f"does not verify with {given}: manifest.json was changed "
+                    "after it was signed (or the signature was)",
+                )
+
+    def _files(self, manifest: dict[str, Any]) -> None:
+        files: dict[str, Any] = manifest["files"]
+        paths: dict[str, Path] = {}
+        for name in layout.DATA_FILES:
+            entry = files.get(name)
+            if entry is None:
+                self.fail(layout.MANIFEST, f"lists no {name}")
+                continue
+            if not self.storage.exists(self.key(name)):
+                self.fail(name, "is missing")
+                continue
+            path = self.storage.fetch(self.key(name), self.workdir / name)
+            data = path.read_bytes()
+            digest = layout.sha256_hex(data)
+            if digest != entry["sha256"]:
+                self.fail(
+                    name,
+                    f"SHA-256 is {digest}, the manifest says {entry['sha256']}: the "
+                    f"file was changed after export ({len(data):,} bytes, the manifest "
+                    f"says {entry['bytes']:,})",
+                )
+                continue
+            paths[name] = path
+        events_path = paths.get(layout.EVENTS)
+        if events_path is not None:
+            self._events(manifest, events_path)
+        lines_path = paths.get(layout.COST_LINES)
+        if lines_path is not None and events_path is not None:
+            self._cost_lines(manifest, lines_path, events_path)
+
+    def _parquet(self, name: str, path: Path, entry: dict[str, Any]) -> Any:
+        try:
+            table = pq.read_table(path)
+        except Exception as error:  # pyarrow raises several types for a damaged file
+            self.fail(name, f"is not a readable Parquet file: {error}")
+            return None
+        if table.num_rows != entry["rows"]:
+            self.fail(name, f"holds {table.num_rows:,} rows, the manifest says {entry['rows']:,}")
+        fingerprint = layout.schema_fingerprint(table.schema)
+        if fingerprint != entry["schema_sha256"]:
+            self.fail(
+                name,
+                f"schema fingerprint is {fingerprint}, the manifest says {entry['schema_sha256']}",
+            )
+        return table
+
+    def _events(self, manifest: dict[str, Any], path: Path) -> None:
+        table = self._parquet(layout.EVENTS, path, manifest["files"][layout.EVENTS])
+        if table is None:
+            return
+        self.report.events = table.num_rows
+        ids = table.column("event_id").to_pylist()
+        blobs = table.column("avro").to_pylist()
+        leaves = [leaf_hash(layout.leaf_data(i, b)) for i, b in zip(ids, blobs, strict=True)]
+        self.leaves = leaves
+        root = root_of(leaves).hex()
+        merkle = manifest["merkle"]
+        if len(leaves) != merkle["size"] or root != merkle["root"]:
+            self.fail(
+                "merkle",
+                f"the events give a tree of {len(leaves):,} with root {root}; "
+                f"the manifest says {merkle['size']:,} with root {merkle['root']} (a "
+                "forged or mistaken tree head)",
+            )
+        start, end = layout.month_bounds_us(self.month)
+        times = table.column("occurred_at").cast("int64")
+        if len(times) and (pc.min(times).as_py() < start or pc.max(times).as_py() >= end):
+            self.fail(layout.EVENTS, f"holds events outside {self.month}")
+
+    def _cost_lines(self, manifest: dict[str, Any], path: Path, events_path: Path) -> None:
+        table = self._parquet(layout.COST_LINES, path, manifest["files"][layout.COST_LINES])
+        if table is None or table.num_rows == 0:
+            return
+        events = pq.read_table(events_path, columns=["event_id"]).column("event_id")
+        named = pc.unique(table.column("event_id").cast("string"))
+        stray = pc.filter(named, pc.invert(pc.is_in(named, value_set=events)))
+        if len(stray):
+            self.fail(
+                layout.COST_LINES,
+                f"{len(stray):,} lines name events that are not in "
+                f"the month's events (e.g. {stray[0].as_py()})",
+            )
+
+    def _chain(self, manifest: dict[str, Any]) -> None:
+        chain = manifest["chain"]
+        previous = chain["previous_month"]
+        size, root = int(chain["size"]), chain["root"]
+        leaves = getattr(self, "leaves", None)
+        if previous is None:
+            earlier = [m for m in archived_months(self.storage, self.region) if m < self.month]
+            if earlier:
+                self.fail(
+                    "chain", f"claims to start the chain, but {earlier[-1]} is archived before it"
+                )
+            before_size, before_root, frontier = 0, None, []
+        else:
+            if previous != layout.previous_month(self.month):
+                self.fail("chain", f"links to {previous}, not to the month before")
+            key = layout.key(self.region, previous, layout.MANIFEST)
+            if not self.storage.exists(key):
+                self.fail("chain", f"links to {previous}, which is missing from the archive")
+                return
+            previous_bytes = self.storage.read(key)
+            digest = layout.sha256_hex(previous_bytes)
+            if digest != chain["previous_manifest_sha256"]:
+                self.fail(
+                    "chain",
+                    f"{previous}'s manifest has SHA-256 {digest}, this manifest "
+                    f"links to {chain['previous_manifest_sha256']}: {previous} was changed",
+                )
+            earlier_chain = json.loads(previous_bytes)["chain"]
+            before_size, before_root = int(earlier_chain["size"]), earlier_chain["root"]
+            frontier = earlier_chain["frontier"]
+            if before_size != chain["previous_size"] or before_root != chain["previous_root"]:
+                self.fail(
+                    "chain",
+                    f"starts from a tree of {chain['previous_size']:,} with root "
+                    f"{chain['previous_root']}, but {previous} ended at {before_size:,} "
+                    f"with root {before_root}",
+                )
+            proof = [bytes.fromhex(h) for h in chain["consistency_proof"]]
+            if not verify_consistency(
+                before_size, bytes.fromhex(before_root or ""), size, bytes.fromhex(root), proof
+            ):
+                self.fail(
+                    "chain",
+                    f"the consistency proof from {previous}'s tree "
+                    f"({before_size:,}) to this one ({size:,}) does not verify",
+                )
+        if leaves is not None:
+            try:
+                ext = Extension(before_size, [bytes.fromhex(h) for h in frontier], leaves)
+            except ValueError as error:
+                self.fail("chain", f"the previous month's frontier is damaged: {error}")
+                return
+            if ext.size != size or ext.root().hex() != root:
+                self.fail(
+                    "chain",
+                    f"the archived events extend the chain to {ext.size:,} with "
+                    f"root {ext.root().hex()}, the manifest says {size:,} with root {root}",
+                )
+
+    def _retention(self, manifest: dict[str, Any]) -> None:
+        if not self.storage.enforces_retention:
+            self.fail(
+                "retention",
+                "a local directory locks nothing: anyone with write access "
+                "can change it (export to S3 with Object Lock for that)",
+                error=False,
+            )
+            return
+        wanted = datetime.fromisoformat(
+            manifest["retention"]["retain_until"].replace("Z", "+00:00")
+        )
+        for name in (*layout.DATA_FILES, layout.MANIFEST, layout.SIGNATURE):
+            if not self.storage.exists(self.key(name)):
+                continue
+            try:
+                held = self.storage.retention(self.key(name))
+            except ArchiveError as error:
+                self.fail(name, f"retention cannot be read: {error}")
+                continue
+            if held is None or held.mode != "COMPLIANCE":
+                mode = held.mode if held else "none"
+                self.fail(name, f"is not locked in compliance mode (mode {mode})")
+                continue
+            until = held.retain_until.astimezone(UTC)
+            if until < wanted:
+                self.fail(
+                    name,
+                    f"is locked only until {until:%Y-%m-%d}, not "
+                    f"{wanted:%Y-%m-%d} as the manifest says",
+                )

@@ -1,0 +1,488 @@
+"""The ClickHouse engine: SQL generated from an accounting rule, run over the ledger's tables
+(or over an archive's Parquet files), giving the same amounts as the Python fold to the
+micro-euro.
+
+The statements follow `replay.fold` line by line, in integer arithmetic (Int128; a line is a
+numerator over a denominator until it is rounded half to even):
+
+1. the rate cards as a step function per pool, with the integral of each price from the
+   pool's first card up to each card's start (a cumulative sum over each pool's cards);
+2. the usage intervals split at UTC midnights, with the integral of each price at both ends
+   of every piece (ASOF joins on the cards);
+3. the ledger lines of usage, wasted work and checkpoints under the rule, unpivoted into
+   (workload, day, cause, amount, charge), and the shared lines shared out by the day's used
+   vCPU-hours with the largest remainder.
+
+Steps 1 and 2 are written to scratch tables (Memory engine, dropped after), so that each is
+computed once. What the Python fold learns in history order (the rate cards and contracts in
+force, whether a loss had a notice), the SQL reads from whole tables: the two agree when a
+rate card and a contract come before the events they price, as the writers append them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from projections.ledger.rule import (
+    CHECKPOINT_STORAGE,
+    COUNTERFACTUAL,
+    FOOTPRINT,
+    HEADROOM,
+    WASTED_WORK,
+)
+from projections.ledger.store import LedgerStore
+from replay.fold import BYTES_PER_GB, DAY_US, HOUR_US, LineKey
+from replay.rule import PLATFORM, SPEND_CAUSE, TIERS, Rate, Rule
+
+Step = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Relations:
+    """Where the history is, as SQL: `events` yields (event_id String, event_type String,
+    t Int64 microseconds, causation String, payload String JSON, topic String, partition
+    UInt32, offset UInt64); `cards` yields (pool String, eid String, vf Int64, price Int64,
+    g Int64, model String)."""
+
+    events: str
+    cards: str
+
+
+LEDGER_RELATIONS = Relations(
+    events=(
+        "SELECT toString(event_id) AS event_id, toString(event_type) AS event_type,"
+        " toUnixTimestamp64Micro(occurred_at) AS t, ifNull(toString(causation_id), '') AS"
+        " causation, payload, toString(topic) AS topic, partition, offset FROM events FINAL"
+    ),
+    cards=(
+        "SELECT toString(pool_id) AS pool, toString(event_id) AS eid,"
+        " toUnixTimestamp64Micro(valid_from) AS vf, price_per_vcpu_h_eur_micros AS price,"
+        " guaranteed_price_per_vcpu_h_eur_micros AS g, toString(purchase_model) AS model"
+        " FROM rate_cards"  # no FINAL: a card inserted twice collapses with its copies below
+    ),
+)
+
+
+def parquet_relations(files: list[str]) -> Relations:
+    """The history in archive Parquet files (events.parquet of each month)."""
+    union = " UNION ALL ".join(f"SELECT * FROM file({_quote(f)}, Parquet)" for f in files)
+    # Parquet columns read as Nullable; the engine's joins want plain values (none is null
+    # but causation_id, which the ledger's table also gives as '').
+    events = (
+        "SELECT assumeNotNull(event_id) AS event_id, assumeNotNull(event_type) AS event_type,"
+        " toUnixTimestamp64Micro(assumeNotNull(occurred_at)) AS t,"
+        " ifNull(causation_id, '') AS causation, assumeNotNull(payload) AS payload,"
+        " assumeNotNull(topic) AS topic, assumeNotNull(partition) AS partition,"
+        " assumeNotNull(offset) AS offset"
+        f" FROM ({union})"
+    )
+    cards = (
+        "SELECT JSONExtractString(payload, 'pool_id') AS pool, event_id AS eid,"
+        " JSONExtractInt(payload, 'valid_from_at') AS vf,"
+        " JSONExtractInt(payload, 'price_per_vcpu_h_eur_micros') AS price,"
+        " JSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g,"
+        " JSONExtractString(payload, 'purchase_model') AS model"
+        f" FROM ({events}) WHERE event_type = 'rate_card'"
+    )
+    return Relations(events, cards)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# -- integer helpers as SQL ---------------------------------------------------------------
+
+
+def rhe(n: str, d: str) -> str:
+    """round_half_even(n / d) for Int128 expressions (d > 0)."""
+    q = f"(intDiv({n}, {d}) - if(({n}) % ({d}) < 0, 1, 0))"
+    r = f"(({n}) - {q} * ({d}))"
+    return f"({q} + if(2 * {r} > ({d}) OR (2 * {r} = ({d}) AND {q} % 2 != 0), 1, 0))"
+
+
+def scaled(amount: str, scale: Fraction) -> str:
+    if scale == 1:
+        return amount
+    return rhe(f"toInt128({amount}) * {scale.numerator}", str(scale.denominator))
+
+
+def i128(value: int | str) -> str:
+    return f"toInt128({value})"
+
+
+def tier_price(rate: Rate, tier: str) -> str:
+    """The tier price of `rate` for the tier column `tier` (the default for others)."""
+    cases = ", ".join(
+        f"{tier} = '{t}', {rate.tier_eur_micros[t]}" for t in TIERS if t in rate.tier_eur_micros
+    )
+    default = rate.default_eur_micros or 0
+    return f"multiIf({cases}, {default})" if cases else str(default)
+
+
+def over_piece(rate: Rate) -> str:
+    """The rate's integral over a usage piece (columns d, dp, dg, tier)."""
+    if rate.source == "card":
+        return "dp"
+    if rate.source == "guaranteed":
+        return "dg"
+    if rate.source == "flat":
+        return f"toInt128(d) * {rate.eur_micros}"
+    return f"toInt128(d) * {tier_price(rate, 'tier')}"
+
+
+def at_point(rate: Rate) -> str:
+    """The rate at the loss (columns price, g, tier)."""
+    if rate.source == "card":
+        return "toInt128(price)"
+    if rate.source == "guaranteed":
+        return "toInt128(g)"
+    if rate.source == "flat":
+        return i128(rate.eur_micros)
+    return i128(tier_price(rate, "tier"))
+
+
+def _charge(value: str) -> str:
+    return f"'{value}'"
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+
+class SqlReplay:
+    """Runs one rule as SQL on a ledger store; `run` returns the amounts per line key."""
+
+    def __init__(self, store: LedgerStore, relations: Relations = LEDGER_RELATIONS) -> None:
+        self.store = store
+        self.relations = relations
+
+    def run(
+        self,
+        rule: Rule,
+        first_day: int | None = None,
+        last_day: int | None = None,
+        on_step: Step | None = None,
+    ) -> dict[LineKey, int]:
+        tag = uuid.uuid4().hex[:12]
+        cards, pieces = f"replay_cards_{tag}", f"replay_pieces_{tag}"
+        ints = f"replay_integrals_{tag}"
+        step = on_step or (lambda _: None)
+        try:
+            step("rate cards")
+            self.store.command(f"CREATE TABLE {cards} ENGINE = Memory AS {self._cards_sql()}")
+            step("usage pieces")
+            self.store.command(
+                f"CREATE TABLE {pieces} ENGINE = Memory AS "
+                f"{self._pieces_sql(rule, cards, first_day, last_day)}"
+            )
+            self.store.command(
+                f"CREATE TABLE {ints} ENGINE = Memory AS {self._integrals_sql(cards, pieces)}"
+            )
+            step("ledger lines")
+            rows = self.store.query(
+                self._lines_sql(rule, cards, pieces, ints, first_day=first_day, last_day=last_day)
+            )
+        finally:
+            for name in (ints, pieces, cards):
+                self.store.command(f"DROP TABLE IF EXISTS {name}")
+        return {(str(r["w"]), int(r["day"]), str(r["cause"])): int(r["a"]) for r in rows}
+
+    # -- 1: cards --------------------------------------------------------------------------
+
+    def _cards_sql(self) -> str:
+        # Per pool, the cards sorted by (start, event id); of cards starting at the same moment
+        # the last (greatest event id) is in force. The integral up to a card's start is the
+        # sum over the earlier cards of duration x price: a cumulative sum over the pool's
+        # array (array functions run columnar; a window over the rows took four times longer).
+        return f"""
+SELECT pool, c.1 AS vf, c.2 AS price, c.3 AS g, c.4 AS model, c.5 AS cp, c.6 AS cg, 1 AS hit
+FROM (
+    SELECT pool,
+        arrayFilter((x, i) -> i = length(sorted) OR sorted[i + 1].1 != x.1, sorted,
+                    arrayEnumerate(sorted)) AS cs,
+        arrayMap(i -> if(i < length(cs), cs[i + 1].1 - cs[i].1, 0), arrayEnumerate(cs)) AS d,
+        arrayCumSum(arrayMap((x, dd) -> toInt128(dd) * x.3, cs, d)) AS sp,
+        arrayCumSum(arrayMap((x, dd) -> toInt128(dd) * x.4, cs, d)) AS sg,
+        arrayMap((x, i) -> (x.1, x.3, x.4, x.5, sp[i] - toInt128(d[i]) * x.3,
+                            sg[i] - toInt128(d[i]) * x.4), cs, arrayEnumerate(cs)) AS rows
+    FROM (
+        SELECT pool, arraySort(groupArray((vf, eid, price, g, model))) AS sorted
+        FROM ({self.relations.cards}) GROUP BY pool
+    )
+)
+ARRAY JOIN rows AS c
+"""
+
+    # -- 2: usage pieces ------------------------------------------------------------------
+
+    def _day_filter(self, column: str, first_day: int | None, last_day: int | None) -> str:
+        conditions = ["1"]
+        if first_day is not None:
+            conditions.append(f"{column} >= {first_day}")
+        if last_day is not None:
+            conditions.append(f"{column} <= {last_day}")
+        return " AND ".join(conditions)
+
+    def _tiers_sql(self) -> str:
+        return (
+            "SELECT JSONExtractString(payload, 'workload_id') AS cw, t AS ct,"
+            " argMax(JSONExtractString(payload, 'tier'), offset) AS tier"
+            f" FROM ({self.relations.events}) WHERE event_type = 'contract_published'"
+            " GROUP BY cw, ct"
+        )
+
+    def _pieces_sql(
+        self, rule: Rule, cards: str, first_day: int | None, last_day: int | None
+    ) -> str:
+        usage_type = (
+            "Tuple(workload_id String, pool_id String, purchase_model String, start_at Int64,"
+            " end_at Int64, vcpu Int64, used_vcpu_h Float64)"
+        )
+        day_ok = self._day_filter("day", first_day, last_day)
+        lo = "" if first_day is None else f" AND u.5 > {first_day * DAY_US}"
+        hi = "" if last_day is None else f" AND u.4 < {(last_day + 1) * DAY_US}"
+        tier_join = (
+            f" ASOF LEFT JOIN ({self._tiers_sql()}) AS k ON k.cw = uu.w AND uu.t >= k.ct"
+            if rule.uses_tiers
+            else ""
+        )
+        tier_col = "k.tier" if rule.uses_tiers else "''"
+        return f"""
+SELECT event_id, t, w, pool, model, s, e, vcpu, used_h, {tier_col} AS tier, day,
+       greatest(s, toInt64(day) * {DAY_US}) AS a, least(e, (toInt64(day) + 1) * {DAY_US}) AS b
+FROM (
+    SELECT event_id, t, u.1 AS w, u.2 AS pool, u.3 AS model, u.4 AS s, u.5 AS e,
+           u.6 AS vcpu, u.7 AS used_h
+    FROM (
+        SELECT event_id, t, JSONExtract(payload, '{usage_type}') AS u
+        FROM ({self.relations.events}) WHERE event_type = 'usage_interval'
+    )
+    WHERE u.5 > u.4{lo}{hi} AND u.2 IN (SELECT pool FROM {cards})
+) AS uu{tier_join}
+ARRAY JOIN range(toUInt64(intDiv(s, {DAY_US})), toUInt64(intDiv(e - 1, {DAY_US})) + 1) AS day
+WHERE {day_ok}
+"""
+
+    def _integrals_sql(self, cards: str, pieces: str) -> str:
+        """The integral of price and guaranteed price at every end of every piece."""
+        return f"""
+SELECT p.pool AS pool, p.x AS x,
+       if(c.hit = 1, c.cp + toInt128(p.x - c.vf) * c.price, toInt128(p.x - f.vf0) * f.p0) AS ip,
+       if(c.hit = 1, c.cg + toInt128(p.x - c.vf) * c.g, toInt128(p.x - f.vf0) * f.g0) AS ig
+FROM (SELECT DISTINCT pool, x FROM {pieces} ARRAY JOIN [a, b] AS x) AS p
+INNER JOIN (SELECT pool AS fpool, min(vf) AS vf0, argMin(price, vf) AS p0,
+                   argMin(g, vf) AS g0 FROM {cards} GROUP BY pool) AS f ON f.fpool = p.pool
+ASOF LEFT JOIN {cards} AS c ON c.pool = p.pool AND p.x >= c.vf
+"""
+
+    # -- 3: lines -------------------------------------------------------------------------
+
+    def _lines_sql(
+        self,
+        rule: Rule,
+        cards: str,
+        pieces: str,
+        ints: str,
+        *,
+        first_day: int | None,
+        last_day: int | None,
+    ) -> str:
+        q = rule.usage_quanta_per_vcpu_h
+        fp = rule.footprint
+        agent_den = 1000 * HOUR_US
+        cf = rule.counterfactual
+
+        def line(cause: str, amount: str, charge: str) -> str:
+            return f"('{cause}', toInt64({scaled(amount, rule.scale_of(cause))}), {charge})"
+
+        spend_lines = []
+        for model, cause in SPEND_CAUSE.items():
+            spend = rule.spend[cause]
+            spend_lines.append(
+                f"model = '{model}', "
+                + line(
+                    cause,
+                    rhe(f"used_q * {over_piece(spend.rate)}", "share"),
+                    _charge(spend.charge_to),
+                )
+            )
+        spend_usage = f"multiIf({', '.join(spend_lines)}, ('', toInt64(0), ''))"
+        usage = f"""
+SELECT w, day, line.1 AS cause, line.2 AS amount, line.3 AS charge,
+       intDiv(used_q * d, e - s) AS weight
+FROM (
+    SELECT w, day, model, s, e, tier, toInt128(b - a) AS d, ib.ip - ia.ip AS dp,
+           ib.ig - ia.ig AS dg, toInt128(toInt64(roundBankers(used_h * {q}))) AS used_q,
+           greatest({rhe(f"toInt128(vcpu) * (e - s) * {q}", str(HOUR_US))} - used_q, 0) AS idle_q,
+           toInt128({q}) * (e - s) AS share
+    FROM {pieces} AS pc
+    INNER JOIN {ints} AS ia ON ia.pool = pc.pool AND ia.x = pc.a
+    INNER JOIN {ints} AS ib ON ib.pool = pc.pool AND ib.x = pc.b
+)
+ARRAY JOIN [
+    {line(COUNTERFACTUAL, rhe(f"used_q * {over_piece(cf.rate)}", "share"), _charge(cf.charge_to))},
+    {spend_usage},
+    {
+            line(
+                HEADROOM,
+                rhe(f"idle_q * {over_piece(rule.headroom.rate)}", "share"),
+                _charge(rule.headroom.charge_to),
+            )
+        },
+    {
+            line(
+                FOOTPRINT,
+                rhe(
+                    f"{fp.agent_millicpu_per_instance} * {over_piece(fp.agent_rate)} * share"
+                    f" + used_q * d * {fp.control_plane_eur_micros_per_vcpu_h} * {agent_den}",
+                    f"toInt128({agent_den}) * share",
+                ),
+                _charge(fp.charge_to),
+            )
+        }
+] AS line
+"""
+        waste = self._waste_sql(rule, cards, first_day, last_day, line)
+        checkpoint = self._checkpoint_sql(rule, first_day, last_day)
+        return self._allocate_sql(usage, waste, checkpoint, pieces, rule)
+
+    def _waste_sql(
+        self,
+        rule: Rule,
+        cards: str,
+        first_day: int | None,
+        last_day: int | None,
+        line: Callable[[str, str, str], str],
+    ) -> str:
+        qs = rule.waste_quanta_per_vcpu_s
+        den = str(qs * 3600)
+        cf = rule.counterfactual
+        charge = rule.wasted_work_charge
+        waste_charge = (
+            f"if(notice, '{charge.with_notice}', '{charge.without_notice}')"
+            if charge.with_notice != charge.without_notice
+            else _charge(charge.with_notice)
+        )
+        spend_lines = []
+        for model, cause in SPEND_CAUSE.items():
+            spend = rule.spend[cause]
+            spend_lines.append(
+                f"model = '{model}', "
+                + line(
+                    cause, rhe(f"-wasted_q * {at_point(spend.rate)}", den), _charge(spend.charge_to)
+                )
+            )
+        tier_join = (
+            f" ASOF LEFT JOIN ({self._tiers_sql()}) AS k ON k.cw = ww.w AND ww.t >= k.ct"
+            if rule.uses_tiers
+            else ""
+        )
+        tier_col = "k.tier" if rule.uses_tiers else "''"
+        notice_join = (
+            " LEFT JOIN (SELECT event_id AS lid, JSONExtractBool(payload, 'with_notice') AS"
+            f" ln FROM ({self.relations.events}) WHERE event_type = 'instance_lost') AS l"
+            " ON l.lid = ww.causation"
+            if charge.with_notice != charge.without_notice
+            else ""
+        )
+        notice_col = "ifNull(l.ln, false)" if notice_join else "false"
+        day_ok = self._day_filter("day", first_day, last_day)
+        first = (
+            f"SELECT pool AS fpool, min(vf) AS vf0, argMin(price, vf) AS p0, argMin(g, vf) AS g0,"
+            f" argMin(model, vf) AS m0 FROM {cards} GROUP BY pool"
+        )
+        return f"""
+SELECT w, day, line.1 AS cause, line.2 AS amount, line.3 AS charge, toInt128(0) AS weight
+FROM (
+    SELECT w, day, {tier_col} AS tier, {notice_col} AS notice,
+           if(c.hit = 1, c.price, f.p0) AS price, if(c.hit = 1, c.g, f.g0) AS g,
+           if(c.hit = 1, c.model, f.m0) AS model,
+           toInt128(toInt64(roundBankers(wasted_s * {qs}))) AS wasted_q
+    FROM (
+        SELECT t, causation, JSONExtractString(payload, 'workload_id') AS w,
+               JSONExtractString(payload, 'pool_id') AS pool,
+               JSONExtractFloat(payload, 'wasted_vcpu_s') AS wasted_s,
+               intDiv(t, {DAY_US}) AS day
+        FROM ({self.relations.events}) WHERE event_type = 'work_wasted'
+    ) AS ww
+    INNER JOIN ({first}) AS f ON f.fpool = ww.pool
+    ASOF LEFT JOIN {cards} AS c ON c.pool = ww.pool AND ww.t >= c.vf{tier_join}{notice_join}
+    WHERE {day_ok}
+)
+ARRAY JOIN [
+    {line(COUNTERFACTUAL, rhe(f"-wasted_q * {at_point(cf.rate)}", den), _charge(cf.charge_to))},
+    {line(WASTED_WORK, rhe(f"wasted_q * {at_point(rule.wasted_work_rate)}", den), waste_charge)},
+    multiIf({", ".join(spend_lines)}, ('', toInt64(0), ''))
+] AS line
+"""
+
+    def _checkpoint_sql(self, rule: Rule, first_day: int | None, last_day: int | None) -> str:
+        cp = rule.checkpoint_storage
+        amount = rhe(
+            f"toInt128(JSONExtractInt(payload, 'written_bytes')) * {cp.retention_days}"
+            f" * {cp.eur_micros_per_gb_month}",
+            str(BYTES_PER_GB * 30),
+        )
+        day_ok = self._day_filter("day", first_day, last_day)
+        return f"""
+SELECT w, day, '{CHECKPOINT_STORAGE}' AS cause,
+       toInt64({scaled(amount, rule.scale_of(CHECKPOINT_STORAGE))}) AS amount,
+       '{cp.charge_to}' AS charge, toInt128(0) AS weight
+FROM (
+    SELECT JSONExtractString(payload, 'workload_id') AS w, intDiv(t, {DAY_US}) AS day, payload
+    FROM ({self.relations.events}) WHERE event_type = 'checkpoint_written'
+)
+WHERE {day_ok}
+"""
+
+    def _allocate_sql(
+        self, usage: str, waste: str, checkpoint: str, pieces: str, rule: Rule
+    ) -> str:
+        lines = f"{usage}\nUNION ALL\n{waste}\nUNION ALL\n{checkpoint}"
+        direct = f"""
+SELECT if(charge = 'platform', '{PLATFORM}', w) AS w, toUInt32(day) AS day, cause,
+       sum(amount) AS a
+FROM ({lines}) WHERE charge IN ('workload', 'platform') AND cause != ''
+GROUP BY w, day, cause
+"""
+        if not rule.shares:
+            return f"SELECT w, day, cause, a FROM ({direct}) WHERE a != 0"
+        # Shared lines: each day's total, in proportion to the workloads' used vCPU-hours of
+        # that day (floors, then one micro-euro each to the largest remainders; ties by name).
+        q = rule.usage_quanta_per_vcpu_h
+        weights = f"""
+SELECT w AS sw, toUInt32(day) AS sday,
+       sum(intDiv(toInt128(toInt64(roundBankers(used_h * {q}))) * (b - a), e - s)) AS weight
+FROM {pieces} GROUP BY sw, sday HAVING weight > 0
+"""
+        pooled = f"""
+SELECT toUInt32(day) AS pday, cause AS pcause, toInt128(sum(amount)) AS total
+FROM ({lines}) WHERE charge = 'shared_by_vcpu_h' AND cause != '' GROUP BY pday, pcause
+"""
+        shared = f"""
+SELECT sw AS w, pday AS day, pcause AS cause,
+       toInt64(base + if(rank <= total - sum(base) OVER per_line, 1, 0)) AS a
+FROM (
+    SELECT sw, pday, pcause, total, whole,
+           intDiv(total * weight, whole) - if((total * weight) % whole < 0, 1, 0) AS base,
+           total * weight - base * whole AS rest,
+           row_number() OVER (PARTITION BY pday, pcause ORDER BY rest DESC, sw ASC) AS rank
+    FROM ({pooled}) AS p
+    INNER JOIN (SELECT sw, sday, weight, sum(weight) OVER (PARTITION BY sday) AS whole
+                FROM ({weights})) AS ws ON ws.sday = p.pday
+)
+WINDOW per_line AS (PARTITION BY pday, pcause)
+UNION ALL
+SELECT '{PLATFORM}' AS w, pday AS day, pcause AS cause, toInt64(total) AS a
+FROM ({pooled}) WHERE pday NOT IN (SELECT sday FROM ({weights}))
+"""
+        return f"""
+SELECT w, day, cause, sum(a) AS a FROM (
+    SELECT w, day, cause, a FROM ({direct})
+    UNION ALL
+    SELECT w, day, cause, a FROM ({shared})
+) GROUP BY w, day, cause HAVING a != 0
+"""

@@ -1,0 +1,358 @@
+"""`spotcap archive`: export a month (Parquet, signed Merkle tree head, Object Lock), verify an
+archive offline, prove one event's inclusion and check such a proof (ADR-25; docs/accounting.md).
+
+Where the archive is: ``--archive`` (a directory, or ``s3://BUCKET/PREFIX``), else
+$SPOTCAP_ARCHIVE, else ``<home>/archive``. S3's endpoint and credentials come from boto3's own
+settings (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from contracts.signing import SigningError, load_public_key
+from projections.ledger.store import LedgerError
+from projections.ledger.writer import LEDGER_TOPICS
+from replay.archive import layout
+from replay.archive.export import export_month, month_cost_lines
+from replay.archive.proof import check_proof, prove
+from replay.archive.s3 import S3Storage
+from replay.archive.storage import ArchiveError, ArchiveStorage, LocalStorage
+from replay.archive.verify import MonthReport, PublicKey, verify_archive
+from spotcap.cli_contracts import _signer as contract_signer
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.projecting import catch_up, open_writer
+from spotcap.stores import StoreError, open_ledger
+from spotcap.wiring import make_codec, open_log
+from streams.log import LogError
+from streams.merged import MergedHistory
+
+console = Console()
+err = Console(stderr=True)
+
+
+def archive_location(settings: Settings, location: str | None) -> str:
+    return location or os.environ.get("SPOTCAP_ARCHIVE") or str(settings.home / "archive")
+
+
+def open_archive(
+    settings: Settings, location: str | None, *, create: bool = False
+) -> ArchiveStorage:
+    where = archive_location(settings, location)
+    if where.startswith("s3://"):
+        return S3Storage(where, create=create)
+    return LocalStorage(Path(where))
+
+
+archive_option = click.option(
+    "--archive",
+    "location",
+    default=None,
+    metavar="DIR|s3://BUCKET/PREFIX",
+    help="Where the archive is (default $SPOTCAP_ARCHIVE, else <home>/archive).",
+)
+public_key_option = click.option(
+    "--public-key",
+    "public_key_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The signer's public key (PEM, 32 raw bytes or their base64): the one key you trust.",
+)
+
+
+def _public_key(path: Path) -> PublicKey:
+    try:
+        return load_public_key(path.read_bytes())
+    except SigningError as error:
+        fail(f"{path}: {error}", "give the .pub file written by `spotcap contracts keygen`")
+
+
+def _month(value: str) -> str:
+    try:
+        return layout.check_month(value)
+    except ValueError as error:
+        fail(str(error), usage=True)
+
+
+@click.group("archive")
+def archive() -> None:
+    """The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/accounting.md)."""
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+@archive.command("export")
+@click.option("--month", required=True, help="The month to archive, YYYY-MM (UTC).")
+@archive_option
+@click.option(
+    "--key",
+    "key_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Sign with this Ed25519 key file (`spotcap contracts keygen`).",
+)
+@click.option(
+    "--transit-key",
+    default=None,
+    help="Sign with this OpenBao/Vault transit key (type ed25519) instead; address "
+    "and token from BAO_ADDR/BAO_TOKEN (or VAULT_*).",
+)
+@click.option("--transit-mount", default="transit", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was archived as JSON.")
+@click.pass_obj
+def export_command(
+    settings: Settings,
+    *,
+    month: str,
+    location: str | None,
+    key_file: Path | None,
+    transit_key: str | None,
+    transit_mount: str,
+    as_json: bool,
+) -> None:
+    """Archive one month: its events and cost lines as Parquet, a manifest with every file's
+    SHA-256, the Merkle tree head over the events signed and chained to the previous month,
+    written with Object Lock (compliance mode, 7 years) when the archive is on S3.
+
+    The ledger is brought up to date with the log first, so the cost lines are complete.
+    """
+    month = _month(month)
+    signer = contract_signer(key_file, transit_key, transit_mount)
+    if signer is None:
+        fail(
+            "the archive's tree heads are signed: give --key KEYFILE or --transit-key NAME",
+            "create a key with `spotcap contracts keygen --out FILE`",
+            usage=True,
+        )
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=as_json,
+    )
+    try:
+        storage = open_archive(settings, location, create=True)
+        log = open_log(settings)
+        try:
+            with progress:
+                task = progress.add_task("bringing the ledger up to date", total=None)
+                catch_up(settings, log, open_writer(settings, "ledger"))
+                lines = month_cost_lines(open_ledger(settings), month)
+                progress.update(task, description=f"reading the history for {month}")
+                history = MergedHistory(
+                    log,
+                    make_codec(settings),
+                    settings.region,
+                    LEDGER_TOPICS,
+                    poll_records=2000,
+                    buffer_per_partition=4000,
+                )
+
+                def show(n: int) -> None:
+                    progress.update(task, description=f"archiving {month}: {n:,} events")
+
+                with tempfile.TemporaryDirectory(prefix="spotcap-export-") as tmp:
+                    done = export_month(
+                        storage,
+                        signer,
+                        region=settings.region,
+                        month=month,
+                        history=((d.origin, d.envelope) for d in history),
+                        cost_lines=lines,
+                        workdir=Path(tmp),
+                        on_event=show,
+                    )
+        finally:
+            log.close()
+    except (ArchiveError, StoreError, LedgerError, LogError, SigningError) as error:
+        fail(str(error))
+    report = {
+        "region": done.region,
+        "month": done.month,
+        "events": done.events,
+        "cost_lines": done.cost_lines,
+        "merkle_root": done.root,
+        "chain_size": done.chain_size,
+        "manifest_sha256": done.manifest_sha256,
+        "archive": storage.describe(),
+        "seconds": round(done.seconds, 3),
+        "signed_by": signer.key_id,
+    }
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    locked = " with Object Lock until " + layout.retain_until(month).strftime("%Y-%m-%d")
+    console.print(
+        f"archived {month} of region {done.region} to {storage.describe()}"
+        f"{locked if storage.enforces_retention else ''}: {done.events:,} events and "
+        f"{done.cost_lines:,} cost lines in {done.seconds:,.1f} s; tree head "
+        f"{done.root[:16]}... signed by {signer.key_id}, chain of {done.chain_size:,} events",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+
+@archive.command("verify")
+@click.option("--month", default=None, help="Check this month only (YYYY-MM); default all.")
+@public_key_option
+@archive_option
+@click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON.")
+@click.pass_obj
+def verify_command(
+    settings: Settings,
+    month: str | None,
+    public_key_file: Path,
+    location: str | None,
+    as_json: bool,
+) -> None:
+    """Check the archive with only the archive and the public key (no database, no log):
+    every file's SHA-256, the signatures, the Merkle trees, the chain between months and the
+    Object Lock retention. Exit 1 and name exactly what is wrong if anything is."""
+    public_key = _public_key(public_key_file)
+    month = _month(month) if month else None
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=as_json,
+    )
+    try:
+        storage = open_archive(settings, location)
+        with progress:
+            task = progress.add_task("verifying", total=None)
+            reports = verify_archive(
+                storage,
+                public_key,
+                settings.region,
+                month,
+                on_month=lambda m: progress.update(task, description=f"verifying {m}"),
+            )
+    except ArchiveError as error:
+        fail(str(error))
+    ok = all(r.ok for r in reports)
+    if as_json:
+        report = {
+            "ok": ok,
+            "archive": storage.describe(),
+            "region": settings.region,
+            "months": [
+                {
+                    "month": r.month,
+                    "ok": r.ok,
+                    "events": r.events,
+                    "findings": [
+                        {"subject": f.subject, "message": f.message, "error": f.error}
+                        for f in r.findings
+                    ],
+                }
+                for r in reports
+            ],
+        }
+        if not ok:
+            fail(_verify_failed(reports), json_report=report)
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    table = Table(title=f"{storage.describe()}, region {settings.region}")
+    table.add_column("month")
+    table.add_column("events", justify="right")
+    table.add_column("result")
+    for r in reports:
+        errors = [f for f in r.findings if f.error]
+        table.add_row(
+            r.month,
+            f"{r.events:,}",
+            "[green]verified[/]"
+            if not errors
+            else f"[red]{len(errors)} problem{'s' if len(errors) > 1 else ''}[/]",
+        )
+    console.print(table)
+    for r in reports:
+        for f in r.findings:
+            mark = "[red]problem[/]" if f.error else "[dim]note[/]"
+            console.print(f"{mark} {f}", highlight=False, soft_wrap=True)
+    if not ok:
+        fail(_verify_failed(reports), "each problem above names the file and what changed")
+
+
+def _verify_failed(reports: list[MonthReport]) -> str:
+    months = [r.month for r in reports if not r.ok]
+    return (
+        f"the archive does not verify: {len(months)} month(s) with problems ({', '.join(months)})"
+    )
+
+
+# -- proofs ---------------------------------------------------------------------------------
+
+
+@archive.command("prove")
+@click.argument("event_id")
+@click.option("--month", required=True, help="The month the event occurred in (YYYY-MM).")
+@archive_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the proof to this file (default: standard output).",
+)
+@click.pass_obj
+def prove_command(
+    settings: Settings, event_id: str, month: str, location: str | None, out: Path | None
+) -> None:
+    """Print the inclusion proof of one event (JSON): its bytes, its audit path to the month's
+    Merkle tree head, and the signed manifest. `spotcap archive check-proof` checks it."""
+    month = _month(month)
+    try:
+        proof = prove(open_archive(settings, location), settings.region, month, event_id)
+    except ArchiveError as error:
+        fail(str(error))
+    text = json.dumps(proof, indent=2, sort_keys=True) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        err.print(f"wrote the proof of {event_id} to {out}", highlight=False)
+
+
+@archive.command("check-proof")
+@click.argument("proof_file", type=click.File("r", encoding="utf-8"))
+@public_key_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def check_proof_command(proof_file: Any, public_key_file: Path, as_json: bool) -> None:
+    """Check an inclusion proof (a file, or - for standard input) against the public key:
+    the manifest's signature, then the event's path to the signed tree head. Exit 1 if not."""
+    public_key = _public_key(public_key_file)
+    try:
+        proof = json.load(proof_file)
+    except ValueError as error:
+        fail(f"{proof_file.name} is not JSON: {error}", "give a file written by `archive prove`")
+    result = check_proof(proof if isinstance(proof, dict) else {}, public_key)
+    if as_json:
+        report = {"ok": result.ok, "message": result.message, "event": result.event}
+        if not result.ok:
+            fail(result.message, json_report=report)
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    elif result.ok:
+        what = result.event
+        extra = f" ({what['event_type']} at {what['occurred_at']})" if what.get("decoded") else ""
+        console.print(
+            f"[green]proof holds[/]: {result.message}{extra}", highlight=False, soft_wrap=True
+        )
+    else:
+        fail(f"the proof fails: {result.message}", "ask for a new proof with `archive prove`")

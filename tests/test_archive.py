@@ -1,0 +1,329 @@
+"""The monthly archive on a local directory: export two chained months, verify them with only
+the archive and the public key, find a changed byte, a deleted month, an edited manifest and a
+forged root; prove one event's inclusion and see a changed one fail; replay from the archive
+reproduces the recorded ledger; signing through OpenBao transit."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.signing import generate_key_pem, key_id_of, load_private_key
+from infra import servers
+from replay.archive import layout
+from replay.rule_file import shipped_rule_path
+from tests.replay_support import History
+
+MONTHS = ("2026-11", "2026-12")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("keys")
+    private_pem, public_pem = generate_key_pem()
+    (folder / "archive.key").write_bytes(private_pem)
+    (folder / "archive.pub").write_bytes(public_pem)
+    return folder / "archive.key", folder / "archive.pub"
+
+
+@pytest.fixture(scope="module")
+def archive(
+    replay_history: History, keys: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    where = tmp_path_factory.mktemp("archive") / "local"
+    for month in MONTHS:
+        done = replay_history.json(
+            "archive", "export", "--month", month, "--archive", str(where), "--key", str(keys[0])
+        )
+        assert done["month"] == month and done["events"] > 1000
+    return where
+
+
+def verify(h: History, where: Path, pub: Path, *extra: str, code: int = 0) -> Any:
+    return h.json(
+        "archive", "verify", "--archive", str(where), "--public-key", str(pub), *extra, code=code
+    )
+
+
+def errors(report: Any) -> list[str]:
+    return [
+        f"{m['month']}: {f['subject']}: {f['message']}"
+        for m in report["months"]
+        for f in m["findings"]
+        if f["error"]
+    ]
+
+
+def copy_of(where: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "archive"
+    shutil.copytree(where, target)
+    return target
+
+
+def test_two_months_verify_and_chain(
+    replay_history: History, archive: Path, keys: tuple[Path, Path]
+) -> None:
+    report = verify(replay_history, archive, keys[1])
+    assert report["ok"] and [m["month"] for m in report["months"]] == list(MONTHS)
+    notes = [f["message"] for m in report["months"] for f in m["findings"]]
+    assert all("locks nothing" in n for n in notes)
+    nov, dec = (json.loads((archive / "rp" / m / layout.MANIFEST).read_text()) for m in MONTHS)
+    assert dec["chain"]["previous_month"] == "2026-11"
+    assert dec["chain"]["previous_size"] == nov["chain"]["size"] == nov["merkle"]["size"]
+    assert dec["chain"]["size"] == nov["merkle"]["size"] + dec["merkle"]["size"]
+    assert dec["chain"]["consistency_proof"]
+    assert nov["retention"]["retain_until"] == "2033-12-01T00:00:00.000000Z"
+    text = replay_history.cli(
+        "archive",
+        "verify",
+        "--archive",
+        str(archive),
+        "--public-key",
+        str(keys[1]),
+        "--month",
+        "2026-12",
+    )
+    assert "verified" in text and "2026-11" not in text.split("note")[0].split("┃")[-1]
+
+
+def test_months_are_archived_once_and_in_order(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    again = replay_history.cli(
+        "archive",
+        "export",
+        "--month",
+        "2026-11",
+        "--archive",
+        str(archive),
+        "--key",
+        str(keys[0]),
+        code=1,
+    )
+    assert "already archived" in again
+    fresh = tmp_path / "fresh"
+    out = replay_history.cli(
+        "archive", "export", "--month", "2026-12", "--archive", str(fresh), "--key", str(keys[0])
+    )
+    assert "archived 2026-12" in out
+    late = replay_history.cli(
+        "archive",
+        "export",
+        "--month",
+        "2026-11",
+        "--archive",
+        str(fresh),
+        "--key",
+        str(keys[0]),
+        code=1,
+    )
+    assert "can no longer join the chain" in late
+
+
+def test_verify_finds_a_changed_byte(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    path = where / "rp" / "2026-11" / layout.EVENTS
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    report = verify(replay_history, where, keys[1], code=1)
+    found = errors(report)
+    assert len(found) == 1, found
+    assert found[0].startswith("2026-11: events.parquet: SHA-256 is ")
+    assert "changed after export" in found[0]
+
+
+def test_verify_finds_a_deleted_month(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    shutil.rmtree(where / "rp" / "2026-11")
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(
+        f.startswith("2026-11: month: is missing") and "2026-12's manifest links to it" in f
+        for f in found
+    ), found
+    assert any(f.startswith("2026-12: chain: links to 2026-11, which is missing") for f in found)
+    one = errors(verify(replay_history, where, keys[1], "--month", "2026-11", code=1))
+    assert one and "is not in" in one[0] and "2026-12's chain links back" in one[0]
+
+
+def test_verify_finds_an_edited_manifest(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    path = where / "rp" / "2026-12" / layout.MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["files"][layout.COST_LINES]["rows"] += 1
+    path.write_bytes(layout.canonical_json(manifest))
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(
+        f.startswith("2026-12: signature: does not verify")
+        and "was changed after it was signed" in f
+        for f in found
+    ), found
+    assert any(f.startswith("2026-12: cost_lines.parquet: holds") for f in found), found
+
+
+def test_verify_finds_a_forged_root(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    path = where / "rp" / "2026-11" / layout.MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["merkle"]["root"] = "ab" * 32
+    forger_pem, _ = generate_key_pem()
+    forger = load_private_key(forger_pem)
+    manifest["signing"]["key_id"] = key_id_of(forger.public_key())
+    data = layout.canonical_json(manifest)
+    path.write_bytes(data)
+    (path.parent / layout.SIGNATURE).write_bytes(forger.sign(data))
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(
+        f.startswith("2026-11: signature: the manifest is signed by")
+        and "not by the public key given" in f
+        for f in found
+    ), found
+    assert any(
+        f.startswith("2026-11: merkle: the events give a tree of") and "abab" in f for f in found
+    ), found
+    assert any(f.startswith("2026-12: chain:") for f in found), found  # the link broke too
+
+
+def test_an_inclusion_proof_holds_and_a_changed_event_fails(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    ids = pq.read_table(archive / "rp" / "2026-12" / layout.EVENTS, columns=["event_id"])
+    event_id = ids.column(0)[len(ids) // 3].as_py()
+    proof_file = tmp_path / "proof.json"
+    replay_history.cli(
+        "archive",
+        "prove",
+        event_id,
+        "--month",
+        "2026-12",
+        "--archive",
+        str(archive),
+        "--out",
+        str(proof_file),
+    )
+    ok = replay_history.json(
+        "archive", "check-proof", str(proof_file), "--public-key", str(keys[1])
+    )
+    assert ok["ok"] and ok["event"]["matches_id"] and f"entry {len(ids) // 3:,}" in ok["message"]
+    proof = json.loads(proof_file.read_text())
+    body = bytearray(base64.b64decode(proof["event_bytes"]))
+    body[-2] ^= 0x01
+    proof["event_bytes"] = base64.b64encode(bytes(body)).decode()
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(proof))
+    bad = replay_history.json(
+        "archive", "check-proof", str(changed), "--public-key", str(keys[1]), code=1
+    )
+    assert not bad["ok"] and "is not entry" in bad["message"]
+    _, other_pub = generate_key_pem()
+    other = tmp_path / "other.pub"
+    other.write_bytes(other_pub)
+    wrong_key = replay_history.json(
+        "archive", "check-proof", str(proof_file), "--public-key", str(other), code=1
+    )
+    assert "not signed by the public key given" in wrong_key["message"]
+    missing = replay_history.cli(
+        "archive",
+        "prove",
+        str(uuid.uuid4()),
+        "--month",
+        "2026-12",
+        "--archive",
+        str(archive),
+        code=1,
+    )
+    assert "is not in the archive of 2026-12" in missing
+
+
+@pytest.mark.parametrize("engine", ["clickhouse", "python"])
+def test_replay_from_the_archive_reproduces_the_recorded_ledger(
+    replay_history: History, archive: Path, engine: str
+) -> None:
+    report = replay_history.json(
+        "replay",
+        "--rules",
+        str(shipped_rule_path("recorded")),
+        "--source",
+        "archive",
+        "--archive",
+        str(archive),
+        "--diff",
+        "--engine",
+        engine,
+    )
+    assert report["diff"]["identical"], report["diff"]["rows"][:5]
+    dec = replay_history.json(
+        "replay",
+        "--rules",
+        str(shipped_rule_path("recorded")),
+        "--source",
+        "archive",
+        "--archive",
+        str(archive),
+        "--diff",
+        "--engine",
+        engine,
+        "--from",
+        "2026-12-01",
+    )
+    assert dec["diff"]["identical"] and dec["from"] == "2026-12-01"
+
+
+def test_a_changed_archive_is_not_replayed(
+    replay_history: History, archive: Path, tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    path = where / "rp" / "2026-11" / layout.EVENTS
+    path.write_bytes(path.read_bytes() + b"\0")
+    out = replay_history.cli(
+        "replay",
+        "--rules",
+        str(shipped_rule_path("recorded")),
+        "--source",
+        "archive",
+        "--archive",
+        str(where),
+        code=1,
+    )
+    assert "does not match its manifest" in out and "archive verify --month 2026-11" in out
+
+
+def test_export_signs_through_openbao_transit(
+    replay_history: History,
+    openbao: servers.Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import hvac
+
+    token = servers.openbao_token(openbao)
+    client = hvac.Client(url=openbao.address, token=token)
+    if "transit/" not in client.sys.list_mounted_secrets_engines()["data"]:
+        client.sys.enable_secrets_engine("transit", path="transit")
+    name = f"archive-{uuid.uuid4().hex[:8]}"
+    client.secrets.transit.create_key(name=name, key_type="ed25519", mount_point="transit")
+    key = client.secrets.transit.read_key(name=name, mount_point="transit")["data"]
+    (tmp_path / "transit.pub").write_text(key["keys"]["1"]["public_key"])
+    monkeypatch.setenv("BAO_ADDR", openbao.address)
+    monkeypatch.setenv("BAO_TOKEN", token)
+    where = tmp_path / "archive"
+    replay_history.json(
+        "archive", "export", "--month", "2026-11", "--archive", str(where), "--transit-key", name
+    )
+    assert verify(replay_history, where, tmp_path / "transit.pub")["ok"]

@@ -1,0 +1,89 @@
+"""The acceptance run of the two replay engines: 30 days of a demo region, every shipped rule
+priced by the Python fold over the log and by the SQL over the same history as archive Parquet;
+they agree to the micro-euro.
+
+Thirty days go well past the fold's 7-day horizon of rate cards and over a turn of the month.
+The region is the demo's in shape, made smaller so that the suite stays affordable on a shared
+2-core machine: one hall of pools (not four), 40 workloads (not 220), a rate card per pool every
+hour (not every 5 minutes; each 6-hour usage interval still spans six cards). The 220 workloads
+of `spotcap demo --days 30` (2.2 million events) took over 30 minutes here under load;
+bench/replay.py replays them.
+
+The history is not projected into the ledger (the 3-day histories of test_replay.py compare
+with the recorded ledger): the SQL engine reads the events file, as it does an archive."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from projections.ledger.rule import COUNTERFACTUAL
+from projections.ledger.writer import LEDGER_TOPICS
+from provider.sim.region import SimConfig
+from replay.archive.export import write_events_file
+from replay.fold import Fold, LineKey
+from replay.ledgers import differing_lines
+from replay.rule_file import SHIPPED, load_rule, shipped_rule_path
+from replay.sql import SqlReplay, parquet_relations
+from schemas.errors import Origin
+from schemas.events import Envelope
+from spotcap.config import Settings
+from spotcap.demo import run_demo
+from spotcap.stores import open_ledger
+from spotcap.wiring import make_codec, open_log
+from streams.merged import MergedHistory
+
+RULES = [load_rule(shipped_rule_path(n)) for n in SHIPPED]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # builds a 30-day history first
+
+
+@dataclass(frozen=True, slots=True)
+class Month:
+    settings: Settings
+    events_file: Path
+    events: int
+    by_python: dict[str, dict[LineKey, int]]
+
+
+@pytest.fixture(scope="module")
+def month(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Month:
+    root = tmp_path_factory.mktemp("replay-month")
+    settings = Settings.load(home=root, region="month")
+    config = SimConfig(
+        seed=1, days=30, region="month", halls=1, workloads=40, rate_card_interval_s=3600
+    )
+    run_demo(settings, config)
+    fold = Fold(RULES)
+    log = open_log(settings)
+    try:
+        history = MergedHistory(
+            log, make_codec(settings), "month", LEDGER_TOPICS, poll_records=2000
+        )
+
+        def priced() -> Iterator[tuple[Origin, Envelope]]:
+            # One pass: the fold prices each event as it goes to the events file.
+            for d in history:
+                fold.feed(d.envelope)
+                yield d.origin, d.envelope
+
+        events = write_events_file(root / "events.parquet", priced())
+    finally:
+        log.close()
+    assert not fold.unpriced
+    by_python = dict(zip(SHIPPED, fold.results(), strict=True))
+    return Month(settings, root / "events.parquet", events, by_python)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_engines_agree_to_the_micro_euro_over_30_days(name: str, month: Month) -> None:
+    python = month.by_python[name]
+    assert month.events > 50_000
+    assert len({k[0] for k in python}) >= 35 and len({k[1] for k in python}) >= 30
+    sql = SqlReplay(open_ledger(month.settings), parquet_relations([str(month.events_file)]))
+    assert differing_lines(python, sql.run(RULES[SHIPPED.index(name)], None, None)) == {}
+    if name != "recorded":
+        assert python != month.by_python["recorded"]  # the rule changes something
+    assert sum(v for k, v in python.items() if k[2] == COUNTERFACTUAL) > 0
