@@ -25,8 +25,8 @@ Before a snapshot is stored, the decisions made so far are flushed, so a stored 
 claims decisions the log does not hold. A partition's state is the fold of its topic's records
 with no hole (`in_sequence`): records of a partition this worker no longer owns are dropped (the
 take buffer keeps records across a rebalance), and a record after the offset the state ends at
-waits while the consumer is sent back, so a decision made again is made from the same state. A consumer that drops duplicates by event id sees
-every decision once.
+waits while the consumer is sent back, so a decision made again is made from the same state.
+A consumer that drops duplicates by event id sees every decision once.
 """
 
 from __future__ import annotations
