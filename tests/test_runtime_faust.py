@@ -28,6 +28,7 @@ from schemas.events import Envelope
 from streams.kafka import KafkaLog
 from streams.runtime.core import DERIVED_PREFIX, input_topics
 from streams.runtime.embedded import EmbeddedRunner, ListSink
+from streams.runtime.faust_app import in_sequence
 from streams.runtime.journal import RuntimeTopics
 from streams.runtime.sequencer import prepare
 from streams.topics import topic_name
@@ -191,3 +192,16 @@ def test_a_worker_killed_with_kill_9_restores_its_tables_and_makes_no_decision_t
     assert_same(got, expected)
     restored = (tmp_path / "worker-2.log").read_text()
     assert "restored at position" in restored, f"no table was restored; see {tmp_path}"
+
+
+def test_a_record_after_a_hole_waits_for_the_records_before_it() -> None:
+    """A worker applies a partition's records only in sequence from its state's next offset:
+    one after a hole (fetched before a rebalance and handed over after it, or read by a
+    consumer ahead of the snapshot restored) would decide from a state that misses the records
+    in between, under the same decision ids."""
+    assert in_sequence(10, [10, 11, 12]) == 3
+    assert in_sequence(10, [7, 8, 9, 10, 11]) == 5  # copies of records in the state: skipped
+    assert in_sequence(10, [12, 13]) == 0  # 10 and 11 missing: nothing is applied
+    assert in_sequence(10, [10, 11, 14, 15]) == 2  # up to the hole, not beyond
+    assert in_sequence(10, [8, 9, 11]) == 2
+    assert in_sequence(None, [57, 58]) == 2  # a state with no snapshot takes what comes first

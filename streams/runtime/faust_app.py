@@ -22,8 +22,11 @@ on Faust: every decision's id is derived from its cause (a decision made again h
 and the same bytes), a stage skips records at or below the position of its state, and an input
 record is acknowledged (its offset may be committed) only once a stored snapshot covers it.
 Before a snapshot is stored, the decisions made so far are flushed, so a stored state never
-claims decisions the log does not hold. A consumer that drops duplicates by event id sees
-every decision once.
+claims decisions the log does not hold. A partition's state is the fold of its topic's records
+with no hole (`in_sequence`): records of a partition this worker no longer owns are dropped (the
+take buffer keeps records across a rebalance), and a record after the offset the state ends at
+waits while the consumer is sent back, so a decision made again is made from the same state.
+A consumer that drops duplicates by event id sees every decision once.
 """
 
 from __future__ import annotations
@@ -162,6 +165,11 @@ class _Held:
     stored_at: float = field(default_factory=time.monotonic)
     stored_keys: list[bytes] = field(default_factory=list)
     unacked: list[tuple[int, EventT[Any]]] = field(default_factory=list)
+    next_offset: int | None = None
+    """The offset of the source partition's next record: every record before it is in the
+    state (applied, or skipped as a copy). None: not known yet (a runner with no snapshot, or
+    the actuator's, whose snapshot leaves out what it received but has not applied)."""
+    sought: int | None = None  # the offset the consumer was last sent back to
 
 
 class StageHost:
@@ -211,6 +219,9 @@ class StageHost:
                 )
             runner.restore(state_codec.decode(data))
             held.stored_position = runner.position
+            held.stored_keys = [k.encode() for k in info["chunks"]]  # dropped at the next store
+            if not isinstance(runner, ActuatorPartition):
+                held.next_offset = info.get("next_offset")
             _LOG.info("%s[%d]: restored at position %d", self.name, partition, runner.position)
         self.held[partition] = held
         return held
@@ -241,8 +252,27 @@ class StageHost:
                 await self._apply(partition, pairs)
 
     async def _apply(self, partition: int, pairs: list[tuple[StageRecord, EventT[Any]]]) -> None:
+        if not self._owns(partition):
+            # Records fetched before a rebalance took the partition away (Faust's take buffer
+            # keeps them): its owner reads them. Making a runner here would restore this
+            # worker's own, older snapshot and apply them on it, missing the records between.
+            _LOG.info(
+                "%s[%d]: %d records of a partition gone elsewhere", self.name, partition, len(pairs)
+            )
+            return
         held = self.hold(partition)
         runner = held.runner
+        if (
+            held.next_offset is None
+            and runner.position < 0
+            and not isinstance(runner, ActuatorPartition)
+        ):
+            # No snapshot: the state starts from the partition's first record.
+            tp = TP(self.table_source_topic, partition)
+            held.next_offset = (await self.app.consumer.earliest_offsets(tp))[tp]
+        pairs = await self._in_sequence(partition, held, pairs)
+        if not pairs:
+            return
         records = [r for r, _ in pairs]
         if isinstance(runner, WorkloadPartition):
             out = await self._apply_workload(runner, held, records)
@@ -250,9 +280,33 @@ class StageHost:
             out = await self._apply_actuator(runner, held, records)
         else:
             out = runner.apply(records)
+        if not isinstance(runner, ActuatorPartition):
+            last = max(e.message.offset for _, e in pairs)
+            held.next_offset = max(held.next_offset or 0, last + 1)
         await self._publish(partition, out)
         held.unacked += [(r.position, e) for r, e in pairs]
         await self._maybe_store(partition, held)
+
+    async def _in_sequence(
+        self, partition: int, held: _Held, pairs: list[tuple[StageRecord, EventT[Any]]]
+    ) -> list[tuple[StageRecord, EventT[Any]]]:
+        """The records up to a hole (see `in_sequence`); the rest of the batch is dropped,
+        unacknowledged, and the consumer is sent back to the first missing record."""
+        offsets = [e.message.offset for _, e in pairs]
+        keep = in_sequence(held.next_offset, offsets)
+        if keep < len(pairs):
+            expected = max([held.next_offset or 0] + [o + 1 for o in offsets[:keep]])
+            if held.sought != expected:  # once: the records sent again may already be queued
+                _LOG.info(
+                    "%s[%d]: record %d after a hole; reading again from %d",
+                    self.name,
+                    partition,
+                    offsets[keep],
+                    expected,
+                )
+                held.sought = expected
+                await self.app.consumer.seek(TP(self.table_source_topic, partition), expected)
+        return pairs[:keep]
 
     async def _apply_workload(
         self, runner: WorkloadPartition, held: _Held, records: list[StageRecord]
@@ -332,6 +386,8 @@ class StageHost:
         if not self._owns(partition):
             return  # revoked meanwhile: the next owner goes on from the stored snapshot
         await self.app.producer.flush()
+        if not self._owns(partition):
+            return  # revoked during the flush
         data = state_codec.encode(held.runner.snapshot())
         version = f"{held.runner.position}-{self.token}"
         chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
@@ -340,6 +396,7 @@ class StageHost:
             self.table[key] = chunk
         meta = {
             "position": held.runner.position,
+            "next_offset": held.next_offset,
             "chunks": [k.decode() for k in keys],
             "sha256": hashlib.sha256(data).hexdigest(),
         }
@@ -383,6 +440,25 @@ class StageHost:
                 ):
                     await self.store(partition, held)
                     await self._ack(held)
+
+
+def in_sequence(next_offset: int | None, offsets: list[int]) -> int:
+    """How many of a partition's records (by their offsets, in order) may be applied to a state
+    that holds every record before `next_offset` (None: no such bound is known).
+
+    A record before `next_offset` is in the state already (the stage skips it by position); one
+    at it follows the state; one after it follows a hole (a record fetched before a rebalance
+    and handed over after it, or a consumer ahead of the snapshot its worker restored), and
+    applying it would decide from a state that misses the records in between: the same
+    decision ids with other contents. Everything from the first hole on waits."""
+    if next_offset is None:
+        return len(offsets)
+    expected = next_offset
+    for i, offset in enumerate(offsets):
+        if offset > expected:
+            return i
+        expected = max(expected, offset + 1)
+    return len(offsets)
 
 
 def raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
