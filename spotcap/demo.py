@@ -30,7 +30,7 @@ from spotcap.fail import fail
 from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
-from streams.log import EventLog, LogError
+from streams.log import EventLog, LogError, UnknownTopicError
 from streams.topics import EVENT_TOPICS, region_topics, topic_name
 from streams.writer import EventWriter
 
@@ -51,7 +51,7 @@ def events_in_log(log: EventLog, region: str) -> int:
     for logical in EVENT_TOPICS:
         try:
             total += sum(log.end_offsets(topic_name(region, logical)).values())
-        except LogError:
+        except UnknownTopicError:
             continue  # no such topic yet
     return total
 
