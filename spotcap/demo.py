@@ -25,8 +25,10 @@ from provider.sim.region import RegionSim, SimConfig, workload_contract_files
 from provider.sim.summary import RunSummary
 from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
+from spotcap.cli_types import FiniteFloatRange
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.failures import unwritable_directory
 from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
@@ -127,7 +129,7 @@ class DemoRefusedError(RuntimeError):
 @click.command("demo")
 @click.option(
     "--days",
-    type=click.FloatRange(min=0, min_open=True, max=400),
+    type=FiniteFloatRange(min=0, min_open=True, max=400),
     default=7.0,
     show_default=True,
     help="Sim days to run.",
@@ -200,6 +202,8 @@ def demo(
             f"{contracts_out} already holds contract files; the simulated ones would mix with them",
             "choose an empty --contracts-out directory",
         )
+    if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
+        fail(f"--contracts-out: {problem[0]}", "choose a --contracts-out directory you may write")
     progress = Progress(
         TextColumn("[bold]simulating[/] {task.description}"),
         BarColumn(),

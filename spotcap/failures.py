@@ -44,15 +44,17 @@ _OS_ERRORS: dict[int, tuple[str, str]] = {
 
 def explain_os_error(error: OSError) -> tuple[str, str]:
     """(sentence, fix) for an operating-system error, naming the path or address involved."""
+    # asyncio's text names the address: "error while attempting to bind on address (...)"
+    said = " ".join(str(error).split()).removeprefix(f"[Errno {error.errno}] ")
     if error.errno == errno.EADDRINUSE:
         return (
-            "the address is already in use: another program listens on that port",
-            "choose another port (or stop the program that holds it)",
+            f"cannot listen, the port is already in use ({said})",
+            "choose another port, or stop the program that listens there",
         )
     if error.errno == errno.EADDRNOTAVAIL:
         return (
-            "the address to listen on is not one of this machine's",
-            "listen on 127.0.0.1, 0.0.0.0 or an address this machine has",
+            f"cannot listen on an address this machine does not have ({said})",
+            "listen on 127.0.0.1, 0.0.0.0 or an address of this machine",
         )
     where = error.filename if error.filename is not None else None
     words, fix = _OS_ERRORS.get(
@@ -61,6 +63,18 @@ def explain_os_error(error: OSError) -> tuple[str, str]:
     if where is None:
         return f"an operating-system call {words}", fix
     return f"{where} {words}", fix
+
+
+def unwritable_directory(directory: Path) -> tuple[str, str] | None:
+    """Why files cannot be written under `directory` (made if missing), or None: asked before
+    a long run, not found out at its end."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".spotcap-probe-"):
+            pass
+    except OSError as error:
+        return explain_os_error(error)
+    return None
 
 
 def crash_report(error: BaseException) -> Path:
@@ -74,13 +88,14 @@ def crash_report(error: BaseException) -> Path:
 
 def fail_on(error: BaseException) -> None:
     """Stop with a sentence for `error` (returns only for exits, which pass through)."""
+    from schemas.registry import RegistryError
     from streams.log import LogError
 
     if isinstance(error, (SystemExit, GeneratorExit)):
         return
     if isinstance(error, KeyboardInterrupt):
         fail("interrupted (Ctrl-C); what was acknowledged before it is kept")
-    if isinstance(error, LogError):
+    if isinstance(error, (LogError, RegistryError)):
         fail(str(error))
     if isinstance(error, OSError):
         message, fix = explain_os_error(error)
@@ -102,4 +117,4 @@ def fail_on(error: BaseException) -> None:
     )
 
 
-__all__ = ["crash_report", "explain_os_error", "fail_on"]
+__all__ = ["crash_report", "explain_os_error", "fail_on", "unwritable_directory"]
