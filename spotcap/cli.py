@@ -77,7 +77,7 @@ LAZY_COMMANDS = {
     "why": LazyCommand(
         "spotcap.cli_query:why_command",
         "Why did this happen? The chain of causes behind an instance, a workload or an event, "
-        "in plain sentences, oldest first.",
+        "in plain sentences, oldest first, each with its time and event id.",
     ),
 }
 
@@ -255,6 +255,7 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     hidden=True,  # for tests: release somewhere other than the package's schemas/released/
+    help="Release into this folder instead of the package's schemas/released/.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the version and file as JSON.")
 def schemas_release(released_dir: Path | None, as_json: bool) -> None:

@@ -27,6 +27,7 @@ from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.cli_types import FiniteFloatRange
 from spotcap.config import Settings
+from spotcap.demo_fresh import fresh_plan, record_demo_ends
 from spotcap.fail import fail
 from spotcap.failures import unwritable_directory
 from spotcap.runs import run_marker
@@ -97,20 +98,31 @@ def run_demo(
                     "--fresh deletes the region's topics and works on the embedded log only",
                     "delete Kafka topics deliberately with kafka-topics, or use another --region",
                 )
+            plan = fresh_plan(log, settings, config.region)
+            if isinstance(plan, tuple):
+                raise DemoRefusedError(*plan)
+            if plan:
+                Console(stderr=True).print(plan, highlight=False, soft_wrap=True)
             log.delete_topics(s.name for s in region_topics(config.region))
         existing = events_in_log(log, config.region)
         if existing:
             raise DemoRefusedError(
-                f"the log ({describe_log(settings)}) already holds {existing} events of region "
+                f"the log ({describe_log(settings)}) already holds {existing:,} events of region "
                 f"{config.region}; a second run would mix two histories",
-                f"use --fresh to replace them, another --home (or --region), "
-                f"or delete {settings.home}",
+                (
+                    "use --fresh to replace them, another --home (or --region), "
+                    f"or delete {settings.home}"
+                    if isinstance(log, EmbeddedLog)
+                    else "use another --region, or delete the region's topics on Kafka "
+                    "deliberately (kafka-topics --delete)"
+                ),
             )
         # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
         with run_marker(settings, config.region):
             log.apply_topics(region_topics(config.region))
             sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config))
             summary = write_run(sim, log, settings, on_progress)
+            record_demo_ends(log, settings, config.region)
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)
