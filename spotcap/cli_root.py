@@ -8,8 +8,7 @@ names them with their one-line help and imports a module only when its command r
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,17 +20,10 @@ from spotcap.fail import fail
 
 @dataclass(frozen=True, slots=True)
 class LazyCommand:
-    """A subcommand by where it is defined ("module:attribute") and its one-line help."""
+    """A subcommand by the function that imports it, and its one-line help."""
 
-    target: str
+    load: Callable[[], click.Command]
     short_help: str
-
-    def load(self) -> click.Command:
-        module, _, attribute = self.target.partition(":")
-        command = getattr(importlib.import_module(module), attribute)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{self.target} is not a click command")
-        return command
 
 
 @dataclass(frozen=True, slots=True)

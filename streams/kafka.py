@@ -277,7 +277,7 @@ class KafkaProducer:
             else f"Kafka at {self._bootstrap} did not acknowledge in time"
         )
         self._lost = FlushTimeoutError(
-            f"{cause}: {remaining:,} records were not acknowledged within {timeout_s:.0f} s, "
+            f"{cause}: {remaining:,} records were not acknowledged within {timeout_s} s, "
             "so none of them counts as written"
         )
         return self._lost
