@@ -80,6 +80,12 @@ def _rebuild() -> click.Command:
     return rebuild
 
 
+def _run() -> click.Command:
+    from spotcap.cli_streams import run
+
+    return run
+
+
 def _serve() -> click.Command:
     from spotcap.cli_serve import serve
 
@@ -136,7 +142,7 @@ LAZY_COMMANDS = {
         _rebuild,
         "Drop a projection and rebuild it from the log through the merged history.",
     ),
-    "run": LazyCommand("spotcap.cli_streams:run", "Long-running services on Kafka."),
+    "run": LazyCommand(_run, "Long-running services on Kafka."),
     "serve": LazyCommand(
         _serve,
         "Serve the read side over HTTP, read-only: the JSON API under /api/v1 (the "
