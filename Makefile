@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Run the main job on the embedded default (everything under ./.spotcap; a rerun replaces it).
+## Run the main job on the embedded default (everything under ./.spotcap). A rerun replaces what a
+## demo wrote and says so; it refuses to delete anything else (contracts published by hand).
 demo: install
 	$(BIN)/spotcap demo --fresh
 

@@ -24,7 +24,7 @@ from schemas.contracts.model import (
     RestartDocument,
 )
 from schemas.contracts.tiers import TIERS
-from schemas.contracts.units import FixableError, format_bytes, format_eur
+from schemas.contracts.units import FixableError, as_written, format_bytes, format_eur
 
 _MODELS: dict[KeyPath, type[BaseModel]] = {
     (): ContractDocument,
@@ -92,7 +92,7 @@ def _known_fields(parent: KeyPath) -> list[str]:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = as_written(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from schemas.contracts.errors import KeyPath, dotted
+from schemas.yaml_input import CheckedLoader, DateError, NestingError
 
 _KEY_AT_LINE_START = re.compile(r"^\s*-?\s*([A-Za-z_][\w.-]*)\s*:")
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -105,8 +106,9 @@ def _field_on_line(text: str, line: int) -> str:
     return "(document)"
 
 
-class _ContractLoader(yaml.SafeLoader):
-    """The safe loader, refusing anchors and aliases where they are written."""
+class _ContractLoader(CheckedLoader):
+    """The checked loader (real dates, bounded nesting), refusing anchors and aliases where
+    they are written."""
 
     def __init__(self, text: str) -> None:
         super().__init__(text)
@@ -166,6 +168,15 @@ def load_yaml_with_lines(text: str) -> LoadedYaml:
             return LoadedYaml(data=None, lines=lines)
         _record(node, (), lines)
         data = loader.construct_document(node)
+    except (DateError, NestingError) as error:
+        mark = error.problem_mark
+        line = mark.line + 1 if mark is not None else 1
+        fix = (
+            "write a date that exists, e.g. 2026-12-01T06:00:00Z"
+            if isinstance(error, DateError)
+            else "write the value flat: a contract nests a few levels at most"
+        )
+        raise YamlSourceError(line, _field_on_line(text, line), str(error.problem), fix) from error
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else 1

@@ -42,9 +42,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.events import PoolRegistered, PurchaseModel
+from schemas.yaml_input import NotUtf8Error, load_checked, read_utf8
 
 FORMAT = "spotcap.pools/v1"
 PURCHASE_MODELS: tuple[PurchaseModel, ...] = ("reclaimable", "guaranteed", "committed")
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """'line L, column C: problem' for a marked YAML error (PyYAML's text spans lines)."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    return " ".join(str(error).split())
 
 
 class PoolCatalogueError(ValueError):
@@ -67,7 +76,8 @@ _NAME = r"^[a-z0-9][a-z0-9-]*$"
 class Pool(BaseModel):
     """One pool of the catalogue; frozen, so it can be shared and hashed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A rate or a price of inf or nan would make every ranking and every bill meaningless.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     pool_id: str = ""
     sku_family: str = Field(pattern=_NAME)
@@ -217,17 +227,19 @@ class PoolCatalogue:
     @classmethod
     def load(cls, path: Path) -> PoolCatalogue:
         try:
-            text = path.read_text()
+            text = read_utf8(path)
         except OSError as error:
             raise PoolCatalogueError(f"{path}: cannot read: {error.strerror}") from error
+        except NotUtf8Error as error:
+            raise PoolCatalogueError(f"{path}: {error}") from error
         return cls.from_yaml(text, source=str(path))
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "<catalogue>") -> PoolCatalogue:
         try:
-            document = yaml.safe_load(text)
+            document = load_checked(text)
         except yaml.YAMLError as error:
-            raise PoolCatalogueError(f"{source}: not valid YAML: {error}") from error
+            raise PoolCatalogueError(f"{source}: not valid YAML: {_yaml_problem(error)}") from error
         if not isinstance(document, dict):
             raise PoolCatalogueError(f"{source}: expected a mapping with format, region, pools")
         unknown = sorted(set(document) - {"format", "region", "pools"})

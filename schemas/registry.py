@@ -53,7 +53,14 @@ class HttpSchemaRegistry:
                 f"schema registry {self.url} answered {error.code} to {method} {path}: {detail}"
             ) from error
         except (urllib.error.URLError, TimeoutError, OSError) as error:
+            # In words: urllib's own text is "<urlopen error [Errno 111] ...>", a timeout's "".
+            reason = error.reason if isinstance(error, urllib.error.URLError) else error
+            said = (
+                f"no answer within {self.timeout_s:.0f} s"
+                if isinstance(reason, TimeoutError)
+                else getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+            )
             raise RegistryError(
-                f"schema registry {self.url} is unreachable ({error}); check "
+                f"schema registry {self.url} is unreachable ({said.lower()}); check "
                 "SPOTCAP_SCHEMA_REGISTRY_URL or unset it to use single-object encoding"
             ) from error

@@ -11,19 +11,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from spotcap.cli_agent import agent
-from spotcap.cli_archive import archive
-from spotcap.cli_contracts import contracts
-from spotcap.cli_db import db
-from spotcap.cli_log import log_group
-from spotcap.cli_notices import notices
-from spotcap.cli_projections import project, rebuild
-from spotcap.cli_query import query, report, why_command
-from spotcap.cli_replay import replay
-from spotcap.cli_serve import serve
-from spotcap.cli_streams import run
+from spotcap.cli_root import GlobalOption, LazyCommand, SpotcapGroup
 from spotcap.config import ConfigError, Settings
-from spotcap.demo import demo
 from spotcap.fail import fail
 
 console = Console()
@@ -34,21 +23,200 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# The subcommands defined in other modules, imported when they run (`spotcap.cli_root`); the
+# help line is the command's own first sentence (tests/test_cli_tree.py holds them equal).
+# Each loader imports its module with a literal import (the layering check reads them).
+def _agent() -> click.Command:
+    from spotcap.cli_agent import agent
+
+    return agent
+
+
+def _contracts() -> click.Command:
+    from spotcap.cli_contracts import contracts
+
+    return contracts
+
+
+def _db() -> click.Command:
+    from spotcap.cli_db import db
+
+    return db
+
+
+def _archive() -> click.Command:
+    from spotcap.cli_archive import archive
+
+    return archive
+
+
+def _demo() -> click.Command:
+    from spotcap.demo import demo
+
+    return demo
+
+
+def _log() -> click.Command:
+    from spotcap.cli_log import log_group
+
+    return log_group
+
+
+def _notices() -> click.Command:
+    from spotcap.cli_notices import notices
+
+    return notices
+
+
+def _project() -> click.Command:
+    from spotcap.cli_projections import project
+
+    return project
+
+
+def _query() -> click.Command:
+    from spotcap.cli_query import query
+
+    return query
+
+
+def _rebuild() -> click.Command:
+    from spotcap.cli_projections import rebuild
+
+    return rebuild
+
+
+def _replay() -> click.Command:
+    from spotcap.cli_replay import replay
+
+    return replay
+
+
+def _run() -> click.Command:
+    from spotcap.cli_streams import run
+
+    return run
+
+
+def _serve() -> click.Command:
+    from spotcap.cli_serve import serve
+
+    return serve
+
+
+def _report() -> click.Command:
+    from spotcap.cli_query import report
+
+    return report
+
+
+def _why() -> click.Command:
+    from spotcap.cli_query import why_command
+
+    return why_command
+
+
+LAZY_COMMANDS = {
+    "agent": LazyCommand(
+        _agent,
+        "The node agent: notices in, drains out, every step in the spool.",
+    ),
+    "archive": LazyCommand(
+        _archive,
+        "The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/accounting.md).",
+    ),
+    "contracts": LazyCommand(
+        _contracts,
+        "Compile, sign and verify interruption contracts (ADR-01..04).",
+    ),
+    "db": LazyCommand(
+        _db,
+        "The fleet-state database (PostgreSQL): migrations and the embedded server.",
+    ),
+    "demo": LazyCommand(
+        _demo,
+        "Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the "
+        "log.",
+    ),
+    "log": LazyCommand(
+        _log,
+        "Read events back from the log, and check the embedded log's files for damage.",
+    ),
+    "notices": LazyCommand(
+        _notices,
+        "The notice path (ADR-17): NATS subjects and the metadata endpoint.",
+    ),
+    "project": LazyCommand(
+        _project,
+        "Bring the projections up to date with the log (from the offsets they stored).",
+    ),
+    "query": LazyCommand(
+        _query,
+        "SRE queries over the fleet state: pools, rankings, exclusions, instances, workloads, lag.",
+    ),
+    "rebuild": LazyCommand(
+        _rebuild,
+        "Drop a projection and rebuild it from the log through the merged history.",
+    ),
+    "replay": LazyCommand(
+        _replay,
+        (
+            "Price the history under an accounting rule: the per-workload ledger, or with"
+            " --diff what changes against the recorded ledger (recorded, what-if, delta)."
+        ),
+    ),
+    "run": LazyCommand(_run, "Long-running services on Kafka."),
+    "serve": LazyCommand(
+        _serve,
+        "Serve the read side over HTTP, read-only: the JSON API under /api/v1 (the "
+        "queries of `spotcap query`, `why` and `report savings`), its OpenAPI description at "
+        "/openapi.json and Prometheus metrics at /metrics.",
+    ),
+    "report": LazyCommand(
+        _report,
+        "Reports for finance: the net saving per workload (ADR-26).",
+    ),
+    "why": LazyCommand(
+        _why,
+        "Why did this happen? The chain of causes behind an instance, a workload or an event, "
+        "in plain sentences, oldest first, each with its time and event id.",
+    ),
+}
+
+_HOME_HELP = "Data directory holding all state of a run (default $SPOTCAP_HOME, else ./.spotcap)."
+_REGION_HELP = "Region name; prefixes topics (default: dev)."
+_KAFKA_HELP = (
+    "Use Kafka at these bootstrap servers instead of the embedded log "
+    "(default $SPOTCAP_KAFKA_BOOTSTRAP)."
+)
+GLOBAL_OPTIONS = (
+    GlobalOption("home", "--home", "DIR", _HOME_HELP),
+    GlobalOption("region", "--region", "NAME", _REGION_HELP),
+    GlobalOption("kafka_bootstrap", "--kafka", "HOST:PORT", _KAFKA_HELP),
+)
+
+
+@click.group(
+    cls=SpotcapGroup,
+    lazy=LAZY_COMMANDS,
+    global_options=GLOBAL_OPTIONS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(package_name="spotcap", message="%(prog)s %(version)s")
 @click.option(
     "--home",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
-    help="Data directory holding all state of a run (default $SPOTCAP_HOME, else ./.spotcap).",
+    metavar="DIR",
+    help=_HOME_HELP,
 )
-@click.option("--region", default=None, help="Region name; prefixes topics (default: dev).")
+@click.option("--region", default=None, metavar="NAME", help=_REGION_HELP)
 @click.option(
     "--kafka",
     "kafka_bootstrap",
     default=None,
     metavar="HOST:PORT",
-    help="Use Kafka at these bootstrap servers instead of the embedded log "
-    "(default $SPOTCAP_KAFKA_BOOTSTRAP).",
+    help=_KAFKA_HELP,
 )
 @click.pass_context
 def main(
@@ -189,6 +357,7 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     hidden=True,  # for tests: release somewhere other than the package's schemas/released/
+    help="Release into this folder instead of the package's schemas/released/.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the version and file as JSON.")
 def schemas_release(released_dir: Path | None, as_json: bool) -> None:
@@ -269,7 +438,7 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     finished. Damage inside the files does not show here: `spotcap log verify` finds it."""
     from spotcap.runs import last_run
     from spotcap.wiring import describe_log, open_log
-    from streams.log import LogError
+    from streams.log import LogError, UnknownTopicError
     from streams.topics import region_topics
 
     rows: list[dict[str, Any]] = []
@@ -280,7 +449,7 @@ def topics_list(settings: Settings, as_json: bool) -> None:
         for spec in region_topics(settings.region):
             try:
                 ends = log.end_offsets(spec.name)
-            except LogError:
+            except UnknownTopicError:  # a log that cannot be reached is an error, not "missing"
                 ends = None
             rows.append(
                 {
@@ -317,24 +486,6 @@ def topics_list(settings: Settings, as_json: bool) -> None:
         console.print(f"[yellow]failed run[/]: {run.describe()}", soft_wrap=True)
     else:
         console.print(run.describe(), highlight=False, soft_wrap=True)
-
-
-main.add_command(agent)
-main.add_command(log_group)
-main.add_command(contracts)
-main.add_command(db)
-main.add_command(project)
-main.add_command(rebuild)
-main.add_command(query)
-main.add_command(why_command)
-main.add_command(report)
-main.add_command(serve)
-main.add_command(notices)
-main.add_command(run)
-
-main.add_command(demo)
-main.add_command(archive)
-main.add_command(replay)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ def agent() -> None:
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
     show_default=True,
+    help="The least severe messages the agent logs.",
 )
 @click.pass_context
 def run_command(ctx: click.Context, config_path: Path, ship: bool, log_level: str) -> None:
@@ -137,7 +138,7 @@ def _ship_forever(config: AgentConfig, settings: Settings, stop: threading.Event
 
 @agent.command("check")
 @_CONFIG
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check_command(config_path: Path, as_json: bool) -> None:
     """Load the configuration and the bundle as `run` would; exit 1 if no bundle verifies."""
     from agent.bundle import BundleStore
@@ -208,7 +209,7 @@ def check_command(config_path: Path, as_json: bool) -> None:
 
 @agent.command("spool")
 @_CONFIG
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the segments as JSON.")
 def spool_command(config_path: Path, as_json: bool) -> None:
     """The spool's segments, their size, and how far the embedded shipper got."""
     config = _config(config_path)
@@ -244,7 +245,7 @@ def spool_command(config_path: Path, as_json: bool) -> None:
 @agent.command("ship")
 @_CONFIG
 @click.option("--follow", is_flag=True, help="Keep shipping new lines every second.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was shipped as JSON.")
 @click.pass_context
 def ship_command(ctx: click.Context, config_path: Path, follow: bool, as_json: bool) -> None:
     """Ship the spool into the event log (at least once; consumers de-duplicate by event id)."""

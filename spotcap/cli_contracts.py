@@ -294,7 +294,12 @@ def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> Non
     help="Sign with this OpenBao/Vault transit key (type ed25519) instead; address and token "
     "from BAO_ADDR/VAULT_ADDR and BAO_TOKEN/VAULT_TOKEN.",
 )
-@click.option("--transit-mount", default="transit", show_default=True)
+@click.option(
+    "--transit-mount",
+    default="transit",
+    show_default=True,
+    help="Mount point of OpenBao's transit engine holding --transit-key.",
+)
 @click.option(
     "--unsigned",
     is_flag=True,

@@ -13,6 +13,7 @@ from rich.table import Table
 from provider.notices import MetadataServer, NoticeBoard, NoticeRelay, RelayUnavailableError
 from provider.notices.serve import DispatchCounts, NoticeDispatcher, serve_events
 from provider.sim.region import RegionSim, SimConfig
+from spotcap.cli_types import PORT, FiniteFloatRange
 from spotcap.config import Settings
 from spotcap.fail import fail
 
@@ -40,13 +41,31 @@ def notices() -> None:
     help="Address the metadata endpoint listens on (0.0.0.0: every interface, for agents on "
     "other nodes).",
 )
-@click.option("--metadata-port", type=int, default=0, show_default=True, help="0: a free port.")
-@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--workloads", type=click.IntRange(min=0), default=220, show_default=True)
+@click.option(
+    "--metadata-port",
+    type=PORT,
+    default=0,
+    show_default=True,
+    help="Port of the metadata endpoint (0: a free port).",
+)
+@click.option(
+    "--days",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Sim days to run.",
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of every random choice.")
+@click.option(
+    "--workloads",
+    type=click.IntRange(min=0),
+    default=220,
+    show_default=True,
+    help="Workloads in the simulated region.",
+)
 @click.option(
     "--speed",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=60.0,
     show_default=True,
     help="Sim seconds per wall second (60: an hour of notices in a minute).",

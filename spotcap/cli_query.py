@@ -100,7 +100,11 @@ def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:
 common = [
     postgres_option,
     click.option(
-        "--limit", type=click.IntRange(min=1), default=fq.DEFAULT_LIMIT, show_default=True
+        "--limit",
+        type=click.IntRange(min=1),
+        default=fq.DEFAULT_LIMIT,
+        show_default=True,
+        help="At most this many rows.",
     ),
     click.option("--json", "as_json", is_flag=True, help="Print rows as JSON."),
 ]
@@ -190,7 +194,7 @@ def query_rankings(
 
 
 @query.command("exclusions")
-@click.option("--pool", default=None)
+@click.option("--pool", default=None, help="Only this pool.")
 @click.option("--active", is_flag=True, help="Only exclusions in force.")
 @click.option("--since", default=None, help="Exclusions since this time (UTC).")
 @with_common
@@ -228,12 +232,13 @@ def query_exclusions(
 
 
 @query.command("instances")
-@click.option("--workload", default=None)
-@click.option("--pool", default=None)
+@click.option("--workload", default=None, help="Only this workload.")
+@click.option("--pool", default=None, help="Only this pool.")
 @click.option(
     "--state",
     type=click.Choice(STATES),
     default=None,
+    help="Only instances in this state of their lifecycle.",
 )
 @click.option("--since", default=None, help="Touched since this time (UTC).")
 @with_common
@@ -278,7 +283,7 @@ def query_instances(
 
 
 @query.command("workloads")
-@click.option("--workload", default=None)
+@click.option("--workload", default=None, help="Only this workload.")
 @with_common
 @click.pass_obj
 def query_workloads(

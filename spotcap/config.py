@@ -49,6 +49,7 @@ class Settings:
     ) -> Settings:
         env = os.environ
         chosen_home = Path(home or env.get("SPOTCAP_HOME") or ".spotcap").resolve()
+        _check_home(chosen_home)
         chosen_region = region or env.get("SPOTCAP_REGION") or "dev"
         if not _REGION.match(chosen_region):
             raise ConfigError(
@@ -63,3 +64,16 @@ class Settings:
             postgres_dsn=env.get("SPOTCAP_POSTGRES_DSN") or None,
             clickhouse_url=env.get("SPOTCAP_CLICKHOUSE_URL") or None,
         )
+
+
+def _check_home(home: Path) -> None:
+    """Refuse a home that can never be a directory: it, or the nearest part of its path that
+    exists, is a file. (Whether it may be written shows when a command writes.)"""
+    for at in (home, *home.parents):
+        if at.exists():
+            if at.is_dir():
+                return
+            what = "is a file" if at == home else f"cannot be created: {at} is a file"
+            raise ConfigError(
+                f"the data directory {home} {what}; choose another --home (or SPOTCAP_HOME)"
+            )

@@ -30,14 +30,17 @@ from provider.sim.region import RegionSim, SimConfig, workload_contract_files
 from provider.sim.summary import RunSummary
 from schemas.events import EVENT_CLASSES
 from schemas.pools import PoolCatalogue, PoolCatalogueError
+from spotcap.cli_types import FiniteFloatRange
 from spotcap.config import Settings
+from spotcap.demo_fresh import fresh_plan, record_demo_ends
 from spotcap.demo_report import DecisionSummary, comparison, print_comparison, print_decisions
 from spotcap.fail import fail
+from spotcap.failures import unwritable_directory
 from spotcap.loop import DecidersOrchestrator
 from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
 from streams.embedded import EmbeddedLog
-from streams.log import EventLog, LogError
+from streams.log import EventLog, LogError, UnknownTopicError
 from streams.topics import EVENT_TOPICS, region_topics, topic_name
 from streams.writer import EventWriter
 
@@ -61,7 +64,7 @@ def events_in_log(log: EventLog, region: str) -> int:
     for logical in EVENT_TOPICS:
         try:
             total += sum(log.end_offsets(topic_name(region, logical)).values())
-        except LogError:
+        except UnknownTopicError:
             continue  # no such topic yet
     return total
 
@@ -128,14 +131,24 @@ def run_demo(
                     "--fresh deletes the region's topics and works on the embedded log only",
                     "delete Kafka topics deliberately with kafka-topics, or use another --region",
                 )
+            plan = fresh_plan(log, settings, config.region)
+            if isinstance(plan, tuple):
+                raise DemoRefusedError(*plan)
+            if plan:
+                Console(stderr=True).print(plan, highlight=False, soft_wrap=True)
             log.delete_topics(s.name for s in region_topics(config.region))
         existing = events_in_log(log, config.region)
         if existing:
             raise DemoRefusedError(
-                f"the log ({describe_log(settings)}) already holds {existing} events of region "
+                f"the log ({describe_log(settings)}) already holds {existing:,} events of region "
                 f"{config.region}; a second run would mix two histories",
-                f"use --fresh to replace them, another --home (or --region), "
-                f"or delete {settings.home}",
+                (
+                    "use --fresh to replace them, another --home (or --region), "
+                    f"or delete {settings.home}"
+                    if isinstance(log, EmbeddedLog)
+                    else "use another --region, or delete the region's topics on Kafka "
+                    "deliberately (kafka-topics --delete)"
+                ),
             )
         # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
         with run_marker(settings, config.region):
@@ -144,6 +157,7 @@ def run_demo(
             sim = RegionSim(config, orchestrator=driver)
             decisions = DecisionSummary(sim.misbehaving_pool_ids)
             summary = write_run(sim, log, settings, on_progress, decisions)
+            record_demo_ends(log, settings, config.region)
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)
@@ -166,10 +180,34 @@ class DemoRefusedError(RuntimeError):
         self.hint = hint
 
 
+def _checked_config(
+    config: SimConfig, catalogue: Path | None, contracts_out: Path | None
+) -> SimConfig:
+    """The run's configuration with its catalogue, once every input is known to be usable.
+
+    Checked before the run starts: a bad catalogue or an unusable --contracts-out stops the
+    command before anything is simulated or written.
+    """
+    if catalogue is not None:
+        try:
+            loaded = PoolCatalogue.load(catalogue)
+        except PoolCatalogueError as error:
+            fail(str(error), "fix the catalogue file named above")
+        config = replace(config, catalogue=loaded)
+    if contracts_out is not None and _contract_files_in(contracts_out):
+        fail(
+            f"{contracts_out} already holds contract files; the simulated ones would mix with them",
+            "choose an empty --contracts-out directory",
+        )
+    if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
+        fail(f"--contracts-out: {problem[0]}", "choose a --contracts-out directory you may write")
+    return config
+
+
 @click.command("demo")
 @click.option(
     "--days",
-    type=click.FloatRange(min=0, min_open=True, max=400),
+    type=FiniteFloatRange(min=0, min_open=True, max=400),
     default=7.0,
     show_default=True,
     help="Sim days to run.",
@@ -239,18 +277,11 @@ def demo(
     Deterministic: the same seed and options write the same log, byte for byte.
     """
     err = Console(stderr=True)
-    config = SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads)
-    if catalogue is not None:
-        try:
-            loaded = PoolCatalogue.load(catalogue)
-        except PoolCatalogueError as error:
-            fail(str(error), "fix the catalogue file named above")
-        config = replace(config, catalogue=loaded)
-    if contracts_out is not None and _contract_files_in(contracts_out):
-        fail(
-            f"{contracts_out} already holds contract files; the simulated ones would mix with them",
-            "choose an empty --contracts-out directory",
-        )
+    config = _checked_config(
+        SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads),
+        catalogue,
+        contracts_out,
+    )
     progress = Progress(
         TextColumn("[bold]simulating[/] {task.description}"),
         BarColumn(),

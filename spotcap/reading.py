@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
 
-from streams.log import EventLog, LogError
+from streams.log import EventLog, UnknownTopicError
 
 # RFC 3339 (and ISO 8601's extended form): a day, optionally a time, optionally an offset.
 _DAY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
@@ -50,7 +50,7 @@ def end_offsets_of(log: EventLog) -> Callable[[str], Mapping[int, int] | None]:
     def ends(topic: str) -> Mapping[int, int] | None:
         try:
             return log.end_offsets(topic)
-        except LogError:
+        except UnknownTopicError:  # a log that cannot be reached is an error, not "absent"
             return None
 
     return ends

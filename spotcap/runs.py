@@ -51,7 +51,7 @@ class RunMarker:
     def describe(self) -> str:
         """One line a person reads under the topics table."""
         state = self.state
-        head = f"last run writing region {self.region}: `{self.command}` (pid {self.pid:,})"
+        head = f"last run writing region {self.region}: `{self.command}` (pid {self.pid})"
         if state == "finished":
             return f"{head} started {self.started_at}, finished {self.ended_at}"
         if state == "failed":

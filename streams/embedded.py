@@ -44,6 +44,7 @@ from streams.log import (
     TopicChange,
     TopicPartition,
     TopicSpec,
+    UnknownTopicError,
 )
 from streams.partition import Partition
 from streams.partitioner import partition_for
@@ -131,7 +132,7 @@ class EmbeddedLog:
     def partitions_for(self, topic: str) -> int:
         path = self._topic_file(topic)
         if not path.exists():
-            raise LogError(
+            raise UnknownTopicError(
                 f"topic {topic!r} does not exist in the embedded log at {self.root}; "
                 "run `spotcap topics apply` first"
             )

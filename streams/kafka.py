@@ -33,10 +33,36 @@ from streams.log import (
     Record,
     TopicChange,
     TopicSpec,
+    UnknownTopicError,
+    UnreachableError,
 )
 
 _ADMIN_TIMEOUT_S = 30.0
 _LIBRDKAFKA_LOG = logging.getLogger("spotcap.kafka.librdkafka")
+# Errors about the connection itself: while one of these is the latest, the broker is not there.
+_BROKER_DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+
+
+class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """librdkafka's own log, at debug level whatever its severity: a broker that is down is
+    reported once, as a sentence by spotcap, not as a stream of connection attempts."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        self.logger.debug(msg, *args, **kwargs)
+
+
+class _BrokerHealth:
+    """The latest connection-level error librdkafka reported (its ``error_cb``), so that a
+    timeout can name its real cause."""
+
+    def __init__(self) -> None:
+        self.down: str | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in _BROKER_DOWN:
+            self.down = error.str()
+
+
 _NEW_TOPIC_ERRORS = frozenset(
     {
         KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -57,20 +83,26 @@ class KafkaLog:
         # command has finished; route it through Python logging instead.
         self._base: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
-            "logger": _LIBRDKAFKA_LOG,
+            "logger": _AtDebug(_LIBRDKAFKA_LOG, {}),
             **(client_config or {}),
         }
         self._admin = AdminClient(dict(self._base))
+        # Once the broker did not answer, every later question fails at once with the same
+        # sentence: a command asking about seven topics waits one timeout, not seven.
+        self._unreachable: UnreachableError | None = None
 
     def _metadata(self, timeout_s: float = 10.0) -> Any:
+        if self._unreachable is not None:
+            raise self._unreachable
         try:
             return self._admin.list_topics(timeout=timeout_s)
         except KafkaException as error:
-            raise LogError(
-                f"Kafka at {self.bootstrap} did not answer within {timeout_s:.0f} s ({error}); "
-                "check SPOTCAP_KAFKA_BOOTSTRAP and that the broker is running "
-                "(python -m infra.servers kafka start --dir DIR)"
-            ) from error
+            self._unreachable = UnreachableError(
+                f"Kafka at {self.bootstrap} did not answer within {timeout_s:.0f} s "
+                f"({error.args[0].str()}); check --kafka or SPOTCAP_KAFKA_BOOTSTRAP and that "
+                "the broker is running (python -m infra.servers kafka start --dir DIR)"
+            )
+            raise self._unreachable from error
 
     def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]:
         """Create missing topics and bring configs of existing ones to the spec; idempotent."""
@@ -154,7 +186,7 @@ class KafkaLog:
     def partitions_for(self, topic: str) -> int:
         found = self._metadata().topics.get(topic)
         if found is None or found.error is not None:
-            raise LogError(
+            raise UnknownTopicError(
                 f"topic {topic!r} does not exist on {self.bootstrap}; "
                 "run `spotcap topics apply` first"
             )
@@ -191,7 +223,9 @@ class KafkaLog:
     def producer(
         self, config: Mapping[str, Any] | None = None, *, queue_full_timeout_s: float = 30.0
     ) -> KafkaProducer:
-        return KafkaProducer({**self._base, **(config or {})}, queue_full_timeout_s)
+        return KafkaProducer(
+            {**self._base, **(config or {})}, queue_full_timeout_s, bootstrap=self.bootstrap
+        )
 
     def consumer(
         self,
@@ -208,7 +242,14 @@ class KafkaLog:
 
 
 class KafkaProducer:
-    def __init__(self, config: Mapping[str, Any], queue_full_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        queue_full_timeout_s: float = 30.0,
+        *,
+        bootstrap: str = "the broker",
+    ) -> None:
+        self._health = _BrokerHealth()
         self._producer = _KafkaProducer(
             {
                 "enable.idempotence": True,
@@ -216,11 +257,30 @@ class KafkaProducer:
                 "partitioner": "murmur2_random",
                 "linger.ms": 5,
                 "compression.type": "lz4",
+                "error_cb": self._health,
                 **config,
             }
         )
+        self._bootstrap = bootstrap
         self._queue_full_timeout_s = queue_full_timeout_s
         self._pending: list[Record | KafkaError | None] = []
+        # The first flush that gave up: the records it left behind are still in librdkafka's
+        # queue, and a later flush or close reports that same loss, not a new count.
+        self._lost: FlushTimeoutError | None = None
+
+    def _not_acknowledged(self, remaining: int, timeout_s: float) -> FlushTimeoutError:
+        if self._lost is not None:
+            return self._lost
+        cause = (
+            f"Kafka at {self._bootstrap} went away ({self._health.down})"
+            if self._health.down
+            else f"Kafka at {self._bootstrap} did not acknowledge in time"
+        )
+        self._lost = FlushTimeoutError(
+            f"{cause}: {remaining:,} records were not acknowledged within {timeout_s} s, "
+            "so none of them counts as written"
+        )
+        return self._lost
 
     def produce(
         self,
@@ -283,9 +343,7 @@ class KafkaProducer:
         remaining = self._producer.flush(timeout_s)
         pending, self._pending = self._pending, []
         if remaining:
-            raise FlushTimeoutError(
-                f"{remaining} of {len(pending)} records not acknowledged within {timeout_s} s"
-            )
+            raise self._not_acknowledged(remaining, timeout_s)
         errors = [p for p in pending if isinstance(p, KafkaError)]
         if errors or any(p is None for p in pending):
             first = errors[0] if errors else "no delivery report"
@@ -295,7 +353,4 @@ class KafkaProducer:
     def close(self, timeout_s: float = 10.0) -> None:
         remaining = self._producer.flush(timeout_s)
         if remaining:
-            raise FlushTimeoutError(
-                f"closing the producer: {remaining} queued records not acknowledged within "
-                f"{timeout_s} s; they are dropped (none was flushed, so none counts as written)"
-            )
+            raise self._not_acknowledged(remaining, timeout_s)

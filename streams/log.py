@@ -69,6 +69,14 @@ class LogError(RuntimeError):
     """The log could not do what was asked (unreachable broker, delivery failure, ...)."""
 
 
+class UnknownTopicError(LogError):
+    """The topic does not exist (as opposed to a log that cannot be reached at all)."""
+
+
+class UnreachableError(LogError):
+    """The log did not answer within its bounded wait (a broker down or not there)."""
+
+
 class DeliveryError(LogError):
     """Some produced records were not acknowledged; none of them may be treated as written."""
 

@@ -307,6 +307,6 @@ def test_a_killed_run_leaves_a_visible_mark(tmp_path: Path) -> None:
     run.wait(timeout=30)
     listed = spotcap(tmp_path, "topics", "list", region="killed")
     assert listed.exit_code == 0
-    assert "did not finish" in listed.stdout and f"pid {run.pid:,}" in listed.stdout
+    assert "did not finish" in listed.stdout and f"pid {run.pid}" in listed.stdout
     rows = json.loads(spotcap(tmp_path, "topics", "list", "--json", region="killed").stdout)
     assert {row["last_run"]["state"] for row in rows} == {"killed"}

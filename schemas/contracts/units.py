@@ -9,7 +9,30 @@ unit it does not know raises `UnitError`, whose message says which units are acc
 from __future__ import annotations
 
 import re
+from datetime import date, datetime
 from decimal import Decimal, localcontext
+from typing import Any
+
+
+def as_written(value: Any) -> str:
+    """`value` as a person wrote it in YAML, not as Python prints it: ``true``, ``2026-12-01``,
+    ``'90 x'`` (never ``True`` or ``datetime.date(2026, 12, 1)``)."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, (int, float, Decimal)):
+        return str(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
 
 DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600}
 SIZE_UNITS_BYTES = {
@@ -82,7 +105,7 @@ def _exact_product(number: Decimal, scale: int | Decimal) -> Decimal:
 def _refuse_bool(value: object, what: str, fix: str) -> None:
     # YAML reads `yes`/`true` as a bool, and bool is an int in Python: never take it as a number.
     if isinstance(value, bool):
-        raise UnitError(f"{value!r} is a boolean, not {what}", fix)
+        raise UnitError(f"{as_written(value)} is a boolean, not {what}", fix)
 
 
 def parse_duration_s(value: object) -> int:
@@ -93,7 +116,7 @@ def parse_duration_s(value: object) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        raise UnitError(f"{value!r} is not a whole number of seconds; {accepted}", fix)
+        raise UnitError(f"{as_written(value)} is not a whole number of seconds; {accepted}", fix)
     if isinstance(value, str):
         text = value.strip()
         if _WHOLE.match(text):
@@ -102,10 +125,12 @@ def parse_duration_s(value: object) -> int:
             total = 0
             for number, unit in _DURATION_PART.findall(text):
                 if unit not in DURATION_UNITS_S:
-                    raise UnitError(f"{value!r}: unknown duration unit {unit!r}; {accepted}", fix)
+                    raise UnitError(
+                        f"{as_written(value)}: unknown duration unit {unit!r}; {accepted}", fix
+                    )
                 total += int(_decimal(number, fix)) * DURATION_UNITS_S[unit]
             return total
-    raise UnitError(f"{value!r} is not a duration; {accepted}", fix)
+    raise UnitError(f"{as_written(value)} is not a duration; {accepted}", fix)
 
 
 def parse_size_bytes(value: object) -> int:
@@ -120,14 +145,14 @@ def parse_size_bytes(value: object) -> int:
         if match:
             number, unit = match.groups()
             if unit not in SIZE_UNITS_BYTES:
-                raise UnitError(f"{value!r}: unknown size unit {unit!r}; {accepted}", fix)
+                raise UnitError(f"{as_written(value)}: unknown size unit {unit!r}; {accepted}", fix)
             size = _exact_product(_decimal(number, fix), SIZE_UNITS_BYTES[unit])
             if size != size.to_integral_value():
-                raise UnitError(f"{value!r} is not a whole number of bytes", fix)
+                raise UnitError(f"{as_written(value)} is not a whole number of bytes", fix)
             return int(size)
         if _WHOLE.match(value):
             return int(_decimal(value.strip(), fix))
-    raise UnitError(f"{value!r} is not a size; {accepted}", fix)
+    raise UnitError(f"{as_written(value)} is not a size; {accepted}", fix)
 
 
 def parse_eur_micros(value: object) -> int:
@@ -142,8 +167,8 @@ def parse_eur_micros(value: object) -> int:
         return value
     if isinstance(value, float):
         raise UnitError(
-            f"{value!r} is ambiguous: money is written in euros with its currency or as whole "
-            "micro-euros, never as a bare decimal number",
+            f"{as_written(value)} is ambiguous: money is written in euros with its currency or "
+            "as whole micro-euros, never as a bare decimal number",
             fix,
         )
     if isinstance(value, str):
@@ -152,9 +177,9 @@ def parse_eur_micros(value: object) -> int:
             amount = _decimal(match.group(1) or match.group(2), fix)
             micros = _exact_product(amount, EUR_MICROS)
             if micros != micros.to_integral_value():
-                raise UnitError(f"{value!r} has more than 6 decimal places", fix)
+                raise UnitError(f"{as_written(value)} has more than 6 decimal places", fix)
             return int(micros)
-    raise UnitError(f"{value!r} is not an amount of money; accepted: EUR <amount>", fix)
+    raise UnitError(f"{as_written(value)} is not an amount of money; accepted: EUR <amount>", fix)
 
 
 def parse_rate_per_h(value: object) -> float:
@@ -169,11 +194,11 @@ def parse_rate_per_h(value: object) -> float:
         if match:
             number, unit = match.groups()
             if unit not in RATE_UNITS_PER_H:
-                raise UnitError(f"{value!r}: unknown rate unit {unit!r}; {accepted}", fix)
+                raise UnitError(f"{as_written(value)}: unknown rate unit {unit!r}; {accepted}", fix)
             return float(_decimal(number, fix) * RATE_UNITS_PER_H[unit])
         if _NUMBER.match(value):
             return float(_decimal(value.strip(), fix))
-    raise UnitError(f"{value!r} is not a rate; {accepted}", fix)
+    raise UnitError(f"{as_written(value)} is not a rate; {accepted}", fix)
 
 
 def format_bytes(size_bytes: int) -> str:
