@@ -107,7 +107,12 @@ def archive() -> None:
     help="Sign with this OpenBao/Vault transit key (type ed25519) instead; address "
     "and token from BAO_ADDR/BAO_TOKEN (or VAULT_*).",
 )
-@click.option("--transit-mount", default="transit", show_default=True)
+@click.option(
+    "--transit-mount",
+    default="transit",
+    show_default=True,
+    help="Where the transit secrets engine is mounted in OpenBao/Vault (with --transit-key).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was archived as JSON.")
 @click.pass_obj
 def export_command(
