@@ -9,6 +9,7 @@ de-duplication by event id the decisions are again exactly the embedded runner's
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -19,8 +20,10 @@ from collections import Counter
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from infra import servers
 from provider.sim import simulate
@@ -29,7 +32,7 @@ from streams.kafka import KafkaLog
 from streams.runtime.core import DERIVED_PREFIX, input_topics
 from streams.runtime.embedded import EmbeddedRunner, ListSink
 from streams.runtime.faust_app import in_sequence
-from streams.runtime.journal import RuntimeTopics
+from streams.runtime.journal import Header, RuntimeTopics
 from streams.runtime.sequencer import prepare
 from streams.topics import topic_name
 from streams.writer import EventWriter
@@ -37,6 +40,7 @@ from tests.runtime_scenario import CODEC, CONFIG, by_id
 
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 WAIT_S = 240.0  # a loaded 2-core machine; Faust starts slowly
+SLOW_BUFFER = Path(__file__).parent / "faults" / "slow_faust_buffer"
 
 
 @cache
@@ -69,10 +73,13 @@ def record(bootstrap: str, region: str) -> list[Envelope]:
 class Region:
     """One region's sequencer and workers as ``spotcap run streams`` processes."""
 
-    def __init__(self, bootstrap: str, region: str, logs: Path) -> None:
+    def __init__(
+        self, bootstrap: str, region: str, logs: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.region = region
         self.logs = logs
+        self.env = {**os.environ, **(env or {})}
         self.procs: list[subprocess.Popen[bytes]] = []
         self._consumer = KafkaLog(bootstrap).consumer(
             f"test-{uuid.uuid4().hex[:8]}", [topic_name(region, "decisions")]
@@ -83,21 +90,28 @@ class Region:
         args = [SPOTCAP, "--kafka", self.bootstrap, "--region", self.region, "run", "streams"]
         args += ["--role", role, "--session-timeout-s", "6", "--log-level", "info", *extra]
         err = (self.logs / f"{name}.log").open("ab")
-        proc = subprocess.Popen(args, stdout=err, stderr=err, env={**os.environ})
+        proc = subprocess.Popen(args, stdout=err, stderr=err, env=self.env)
         self.procs.append(proc)
         return proc
 
-    def read_until(self, count: int, timeout_s: float = WAIT_S) -> None:
-        """Read decisions until `count` distinct ids are seen (bounded by `timeout_s`)."""
-        deadline = time.monotonic() + timeout_s
+    def read_until(self, expected: dict[str, bytes], share: float = 1.0) -> None:
+        """Read decisions until `share` of the `expected` ids are seen (bounded by WAIT_S);
+        on time-out, say which decisions are missing."""
+        count = int(len(expected) * share)
+        deadline = time.monotonic() + WAIT_S
         while len({d.event_id for d in self.decisions}) < count:
             if time.monotonic() > deadline:
-                kinds = Counter(
-                    d.event_type for d in {d.event_id: d for d in self.decisions}.values()
+                seen = {d.event_id for d in self.decisions}
+                missing = [CODEC.decode(expected[i]) for i in expected.keys() - seen]
+                missing.sort(key=lambda e: (e.occurred_at, e.event_type, e.key))
+                first = "; ".join(
+                    f"{e.event_type} key={e.key} at={e.occurred_at} cause={e.causation_id}"
+                    for e in missing[:8]
                 )
                 raise AssertionError(
-                    f"{len({d.event_id for d in self.decisions})} distinct decisions of {count} "
-                    f"after {timeout_s:.0f} s ({dict(kinds)}); logs in {self.logs}"
+                    f"{len(seen)} distinct decisions of {count} after {WAIT_S:.0f} s; missing "
+                    f"{dict(Counter(e.event_type for e in missing))}, first: {first}; "
+                    f"logs in {self.logs}"
                 )
             for proc in self.procs:
                 assert proc.poll() is None or proc.returncode == -signal.SIGKILL, (
@@ -148,6 +162,85 @@ def assert_same(got: dict[str, bytes], expected: dict[str, bytes]) -> None:
     )
 
 
+def _read(consumer: Consumer, topic: str, partition: int, end: int) -> Iterator[Any]:
+    """The records of `topic`:`partition` before offset `end`."""
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    deadline = time.monotonic() + 60
+    offset = -1
+    while offset < end - 1:
+        assert time.monotonic() < deadline, f"{topic}:{partition} not readable up to {end}"
+        for m in consumer.consume(500, 1.0):
+            assert m.error() is None, m.error()
+            offset = m.offset() or 0
+            if offset < end:
+                yield m
+
+
+def uncovered_commits(bootstrap: str, region: str) -> list[str]:
+    """Stage partitions whose committed offset is past a record that the partition's stored
+    snapshot does not cover: a restarted worker would never apply that record."""
+    topics = RuntimeTopics(region)
+    sources = {
+        "pool": topics.pool,
+        "scorer": topics.scorer,
+        "workload": topics.workload,
+        "actuator": topics.actuator,
+    }
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": topics.app_id})
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "inspect", "enable.auto.commit": False}
+    )
+    problems: list[str] = []
+    try:
+        for stage, topic in sources.items():
+            for partition in range(topics.stage_partitions[stage]):
+                tp = TopicPartition(topic, partition)
+                committed = group.committed([tp], timeout=10)[0].offset
+                if committed <= 0:
+                    continue  # nothing committed
+                changelog = topics.changelog(stage)
+                end = reader.get_watermark_offsets(TopicPartition(changelog, partition), 10)[1]
+                meta_key = f"{partition}/{stage}/meta".encode()
+                snapshot = -1
+                for m in _read(reader, changelog, partition, end):
+                    if m.key() == meta_key:
+                        value = m.value()
+                        snapshot = json.loads(value)["position"] if value else -1
+                highest = max(
+                    Header.decode(dict(m.headers() or [])).position
+                    for m in _read(reader, topic, partition, committed)
+                )
+                if highest > snapshot:
+                    problems.append(
+                        f"{topic}:{partition} committed at offset {committed}, past a record at "
+                        f"position {highest}; the stored snapshot is at position {snapshot}"
+                    )
+    finally:
+        group.close()
+        reader.close()
+    return problems
+
+
+def has_commits(bootstrap: str, region: str) -> bool:
+    """Whether the workers' group has committed an offset of a stage topic."""
+    topics = RuntimeTopics(region)
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": topics.app_id})
+    try:
+        tps = [
+            TopicPartition(topic, p)
+            for topic, n in (
+                (topics.pool, topics.pool_partitions),
+                (topics.workload, topics.workload_partitions),
+                (topics.scorer, 1),
+                (topics.actuator, 1),
+            )
+            for p in range(n)
+        ]
+        return any(tp.offset > 0 for tp in group.committed(tps, timeout=10))
+    finally:
+        group.close()
+
+
 @pytest.fixture
 def region_factory(kafka: servers.Server, tmp_path: Path) -> Iterator[list[Region]]:
     made: list[Region] = []
@@ -165,28 +258,38 @@ def test_the_faust_workers_make_the_embedded_runners_decisions(
     region.start("sequencer", "sequencer")
     region.start("worker", "worker-1")
     region.start("worker", "worker-2")  # two workers share the stage partitions
-    region.read_until(len(expected))
+    region.read_until(expected)
     region.settle()
     got = by_id(region.decisions)  # fails if one id carries two different decisions
     assert_same(got, expected)
 
 
+@pytest.mark.parametrize("fault", ["none", "slow send buffer"])
 def test_a_worker_killed_with_kill_9_restores_its_tables_and_makes_no_decision_twice(
-    kafka: servers.Server, tmp_path: Path, region_factory: list[Region]
+    kafka: servers.Server, tmp_path: Path, region_factory: list[Region], fault: str
 ) -> None:
-    expected = by_id(record(kafka.address, "rtf-kill"))
-    region = Region(kafka.address, "rtf-kill", tmp_path)
+    name = "rtf-kill" if fault == "none" else "rtf-kill-slow"
+    expected = by_id(record(kafka.address, name))
+    env = {}
+    if fault == "slow send buffer":  # Faust's flush then gives up before its buffer is empty
+        env["PYTHONPATH"] = os.pathsep.join([str(SLOW_BUFFER), os.environ.get("PYTHONPATH", "")])
+    region = Region(kafka.address, name, tmp_path, env)
     region_factory.append(region)
     region.start("sequencer", "sequencer")
     snapshot = ("--snapshot-every", "200", "--snapshot-interval-s", "0.5")
     worker = region.start("worker", "worker-1", *snapshot)
-    region.read_until(len(expected) // 3)
+    region.read_until(expected, share=1 / 3)
+    deadline = time.monotonic() + WAIT_S
+    while not has_commits(kafka.address, name):  # the kill must come after a commit
+        assert time.monotonic() < deadline, f"worker-1 committed nothing; logs in {tmp_path}"
+        region.settle(0.5)
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=10)
     seen_before_kill = len({d.event_id for d in region.decisions})
     assert seen_before_kill < len(expected), "the kill came too late to test anything"
+    assert uncovered_commits(kafka.address, name) == []
     region.start("worker", "worker-2", *snapshot)
-    region.read_until(len(expected))
+    region.read_until(expected)
     region.settle()
     got = by_id(region.decisions)
     assert_same(got, expected)

@@ -21,8 +21,16 @@ send duplicates on rebalances (faust-streaming #323, #502, #517). So correctness
 on Faust: every decision's id is derived from its cause (a decision made again has the same id
 and the same bytes), a stage skips records at or below the position of its state, and an input
 record is acknowledged (its offset may be committed) only once a stored snapshot covers it.
-Before a snapshot is stored, the decisions made so far are flushed, so a stored state never
-claims decisions the log does not hold. A partition's state is the fold of its topic's records
+Before a snapshot is stored, the decisions made so far are confirmed by the broker, so a stored
+state never claims decisions the log does not hold; and a record is acknowledged only once the
+broker has confirmed the snapshot's changelog records. Neither rests on Faust's flush, which
+gives up on its send buffer after 0.1 s under load (``ProducerBuffer.flush_atmost``) and then
+commits offsets whose table writes were still unsent: a kill -9 then lost records. Records are
+acknowledged in offset order, stopping at the first one the snapshot does not cover: Faust
+commits the first run of consecutive acknowledged offsets, even one that starts after a single
+unacknowledged record (``Consumer._new_offset``), and the actuator topic's records do not come
+in position order (they merge the workload partitions'), so acknowledging out of order would
+commit past a decision not yet applied. A partition's state is the fold of its topic's records
 with no hole (`in_sequence`): records of a partition this worker no longer owns are dropped (the
 take buffer keeps records across a rebalance), and a record after the offset the state ends at
 waits while the consumer is sent back, so a decision made again is made from the same state.
@@ -63,6 +71,24 @@ from streams.topics import topic_name
 _LOG = logging.getLogger("spotcap.runtime.faust")
 CHUNK_BYTES = 900_000  # under the changelog topics' 2 MiB max.message.bytes, with room
 CATCH_UP_STEP = 500  # journal items applied between two yields to the event loop
+CONFIRM_TIMEOUT_S = 120.0  # the broker confirms a snapshot's writes, or the worker stops
+
+
+class UnconfirmedWriteError(RuntimeError):
+    """The broker did not confirm a decision or a snapshot write in time: nothing is
+    acknowledged, so a restarted worker makes the same decisions again from its last snapshot."""
+
+
+async def confirm(futures: list[Any], what: str) -> None:
+    """Wait until the broker has confirmed every send of `futures` (bounded)."""
+    if not futures:
+        return
+    try:
+        await asyncio.wait_for(asyncio.gather(*futures), CONFIRM_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise UnconfirmedWriteError(
+            f"the broker did not confirm {len(futures)} {what} within {CONFIRM_TIMEOUT_S:.0f} s"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +129,17 @@ class PartitionedTable(Table[bytes, bytes]):
 
     def partition_for_key(self, key: Any) -> int | None:
         return int(bytes(key).split(b"/", 1)[0])
+
+    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
+        """Faust's changelog send, keeping its future (`take_unconfirmed`)."""
+        fut = super().send_changelog(*args, **kwargs)
+        self.__dict__.setdefault("_unconfirmed", []).append(fut)
+        return fut
+
+    def take_unconfirmed(self) -> list[Any]:
+        """The changelog sends since the last call (each resolves once the broker has it)."""
+        futures: list[Any] = self.__dict__.pop("_unconfirmed", [])
+        return futures
 
 
 class JournalFeed:
@@ -198,6 +235,7 @@ class StageHost:
         self.actuator = raw_topic(app, config.topics.actuator)
         self.stream: StreamT[Any] | None = None
         self.published = 0
+        self.sent: list[Any] = []  # sends not yet confirmed by the broker (`store` waits)
 
     # -- partitions ----------------------------------------------------------------------------
 
@@ -344,25 +382,31 @@ class StageHost:
         encode = self.config.codec.encode
         region = self.config.topics.region.encode()
         for decision in out.decisions:
-            await self.decisions.send(
-                key=decision.key.encode(),
-                value=encode(decision),
-                timestamp=decision.occurred_at / 1e6,
+            self.sent.append(
+                await self.decisions.send(
+                    key=decision.key.encode(),
+                    value=encode(decision),
+                    timestamp=decision.occurred_at / 1e6,
+                )
             )
         self.published += len(out.decisions)
         if out.to_actuator or out.progress is not None:
             for placed in out.to_actuator:
                 header = Header("decision", placed.position, source=partition, order=placed.order)
-                await self.actuator.send(
-                    key=region,
-                    value=encode(placed.envelope),
-                    partition=0,
-                    headers=list(header.encode()),
+                self.sent.append(
+                    await self.actuator.send(
+                        key=region,
+                        value=encode(placed.envelope),
+                        partition=0,
+                        headers=list(header.encode()),
+                    )
                 )
             if out.progress is not None:
                 header = Header("progress", out.progress, source=partition)
-                await self.actuator.send(
-                    key=region, value=b"", partition=0, headers=list(header.encode())
+                self.sent.append(
+                    await self.actuator.send(
+                        key=region, value=b"", partition=0, headers=list(header.encode())
+                    )
                 )
 
     # -- snapshots and acknowledgements ------------------------------------------------------
@@ -382,10 +426,13 @@ class StageHost:
         await self._ack(held)
 
     async def store(self, partition: int, held: _Held) -> None:
-        """Flush the decisions made so far, then store the partition's state in the table."""
+        """Have the decisions made so far confirmed, then store the partition's state in the
+        table and have that confirmed too (only then may its records be acknowledged)."""
         if not self._owns(partition):
             return  # revoked meanwhile: the next owner goes on from the stored snapshot
+        sent, self.sent = self.sent, []
         await self.app.producer.flush()
+        await confirm(sent, "decisions")
         if not self._owns(partition):
             return  # revoked during the flush
         data = state_codec.encode(held.runner.snapshot())
@@ -403,22 +450,23 @@ class StageHost:
         self.table[self._key(partition, "meta")] = json.dumps(meta).encode()
         for old in held.stored_keys:
             self.table.pop(old, None)
+        await confirm(self.table.take_unconfirmed(), f"{self.name} snapshot writes")
         held.stored_keys = keys
         held.stored_position = held.runner.position
         held.stored_at = time.monotonic()
 
     async def _ack(self, held: _Held) -> None:
-        """Acknowledge the records the stored snapshot covers (their offsets may be committed:
-        Faust flushes the producer, so the snapshot, before it commits)."""
+        """Acknowledge, in offset order, the records the stored (and confirmed) snapshot
+        covers, up to the first it does not (see the module docstring)."""
         if self.stream is None:
             return
-        keep: list[tuple[int, EventT[Any]]] = []
+        done = 0
         for position, event in held.unacked:
-            if position <= held.stored_position:
-                await self.stream.ack(event)
-            else:
-                keep.append((position, event))
-        held.unacked = keep
+            if position > held.stored_position:
+                break
+            await self.stream.ack(event)
+            done += 1
+        del held.unacked[:done]
 
     def _owns(self, partition: int) -> bool:
         topic = self.table_source_topic
