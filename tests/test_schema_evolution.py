@@ -199,6 +199,7 @@ def test_the_console_script_exits_non_zero_on_a_breaking_change(schema_copy: Pat
 
 RELEASE_1 = json.loads((RELEASED_DIR / "envelope-v0001.avsc").read_text())
 RELEASE_2 = json.loads((RELEASED_DIR / "envelope-v0002.avsc").read_text())
+RELEASE_3 = json.loads((RELEASED_DIR / "envelope-v0003.avsc").read_text())
 OLD, NEW = "tolerated_interruption_per_h", "tolerated_interruptions_per_h"
 
 
@@ -221,6 +222,20 @@ def test_release_2_renames_the_rate_fully_compatibly_both_ways() -> None:
     result = check_compatible(RELEASE_1, RELEASE_2)
     assert result.compatible, [str(p) for p in result.problems]
     assert result.changed and result.added_event_types == ()
+
+
+def test_release_3_only_adds_the_agent_and_actuator_event_types() -> None:
+    result = check_compatible(RELEASE_2, RELEASE_3)
+    assert result.compatible, [str(p) for p in result.problems]
+    assert sorted(result.added_event_types) == sorted(
+        f"spotcap.events.{name}"
+        for name in (
+            "ActuationRefused",
+            "CapacityReleased",
+            "EvictionAttempted",
+            "CheckpointTriggered",
+        )
+    )
 
 
 def test_a_plain_rename_with_an_alias_would_be_only_backward_compatible() -> None:
