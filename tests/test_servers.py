@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from infra import servers
+from infra.servers.gobuild import GoCommand, fetch_go_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -212,3 +213,36 @@ def test_cli_help_and_error_exit(tmp_path: Path) -> None:
     assert with_error.returncode == 1
     assert with_error.stderr.startswith("kafka: ")
     assert with_error.stdout == ""
+
+
+def test_a_go_build_that_fails_names_the_module_keeps_its_log_and_leaves_no_binary(
+    tmp_path: Path,
+) -> None:
+    """The real go toolchain, asked for a module the proxy does not have."""
+    command = GoCommand(
+        "nothing",
+        "github.com/spotcap-invalid/nothing/cmd/nothing",
+        "v0.0.1",
+        tmp_path / "nothing-v0.0.1" / "nothing",
+        timeout_s=300,
+    )
+    with pytest.raises(servers.ServerError) as info:
+        fetch_go_command(command)
+    message = str(info.value)
+    assert message.startswith("nothing: building nothing failed")
+    assert "github.com/spotcap-invalid/nothing/cmd/nothing@v0.0.1" in message
+    assert "How to fix" in message
+    assert (command.binary.parent / "build.log").read_text()  # go's own words are kept
+    assert sorted(p.name for p in command.binary.parent.iterdir()) == [".fetch.lock", "build.log"]
+
+
+def test_a_go_build_without_go_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPOTCAP_GO", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    command = GoCommand("tool", "example.org/tool", "v1.0.0", tmp_path / "tool" / "tool")
+    with pytest.raises(servers.ServerError) as info:
+        fetch_go_command(command)
+    assert "go is not on PATH" in str(info.value)
+    assert "SPOTCAP_GO" in str(info.value)

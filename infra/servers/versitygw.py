@@ -16,17 +16,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from infra.servers.gobuild import GoCommand, fetch_go_command
 from infra.servers.process import (
     Server,
-    ServerError,
-    file_lock,
     free_ports,
     prepare_dir,
     running,
@@ -56,47 +53,19 @@ def versitygw_binary() -> Path:
 
 def fetch_versitygw() -> Path:
     """Return the versitygw binary, building it with ``go install`` first if it is not cached."""
-    binary = versitygw_binary()
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return binary
-    home = binary.parent
-    home.mkdir(parents=True, exist_ok=True)
-    with file_lock(home / ".fetch.lock"):
-        if binary.is_file():
-            return binary
-        go = os.environ.get("SPOTCAP_GO") or shutil.which("go")
-        if go is None:
-            raise ServerError(
-                "versitygw",
-                "cannot build versitygw: go is not on PATH",
-                fix="install Go 1.22+ or set SPOTCAP_GO (or SPOTCAP_VERSITYGW to a built binary)",
-            )
-        tmp = home / f"bin.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        log_path = home / "build.log"
-        argv = [go, "install", f"{VERSITYGW_MODULE}@{VERSITYGW_VERSION}"]
-        # -buildvcs=false: building outside a repository would otherwise fail on the VCS stamp.
-        env = {**os.environ, "GOBIN": str(tmp), "GOFLAGS": "-buildvcs=false"}
-        with log_path.open("wb") as log:
-            try:
-                code = subprocess.run(
-                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home,
-                    timeout=BUILD_TIMEOUT_S, check=False,
-                ).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                code = -1
-        built = tmp / "versitygw"
-        if code != 0 or not built.is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise ServerError(
-                "versitygw",
-                f"building versitygw failed (exit {code}): {' '.join(argv)}",
-                log_path=log_path,
-                fix="check access to the Go module proxy and the Go toolchain's version",
-            )
-        built.rename(binary)
-        shutil.rmtree(tmp, ignore_errors=True)
-    return binary
+    return fetch_go_command(
+        GoCommand(
+            "versitygw",
+            VERSITYGW_MODULE,
+            VERSITYGW_VERSION,
+            versitygw_binary(),
+            # -buildvcs=false: building outside a repository would fail on the VCS stamp.
+            env={"GOFLAGS": "-buildvcs=false"},
+            go_fix="install Go 1.22+ or set SPOTCAP_GO (or SPOTCAP_VERSITYGW to a built binary)",
+            build_fix="check access to the Go module proxy and the Go toolchain's version",
+            timeout_s=BUILD_TIMEOUT_S,
+        )
+    )
 
 
 def versitygw_credentials(server_or_data_dir: Server | Path | str) -> tuple[str, str]:
