@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from streams.kafka_consumer import KafkaConsumer
+from streams.kafka_consumer import BrokerHealth, KafkaConsumer
 from streams.log import (
     DeliveryError,
     FlushTimeoutError,
@@ -39,8 +39,6 @@ from streams.log import (
 
 _ADMIN_TIMEOUT_S = 30.0
 _LIBRDKAFKA_LOG = logging.getLogger("spotcap.kafka.librdkafka")
-# Errors about the connection itself: while one of these is the latest, the broker is not there.
-_BROKER_DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
 class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -49,18 +47,6 @@ class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         self.logger.debug(msg, *args, **kwargs)
-
-
-class _BrokerHealth:
-    """The latest connection-level error librdkafka reported (its ``error_cb``), so that a
-    timeout can name its real cause."""
-
-    def __init__(self) -> None:
-        self.down: str | None = None
-
-    def __call__(self, error: KafkaError) -> None:
-        if error.code() in _BROKER_DOWN:
-            self.down = error.str()
 
 
 _NEW_TOPIC_ERRORS = frozenset(
@@ -249,7 +235,7 @@ class KafkaProducer:
         *,
         bootstrap: str = "the broker",
     ) -> None:
-        self._health = _BrokerHealth()
+        self._health = BrokerHealth()
         self._producer = _KafkaProducer(
             {
                 "enable.idempotence": True,

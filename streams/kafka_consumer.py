@@ -32,6 +32,28 @@ from streams.log import (
 
 _LOG = logging.getLogger("spotcap.kafka")
 _METADATA_TIMEOUT_S = 30.0
+# Errors about the connection itself: while one of these is the latest, the broker is not there.
+BROKER_DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+
+
+class BrokerHealth:
+    """The latest connection-level error librdkafka reported (its ``error_cb``, served inside
+    poll, consume and flush), so that a timeout can name its real cause and an idle consumer
+    can say the broker is gone instead of waiting in silence."""
+
+    def __init__(self) -> None:
+        self.down: str | None = None
+        self.outages = 0  # times the broker went from reachable (or unknown) to unreachable
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in BROKER_DOWN:
+            if self.down is None:
+                self.outages += 1
+            self.down = error.str()
+
+    def up(self) -> None:
+        """Records arrived: whatever was wrong with the connection is over."""
+        self.down = None
 
 
 class KafkaConsumer:
@@ -46,6 +68,8 @@ class KafkaConsumer:
     ) -> None:
         self.group = group
         self.poll_errors = 0
+        self.health = BrokerHealth()
+        self._reported_outage = 0  # the outage last warned about (one warning per outage)
         self._topics = list(topics)
         self._listener = listener
         settings = {
@@ -53,6 +77,7 @@ class KafkaConsumer:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            "error_cb": self.health,
             **config,
         }
         self._cooperative = "cooperative" in str(settings.get("partition.assignment.strategy"))
@@ -129,10 +154,14 @@ class KafkaConsumer:
         while not messages:
             left = deadline - time.monotonic()
             if left <= 0:
+                self._report_outage()
                 return out
             first = self._consumer.poll(timeout=left)
             if first is not None:
                 messages = [first, *self._consumer.consume(max_records - 1, timeout=0)]
+        if self.health.down is not None and self._reported_outage == self.health.outages:
+            _LOG.warning("Kafka consumer of group %s: the broker answers again", self.group)
+        self.health.up()
         held = self._paused or self._pending_seeks
         sent_back: set[TopicPartition] = set()
         for message in messages:
@@ -149,6 +178,18 @@ class KafkaConsumer:
         for tp in sent_back:
             self._seek(tp, self._held_from[tp])
         return out
+
+    def _report_outage(self) -> None:
+        """Warn once per outage while the broker cannot be reached (librdkafka keeps trying)."""
+        down = self.health.down
+        if down is not None and self._reported_outage != self.health.outages:
+            self._reported_outage = self.health.outages
+            self.poll_errors += 1
+            _LOG.warning(
+                "Kafka consumer of group %s: the broker cannot be reached (%s); still trying",
+                self.group,
+                down,
+            )
 
     def _hold_back(self, message: Any, sent_back: set[TopicPartition]) -> bool:
         """True for a record of a paused partition (fetched before the pause took effect) or of

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from infra import servers
+from infra.servers.process import free_ports
 from schemas.codec import Codec
 from schemas.events import DeadLettered, Envelope
 from streams.embedded import EmbeddedLog
@@ -495,3 +496,22 @@ def test_kafka_counts_and_logs_non_fatal_poll_errors(
     consumer.close()
     assert consumer.poll_errors >= 1
     assert any("not fatal" in message for message in caplog.messages)
+
+
+def test_a_kafka_consumer_says_once_that_the_broker_cannot_be_reached(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing listens at the address: the consumer waits (librdkafka keeps trying) but says
+    so, once per outage, instead of idling in silence."""
+    (port,) = free_ports(1)
+    consumer = KafkaLog(f"127.0.0.1:{port}").consumer(f"g-{uuid.uuid4().hex}", ["anything"])
+    deadline = time.monotonic() + 30
+    with caplog.at_level("WARNING", logger="spotcap.kafka"):
+        while consumer.health.down is None and time.monotonic() < deadline:
+            assert consumer.poll(timeout_s=0.5) == []
+        for _ in range(3):  # still down: no second warning
+            assert consumer.poll(timeout_s=0.5) == []
+    consumer.close(timeout_s=5.0)  # never joined a group: nothing to wait for
+    warnings = [m for m in caplog.messages if "cannot be reached" in m]
+    assert len(warnings) == 1, caplog.messages
+    assert consumer.group in warnings[0] and f"127.0.0.1:{port}" in warnings[0]
