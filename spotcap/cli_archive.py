@@ -70,7 +70,7 @@ public_key_option = click.option(
 )
 
 
-def _public_key(path: Path) -> PublicKey:
+def read_public_key(path: Path) -> PublicKey:
     try:
         return load_public_key(path.read_bytes())
     except SigningError as error:
@@ -228,7 +228,7 @@ def verify_command(
     """Check the archive with only the archive and the public key (no database, no log):
     every file's SHA-256, the signatures, the Merkle trees, the chain between months and the
     Object Lock retention. Exit 1 and name exactly what is wrong if anything is."""
-    public_key = _public_key(public_key_file)
+    public_key = read_public_key(public_key_file)
     month = _month(month) if month else None
     progress = Progress(
         SpinnerColumn(),
@@ -342,7 +342,7 @@ def prove_command(
 def check_proof_command(proof_file: Any, public_key_file: Path, as_json: bool) -> None:
     """Check an inclusion proof (a file, or - for standard input) against the public key:
     the manifest's signature, then the event's path to the signed tree head. Exit 1 if not."""
-    public_key = _public_key(public_key_file)
+    public_key = read_public_key(public_key_file)
     try:
         proof = json.load(proof_file)
     except ValueError as error:

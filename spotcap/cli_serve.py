@@ -6,6 +6,7 @@ import copy
 import errno
 import signal
 import socket
+from pathlib import Path
 from types import FrameType
 
 import click
@@ -69,6 +70,22 @@ def listen(host: str, port: int) -> socket.socket:
 )
 @postgres_option
 @click.option(
+    "--archive",
+    "location",
+    default=None,
+    metavar="DIR|s3://BUCKET/PREFIX",
+    help="The archive the Archive page lists and verifies (default $SPOTCAP_ARCHIVE, else "
+    "<home>/archive).",
+)
+@click.option(
+    "--archive-public-key",
+    "public_key_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The archive signer's public key: the one key the Archive page's verify trusts "
+    "(without it, the months are listed but not verified).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["warning", "info", "debug"]),
     default="info",
@@ -77,9 +94,10 @@ def listen(host: str, port: int) -> socket.socket:
 )
 @click.pass_obj
 def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
-          log_level: str) -> None:  # fmt: skip
-    """Serve the read side over HTTP, read-only: the JSON API under /api/v1 (the queries of
-    `spotcap query`, `why` and `report savings`), its OpenAPI description at /openapi.json and
+          location: str | None, public_key_file: Path | None, log_level: str) -> None:  # fmt: skip
+    """Serve the read side over HTTP, read-only: the console (web pages) at /, the JSON API
+    under /api/v1 (the queries of `spotcap query`, `why`, `report savings`, `replay` with the
+    shipped rules and `archive verify`), its OpenAPI description at /openapi.json and
     Prometheus metrics at /metrics.
 
     The server stays up when a store is down: the endpoints that need it answer 503 with a
@@ -88,10 +106,18 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     # Imported here: the web stack takes a second to import, which no other command needs.
     import uvicorn
 
+    from replay.archive.storage import ArchiveError
+    from spotcap.cli_archive import open_archive, read_public_key
     from spotcap.serve.access import ReadAccess
     from spotcap.serve.app import create_app
+    from spotcap.serve.archive import ArchiveDesk
 
     settings = with_postgres(settings, postgres_dsn)
+    key = read_public_key(public_key_file) if public_key_file else None
+    try:
+        desk = ArchiveDesk(open_archive(settings, location), settings.region, key)
+    except ArchiveError as error:
+        fail(str(error), "check --archive")
     sock = listen(host, port)
     access = ReadAccess(settings)
     not_ready = access.prepare()
@@ -110,7 +136,7 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     logging_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     logging_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
     config = uvicorn.Config(
-        create_app(access),
+        create_app(access, desk),
         log_config=logging_config,
         log_level=log_level,
         lifespan="off",
@@ -118,8 +144,8 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     click.echo(
-        f"serving region {settings.region} of {settings.home} on {url}: API {url}/api/v1, "
-        f"description {url}/openapi.json, metrics {url}/metrics (Ctrl-C stops)"
+        f"serving region {settings.region} of {settings.home} on {url}: console {url}/, API "
+        f"{url}/api/v1, description {url}/openapi.json, metrics {url}/metrics (Ctrl-C stops)"
     )
     # uvicorn shuts down gracefully on SIGINT and SIGTERM, then raises the signal again for the
     # handler it found: a KeyboardInterrupt, and for SIGTERM this one, so both end here, cleanly.

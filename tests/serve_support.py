@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,17 @@ class Reply:
 
 
 def get(url: str, accept: str | None = None) -> Reply:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    return send(urllib.request.Request(url, headers={"Accept": accept} if accept else {}))
+
+
+def post(url: str, form: dict[str, str] | None = None) -> Reply:
+    """A POST, with `form` as a browser sends a form (urlencoded) when given."""
+    data = urllib.parse.urlencode(form).encode() if form is not None else b""
+    headers = {"Content-Type": "application/x-www-form-urlencoded"} if form is not None else {}
+    return send(urllib.request.Request(url, data=data, headers=headers, method="POST"))
+
+
+def send(request: urllib.request.Request) -> Reply:
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
             body = response.read().decode()
@@ -186,6 +197,9 @@ class Served:
 
     def get(self, path: str, accept: str | None = None) -> Reply:
         return get(self.url + path, accept)
+
+    def post(self, path: str, form: dict[str, str] | None = None) -> Reply:
+        return post(self.url + path, form)
 
     def stop(self) -> int:
         if self.process.poll() is None:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -22,10 +23,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.servers.promtool import fetch_promtool
+from projections.ledger.rule import COST_CAUSES
 from projections.postgres.writer import FleetWriter
 from schemas.events import DrainCompleted, DrainStarted
 from spotcap.config import Settings
 from spotcap.console.pages import MISSING, eur
+from spotcap.serve.whatif import shipped_rules
 from spotcap.stores import open_fleet, stop_embedded_postgres
 from tests.projection_support import T0_US, event, positioned
 from tests.serve_support import Served, Story, spotcap, write_story
@@ -35,6 +38,7 @@ DRIVER = Path(__file__).with_name("browser") / "console.cjs"
 NODE_MODULES = Path.home() / ".cache" / "spotcap" / "node" / "node_modules"
 CHROMIUM = Path("/usr/bin/chromium")
 SERIOUS = {"serious", "critical"}
+WHAT_IF = "flat-guaranteed-rate"  # a shipped rule that changes the counterfactual only
 
 
 def _browser_tools() -> None:
@@ -45,10 +49,17 @@ def _browser_tools() -> None:
     )
 
 
+ARCHIVED = "2026-11"  # the demo's one month
+BROKEN = "cost_lines.parquet"  # the file the broken-archive pages find changed
+
+
 class Console:
-    def __init__(self, served: Served, story: Story, wave_instance: str, report: dict[str, Any]):
+    def __init__(self, served: Served, story: Story, wave_instance: str, report: dict[str, Any],
+                 *, home: Path, public_key: Path, broken_api: dict[str, Any]) -> None:  # fmt: skip
         self.served, self.story, self.wave_instance = served, story, wave_instance
         self.pages: dict[str, dict[str, Any]] = report["pages"]
+        self.home, self.public_key = home, public_key
+        self.broken_api = broken_api  # the API's verify while the archive was broken
 
     def api(self, path: str) -> Any:
         reply = self.served.get(path)
@@ -85,6 +96,30 @@ def write_wave_drain(settings: Settings) -> str:
         conn.close()
 
 
+def archive_month(home: Path, keys: Path) -> Path:
+    """The demo's month exported to the home's archive, signed with a new key; its .pub."""
+    made = spotcap(home, "contracts", "keygen", "--out", str(keys / "archive.key"))
+    assert made.returncode == 0, made.stderr
+    done = spotcap(home, "archive", "export", "--month", ARCHIVED, "--key",
+                   str(keys / "archive.key"), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["events"] > 10_000
+    return keys / "archive.key.pub"
+
+
+def drive(served: Served, config_path: Path, out: Path, pages: list[dict[str, Any]]) -> Any:
+    """tests/browser/console.cjs over `pages`: its report."""
+    config = {"base": served.url, "pages": pages, "out": str(out),
+              "modules": str(NODE_MODULES), "chromium": str(CHROMIUM)}  # fmt: skip
+    config_path.write_text(json.dumps(config))
+    driven = subprocess.run(
+        ["node", str(DRIVER), str(config_path)],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert driven.returncode == 0, driven.stderr[-3000:]
+    return json.loads(driven.stdout)
+
+
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     _browser_tools()
@@ -108,32 +143,46 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     try:
         story = write_story(settings)
         wave_instance = write_wave_drain(settings)
+        public_key = archive_month(root, tmp_path_factory.mktemp("console-keys"))
         logs = tmp_path_factory.mktemp("console-logs")
-        served = Served(root, logs, "--log-level", "warning")
+        # The archive is the home's own (<home>/archive, the default of both commands).
+        served = Served(root, logs, "--log-level", "warning",
+                        "--archive-public-key", str(public_key))  # fmt: skip
         try:
             out = tmp_path_factory.mktemp("console-shots")
-            pages = [
+            report = drive(served, logs / "config.json", out, [
                 {"name": "fleet", "path": "/"},
                 {"name": "workloads", "path": "/workloads"},
                 {"name": "workload", "path": f"/workloads/{story.workload}"},
                 {"name": "why", "path": f"/why?id={wave_instance}"},
                 {"name": "savings", "path": "/savings"},
-            ]
-            config = {"base": served.url, "pages": pages, "out": str(out),
-                      "modules": str(NODE_MODULES), "chromium": str(CHROMIUM)}  # fmt: skip
-            (logs / "config.json").write_text(json.dumps(config))
-            driven = subprocess.run(
-                ["node", str(DRIVER), str(logs / "config.json")],
-                capture_output=True, text=True, timeout=900, check=False,
-            )  # fmt: skip
-            assert driven.returncode == 0, driven.stderr[-3000:]
-            report = json.loads(driven.stdout)
+                # The what-if form, filled in and sent as a person would.
+                {"name": "what-if", "path": "/savings", "select": ["#rule", WHAT_IF],
+                 "click": "#replay"},
+                {"name": "archive", "path": "/archive"},
+                {"name": "archive-verified", "path": "/archive",
+                 "click": "button[name=month][value='']"},
+            ])  # fmt: skip
+            # One byte of the month's cost lines changed: the verify button names the file.
+            target = root / "archive" / "dev" / ARCHIVED / BROKEN
+            original = target.read_bytes()
+            target.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
+            try:
+                broken = drive(served, logs / "broken.json", out, [
+                    {"name": "archive-broken", "path": "/archive",
+                     "click": f"button[name=month][value='{ARCHIVED}']"},
+                ])  # fmt: skip
+                broken_api = served.post(f"/api/v1/archive/verify?month={ARCHIVED}").json()
+            finally:
+                target.write_bytes(original)
+            report["pages"].update(broken["pages"])
             if os.environ.get("SPOTCAP_CONSOLE_SCREENSHOTS"):
                 target = Path(os.environ["SPOTCAP_CONSOLE_SCREENSHOTS"])
                 target.mkdir(parents=True, exist_ok=True)
                 for page in report["pages"].values():
                     shutil.copy(page["screenshot"], target)
-            yield Console(served, story, wave_instance, report)
+            yield Console(served, story, wave_instance, report, home=root,
+                          public_key=public_key, broken_api=broken_api)  # fmt: skip
         finally:
             code = served.stop()
             assert code == 0, served.err.read_text()[-3000:]
@@ -142,7 +191,17 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
 
 
 def test_every_page_loads_with_a_screenshot(console: Console) -> None:
-    assert set(console.pages) == {"fleet", "workloads", "workload", "why", "savings"}
+    assert set(console.pages) == {
+        "fleet",
+        "workloads",
+        "workload",
+        "why",
+        "savings",
+        "what-if",
+        "archive",
+        "archive-verified",
+        "archive-broken",
+    }
     for name, page in console.pages.items():
         assert page["status"] == 200, name
         assert page["title"].endswith("· spotcap"), page["title"]
@@ -255,6 +314,120 @@ def test_the_why_timeline_names_notice_drain_and_replacement(console: Console) -
     assert console.figures("why")["why.subject"]["text"] == console.wave_instance
 
 
+def _verify_lines(answer: dict[str, Any]) -> list[str]:
+    """Each finding of a verification as the Archive page writes it."""
+    return [f"{'problem' if x['error'] else 'note'} {m['month']}: {x['subject']}: {x['message']}"
+            for m in answer["months"] for x in m["findings"]]  # fmt: skip
+
+
+def _shown_findings(f: dict[str, dict[str, str | None]]) -> list[str]:
+    return [
+        str(v["text"]) for k, v in f.items() if k.startswith("verify.") and k != "verify.result"
+    ]
+
+
+def test_the_archive_page_shows_the_apis_figures(console: Console) -> None:
+    listing = console.api("/api/v1/archive")
+    (month,) = listing["months"]
+    # The API's figures are the signed manifest's own.
+    manifest = json.loads(
+        (console.home / "archive" / "dev" / ARCHIVED / "manifest.json").read_text()
+    )
+    assert month["month"] == ARCHIVED and month["merkle_root"] == manifest["merkle"]["root"]
+    assert month["events"] == manifest["merkle"]["size"] == manifest["chain"]["size"] > 10_000
+    assert month["cost_lines"] == manifest["files"][BROKEN]["rows"] > 0
+    assert (month["link"], month["previous_month"], month["signature"]) == ("first", None, "valid")
+    assert month["signed_by"] == listing["trusted_key"] and not listing["locked"]
+    f = console.figures("archive")
+    for k in ("events", "cost_lines", "first_event_at", "last_event_at", "merkle_root", "link",
+              "signature"):  # fmt: skip
+        assert f[f"archive.{ARCHIVED}.{k}"]["value"] == str(month[k]), k
+    assert f[f"archive.{ARCHIVED}.verification"]["value"] == "not_run"  # before the button
+    assert f["archive.trusted_key"]["text"] == listing["trusted_key"]
+
+
+def test_the_verify_button_runs_verify_without_javascript(console: Console) -> None:
+    page = console.pages["archive-verified"]
+    assert page["status"] == page["status_without_js"] == 200
+    assert page["url"].endswith("/archive/verify") and page["url_without_js"] == page["url"]
+    f = console.figures("archive-verified")
+    assert f["verify.result"]["value"] == "ok"
+    assert f[f"archive.{ARCHIVED}.verification"]["value"] == "verified"
+    answer = console.served.post("/api/v1/archive/verify").json()
+    assert answer["ok"] and [m["month"] for m in answer["months"]] == [ARCHIVED]
+    assert _shown_findings(f) == _verify_lines(answer)
+    # ... and `spotcap archive verify` finds the same.
+    cli = spotcap(console.home, "archive", "verify", "--public-key", str(console.public_key),
+                  "--json")  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert _verify_lines(json.loads(cli.stdout)) == _verify_lines(answer)
+
+
+def test_the_verify_button_names_what_is_wrong(console: Console) -> None:
+    page = console.pages["archive-broken"]
+    assert page["status"] == page["status_without_js"] == 200
+    f = console.figures("archive-broken")
+    assert f["verify.result"]["value"] == "problems"
+    assert f[f"archive.{ARCHIVED}.verification"]["value"] == "problems"
+    shown = _shown_findings(f)
+    assert shown == _verify_lines(console.broken_api) and not console.broken_api["ok"]
+    manifest = json.loads(
+        (console.home / "archive" / "dev" / ARCHIVED / "manifest.json").read_text()
+    )
+    (problem,) = [line for line in shown if line.startswith("problem")]
+    assert problem.startswith(f"problem {ARCHIVED}: {BROKEN}: SHA-256 is "), problem
+    assert f"the manifest says {manifest['files'][BROKEN]['sha256']}" in problem
+
+
+def test_the_what_if_form_shows_the_apis_diff(console: Console) -> None:
+    page = console.pages["what-if"]
+    assert page["status"] == page["status_without_js"] == 200
+    assert f"rule={WHAT_IF}" in page["url"] and page["url_without_js"] == page["url"]
+    f = console.figures("what-if")
+    answer = console.api(f"/api/v1/reports/what-if?rule={WHAT_IF}")
+    assert f["whatif.rule"]["value"] == answer["rule"] == WHAT_IF
+    assert f["whatif.identical"]["value"] == "false" and not answer["identical"]
+    for t in answer["totals"]:
+        for k in ("recorded", "what_if", "delta"):
+            assert f[f"whatif.total.{t['line']}.{k}"]["value"] == t[f"{k}_eur"], (t, k)
+    rows = {f"whatif.{r['workload_id']}.{r['line']}.{k}": r[f"{k}_eur"]
+            for r in answer["rows"] for k in ("recorded", "what_if", "delta")}  # fmt: skip
+    shown = {k: v["value"] for k, v in f.items() if k.startswith("whatif.")
+             and not k.startswith("whatif.total.")
+             and k not in ("whatif.rule", "whatif.identical")}  # fmt: skip
+    assert rows and shown == rows
+    # The rule prices the counterfactual only; the recorded column is the savings report's.
+    delta = {t["line"]: Decimal(t["delta_eur"]) for t in answer["totals"]}
+    assert delta["counterfactual"] != 0 and delta["net_saving"] == delta["counterfactual"]
+    assert all(delta[c] == 0 for c in COST_CAUSES)
+    report = console.api("/api/v1/reports/savings")
+    assert {t["line"]: t["recorded_eur"] for t in answer["totals"]} == {
+        k: v for k, v in report["total"].items() if k != "cost"
+    }
+
+
+def test_the_recorded_rule_reproduces_the_recorded_ledger(console: Console) -> None:
+    answer = console.api("/api/v1/reports/what-if?rule=recorded&from=2026-11-02&to=2026-11-02")
+    assert answer["identical"] and answer["rows"] == [] and answer["workloads_compared"] == 40
+    assert (answer["from"], answer["to"]) == ("2026-11-02", "2026-11-02")
+    assert {t["delta_eur"] for t in answer["totals"]} == {"0.000000"}
+    page = console.served.get("/savings?rule=recorded")
+    assert page.status == 200 and "No difference: rule recorded reproduces" in page.text
+
+
+@pytest.mark.parametrize("rule", ["no-such-rule", "recorded.yaml", "../rules/recorded",
+                                  "/etc/passwd", "replay/rules/recorded.yaml"])  # fmt: skip
+def test_what_if_takes_only_a_shipped_rule_by_name(console: Console, rule: str) -> None:
+    quoted = urllib.parse.quote(rule, safe="")
+    reply = console.served.get(f"/api/v1/reports/what-if?rule={quoted}")
+    assert reply.status == 400 and reply.content_type == "application/problem+json"
+    assert f"give one of recorded, {WHAT_IF}" in reply.json()["detail"] or (
+        "is not a shipped rule" in reply.json()["detail"]
+    ), reply.text
+    page = console.served.get(f"/savings?rule={quoted}")
+    assert page.status == 400 and 'role="alert"' in page.text and "not a shipped rule" in page.text
+
+
 def test_no_serious_accessibility_violation(console: Console) -> None:
     for name, page in console.pages.items():
         assert page["passes"] > 10, name  # axe ran
@@ -264,6 +437,12 @@ def test_no_serious_accessibility_violation(console: Console) -> None:
 
 def test_the_keyboard_reaches_the_navigation(console: Console) -> None:
     for name, page in console.pages.items():
+        if "#" in page["url"]:  # a form's answer (what-if): Tab starts from its anchor, the form
+            rules = "".join(shipped_rules())[
+                :40
+            ]  # the select's text: its options, cut as the driver cuts
+            assert page["focus"][:3] == [f"select {rules}", "input ", "input "], name
+            continue
         assert page["focus"] == ["a Skip to the content", "a Fleet", "a Workloads", "a Why"], name
 
 
@@ -278,6 +457,10 @@ def test_errors_are_pages_of_one_sentence(console: Console) -> None:
         reply = console.served.get(path)
         assert reply.status == status and reply.content_type.startswith("text/html"), path
         assert 'role="alert"' in reply.text
+    reply = console.served.post("/archive/verify", {"month": "2026-13"})
+    assert reply.status == 400 and 'role="alert"' in reply.text and "YYYY-MM" in reply.text
+    api = console.served.post("/api/v1/archive/verify?month=2026-13")
+    assert api.status == 400 and "YYYY-MM" in api.json()["detail"]
 
 
 DASHBOARDS = sorted((Path(__file__).parents[1] / "infra" / "grafana").glob("*.json"))

@@ -13,9 +13,10 @@ from fastapi.routing import APIRoute
 
 from projections.ledger.rule import CAUSES
 from projections.read.rows import json_row
+from replay import rules
 from spotcap.config import Settings
 from spotcap.reading import parse_day, parse_moment
-from spotcap.serve import api
+from spotcap.serve import api, archive, whatif
 from spotcap.serve.access import ReadAccess
 from spotcap.serve.api import HINTS
 from spotcap.serve.app import create_app
@@ -36,14 +37,19 @@ NEEDS = {  # the store each endpoint reads, hence its 503 (and why's 404)
     "/api/v1/fallbacks": {503},
     "/api/v1/waves/last": {404, 503},
     "/api/v1/health": set(),
+    "/api/v1/reports/what-if": {503},
+    "/api/v1/archive": {503},
+    "/api/v1/archive/verify": {409, 503},
     "/metrics": set(),
 }
+METHODS = {"/api/v1/archive/verify": "post"}  # verify changes nothing, but reads every file
 
 
 @pytest.fixture
 def description(tmp_path: Path) -> dict[str, Any]:
     app = create_app(ReadAccess(Settings(home=tmp_path)))  # touches no store
-    every = [*api.router.routes, *app.routes]  # the API's router is included whole
+    # The API's routers are included whole (FastAPI keeps them as one route each).
+    every = [*api.router.routes, *whatif.router.routes, *archive.router.routes, *app.routes]
     routes = {r.path for r in every if isinstance(r, APIRoute) and r.include_in_schema}
     doc = app.openapi()
     assert set(doc["paths"]) == routes == set(NEEDS)
@@ -53,8 +59,9 @@ def description(tmp_path: Path) -> dict[str, Any]:
 def test_every_endpoint_documents_its_answers_and_errors(description: dict[str, Any]) -> None:
     assert description["openapi"].startswith("3.1.")
     for path, operations in description["paths"].items():
-        assert set(operations) == {"get"}, path  # read-only
-        responses = operations["get"]["responses"]
+        method = METHODS.get(path, "get")
+        assert set(operations) == {method}, path  # read-only: one method each, GET but verify
+        responses = operations[method]["responses"]
         assert set(responses) == {"200", "400", "500"} | {str(s) for s in NEEDS[path]}, path
         for code, response in responses.items():
             assert response["description"], (path, code)
@@ -73,7 +80,7 @@ def test_parameters_are_described_as_sent(description: dict[str, Any]) -> None:
     """A query parameter left out is absent, never null; each one has a description and a hint
     for its 400."""
     for path, operations in description["paths"].items():
-        for parameter in operations["get"].get("parameters", ()):
+        for parameter in operations[METHODS.get(path, "get")].get("parameters", ()):
             schema = parameter["schema"]
             assert {"type": "null"} not in schema.get("anyOf", []), (path, parameter["name"])
             assert schema.get("type") != "null"
@@ -82,6 +89,14 @@ def test_parameters_are_described_as_sent(description: dict[str, Any]) -> None:
     savings = description["paths"]["/api/v1/reports/savings"]["get"]["parameters"]
     assert [p["name"] for p in savings] == ["from", "to", "workload"]
     assert (savings[0]["schema"]["type"], savings[0]["schema"]["format"]) == ("string", "date")
+
+
+def test_what_if_names_only_the_shipped_rules(description: dict[str, Any]) -> None:
+    (rule,) = [p for p in description["paths"]["/api/v1/reports/what-if"]["get"]["parameters"]
+               if p["name"] == "rule"]  # fmt: skip
+    shipped = sorted(p.stem for p in Path(rules.__file__).parent.glob("*.yaml"))
+    assert rule["required"] and sorted(rule["schema"]["enum"]) == shipped
+    assert "recorded" in shipped and len(shipped) >= 3
 
 
 def test_the_savings_model_names_every_cause() -> None:

@@ -25,9 +25,9 @@ from projections.read.counts import fleet_counts
 from projections.read.why import NotFoundError
 from spotcap.console import charts
 from spotcap.reading import check_span, parse_day
-from spotcap.serve import api
+from spotcap.serve import api, whatif
 from spotcap.serve.access import ReadAccess, StoreUnavailableError
-from spotcap.serve.errors import BadParameterError
+from spotcap.serve.errors import BadParameterError, NotConfiguredError
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -49,6 +49,11 @@ def eur(value: str | None) -> str:
     return f"{sign}€{abs(amount):,.2f}"
 
 
+def delta(value: str) -> str:
+    """A difference in euros with its sign: +€1.50 (a minus sign before a negative one)."""
+    return ("+" if Decimal(value) > 0 else "") + eur(value)
+
+
 def when(value: str | None) -> str:
     """An API time (ISO 8601, UTC) as `2026-11-02 01:48:20` (UTC is said once per page)."""
     return MISSING if value is None else value.replace("T", " ").split(".")[0].rstrip("Z")
@@ -65,7 +70,9 @@ def by_projection_topic(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, str
     return list(groups.items())
 
 
-templates.env.filters.update(eur=eur, when=when, share=share, groupby2=by_projection_topic)
+templates.env.filters.update(
+    eur=eur, delta=delta, when=when, share=share, groupby2=by_projection_topic
+)
 templates.env.globals.update(lanes=WAVE_LANES)
 
 
@@ -74,20 +81,22 @@ def _access(request: Request) -> ReadAccess:
     return access
 
 
-def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(request, name, context, status_code=status)
 
 
-def _guarded(request: Request, render: Callable[[], HTMLResponse]) -> HTMLResponse:
+def guarded(request: Request, render: Callable[[], HTMLResponse]) -> HTMLResponse:
     """The page, or the API's sentence for what went wrong as a page with the same status."""
     try:
         return render()
     except BadParameterError as error:
-        return _page(request, "error.html", 400, title="Bad request", detail=str(error))
+        return page(request, "error.html", 400, title="Bad request", detail=str(error))
     except NotFoundError as error:
-        return _page(request, "error.html", 404, title="Not found", detail=str(error))
+        return page(request, "error.html", 404, title="Not found", detail=str(error))
+    except NotConfiguredError as error:
+        return page(request, "error.html", 409, title="Not configured", detail=str(error))
     except StoreUnavailableError as error:
-        return _page(request, "error.html", 503, title="A store is down", detail=str(error))
+        return page(request, "error.html", 503, title="A store is down", detail=str(error))
 
 
 def _day(name: str, value: str | None) -> date | None:
@@ -121,21 +130,21 @@ def fleet(request: Request) -> HTMLResponse:
             wave: dict[str, Any] | None = api.read_wave(access)
         except NotFoundError:
             wave = None
-        return _page(
+        return page(
             request, "fleet.html", pools=pools, exclusions=exclusions, by_state=by_state,
             lag=api.read_lag(access), wave=wave,
             wave_chart=_wave_chart(wave) if wave else None,
         )  # fmt: skip
 
-    return _guarded(request, render)
+    return guarded(request, render)
 
 
 @router.get("/workloads", response_class=HTMLResponse)
 def workloads(request: Request) -> HTMLResponse:
     access = _access(request)
-    return _guarded(
+    return guarded(
         request,
-        lambda: _page(request, "workloads.html",
+        lambda: page(request, "workloads.html",
                       workloads=api.get_workloads(access, workload=None, limit=api.MAX_LIMIT)),
     )  # fmt: skip
 
@@ -161,12 +170,12 @@ def workload(request: Request, workload_id: str) -> HTMLResponse:
         ]  # fmt: skip
         chart = charts.columns(f"{workload_id}: counterfactual, cost and net saving per day",
                                groups)  # fmt: skip
-        return _page(
+        return page(
             request, "workload.html", w=contract, spread=spread, fallbacks=fallbacks,
             instances=instances, daily=daily, chart=chart, causes=COST_CAUSES,
         )  # fmt: skip
 
-    return _guarded(request, render)
+    return guarded(request, render)
 
 
 @router.get("/why", response_class=HTMLResponse)
@@ -176,14 +185,23 @@ def why(request: Request, id: str | None = None) -> HTMLResponse:
 
     def render() -> HTMLResponse:
         if not ident:
-            return _page(request, "why.html", ident="", answer=None)
+            return page(request, "why.html", ident="", answer=None)
         if len(ident) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in ident):
             raise BadParameterError(
                 "an id is 1 to 200 printable characters: paste an event, instance or workload id"
             )
-        return _page(request, "why.html", ident=ident, answer=api.get_why(access, ident))
+        return page(request, "why.html", ident=ident, answer=api.get_why(access, ident))
 
-    return _guarded(request, render)
+    return guarded(request, render)
+
+
+def _what_if_chart(what_if: dict[str, Any]) -> Markup:
+    deltas = [
+        charts.Bar(t["line"].replace("_", " "), Decimal(t["delta_eur"]),
+                   charts.PALETTE[n % len(charts.PALETTE)])
+        for n, t in enumerate(what_if["totals"])
+    ]  # fmt: skip
+    return charts.bars(f"What-if minus recorded per line under {what_if['rule']}", deltas)
 
 
 @router.get("/savings", response_class=HTMLResponse)
@@ -198,6 +216,8 @@ def savings(request: Request) -> HTMLResponse:
         except ValueError as error:
             raise BadParameterError(str(error)) from error
         report = api.get_savings(access, first=first, last=last, workload=None)
+        rule = params.get("rule") or ""
+        what_if = whatif.read_what_if(access, rule, first, last) if rule else None
         net = [charts.Bar(w["workload_id"], Decimal(w["eur"]["net_saving"]), charts.PALETTE[2])
                for w in report["workloads"]]  # fmt: skip
         by_cause = [
@@ -205,11 +225,13 @@ def savings(request: Request) -> HTMLResponse:
                        charts.PALETTE[n % len(charts.PALETTE)])
             for n, c in enumerate(COST_CAUSES)
         ]  # fmt: skip
-        return _page(
+        return page(
             request, "savings.html", report=report, causes=COST_CAUSES,
             first=first.isoformat() if first else "", last=last.isoformat() if last else "",
             net_chart=charts.bars("Net saving per workload", net),
             cause_chart=charts.bars("Cost lines over every workload", by_cause),
+            rules=whatif.shipped_rules(), rule=rule, what_if=what_if,
+            what_if_chart=_what_if_chart(what_if) if what_if else None,
         )  # fmt: skip
 
-    return _guarded(request, render)
+    return guarded(request, render)

@@ -57,6 +57,8 @@ HINTS = {
     "limit": f"give a whole number from 1 to {MAX_LIMIT:,}",
     "excluded": "write true or false",
     "active": "write true or false",
+    "rule": "give the name of a rule shipped in replay/rules/, e.g. flat-guaranteed-rate",
+    "month": "write the month as YYYY-MM, e.g. 2026-11",
 }
 
 
@@ -73,7 +75,8 @@ async def _known_parameters(request: Request) -> None:
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not request.query_params:
         return
-    operation = request.app.openapi()["paths"].get(route.path_format, {}).get("get", {})
+    operations = request.app.openapi()["paths"].get(route.path_format, {})
+    operation = operations.get(request.method.lower(), {})
     known = [p["name"] for p in operation.get("parameters", ()) if p["in"] == "query"]
     for name in request.query_params:
         if name not in known:

@@ -15,16 +15,21 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import choose_encoder
 
+from spotcap.cli_archive import open_archive
+from spotcap.console import archive as archive_page
 from spotcap.console import pages
-from spotcap.serve import api, errors
+from spotcap.serve import api, archive, errors, whatif
 from spotcap.serve.access import ReadAccess
+from spotcap.serve.archive import ArchiveDesk
 from spotcap.serve.metrics import registry_for
 from spotcap.serve.openapi import errors as error_responses
 from spotcap.serve.openapi import openapi_document
 
 DESCRIPTION = """\
 Read-only: the fleet state (PostgreSQL), the ledger (ClickHouse) and the projections' lag,
-through the same queries as `spotcap query`, `spotcap why` and `spotcap report savings`.
+through the same queries as `spotcap query`, `spotcap why` and `spotcap report savings`; what-if
+accounting with the shipped rules (`spotcap replay`); the archive's months and their
+verification (`spotcap archive verify`, the one POST: it changes nothing, but reads every file).
 
 Money is in euros as exact decimal strings (six places); times are UTC (ISO 8601 with `Z`).
 Every error is a problem document (RFC 9457) whose `detail` is one sentence saying what is
@@ -38,7 +43,9 @@ METRICS_TYPES = {
 }
 
 
-def create_app(access: ReadAccess) -> FastAPI:
+def create_app(access: ReadAccess, desk: ArchiveDesk | None = None) -> FastAPI:
+    """The app over `access`; the archive is `desk` (default: the home's archive, as
+    `spotcap archive` finds it, with no key to verify with)."""
     app = FastAPI(
         title="spotcap",
         version="1",
@@ -48,8 +55,11 @@ def create_app(access: ReadAccess) -> FastAPI:
         redoc_url=None,
     )
     app.state.access = access
+    app.state.archive = desk or ArchiveDesk(open_archive(access.settings, None), access.region)
     errors.install(app, api.HINTS)
     app.include_router(api.router)
+    app.include_router(whatif.router)
+    app.include_router(archive.router)
     registry = registry_for(access)
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
@@ -65,6 +75,7 @@ def create_app(access: ReadAccess) -> FastAPI:
         return Response(encode(registry), media_type=content_type)
 
     app.include_router(pages.router)
+    app.include_router(archive_page.router)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="console-static")
 
     def openapi() -> dict[str, Any]:

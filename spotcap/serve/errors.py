@@ -24,6 +24,11 @@ class BadParameterError(ValueError):
     """A parameter that is well-formed but cannot be used (e.g. `from` after `to`); 400."""
 
 
+class NotConfiguredError(RuntimeError):
+    """The server was not started with what the request needs (e.g. the archive's public
+    key); 409, the sentence says which option to start it with."""
+
+
 def problem(status: int, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     body = {
         "type": "about:blank",
@@ -69,6 +74,9 @@ def install(app: FastAPI, hints: Mapping[str, str]) -> None:
     async def not_found(request: Request, error: Exception) -> JSONResponse:
         return problem(404, str(error))
 
+    async def not_configured(request: Request, error: Exception) -> JSONResponse:
+        return problem(409, str(error))
+
     async def unavailable(request: Request, error: Exception) -> JSONResponse:
         return problem(503, str(error), headers={"Retry-After": "5"})
 
@@ -78,7 +86,7 @@ def install(app: FastAPI, hints: Mapping[str, str]) -> None:
         if error.status_code == 404:
             detail = f"nothing at {path}: the endpoints are listed in /openapi.json"
         elif error.status_code == 405:
-            detail = f"{method} is not served at {path}: this API is read-only, use GET"
+            detail = f"{method} is not served at {path}: /openapi.json lists each path's methods"
         else:
             detail = str(error.detail)
         return problem(error.status_code, detail, headers=error.headers)
@@ -94,6 +102,7 @@ def install(app: FastAPI, hints: Mapping[str, str]) -> None:
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(BadParameterError, bad_parameter)
     app.add_exception_handler(NotFoundError, not_found)
+    app.add_exception_handler(NotConfiguredError, not_configured)
     app.add_exception_handler(StoreUnavailableError, unavailable)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)

@@ -247,3 +247,96 @@ class Wave(Row):
     ended_at: datetime | None
     counts: WaveCounts = Field(description="Events by stage.")
     events: list[WaveEvent] = Field(description="Oldest first.")
+
+
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256, hex.")]
+
+
+class ArchiveMonth(Row):
+    month: str = Field(description="YYYY-MM (UTC).", examples=["2026-11"])
+    events: int | None = Field(description="Events archived (the Merkle tree's size).")
+    cost_lines: int | None = Field(description="Ledger lines archived with them.")
+    first_event_at: datetime | None
+    last_event_at: datetime | None
+    merkle_root: Sha256 | None = Field(description="The signed Merkle tree head over the month's "
+                                       "events (RFC 9162).")  # fmt: skip
+    chain_size: int | None = Field(description="Events archived up to this month, every month.")
+    chain_root: Sha256 | None = Field(description="The root of the tree over all of them.")
+    previous_month: str | None = Field(description="The month this one chains to; null for "
+                                       "the first.")  # fmt: skip
+    previous_manifest_sha256: Sha256 | None
+    link: Literal["first", "linked", "broken", "unknown"] = Field(
+        description="first: the chain starts here; linked: the previous month's manifest is "
+        "there with the SHA-256 this one names; broken: it is missing or changed."
+    )
+    manifest_sha256: Sha256 | None
+    signed_by: str | None = Field(description="The key id the manifest names.")
+    signature: Literal["valid", "invalid", "missing", "unchecked"] = Field(
+        description="The manifest's signature under the trusted key (unchecked: the server "
+        "was given no key)."
+    )
+    retain_until: datetime | None = Field(description="The retention the manifest asks for.")
+    verification: Literal["not_run", "verified", "problems"] = Field(
+        description="What this server's last full `verify` of the month found."
+    )
+    verified_at: datetime | None
+    problems: int | None = Field(description="Problems that verification found.")
+    problem: str | None = Field(description="Why the month cannot be listed in full.")
+
+
+class ArchiveListing(Row):
+    archive: str = Field(description="Where the archive is.")
+    region: str
+    trusted_key: str | None = Field(description="The id of the public key verify trusts.")
+    locked: bool = Field(description="Whether the storage enforces retention (Object Lock).")
+    months: list[ArchiveMonth] = Field(description="Oldest first.")
+
+
+class Finding(Row):
+    subject: str = Field(description="The object or aspect: a file, signature, merkle, chain.")
+    message: str
+    error: bool = Field(description="false: a note (a local directory locks nothing).")
+
+
+class MonthVerification(Row):
+    month: str
+    ok: bool
+    events: int
+    findings: list[Finding]
+
+
+class Verification(Row):
+    ok: bool
+    archive: str
+    region: str
+    month: str | None = Field(description="The month asked for; null for every month.")
+    checked_at: datetime
+    months: list[MonthVerification]
+
+
+class WhatIfLine(Row):
+    line: str = Field(description="A cost line (cause), counterfactual or net_saving.")
+    recorded_eur: Eur
+    what_if_eur: Eur
+    delta_eur: Eur = Field(description="what-if - recorded.")
+
+
+class WhatIfRow(WhatIfLine):
+    workload_id: str
+
+
+class WhatIf(Row):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    rule: str = Field(description="The shipped rule's name.")
+    description: str
+    rule_file: str
+    engine: Literal["clickhouse"]
+    from_: date | None = Field(alias="from", description="First UTC day (inclusive).")
+    to: date | None = Field(description="Last UTC day (inclusive).")
+    currency: Literal["EUR"]
+    events: int = Field(description="Events the replay went through.")
+    identical: bool = Field(description="Whether the rule reproduces the recorded ledger.")
+    workloads_compared: int
+    totals: list[WhatIfLine] = Field(description="Every line over every workload.")
+    rows: list[WhatIfRow] = Field(description="The workload lines that differ.")

@@ -16,9 +16,12 @@ ERROR_DESCRIPTIONS = {
     400: "A parameter is malformed, out of range or unknown; `detail` says which and how to "
     "write it.",
     404: "Nothing by that id; `detail` says what was looked for.",
+    409: "The server was not started with what this needs (e.g. the archive's public key); "
+    "`detail` says which option to start it with.",
     500: "An unexpected error; the server's log has the details.",
-    503: "A store the answer needs is down (the fleet-state database, or the ledger while "
-    "another process holds it); `detail` names it and says how to bring it back. Retry later.",
+    503: "A store the answer needs is down (the fleet-state database, the ledger while "
+    "another process holds it, or the archive); `detail` names it and says how to bring it "
+    "back. Retry later.",
 }
 
 

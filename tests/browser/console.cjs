@@ -2,8 +2,8 @@
 // report: per page, its status, every request the browser made, the figures it shows
 // ([data-figure]), the why timeline's event types, axe-core's violations, where the keyboard
 // focus goes on Tab, whether the figures are there without JavaScript, and its screenshot.
-// Usage: node console.cjs CONFIG.json  (CONFIG: {base, pages: [{name, path}], out, modules,
-// chromium}). No assertion here: the Python test asserts on the report.
+// Usage: node console.cjs CONFIG.json  (CONFIG: {base, pages: [{name, path, select?, click?}],
+// out, modules, chromium}). No assertion here: the Python test asserts on the report.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -20,14 +20,29 @@ async function figures(page) {
   ])));
 }
 
+// A form filled and submitted the way a person would (spec.select: [selector, value], then
+// spec.click): the page it leads to is the one reported. Returns that page's response.
+async function act(page, spec) {
+  if (spec.select) await page.selectOption(spec.select[0], spec.select[1], { timeout: TIMEOUT_MS });
+  if (!spec.click) return null;
+  const [response] = await Promise.all([
+    page.waitForNavigation({ waitUntil: 'load', timeout: TIMEOUT_MS }),
+    page.click(spec.click, { timeout: TIMEOUT_MS }),
+  ]);
+  return response;
+}
+
 async function visit(browser, spec) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const requests = [];
   context.on('request', (r) => requests.push(r.url()));
   const page = await context.newPage();
   page.setDefaultTimeout(TIMEOUT_MS);
-  const response = await page.goto(config.base + spec.path, { waitUntil: 'load' });
-  const report = { status: response.status(), requests, figures: await figures(page) };
+  let response = await page.goto(config.base + spec.path, { waitUntil: 'load' });
+  response = await act(page, spec) || response;
+  const report = {
+    status: response.status(), url: page.url(), requests, figures: await figures(page),
+  };
   report.why = await page.$$eval('ol.timeline li', (items) => items.map((li) => ({
     event_type: li.getAttribute('data-event-type'),
     sentence: li.querySelector('p').textContent.trim(),
@@ -59,6 +74,9 @@ async function visit(browser, spec) {
   const bare = await browser.newContext({ javaScriptEnabled: false });
   const barePage = await bare.newPage();
   await barePage.goto(config.base + spec.path, { waitUntil: 'load', timeout: TIMEOUT_MS });
+  const bareResponse = await act(barePage, spec);
+  report.status_without_js = bareResponse ? bareResponse.status() : null;
+  report.url_without_js = barePage.url();
   report.figures_without_js = await barePage.locator('[data-figure]').count();
   await bare.close();
   return report;
