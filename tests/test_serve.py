@@ -21,6 +21,8 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.servers.promtool import fetch_promtool
+from projections.money import eur_string
+from replay.rule_file import shipped_rule_path
 from spotcap.cli import main
 from spotcap.config import Settings
 from spotcap.stores import open_fleet, stop_embedded_postgres
@@ -113,6 +115,16 @@ values = {json.dumps([story.workload])}
 include-path = "/api/v1/reports/savings"
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+[[operations]]
+include-path = "/api/v1/reports/what-if"
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+# This server was given no archive key: verify answers its documented 409, saying how to start
+# the server with one.
+[[operations]]
+include-path = "/api/v1/archive/verify"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "409"]
 """
     )
 
@@ -128,7 +140,7 @@ def test_every_endpoint_conforms_to_its_description(
                         "--max-examples", "25")  # fmt: skip
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
     count = len(operations(served))
-    assert count == 14
+    assert count == 17
     assert f"Selected: {count}/{count}" in done.stdout and f"Tested: {count}" in done.stdout
     assert re.search(r"(\d+) generated, \1 passed", done.stdout), done.stdout[-2000:]
 
@@ -213,6 +225,10 @@ def one_sentence(text: str) -> bool:
          "from"),
         ("/api/v1/workloads?workload_id=x", "/api/v1/workloads", "workload_id"),
         ("/api/v1/why/a%01b", "/api/v1/why/{id}", "id"),
+        ("/api/v1/reports/what-if?rule=recorded.yaml", "/api/v1/reports/what-if", "rule"),
+        ("/api/v1/reports/what-if", "/api/v1/reports/what-if", "rule"),
+        ("/api/v1/reports/what-if?rule=recorded&to=2026-11-01&from=2026-11-05",
+         "/api/v1/reports/what-if", "from"),
     ],
 )  # fmt: skip
 def test_a_bad_parameter_is_a_documented_400_of_one_sentence(
@@ -225,6 +241,42 @@ def test_a_bad_parameter_is_a_documented_400_of_one_sentence(
     assert body["status"] == 400 and body["title"] == "Bad Request"
     assert one_sentence(body["detail"]) and names in body["detail"], body["detail"]
     assert "application/problem+json" in documented(served, ("GET", template), 400)["content"]
+
+
+def test_what_if_answers_what_spotcap_replay_prints(served: Served, home: Home) -> None:
+    """The endpoint is `spotcap replay --diff` by the same engine over the same ledger."""
+    rule = "flat-guaranteed-rate"
+    api = served.get(f"/api/v1/reports/what-if?rule={rule}&from=2026-11-02&to=2026-11-02")
+    assert api.status == 200, api.text
+    answer = api.json()
+    cli = home.child_json("replay", "--rules", str(shipped_rule_path(rule)), "--diff",
+                          "--from", "2026-11-02", "--to", "2026-11-02")  # fmt: skip
+    assert (answer["rule"], answer["engine"], answer["events"]) == (
+        cli["rule"], cli["engine"], cli["events"])  # fmt: skip
+    assert answer["identical"] is cli["diff"]["identical"] is False
+    totals = {line: [eur_string(t[k]) for k in ("recorded_micros", "what_if_micros",
+                                                "delta_micros")]
+              for line, t in cli["diff"]["totals"].items()}  # fmt: skip
+    assert {t["line"]: [t["recorded_eur"], t["what_if_eur"], t["delta_eur"]]
+            for t in answer["totals"]} == totals  # fmt: skip
+    rows = [(r["workload_id"], r["line"], eur_string(r["recorded_micros"]),
+             eur_string(r["what_if_micros"]), eur_string(r["delta_micros"]))
+            for r in cli["diff"]["rows"]]  # fmt: skip
+    assert rows and [(r["workload_id"], r["line"], r["recorded_eur"], r["what_if_eur"],
+                      r["delta_eur"]) for r in answer["rows"]] == rows  # fmt: skip
+
+
+def test_the_archive_without_a_key_is_listed_and_verify_says_how_to_start(
+    served: Served, home: Home
+) -> None:
+    listing = served.get("/api/v1/archive").json()
+    assert listing["months"] == [] and listing["trusted_key"] is None
+    assert listing["archive"] == f"the local archive at {home.root / 'archive'}"
+    reply = served.post("/api/v1/archive/verify")
+    assert reply.status == 409 and reply.content_type == "application/problem+json"
+    assert "--archive-public-key" in reply.json()["detail"] and one_sentence(reply.json()["detail"])
+    assert "application/problem+json" in documented(
+        served, ("POST", "/api/v1/archive/verify"), 409)["content"]  # fmt: skip
 
 
 def test_an_unknown_id_in_why_is_a_documented_404(served: Served) -> None:

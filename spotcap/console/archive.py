@@ -48,7 +48,7 @@ async def verify(request: Request) -> HTMLResponse:
         month = (fields.get("month") or [""])[0].strip() or None
         if month is not None and not re.match(MONTH_PATTERN, month):
             raise BadParameterError(
-                f"month={month[:40]!r} is not a month: write it as YYYY-MM, e.g. 2026-11"
+                f"month={month[:40]!r} is not a month: write it as YYYY-MM, such as 2026-11"
             )
         return _render(request, _desk(request).verify(month))
 

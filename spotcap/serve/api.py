@@ -57,8 +57,8 @@ HINTS = {
     "limit": f"give a whole number from 1 to {MAX_LIMIT:,}",
     "excluded": "write true or false",
     "active": "write true or false",
-    "rule": "give the name of a rule shipped in replay/rules/, e.g. flat-guaranteed-rate",
-    "month": "write the month as YYYY-MM, e.g. 2026-11",
+    "rule": "give the name of a rule shipped in replay/rules/, such as flat-guaranteed-rate",
+    "month": "write the month as YYYY-MM, such as 2026-11",
 }
 
 
