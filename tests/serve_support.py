@@ -105,8 +105,9 @@ class Story:
 
 
 def write_story(settings: Settings) -> Story:
-    """Decisions the demo does not make yet (its deciders are not wired), about its own pools,
-    workload and lost instance."""
+    """Decisions of every kind (ranking, exclusions, readmission, fallbacks, a drain) about the
+    demo's own pools, workload and lost instance: the stand-in orchestrator makes none, and the
+    deciders not all of them in one day."""
     conn = open_fleet(settings)
     try:
         pools = [r[0] for r in conn.execute(

