@@ -168,9 +168,8 @@ LAZY_COMMANDS = {
     "run": LazyCommand(_run, "Long-running services on Kafka."),
     "serve": LazyCommand(
         _serve,
-        "Serve the read side over HTTP, read-only: the JSON API under /api/v1 (the "
-        "queries of `spotcap query`, `why` and `report savings`), its OpenAPI description at "
-        "/openapi.json and Prometheus metrics at /metrics.",
+        "Serve the read side over HTTP, read-only: the console at /, the JSON API under "
+        "/api/v1, its OpenAPI description at /openapi.json and Prometheus metrics at /metrics.",
     ),
     "report": LazyCommand(
         _report,

@@ -95,10 +95,12 @@ def listen(host: str, port: int) -> socket.socket:
 @click.pass_obj
 def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
           location: str | None, public_key_file: Path | None, log_level: str) -> None:  # fmt: skip
-    """Serve the read side over HTTP, read-only: the console (web pages) at /, the JSON API
-    under /api/v1 (the queries of `spotcap query`, `why`, `report savings`, `replay` with the
-    shipped rules and `archive verify`), its OpenAPI description at /openapi.json and
-    Prometheus metrics at /metrics.
+    """Serve the read side over HTTP, read-only: the console at /, the JSON API under
+    /api/v1, its OpenAPI description at /openapi.json and Prometheus metrics at /metrics.
+
+    The console's pages (docs/console.md) and the API answer the queries of `spotcap query`,
+    `why` and `report savings`, `replay` with the shipped rules, and `archive verify` over the
+    archive --archive names with the key --archive-public-key gives.
 
     The server stays up when a store is down: the endpoints that need it answer 503 with a
     sentence saying how to bring it back. Ctrl-C (or SIGTERM) stops it.
