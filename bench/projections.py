@@ -16,7 +16,13 @@ an embedded log under a temporary home. Every path decodes the same raw records:
   wall time.
 
 Rounds (default 2) alternate each projection with its bare loop; the ratio is taken within a
-round and the table gives the range over rounds.
+round and the table gives the range over rounds. Each path is timed twice: wall clock, and CPU
+(this process's, with chdb's threads, plus, for PostgreSQL, its backend's for the connection,
+from /proc): on a shared machine the wall clock measures the neighbours as much as the code,
+and the CPU ratio is the one that repeats.
+
+`--home DIR` keeps the simulated region there and reuses it on the next run (the same
+`--days`, `--workloads` and region), so that a 30-day region is simulated once.
 """
 
 from __future__ import annotations
@@ -75,27 +81,56 @@ def positions(rows: list[tuple[Origin, Envelope]]) -> dict[tuple[str, int], int]
     return out
 
 
-def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> float:
+Timing = tuple[float, float]  # wall s, CPU s
+
+
+class Clock:
+    """Wall and CPU seconds from `start` to `stop`: this process's CPU (every thread, chdb's
+    included) plus, when given, a PostgreSQL backend's (its /proc entry: the server is local)."""
+
+    TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, backend_pid: int | None = None) -> None:
+        self.backend_pid = backend_pid
+
+    def _backend_cpu_s(self) -> float:
+        if self.backend_pid is None:
+            return 0.0
+        fields = Path(f"/proc/{self.backend_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * self.TICK_S  # utime, stime
+
+    def start(self) -> None:
+        self._wall = time.perf_counter()
+        self._cpu = time.process_time() + self._backend_cpu_s()
+
+    def stop(self) -> Timing:
+        cpu_s = time.process_time() + self._backend_cpu_s() - self._cpu
+        return time.perf_counter() - self._wall, cpu_s
+
+
+def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timing:
     conn = connect(dsn, "bench")
     drop(conn, "bench")
     migrate(conn, "bench")
     writer = FleetWriter(conn)
-    start = time.perf_counter()
+    clock = Clock(conn.info.backend_pid)
+    clock.start()
     for i in range(0, len(records), size):
         rows = decoded(codec, records[i : i + size])
         writer.write(rows, positions(rows))
-    project_s = time.perf_counter() - start
+    timing = clock.stop()
     drop(conn, "bench")
     conn.close()
-    return project_s
+    return timing
 
 
-def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> float:
+def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timing:
     conn = connect(dsn, "bench")
     conn.execute("DROP TABLE IF EXISTS bare_events")
     conn.execute("CREATE TABLE bare_events (event_id uuid PRIMARY KEY, event_type text,"
                  " occurred_at timestamptz, key text, payload jsonb)")  # fmt: skip
-    start = time.perf_counter()
+    clock = Clock(conn.info.backend_pid)
+    clock.start()
     for i in range(0, len(records), size):
         with (
             conn.transaction(),
@@ -105,32 +140,34 @@ def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> floa
             for _, e in decoded(codec, records[i : i + size]):
                 copy.write_row((e.event_id, e.event_type, ts(e.occurred_at), e.key,
                                 json.dumps(e.payload.to_avro())))  # fmt: skip
-    bare_s = time.perf_counter() - start
+    timing = clock.stop()
     conn.execute("DROP TABLE bare_events")
     conn.close()
-    return bare_s
+    return timing
 
 
-def project_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> float:
+def project_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> Timing:
     store = ChdbStore(path, "bench")
     drop_all(store)
     writer = LedgerWriter(store)
-    start = time.perf_counter()
+    clock = Clock()
+    clock.start()
     for i in range(0, len(records), size):
         rows = decoded(codec, records[i : i + size])
         writer.write(rows, positions(rows))
-    project_s = time.perf_counter() - start
+    timing = clock.stop()
     store.command("DROP DATABASE bench")
-    return project_s
+    return timing
 
 
-def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> float:
+def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> Timing:
     store = ChdbStore(path, "bench")
     store.command("DROP TABLE IF EXISTS bare_events")
     store.command("CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
                   " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
                   " ENGINE = MergeTree ORDER BY (event_type, occurred_at)")  # fmt: skip
-    start = time.perf_counter()
+    clock = Clock()
+    clock.start()
     for i in range(0, len(records), size):
         rows = decoded(codec, records[i : i + size])
         store.insert("bare_events", pa.table({
@@ -140,14 +177,14 @@ def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> f
             "key": [e.key for _, e in rows],
             "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
         }))  # fmt: skip
-    bare_s = time.perf_counter() - start
+    timing = clock.stop()
     store.command("DROP DATABASE bench")
-    return bare_s
+    return timing
 
 
-def span(values: list[float]) -> str:
-    low, high = min(values), max(values)
-    return f"{low:,.0f}" if round(low) == round(high) else f"{low:,.0f}-{high:,.0f}"
+def span(values: list[float], digits: int = 0) -> str:
+    low, high = f"{min(values):,.{digits}f}", f"{max(values):,.{digits}f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def ratio_span(values: list[float]) -> str:
@@ -155,23 +192,36 @@ def ratio_span(values: list[float]) -> str:
     return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
 
 
+def simulate(settings: Settings, days: float, workloads: int) -> None:
+    """The region into the embedded log, unless `settings.home` holds it already."""
+    marker = settings.home / f"bench-{days:g}d-{workloads}w"
+    if marker.exists():
+        print(f"reusing the simulated {days:g} days under {settings.home}")
+        return
+    t0 = time.perf_counter()
+    config = SimConfig(days=days, workloads=workloads, region="bench")
+    run_demo(settings, config, fresh=True, compare=False)
+    marker.touch()
+    print(f"simulated {days:g} days into the embedded log in {time.perf_counter() - t0:,.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--days", type=float, default=2.0)
-    parser.add_argument("--workloads", type=int, default=220)
-    parser.add_argument("--batch", type=int, default=5000)
+    parser.add_argument("--days", type=float, default=2.0, help="sim days of the region")
+    parser.add_argument("--workloads", type=int, default=220, help="workloads of the region")
+    parser.add_argument("--batch", type=int, default=5000, help="events per batch")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of projection + bare loop")
+    parser.add_argument("--home", type=Path, help="keep (and reuse) the simulated region here")
+    parser.add_argument("--no-rebuild", action="store_true", help="skip `rebuild all`")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-") as tmp:
         root = Path(tmp)
+        home = args.home or root / "home"
         os.environ["SPOTCAP_CHDB_PATH"] = str(root / "chdb")
         pg = servers.start_postgres(root / "pg")
         try:
-            settings = Settings(home=root / "home", region="bench", postgres_dsn=pg.address)
-            t0 = time.perf_counter()
-            run_demo(settings, SimConfig(days=args.days, workloads=args.workloads, region="bench"))
-            print(f"simulated {args.days:g} days into the embedded log in "
-                  f"{time.perf_counter() - t0:,.1f} s")  # fmt: skip
+            settings = Settings(home=home, region="bench", postgres_dsn=pg.address)
+            simulate(settings, args.days, args.workloads)
             log = EmbeddedLog(settings.log_dir)
             codec = Codec()
             fleet_records = read_records(log, "bench", FLEET_TOPICS)
@@ -181,7 +231,7 @@ def main() -> None:
             pa.array([0])
             # Rounds alternate each projection with its bare loop (the machine is shared: a
             # ratio is taken within a round, and the report gives the range over rounds).
-            times: dict[str, list[tuple[float, float]]] = {"fleet": [], "ledger": []}
+            times: dict[str, list[tuple[Timing, Timing]]] = {"fleet": [], "ledger": []}
             for _ in range(args.rounds):
                 times["fleet"].append((
                     project_fleet(pg.address, codec, fleet_records, args.batch),
@@ -191,23 +241,28 @@ def main() -> None:
                     project_ledger(root / "chdb", codec, ledger_records, args.batch),
                     bare_ledger(root / "chdb", codec, ledger_records, args.batch),
                 ))  # fmt: skip
-            t0 = time.perf_counter()
-            reports = run_projections(settings, ("fleet", "ledger"), fresh=True, quiet=True)
-            rebuild_s = time.perf_counter() - t0
+            if not args.no_rebuild:
+                t0 = time.perf_counter()
+                reports = run_projections(settings, ("fleet", "ledger"), fresh=True, quiet=True)
+                rebuild_s = time.perf_counter() - t0
         finally:
             servers.stop(pg)
-    print(f"\n{'path':<28}{'events':>10}{'events/s':>16}{'bare events/s':>16}{'ratio':>12}")
+    print(f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>11}"
+          f"{'CPU s':>15}{'bare CPU s':>14}{'CPU ratio':>11}")  # fmt: skip
     for label, records, rounds in (
         ("fleet state (PostgreSQL)", fleet_records, times["fleet"]),
         ("ledger (ClickHouse, chdb)", ledger_records, times["ledger"]),
     ):
         n = len(records)
-        print(f"{label:<28}{n:>10,}{span([n / p for p, _ in rounds]):>16}"
-              f"{span([n / b for _, b in rounds]):>16}"
-              f"{ratio_span([b / p for p, b in rounds]):>12}")  # fmt: skip
-    events = sum(r.events for r in reports)
-    print(f"\nrebuild all ({args.days:g} days, {events:,} events applied over both projections, "
-          f"the history read once): {rebuild_s:,.1f} s")  # fmt: skip
+        print(f"{label:<27}{n:>9,}{span([n / p[0] for p, _ in rounds]):>14}"
+              f"{span([n / b[0] for _, b in rounds]):>15}"
+              f"{ratio_span([b[0] / p[0] for p, b in rounds]):>11}"
+              f"{span([p[1] for p, _ in rounds], 1):>15}{span([b[1] for _, b in rounds], 1):>14}"
+              f"{ratio_span([b[1] / p[1] for p, b in rounds]):>11}")  # fmt: skip
+    if not args.no_rebuild:
+        events = sum(r.events for r in reports)
+        print(f"\nrebuild all ({args.days:g} days, {events:,} events applied over both "
+              f"projections, the history read once): {rebuild_s:,.1f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ out-of-order facts, and the same tables whatever the order of the batches."""
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import psycopg
 import pytest
@@ -18,7 +20,7 @@ from projections.postgres.connection import (
 )
 from projections.postgres.mappers import UNJOURNALED
 from projections.postgres.migrate import Migration, drop, migrate, migrations, status
-from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.postgres.writer import FLEET_TOPICS, FleetWriter, WriteResult
 from schemas.errors import Origin
 from schemas.events import (
     DrainCompleted,
@@ -137,7 +139,9 @@ def test_a_batch_delivered_again_changes_nothing(fleet: Connection) -> None:
 def test_the_tables_do_not_depend_on_the_order_or_size_of_batches(postgres: servers.Server) -> None:
     events = fleet_part(sim_events())
     dumps = []
-    for seed, size in ((None, 500), (3, 97), (11, 2500)):
+    # One batch of everything: its rows merged in Python only (`StateTable.merge`), against
+    # batches whose rows merge into the stored ones in SQL (`merge_sql`) in shuffled orders.
+    for seed, size in ((None, len(events)), (None, 500), (3, 97), (11, 2500)):
         schema = new_schema()
         with connect(postgres.address, schema) as conn:
             migrate(conn, schema)
@@ -150,7 +154,7 @@ def test_the_tables_do_not_depend_on_the_order_or_size_of_batches(postgres: serv
             writer.write([], next_positions(events))
             dumps.append(dump_fleet(conn))
             drop(conn, schema)
-    assert dumps[0] == dumps[1] == dumps[2]
+    assert dumps[0] == dumps[1] == dumps[2] == dumps[3]
 
 
 def test_out_of_order_and_impossible_facts_are_recorded_never_fatal(fleet: Connection) -> None:
@@ -218,6 +222,49 @@ def test_a_failed_batch_leaves_nothing(fleet: Connection) -> None:
     writer._on_step = None
     writer.write(events, next_positions(events))
     assert writer.stored_offsets() == next_positions(events)
+
+
+def test_a_batch_racing_another_writer_for_the_same_events_applies_them_once(
+    fleet: Connection,
+) -> None:
+    """The journal looks its ids up and copies the new rows straight in; when another writer
+    (a partition's previous owner, say) commits the same events in between, the copy fails on
+    the key and the batch goes through staging and ON CONFLICT instead."""
+    events = fleet_part(sim_events())[:400]
+    schema = fleet.execute("SELECT current_schema()").fetchone()
+    assert schema is not None
+    results: list[object] = []
+    with connect(fleet.info.dsn, schema[0]) as other:
+        rival = FleetWriter(other)
+        writer = FleetWriter(fleet)
+        with other.transaction():
+            # The rival's batch, written and not yet committed: the look-up cannot see it.
+            rival.write(events, next_positions(events))
+            racer = threading.Thread(
+                target=lambda: results.append(writer.write(events, next_positions(events)))
+            )
+            racer.start()
+            # Bounded wait until the racing copy blocks on the rival's uncommitted keys.
+            deadline = time.monotonic() + 60
+            while other.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted",
+                (fleet.info.backend_pid,),
+            ).fetchone() != (1,):
+                assert time.monotonic() < deadline, "the racing batch never waited on the rival"
+                time.sleep(0.05)
+        racer.join(timeout=60)
+        assert not racer.is_alive(), "the racing batch did not finish after the rival committed"
+    (result,) = results
+    assert isinstance(result, WriteResult)
+    # Only the market feeds (not journaled, merged idempotently) count as applied again.
+    assert result.applied == sum(1 for _, e in events if e.event_type in UNJOURNALED)
+    alone = new_schema()
+    with connect(fleet.info.dsn, alone) as conn:
+        migrate(conn, alone)
+        FleetWriter(conn).write(events, next_positions(events))
+        expected = dump_fleet(conn)
+        drop(conn, alone)
+    assert dump_fleet(fleet) == expected
 
 
 def test_migrations_are_numbered_files() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from projections.ledger.pricing import LedgerLine, price
+from projections.ledger.pricing import PRICERS, LedgerLine
 from projections.ledger.rates import Card, RateBook, Unpriced
 from projections.ledger.rule import RECORDED, AccountingRule
 from projections.ledger.store import LedgerStore
@@ -260,37 +260,43 @@ class LedgerWriter:
         cards, lines = _Columns(RATE_CARDS_SCHEMA), _Columns(LINES_SCHEMA)
         unpriced: list[tuple[Origin, str]] = []
         n_lines = 0
+        if events:
+            newest = max(e.occurred_at for _, e in events)
+            self._watermark_us = max(self._watermark_us or newest, newest)
+        # Rows as tuples in their schema's column order (no dict or keywords per row: this
+        # loop is the ledger's own share of a batch).
+        ev_rows, rank_rows, card_rows = ev.rows, ranks.rows, cards.rows
+        book_add = self.book.add
         for origin, e in events:
-            self._watermark_us = max(self._watermark_us or e.occurred_at, e.occurred_at)
-            ev.rows.append(
+            ev_rows.append(
                 (e.event_id, e.event_type, e.occurred_at, e.recorded_at, e.region, e.key,
                  e.causation_id, e.correlation_id, e.producer, origin.topic, origin.partition,
                  origin.offset, _payload_json(e))
             )  # fmt: skip
             p = e.payload
             if isinstance(p, RateCard):
-                card = Card(p.valid_from_at, e.event_id, p.valid_until_at,
-                            p.price_per_vcpu_h_eur_micros,
-                            p.guaranteed_price_per_vcpu_h_eur_micros, p.purchase_model)  # fmt: skip
-                self.book.add(p.pool_id, card)
-                cards.add(
-                    event_id=e.event_id, pool_id=p.pool_id, purchase_model=p.purchase_model,
-                    price_per_vcpu_h_eur_micros=p.price_per_vcpu_h_eur_micros,
-                    guaranteed_price_per_vcpu_h_eur_micros=p.guaranteed_price_per_vcpu_h_eur_micros,
-                    valid_from=p.valid_from_at, valid_until=p.valid_until_at,
+                book_add(p.pool_id, Card(p.valid_from_at, e.event_id, p.valid_until_at,
+                                         p.price_per_vcpu_h_eur_micros,
+                                         p.guaranteed_price_per_vcpu_h_eur_micros,
+                                         p.purchase_model))  # fmt: skip
+                # RATE_CARDS_SCHEMA's order.
+                card_rows.append(
+                    (e.event_id, p.pool_id, p.purchase_model, p.price_per_vcpu_h_eur_micros,
+                     p.guaranteed_price_per_vcpu_h_eur_micros, p.valid_from_at, p.valid_until_at)
                 )  # fmt: skip
             elif isinstance(p, PoolRanked):
-                ranks.add(
-                    event_id=e.event_id, ranking_id=p.ranking_id, pool_id=p.pool_id,
-                    rank=p.rank, pool_count=p.pool_count, score=p.score,
-                    available_vcpu=p.available_vcpu,
-                    observed_interruption_per_h=p.observed_interruption_per_h,
-                    price_per_vcpu_h_eur_micros=p.price_per_vcpu_h_eur_micros,
-                    correlation_group=p.correlation_group, window_s=p.window_s,
-                    input_event_ids=list(p.input_event_ids), occurred_at=e.occurred_at,
+                # RANKINGS_SCHEMA's order.
+                rank_rows.append(
+                    (e.event_id, p.ranking_id, p.pool_id, p.rank, p.pool_count, p.score,
+                     p.available_vcpu, p.observed_interruption_per_h,
+                     p.price_per_vcpu_h_eur_micros, p.correlation_group, p.window_s,
+                     list(p.input_event_ids), e.occurred_at)
                 )  # fmt: skip
+            pricer = PRICERS.get(e.event_type)  # `price`, without its call for free events
+            if pricer is None:
+                continue
             try:
-                priced = price(e, self.book, self.rule)
+                priced = pricer(e, self.book, self.rule)
             except Unpriced as error:
                 unpriced.append((origin, f"{e.event_type} {e.event_id}: {error}"))
                 continue

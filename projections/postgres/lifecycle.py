@@ -96,6 +96,20 @@ def derive_state(row: Row) -> dict[str, Any]:
     return {"state": state}
 
 
+# `derive_state` in SQL, over the merged columns (see merge_sql).
+STATE_SQL = (
+    "CASE WHEN {deleted_event_id} IS NOT NULL AND ({lost_event_id} IS NULL"
+    " OR ({deleted_at}, {deleted_event_id}) <= ({lost_at}, {lost_event_id})) THEN 'deleted'"
+    " WHEN {lost_event_id} IS NOT NULL THEN"
+    " CASE WHEN {replacement_event_id} IS NOT NULL THEN 'replaced' ELSE 'lost' END"
+    " WHEN {drained_event_id} IS NOT NULL THEN 'drained'"
+    " WHEN {drain_started_event_id} IS NOT NULL THEN 'draining'"
+    " WHEN {notice_event_id} IS NOT NULL THEN 'noticed'"
+    " WHEN {advisory_event_id} IS NOT NULL THEN 'advised'"
+    " WHEN {launch_event_id} IS NOT NULL THEN 'running'"
+    " ELSE 'requested' END"
+)
+
 INSTANCES = StateTable(
     name="instances",
     key="instance_id",
@@ -136,4 +150,5 @@ INSTANCES = StateTable(
     ),
     derived=("state",),
     derive=derive_state,
+    derive_sql=(("state", STATE_SQL),),
 )

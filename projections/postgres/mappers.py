@@ -9,8 +9,7 @@ they are not journaled; every other event is, with its causes, for `spotcap why`
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,9 +58,15 @@ class Changes:
 
     appends: dict[str, list[Row]] = field(default_factory=dict)
     states: dict[str, dict[str, Row]] = field(default_factory=dict)
+    # Rows of the busiest append tables, already in their columns' order (no dict per row).
+    tuples: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
 
     def append(self, table: AppendTable, row: Row) -> None:
         self.appends.setdefault(table.name, []).append(row)
+
+    def append_tuple(self, table: AppendTable, row: tuple[Any, ...]) -> None:
+        """A row in the order of `table.columns`."""
+        self.tuples.setdefault(table.name, []).append(row)
 
     def state(self, table: StateTable, row: Row) -> None:
         rows = self.states.setdefault(table.name, {})
@@ -69,31 +74,35 @@ class Changes:
         rows[key] = table.merge(rows.get(key), row, finish=False)
 
     def rows(self, table: AppendTable) -> list[tuple[Any, ...]]:
-        return [tuple(r.get(c) for c in table.columns) for r in self.appends.get(table.name, ())]
+        columns = table.columns
+        rows = [tuple(map(r.get, columns)) for r in self.appends.get(table.name, ())]
+        return rows + self.tuples.get(table.name, [])
 
 
-def _uuid(value: str | None) -> uuid.UUID | None:
-    return None if value is None else uuid.UUID(value)
+# Ids (uuid columns) go to PostgreSQL as their text, which COPY parses: parsing them into
+# uuid.UUID here only for psycopg to print them again cost a tenth of the writer's time.
 
 
-def _uuids(values: Iterable[str]) -> list[uuid.UUID]:
-    return [uuid.UUID(v) for v in values]
+def uuid_array(values: Iterable[str]) -> str:
+    """A uuid[] as PostgreSQL's array text (a uuid needs no quoting in it; psycopg's list
+    dumper, per element in Python, was the rankings rows' largest cost)."""
+    return "{" + ",".join(values) + "}"
 
 
-# One encoder for every journaled payload (json.dumps with options builds one per call).
-_JOURNAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+# One encoder for every journaled payload (json.dumps with options builds one per call); keys
+# unsorted, as jsonb stores them in its own order whatever the text's.
+_JOURNAL_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
-def journal_row(origin: Origin, e: Envelope, event_id: uuid.UUID | None = None) -> tuple[Any, ...]:
-    """The journal row of an event, in the order of `schema.EVENTS.columns` (`event_id`: the
-    event's id already parsed, if the caller has it)."""
+def journal_row(origin: Origin, e: Envelope) -> tuple[Any, ...]:
+    """The journal row of an event, in the order of `schema.EVENTS.columns`."""
     return (
-        uuid.UUID(e.event_id) if event_id is None else event_id,
+        e.event_id,
         e.event_type,
         ts(e.occurred_at),
         ts(e.recorded_at),
         e.key,
-        _uuid(e.causation_id),
+        e.causation_id,
         e.correlation_id,
         e.producer,
         origin.topic,
@@ -105,25 +114,20 @@ def journal_row(origin: Origin, e: Envelope, event_id: uuid.UUID | None = None) 
 
 # -- per event type ---------------------------------------------------------------------------
 
-Handler = Callable[[Changes, Envelope, uuid.UUID], None]
+Handler = Callable[[Changes, Envelope, str], None]
 
 
-def _instance(c: Changes, e: Envelope, event_id: uuid.UUID, instance_id: str, **facts: Any) -> None:
+def _instance(c: Changes, e: Envelope, event_id: str, instance_id: str, **facts: Any) -> None:
     at = ts(e.occurred_at)
     c.state(INSTANCES, {"instance_id": instance_id, "last_event_at": at, **facts})
-    c.append(
+    # (event_id, instance_id, event_type, implied_state, occurred_at)
+    c.append_tuple(
         s.INSTANCE_EVENTS,
-        {
-            "event_id": event_id,
-            "instance_id": instance_id,
-            "event_type": e.event_type,
-            "implied_state": IMPLIED_STATE.get(e.event_type),
-            "occurred_at": at,
-        },
+        (event_id, instance_id, e.event_type, IMPLIED_STATE.get(e.event_type), at),
     )
 
 
-def _launched(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _launched(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, InstanceLaunched)
     _instance(
@@ -135,7 +139,7 @@ def _launched(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _advisory(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _advisory(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, Advisory)
     _instance(
@@ -145,7 +149,7 @@ def _advisory(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _notice(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _notice(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, NoticeReceived)
     _instance(
@@ -155,7 +159,7 @@ def _notice(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _drain_started(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _drain_started(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, DrainStarted)
     _instance(
@@ -165,7 +169,7 @@ def _drain_started(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _drain_completed(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _drain_completed(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, DrainCompleted)
     _instance(
@@ -177,7 +181,7 @@ def _drain_completed(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _checkpoint(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _checkpoint(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, CheckpointWritten)
     _instance(
@@ -187,7 +191,7 @@ def _checkpoint(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _lost(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _lost(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, InstanceLost)
     _instance(
@@ -199,7 +203,7 @@ def _lost(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _wasted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _wasted(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, WorkWasted)
     _instance(
@@ -208,7 +212,7 @@ def _wasted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _deleted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _deleted(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, InstanceDeleted)
     _instance(
@@ -218,7 +222,7 @@ def _deleted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )  # fmt: skip
 
 
-def _replacement(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _replacement(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, ReplacementRequested)
     _instance(
@@ -239,7 +243,7 @@ def _replacement(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _registered(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _registered(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, PoolRegistered)
     c.state(
@@ -260,7 +264,7 @@ def _registered(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _rate_card(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _rate_card(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, RateCard)
     c.state(
@@ -276,7 +280,7 @@ def _rate_card(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _forward(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _forward(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, ForwardCapacity)
     c.state(
@@ -291,28 +295,24 @@ def _forward(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _ranked(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _ranked(c: Changes, e: Envelope, i: str) -> None:
+    p = e.payload
+    assert isinstance(p, PoolRanked)
+    # In the order of schema.RANKINGS.columns.
+    c.append_tuple(
+        s.RANKINGS,
+        (i, p.ranking_id, p.pool_id, p.rank, p.pool_count, p.score, p.available_vcpu,
+         p.observed_interruption_per_h, p.price_per_vcpu_h_eur_micros, p.correlation_group,
+         p.window_s, uuid_array(p.input_event_ids), ts(e.occurred_at)),
+    )  # fmt: skip
+
+
+def _ranked_state(c: Changes, e: Envelope, i: str) -> None:
+    """The pool's rank group (only each pool's latest ranking of a batch is merged: see
+    `map_events`)."""
     p = e.payload
     assert isinstance(p, PoolRanked)
     at = ts(e.occurred_at)
-    c.append(
-        s.RANKINGS,
-        {
-            "event_id": i,
-            "ranking_id": p.ranking_id,
-            "pool_id": p.pool_id,
-            "rank": p.rank,
-            "pool_count": p.pool_count,
-            "score": p.score,
-            "available_vcpu": p.available_vcpu,
-            "observed_interruption_per_h": p.observed_interruption_per_h,
-            "price_per_vcpu_h_eur_micros": p.price_per_vcpu_h_eur_micros,
-            "correlation_group": p.correlation_group,
-            "window_s": p.window_s,
-            "input_event_ids": _uuids(p.input_event_ids),
-            "occurred_at": at,
-        },
-    )
     c.state(
         s.POOLS,
         {
@@ -327,7 +327,7 @@ def _ranked(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _excluded(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _excluded(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, PoolExcluded)
     at = ts(e.occurred_at)
@@ -342,7 +342,7 @@ def _excluded(c: Changes, e: Envelope, i: uuid.UUID) -> None:
             "reclaimed_instances": p.reclaimed_instances,
             "window_start_at": ts(p.window_start_at),
             "window_end_at": ts(p.window_end_at),
-            "evidence_event_ids": _uuids(p.evidence_event_ids),
+            "evidence_event_ids": uuid_array(p.evidence_event_ids),
             "occurred_at": at,
         },
     )
@@ -357,7 +357,7 @@ def _excluded(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _readmitted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _readmitted(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, PoolReadmitted)
     at = ts(e.occurred_at)
@@ -366,11 +366,11 @@ def _readmitted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
         {
             "event_id": i,
             "pool_id": p.pool_id,
-            "exclusion_event_id": _uuid(p.exclusion_event_id),
+            "exclusion_event_id": p.exclusion_event_id,
             "healthy_s": p.healthy_s,
             "observed_interruption_per_h": p.observed_interruption_per_h,
             "expected_interruption_per_h": p.expected_interruption_per_h,
-            "evidence_event_ids": _uuids(p.evidence_event_ids),
+            "evidence_event_ids": uuid_array(p.evidence_event_ids),
             "occurred_at": at,
         },
     )
@@ -385,7 +385,7 @@ def _readmitted(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _contract(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _contract(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, ContractPublished)
     at = ts(e.occurred_at)
@@ -413,7 +413,7 @@ def _contract(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _claim_opened(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _claim_opened(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, CapacityClaimOpened)
     c.state(
@@ -431,7 +431,7 @@ def _claim_opened(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _claim_closed(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _claim_closed(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, CapacityClaimClosed)
     c.state(
@@ -450,7 +450,7 @@ def _claim_closed(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _placement(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _placement(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, PlacementDecided)
     c.append(
@@ -480,7 +480,7 @@ def _placement(c: Changes, e: Envelope, i: uuid.UUID) -> None:
         )
 
 
-def _fallback(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _fallback(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, FallbackDecided)
     c.append(
@@ -500,7 +500,7 @@ def _fallback(c: Changes, e: Envelope, i: uuid.UUID) -> None:
     )
 
 
-def _fallback_returned(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _fallback_returned(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, FallbackReturned)
     c.append(
@@ -510,13 +510,13 @@ def _fallback_returned(c: Changes, e: Envelope, i: uuid.UUID) -> None:
             "workload_id": p.workload_id,
             "vcpu": p.vcpu,
             "dwell_s": p.dwell_s,
-            "fallback_event_id": _uuid(p.fallback_event_id),
+            "fallback_event_id": p.fallback_event_id,
             "occurred_at": ts(e.occurred_at),
         },
     )
 
 
-def _fallback_reviewed(c: Changes, e: Envelope, i: uuid.UUID) -> None:
+def _fallback_reviewed(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, FallbackReviewed)
     c.append(
@@ -562,10 +562,9 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def map_event(changes: Changes, e: Envelope, event_id: uuid.UUID | None = None) -> None:
-    """Add what one (new) event does to `changes` (`event_id`: its id parsed, if known)."""
-    if event_id is None:
-        event_id = uuid.UUID(e.event_id)
+def map_event(changes: Changes, e: Envelope) -> None:
+    """Add what one (new) event does to `changes`."""
+    event_id = e.event_id
     handler = HANDLERS.get(e.event_type)
     if handler is not None:
         handler(changes, e, event_id)
@@ -584,29 +583,41 @@ def map_event(changes: Changes, e: Envelope, event_id: uuid.UUID | None = None) 
         )
 
 
+_FEEDS = frozenset({"rate_card", "forward_capacity"})
+
+
 def _feed_version(e: Envelope) -> tuple[int, str]:
     p = e.payload
     return (p.valid_from_at if isinstance(p, RateCard) else e.occurred_at), e.event_id
 
 
-def map_events(events: Iterable[Envelope], ids: Mapping[str, uuid.UUID] | None = None) -> Changes:
+def map_events(events: Iterable[Envelope]) -> Changes:
     """The changes of a batch of new events (in any order: the state rows do not depend on it).
 
-    Of the market feeds (a rate card per pool every 5 minutes), only each pool's latest card and
-    forecast of the batch can change a row: the others are skipped before mapping. `ids`: the
-    events' ids already parsed (by event id), if the caller has them.
+    Of the market feeds (a rate card per pool every 5 minutes) and the rankings (every pool
+    ranked every few minutes), only each pool's latest card, forecast and rank of the batch can
+    change a pool's row: the others are skipped before its merge (a ranking still gets its
+    `rankings` row).
     """
-    ids = ids or {}
     changes = Changes()
     latest: dict[tuple[str, str], Envelope] = {}
     for e in events:
-        if e.event_type in ("rate_card", "forward_capacity"):
-            key = (e.event_type, e.key)
-            kept = latest.get(key)
-            if kept is None or _feed_version(e) > _feed_version(kept):
-                latest[key] = e
+        event_type = e.event_type
+        if event_type in _FEEDS:
+            key = (event_type, e.key)
+        elif event_type == "pool_ranked":
+            map_event(changes, e)  # its rankings row
+            assert isinstance(e.payload, PoolRanked)
+            key = (event_type, e.payload.pool_id)
+        else:
+            map_event(changes, e)
             continue
-        map_event(changes, e, ids.get(e.event_id))
+        kept = latest.get(key)
+        if kept is None or _feed_version(e) > _feed_version(kept):
+            latest[key] = e
     for e in latest.values():
-        map_event(changes, e, ids.get(e.event_id))
+        if e.event_type == "pool_ranked":
+            _ranked_state(changes, e, e.event_id)
+        else:
+            map_event(changes, e)
     return changes

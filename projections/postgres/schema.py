@@ -197,6 +197,7 @@ POOLS = StateTable(
         Group(("exclusion_changed_at", "exclusion_event_id"), ("excluded",)),
     ),
     derive=_pool_derive,
+    derive_sql=(("excluded", "COALESCE({excluded}, false)"),),
 )
 
 CONTRACT_FIELDS = (

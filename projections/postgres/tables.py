@@ -47,6 +47,9 @@ class StateTable:
     # Columns computed from the merged groups.
     derived: tuple[str, ...] = ()
     derive: Callable[[Row], Row] | None = field(default=None, compare=False)
+    # `derive` in SQL, per column it sets: a template whose ``{column}`` placeholders are
+    # replaced by the merged values (`merge_sql`; tests check both give the same rows).
+    derive_sql: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     columns: tuple[str, ...] = field(init=False, default=(), compare=False)
     # Per group: its version columns, every column it sets, and whether the latest wins
     # (precomputed: merging is the fleet writer's hottest Python path).
@@ -77,19 +80,21 @@ class StateTable:
                 merged[column] = value if value is not None else b.get(column)
             # Per group, the better version of the two; a group unset on one side is the
             # other's, unset on both stays out.
+            a_get, b_get = a.get, b.get
             for version, columns, latest in self._plan:
-                kb = _version(b, version)
-                ka = _version(a, version)
-                if kb is None:
-                    if ka is None:
+                # `_version`, inlined: this loop runs per group of every merged row.
+                vb = tuple(map(b_get, version))
+                va = tuple(map(a_get, version))
+                if None in vb:
+                    if None in va:
                         continue
                     winner = a
-                elif ka is None:
+                elif None in va:
                     winner = b
                 elif latest:
-                    winner = a if ka >= kb else b
+                    winner = a if va >= vb else b
                 else:
-                    winner = a if ka <= kb else b
+                    winner = a if va <= vb else b
                 get = winner.get
                 for column in columns:
                     merged[column] = get(column)
@@ -101,9 +106,3 @@ class StateTable:
         if self.derive is not None:
             full.update(self.derive(full))
         return full
-
-
-def _version(row: Mapping[str, Any], version: tuple[str, ...]) -> tuple[Any, ...] | None:
-    """The group's version in `row`, or None when the group is absent (a version column unset)."""
-    key = tuple(map(row.get, version))
-    return None if None in key else key

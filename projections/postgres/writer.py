@@ -2,8 +2,10 @@
 
 Per batch: COPY the journal rows into a staging table and insert the new ones (``ON CONFLICT
 (event_id) DO NOTHING RETURNING``: an event already applied is skipped, whatever offset it came
-from); map the new events to rows (pure); lock, merge and upsert the state rows; COPY and insert
-the append rows; upsert the offsets of the batch's partitions; commit. A crash anywhere before
+from); map the new events to rows (pure; a batch's rows of one entity merged in Python); stage
+the state rows and merge them into the stored ones in SQL (`merge_sql`: ``ON CONFLICT DO
+UPDATE``, per group the better version); COPY the append rows (of new events only) straight
+into their tables; upsert the offsets of the batch's partitions; commit. A crash anywhere before
 the commit leaves nothing, and the consumer resumes from the stored offsets (`stored_offsets`,
 used to seek on partition assignment), so no event is applied twice or skipped.
 """
@@ -21,7 +23,14 @@ from psycopg.types.string import TextLoader
 
 from projections.postgres import schema as s
 from projections.postgres.connection import Connection, FleetUnavailableError
-from projections.postgres.mappers import UNJOURNALED, Changes, journal_row, map_events
+from projections.postgres.mappers import (
+    UNJOURNALED,
+    Changes,
+    journal_row,
+    map_events,
+    uuid_array,
+)
+from projections.postgres.merge_sql import upsert_statement
 from projections.postgres.tables import AppendTable, StateTable
 from schemas.errors import Origin
 from schemas.events import Envelope
@@ -61,10 +70,16 @@ class FleetWriter:
         self.conn = conn
         self.projection = projection
         self._on_step = on_step
-        # State rows go back through COPY as loaded: keep jsonb as its text.
+        # State rows went back through COPY as loaded (before their merge moved into SQL):
+        # jsonb stays its text on this connection, as readers of it may expect.
         conn.adapters.register_loader("jsonb", TextLoader)
+        self._upserts = {
+            t.name: sql.SQL(upsert_statement(t, f"stage_{t.name}")) for t in s.STATE_TABLES
+        }
         with conn.transaction():
-            tables = [(t.name, t.columns) for t in s.APPEND_TABLES]
+            # Append rows go straight to their tables; only the journal and the state rows
+            # are staged.
+            tables = [(s.EVENTS.name, s.EVENTS.columns)]
             tables += [(t.name, t.columns) for t in s.STATE_TABLES]
             for name, columns in tables:
                 # The staging table has the writer's columns and their types, no constraints.
@@ -118,21 +133,17 @@ class FleetWriter:
                         sql.Literal(max(1, int(timeout_s * 1000)))
                     )
                 )
-            # Each id parsed once (the journal, the check for new events and the rows use it).
-            ids = {event_id: uuid.UUID(event_id) for event_id in unique}
             journal = [
-                journal_row(o, e, ids[e.event_id])
-                for o, e in unique.values()
-                if e.event_type not in UNJOURNALED
+                journal_row(o, e) for o, e in unique.values() if e.event_type not in UNJOURNALED
             ]
             new_ids = self._journal(journal)
             self._step("journal")
             fresh = [
                 e
                 for _, e in unique.values()
-                if e.event_type in UNJOURNALED or ids[e.event_id] in new_ids
+                if e.event_type in UNJOURNALED or _is_new(e.event_id, new_ids)
             ]
-            changes = map_events(fresh, ids)
+            changes = map_events(fresh)
             for state_table in s.STATE_TABLES:
                 self._upsert_state(state_table, changes)
             self._step("state")
@@ -149,76 +160,69 @@ class FleetWriter:
     # -- steps ------------------------------------------------------------------------------
 
     def _copy(self, table_name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            _ident(f"stage_{table_name}"), _cols(columns)
-        )
+        stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(_ident(table_name), _cols(columns))
         with self.conn.cursor() as cur, cur.copy(stmt) as copy:
             for row in rows:
                 copy.write_row(row)
 
-    def _journal(self, rows: list[tuple[Any, ...]]) -> set[uuid.UUID]:
+    def _journal(self, rows: list[tuple[Any, ...]]) -> set[str]:
+        """Insert the journal rows of events not applied before; return their ids.
+
+        Usually none of a batch's events is stored yet, so the ids are looked up first and the
+        new rows copied straight into the journal (half the server's work of staging them and
+        inserting with ON CONFLICT). If another writer commits one of the same events between
+        the look-up and the copy (a partition's previous owner finishing its batch after a
+        rebalance), the copy fails on the key: it is rolled back to its savepoint and the batch
+        goes through staging and ``ON CONFLICT (event_id) DO NOTHING``, which waits for and
+        skips the other writer's rows.
+        """
         if not rows:
             return set()
+        stored = {
+            r[0]
+            for r in self.conn.execute(
+                "SELECT event_id::text FROM events WHERE event_id = ANY(%s::uuid[])",
+                (uuid_array(r[0] for r in rows),),
+            )
+        }
+        new = [r for r in rows if not _is_stored(r[0], stored)]
+        if not new:
+            return set()
+        try:
+            with self.conn.transaction():
+                self._copy(s.EVENTS.name, s.EVENTS.columns, new)
+        except psycopg.errors.UniqueViolation:
+            return self._journal_staged(rows)
+        return {r[0] for r in new}
+
+    def _journal_staged(self, rows: list[tuple[Any, ...]]) -> set[str]:
         table = s.EVENTS
-        self._copy(table.name, table.columns, rows)
+        self._copy(f"stage_{table.name}", table.columns, rows)
         cols = _cols(table.columns)
         found = self.conn.execute(
             sql.SQL(
                 "INSERT INTO {t} ({c}) SELECT {c} FROM {st} ON CONFLICT (event_id) DO NOTHING "
-                "RETURNING event_id"
+                "RETURNING event_id::text"
             ).format(t=_ident(table.name), c=cols, st=_ident(f"stage_{table.name}"))
         ).fetchall()
         return {r[0] for r in found}
 
     def _insert_append(self, table: AppendTable, changes: Changes) -> None:
+        # Append rows are those of events new to the journal in this transaction (its ON
+        # CONFLICT, or a concurrent writer's commit of the same event, decided that), so none
+        # of them can be stored already: no staging, no ON CONFLICT.
         rows = changes.rows(table)
-        if not rows:
-            return
-        self._copy(table.name, table.columns, rows)
-        self.conn.execute(
-            sql.SQL(
-                "INSERT INTO {t} ({c}) SELECT {c} FROM {st} ON CONFLICT ({k}) DO NOTHING"
-            ).format(
-                t=_ident(table.name),
-                c=_cols(table.columns),
-                st=_ident(f"stage_{table.name}"),
-                k=_cols(table.key),
-            )
-        )
+        if rows:
+            self._copy(table.name, table.columns, rows)
 
     def _upsert_state(self, table: StateTable, changes: Changes) -> None:
         updates = changes.states.get(table.name)
         if not updates:
             return
         columns = table.columns
-        keys = sorted(updates)
-        # Lock in key order, so that two writers (two partitions) never deadlock.
-        current = self.conn.execute(
-            sql.SQL("SELECT {c} FROM {t} WHERE {k} = ANY(%s) ORDER BY {k} FOR UPDATE").format(
-                c=_cols(columns), t=_ident(table.name), k=_ident(table.key)
-            ),
-            (keys,),
-        ).fetchall()
-        existing = {row[0]: dict(zip(columns, row, strict=True)) for row in current}
-        merged = [
-            table.merge(existing[k], updates[k]) if k in existing else table.finish(updates[k])
-            for k in keys
-        ]
-        self._copy(table.name, columns, [tuple(r[c] for c in columns) for r in merged])
-        others = [c for c in columns if c != table.key]
-        self.conn.execute(
-            sql.SQL(
-                "INSERT INTO {t} ({c}) SELECT {c} FROM {st} ON CONFLICT ({k}) DO UPDATE SET {u}"
-            ).format(
-                t=_ident(table.name),
-                c=_cols(columns),
-                st=_ident(f"stage_{table.name}"),
-                k=_ident(table.key),
-                u=sql.SQL(", ").join(
-                    sql.SQL("{} = EXCLUDED.{}").format(_ident(c), _ident(c)) for c in others
-                ),
-            )
-        )
+        rows = [table.finish(updates[k]) for k in sorted(updates)]
+        self._copy(f"stage_{table.name}", columns, [tuple(r[c] for c in columns) for r in rows])
+        self.conn.execute(self._upserts[table.name])
 
     def _store_offsets(self, positions: Mapping[TopicPartition, int]) -> None:
         if not positions:
@@ -230,3 +234,15 @@ class FleetWriter:
                 "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                 [(self.projection, t, p, o) for (t, p), o in sorted(positions.items())],
             )
+
+
+def _is_new(event_id: str, new_ids: set[str]) -> bool:
+    """Whether the journal took `event_id` now (`new_ids`: as the batch spells them, or, from
+    staging, as PostgreSQL prints them; an id written otherwise, say in capitals, is compared
+    in that form)."""
+    return event_id in new_ids or str(uuid.UUID(event_id)) in new_ids
+
+
+def _is_stored(event_id: str, stored: set[str]) -> bool:
+    """Whether `event_id` is among `stored` (as PostgreSQL prints ids)."""
+    return bool(stored) and (event_id in stored or str(uuid.UUID(event_id)) in stored)
