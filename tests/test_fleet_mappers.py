@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from projections.eventtime import ts
 from projections.postgres import schema as s
 from projections.postgres.lifecycle import INSTANCES, STATES, TRANSITIONS, derive_state
 from projections.postgres.mappers import map_events
@@ -25,6 +26,7 @@ from schemas.events import (
     InstanceLost,
     NoticeReceived,
     PlacementDecided,
+    PoolRanked,
     RateCard,
     ReplacementRequested,
     WorkWasted,
@@ -173,3 +175,35 @@ def test_a_pool_keeps_the_rate_card_with_the_latest_validity_whatever_the_order(
     row = s.POOLS.finish(map_events([cards[i] for i in order]).states["pools"][P])
     assert row["price_per_vcpu_h_eur_micros"] == 1005
     assert row["excluded"] is False
+
+
+def test_tuple_rows_follow_their_tables_columns_and_only_the_latest_rank_moves_a_pool() -> None:
+    ranked = [
+        event(PoolRanked("r-1", P, 2, 3, 0.5, 512, 0.01, 6_000, "g1", 300, ("a-id", "b-id")),
+              0, name="rank-1"),
+        event(PoolRanked("r-2", P, 1, 3, 0.9, 256, 0.02, 7_000, "g1", 300, ()), 60,
+              name="rank-2"),
+    ]  # fmt: skip
+    launch = story()[0]
+    changes = map_events([ranked[1], launch, ranked[0]])
+    rows = [dict(zip(s.RANKINGS.columns, r, strict=True)) for r in changes.rows(s.RANKINGS)]
+    first = next(r for r in rows if r["ranking_id"] == "r-1")
+    assert (first["event_id"], first["pool_id"], first["rank"], first["pool_count"]) == (
+        ranked[0].event_id, P, 2, 3)  # fmt: skip
+    assert (first["score"], first["available_vcpu"], first["window_s"]) == (0.5, 512, 300)
+    assert first["input_event_ids"] == "{a-id,b-id}"
+    assert first["occurred_at"] == ts(ranked[0].occurred_at)
+    (event_row,) = (
+        dict(zip(s.INSTANCE_EVENTS.columns, r, strict=True))
+        for r in changes.rows(s.INSTANCE_EVENTS)
+    )
+    assert event_row == {
+        "event_id": launch.event_id, "instance_id": INST, "event_type": "instance_launched",
+        "implied_state": "running", "occurred_at": ts(launch.occurred_at),
+    }  # fmt: skip
+    pool = changes.states["pools"][P]
+    assert (pool["ranking_id"], pool["rank"], pool["rank_event_id"]) == (
+        "r-2",
+        1,
+        ranked[1].event_id,
+    )

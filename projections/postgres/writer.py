@@ -1,8 +1,9 @@
 """The fleet-state writer: one transaction per batch, offsets stored with the rows.
 
-Per batch: COPY the journal rows into a staging table and insert the new ones (``ON CONFLICT
-(event_id) DO NOTHING RETURNING``: an event already applied is skipped, whatever offset it came
-from); map the new events to rows (pure; a batch's rows of one entity merged in Python); stage
+Per batch: insert the journal rows of the events not applied before (looked up by id and
+copied in; through staging and ``ON CONFLICT (event_id) DO NOTHING`` when another writer races
+for the same events: an event already applied is skipped, whatever offset it came from); map
+the new events to rows (pure; a batch's rows of one entity merged in Python); stage
 the state rows and merge them into the stored ones in SQL (`merge_sql`: ``ON CONFLICT DO
 UPDATE``, per group the better version); COPY the append rows (of new events only) straight
 into their tables; upsert the offsets of the batch's partitions; commit. A crash anywhere before
@@ -70,8 +71,8 @@ class FleetWriter:
         self.conn = conn
         self.projection = projection
         self._on_step = on_step
-        # State rows went back through COPY as loaded (before their merge moved into SQL):
-        # jsonb stays its text on this connection, as readers of it may expect.
+        # jsonb loads as its text on this connection, as it always has (the writer no longer
+        # reads rows back; kept so that readers sharing the connection see no change).
         conn.adapters.register_loader("jsonb", TextLoader)
         self._upserts = {
             t.name: sql.SQL(upsert_statement(t, f"stage_{t.name}")) for t in s.STATE_TABLES
