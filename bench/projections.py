@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,6 +47,7 @@ from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
 from projections.postgres.connection import connect
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.write_behind import WriteBehind
 from provider.sim.region import SimConfig
 from schemas.codec import Codec
 from schemas.errors import Origin
@@ -82,6 +84,27 @@ def positions(rows: list[tuple[Origin, Envelope]]) -> dict[tuple[str, int], int]
 
 
 Timing = tuple[float, float]  # wall s, CPU s
+# A path's name, its records, the projection (serial or not) and its bare loop.
+Measured = tuple[str, list[Record], Callable[[bool], Timing], Callable[[], Timing]]
+Rounds = dict[str, tuple[int, list[tuple[Timing, Timing]]]]  # path: events, (path, bare) timings
+
+
+def write_all(
+    write: Callable[[list[tuple[Origin, Envelope]]], object],
+    codec: Codec,
+    records: list[Record],
+    size: int,
+    serial: bool,
+) -> None:
+    """Decode each batch and write it: behind the decoding of the next (`WriteBehind`, as the
+    rebuild does), or, with `serial`, before decoding the next."""
+    if serial:
+        for i in range(0, len(records), size):
+            write(decoded(codec, records[i : i + size]))
+        return
+    with WriteBehind(write) as behind:
+        for i in range(0, len(records), size):
+            behind.submit(f"the batch at record {i:,}", decoded(codec, records[i : i + size]))
 
 
 class Clock:
@@ -108,16 +131,14 @@ class Clock:
         return time.perf_counter() - self._wall, cpu_s
 
 
-def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timing:
+def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int, serial: bool) -> Timing:
     conn = connect(dsn, "bench")
     drop(conn, "bench")
     migrate(conn, "bench")
     writer = FleetWriter(conn)
     clock = Clock(conn.info.backend_pid)
     clock.start()
-    for i in range(0, len(records), size):
-        rows = decoded(codec, records[i : i + size])
-        writer.write(rows, positions(rows))
+    write_all(lambda rows: writer.write(rows, positions(rows)), codec, records, size, serial)
     timing = clock.stop()
     drop(conn, "bench")
     conn.close()
@@ -146,15 +167,15 @@ def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timi
     return timing
 
 
-def project_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> Timing:
+def project_ledger(
+    path: Path, codec: Codec, records: list[Record], size: int, serial: bool
+) -> Timing:
     store = ChdbStore(path, "bench")
     drop_all(store)
     writer = LedgerWriter(store)
     clock = Clock()
     clock.start()
-    for i in range(0, len(records), size):
-        rows = decoded(codec, records[i : i + size])
-        writer.write(rows, positions(rows))
+    write_all(lambda rows: writer.write(rows, positions(rows)), codec, records, size, serial)
     timing = clock.stop()
     store.command("DROP DATABASE bench")
     return timing
@@ -205,13 +226,65 @@ def simulate(settings: Settings, days: float, workloads: int) -> None:
     print(f"simulated {days:g} days into the embedded log in {time.perf_counter() - t0:,.1f} s")
 
 
+def measure(settings: Settings, dsn: str, chdb_path: Path, args: argparse.Namespace) -> Rounds:
+    """Rounds of each projection and its bare loop over the region's records (with
+    `args.serial`, the projection written serially too, against the same round's bare loop)."""
+    log = EmbeddedLog(settings.log_dir)
+    codec = Codec()
+    fleet_records = read_records(log, "bench", FLEET_TOPICS)
+    ledger_records = read_records(log, "bench", LEDGER_TOPICS)
+    log.close()
+    # pyarrow imports pandas on its first array: paid here, before either clock starts.
+    pa.array([0])
+    fleet: Measured = (
+        "fleet state (PostgreSQL)",
+        fleet_records,
+        lambda serial: project_fleet(dsn, codec, fleet_records, args.batch, serial),
+        lambda: bare_fleet(dsn, codec, fleet_records, args.batch),
+    )
+    ledger: Measured = (
+        "ledger (ClickHouse, chdb)",
+        ledger_records,
+        lambda serial: project_ledger(chdb_path, codec, ledger_records, args.batch, serial),
+        lambda: bare_ledger(chdb_path, codec, ledger_records, args.batch),
+    )
+    # Rounds alternate each projection with its bare loop (the machine is shared: a ratio is
+    # taken within a round, and the report gives the range over rounds).
+    out: Rounds = {}
+    serials = [False, True] if args.serial else [False]
+    for _ in range(args.rounds):
+        for name, records, project, bare in (fleet, ledger):
+            timings = [project(serial) for serial in serials]
+            bare_timing = bare()
+            for serial, timing in zip(serials, timings, strict=True):
+                label = f"{name.split()[0]}, serial" if serial else name
+                out.setdefault(label, (len(records), []))[1].append((timing, bare_timing))
+    return out
+
+
+def report(times: Rounds) -> None:
+    print(f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>11}"
+          f"{'CPU s':>15}{'bare CPU s':>14}{'CPU ratio':>11}")  # fmt: skip
+    for label, (n, rounds) in times.items():
+        print(f"{label:<27}{n:>9,}{span([n / p[0] for p, _ in rounds]):>14}"
+              f"{span([n / b[0] for _, b in rounds]):>15}"
+              f"{ratio_span([b[0] / p[0] for p, b in rounds]):>11}"
+              f"{span([p[1] for p, _ in rounds], 1):>15}{span([b[1] for _, b in rounds], 1):>14}"
+              f"{ratio_span([b[1] / p[1] for p, b in rounds]):>11}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=float, default=2.0, help="sim days of the region")
     parser.add_argument("--workloads", type=int, default=220, help="workloads of the region")
     parser.add_argument("--batch", type=int, default=5000, help="events per batch")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of projection + bare loop")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds of projection + bare loop (0: none)"
+    )
     parser.add_argument("--home", type=Path, help="keep (and reuse) the simulated region here")
+    parser.add_argument(
+        "--serial", action="store_true", help="also write each batch before decoding the next"
+    )
     parser.add_argument("--no-rebuild", action="store_true", help="skip `rebuild all`")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-") as tmp:
@@ -222,47 +295,22 @@ def main() -> None:
         try:
             settings = Settings(home=home, region="bench", postgres_dsn=pg.address)
             simulate(settings, args.days, args.workloads)
-            log = EmbeddedLog(settings.log_dir)
-            codec = Codec()
-            fleet_records = read_records(log, "bench", FLEET_TOPICS)
-            ledger_records = read_records(log, "bench", LEDGER_TOPICS)
-            log.close()
-            # pyarrow imports pandas on its first array: paid here, before either clock starts.
-            pa.array([0])
-            # Rounds alternate each projection with its bare loop (the machine is shared: a
-            # ratio is taken within a round, and the report gives the range over rounds).
-            times: dict[str, list[tuple[Timing, Timing]]] = {"fleet": [], "ledger": []}
-            for _ in range(args.rounds):
-                times["fleet"].append((
-                    project_fleet(pg.address, codec, fleet_records, args.batch),
-                    bare_fleet(pg.address, codec, fleet_records, args.batch),
-                ))  # fmt: skip
-                times["ledger"].append((
-                    project_ledger(root / "chdb", codec, ledger_records, args.batch),
-                    bare_ledger(root / "chdb", codec, ledger_records, args.batch),
-                ))  # fmt: skip
+            if args.rounds:
+                times = measure(settings, pg.address, root / "chdb", args)
             if not args.no_rebuild:
-                t0 = time.perf_counter()
+                clock = Clock()
+                clock.start()
                 reports = run_projections(settings, ("fleet", "ledger"), fresh=True, quiet=True)
-                rebuild_s = time.perf_counter() - t0
+                rebuild_s, rebuild_cpu_s = clock.stop()
         finally:
             servers.stop(pg)
-    print(f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>11}"
-          f"{'CPU s':>15}{'bare CPU s':>14}{'CPU ratio':>11}")  # fmt: skip
-    for label, records, rounds in (
-        ("fleet state (PostgreSQL)", fleet_records, times["fleet"]),
-        ("ledger (ClickHouse, chdb)", ledger_records, times["ledger"]),
-    ):
-        n = len(records)
-        print(f"{label:<27}{n:>9,}{span([n / p[0] for p, _ in rounds]):>14}"
-              f"{span([n / b[0] for _, b in rounds]):>15}"
-              f"{ratio_span([b[0] / p[0] for p, b in rounds]):>11}"
-              f"{span([p[1] for p, _ in rounds], 1):>15}{span([b[1] for _, b in rounds], 1):>14}"
-              f"{ratio_span([b[1] / p[1] for p, b in rounds]):>11}")  # fmt: skip
+    if args.rounds:
+        report(times)
     if not args.no_rebuild:
         events = sum(r.events for r in reports)
         print(f"\nrebuild all ({args.days:g} days, {events:,} events applied over both "
-              f"projections, the history read once): {rebuild_s:,.1f} s")  # fmt: skip
+              f"projections, the history read once): {rebuild_s:,.1f} s, "
+              f"{rebuild_cpu_s:,.1f} s of this process's CPU")  # fmt: skip
 
 
 if __name__ == "__main__":

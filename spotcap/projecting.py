@@ -23,6 +23,8 @@ from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, apply_ddl, dr
 from projections.postgres.connection import Connection, FleetUnavailableError
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.write_behind import WriteBehind
+from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
 from spotcap.config import Settings
@@ -40,6 +42,8 @@ from streams.topics import topic_name
 
 Which = Literal["fleet", "ledger"]
 Positioned = tuple[Origin, Envelope]
+# A written batch and, per writer: its name, its seconds and the events it could not price.
+Written = tuple[list[Positioned], list[tuple[Which, float, list[tuple[Origin, str]]]]]
 BATCH_EVENTS = 5000
 
 
@@ -112,9 +116,10 @@ def catch_up_together(
 ) -> list[RunReport]:
     """`catch_up` for several writers that read the same topics from the same stored offsets
     (a rebuild of both projections): the history is read and decoded once, and each batch goes
-    to every writer in turn. A record that cannot be decoded is dead-lettered once, by
-    ``projection/<names joined by +>``. Each report's seconds are its own writes plus the
-    shared reading."""
+    to every writer in turn, on a write-behind thread while the next batch is read and decoded.
+    A record that cannot be decoded is dead-lettered once, by ``projection/<names joined by
+    +>``. Each report's seconds are its own writes plus the shared reading that the writes did
+    not hide."""
     assert writers, "no writer to catch up"
     topics, start = writers[0].topics, writers[0].stored_offsets()
     for other in writers[1:]:
@@ -140,40 +145,73 @@ def catch_up_together(
         buffer_per_partition=4000,
     )
     events = 0
-    write_s = dict.fromkeys(dead_letters, 0.0)
-    unpriced = dict.fromkeys(dead_letters, 0)
+    together = _Together(writers, dead_letters, codec)
     try:
-        while not history.finished:
-            batch = history.read(batch_events, timeout_s=5.0)
-            if not batch:
-                continue
-            rows = [(d.origin, d.envelope) for d in batch]
-            positions: dict[TopicPartition, int] = {}
-            for origin, _ in rows:
-                tp = (origin.topic, origin.partition)
-                positions[tp] = max(positions.get(tp, 0), origin.offset + 1)
-            for writer in writers:
-                began = time.monotonic()
-                failed = writer.write(rows, positions)
-                if failed:
-                    by_origin = dict(rows)
-                    letters = dead_letters[writer.which]
-                    for origin, reason in failed:
-                        e = by_origin[origin]
-                        letters.send(_record(codec.encode(e), origin, e), UnpricedEvent(reason))
-                    letters.flush()
-                    unpriced[writer.which] += len(failed)
-                write_s[writer.which] += time.monotonic() - began
-            events += len(rows)
-            if on_progress is not None:
-                on_progress(history.progress)
+        # Each batch is written behind the reading and decoding of the next (one in flight).
+        with WriteBehind(together.write, name=f"projection-{names}") as behind:
+            while not history.finished:
+                batch = history.read(batch_events, timeout_s=5.0)
+                if not batch:
+                    continue
+                rows = [(d.origin, d.envelope) for d in batch]
+                together.written(behind.submit(_label(rows), rows))
+                events += len(rows)
+                if on_progress is not None:
+                    on_progress(history.progress)
+            together.written(behind.wait())
     finally:
         history.close()
         producer.close()
-    reading_s = time.monotonic() - started - sum(write_s.values())
+    # The reading not hidden behind the writes.
+    write_s, unpriced = together.write_s, together.unpriced
+    reading_s = max(0.0, time.monotonic() - started - sum(write_s.values()))
     return [
         RunReport(w.which, events, reading_s + write_s[w.which], unpriced[w.which]) for w in writers
     ]
+
+
+class _Together:
+    """Writes a batch to each writer in turn (on the write-behind thread), then, back in the
+    caller, accounts for it and dead-letters what it could not price."""
+
+    def __init__(
+        self, writers: Sequence[Writer], dead_letters: Mapping[Which, DeadLetters], codec: Codec
+    ) -> None:
+        self.writers, self.dead_letters, self.codec = writers, dead_letters, codec
+        self.write_s = dict.fromkeys(dead_letters, 0.0)
+        self.unpriced = dict.fromkeys(dead_letters, 0)
+
+    def write(self, batch: list[Positioned]) -> Written:
+        positions: dict[TopicPartition, int] = {}
+        for origin, _ in batch:
+            tp = (origin.topic, origin.partition)
+            positions[tp] = max(positions.get(tp, 0), origin.offset + 1)
+        outcomes = []
+        for writer in self.writers:
+            began = time.monotonic()
+            failed = writer.write(batch, positions)
+            outcomes.append((writer.which, time.monotonic() - began, failed))
+        return batch, outcomes
+
+    def written(self, done: Written | None) -> None:
+        if done is None:
+            return
+        batch, outcomes = done
+        for which, seconds, failed in outcomes:
+            self.write_s[which] += seconds
+            if failed:
+                by_origin = dict(batch)
+                letters = self.dead_letters[which]
+                for origin, reason in failed:
+                    e = by_origin[origin]
+                    letters.send(_record(self.codec.encode(e), origin, e), UnpricedEvent(reason))
+                letters.flush()
+                self.unpriced[which] += len(failed)
+
+
+def _label(rows: list[Positioned]) -> str:
+    first = rows[0][0]
+    return f"the batch of {len(rows):,} from {first.topic}[{first.partition}]@{first.offset}"
 
 
 class UnpricedEvent(ValueError):  # noqa: N818 - the dead letter's error class says what it is

@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from projections.write_behind import WriteBehind  # noqa: E402
 from tests.projection_support import Positioned, batches, next_positions, sim_events  # noqa: E402
 
 FLEET = ("lifecycle", "market", "demand", "decisions", "usage")
@@ -58,8 +59,15 @@ def run_fleet(args: argparse.Namespace) -> None:
 
     with connect(args.dsn, args.schema) as conn:
         writer = FleetWriter(conn, on_step=killer(args.kill))
-        for batch in batches(pending(FLEET, writer.stored_offsets()), args.batch):
-            writer.write(batch, next_positions(batch))
+
+        def write(batch: list[Positioned]) -> object:
+            return writer.write(batch, next_positions(batch))
+
+        # Written behind (as a rebuild writes): the kill lands on the writer thread while the
+        # caller holds the next batch.
+        with WriteBehind(write) as behind:
+            for n, batch in enumerate(batches(pending(FLEET, writer.stored_offsets()), args.batch)):
+                behind.submit(f"batch {n}", batch)
 
 
 def run_relay(args: argparse.Namespace) -> None:
@@ -86,8 +94,13 @@ def run_ledger(args: argparse.Namespace) -> None:
 
     store = ChdbStore(Path(args.path), args.database)
     writer = LedgerWriter(store, on_step=killer(args.kill))
-    for batch in batches(pending(LEDGER, writer.stored_offsets()), args.batch):
-        writer.write(batch, next_positions(batch))
+
+    def write(batch: list[Positioned]) -> object:
+        return writer.write(batch, next_positions(batch))
+
+    with WriteBehind(write) as behind:
+        for n, batch in enumerate(batches(pending(LEDGER, writer.stored_offsets()), args.batch)):
+            behind.submit(f"batch {n}", batch)
 
 
 def dump_ledger(args: argparse.Namespace) -> None:
