@@ -3,6 +3,7 @@ chdb in-process), each against a bare loop over the same records in the same run
 rebuild time of both from a simulated region's log.
 
     .venv/bin/python bench/projections.py [--days D] [--workloads N] [--batch B] [--rounds R]
+        [--serial] [--home DIR] [--no-rebuild]
 
 The region is simulated for D days (default 2; 30 for the rebuild figure of DESIGN.md §8) into
 an embedded log under a temporary home. Every path decodes the same raw records:
@@ -13,7 +14,11 @@ an embedded log under a temporary home. Every path decodes the same raw records:
 - ledger: decode + `LedgerWriter.write` (events, rankings, rate cards, priced lines, offsets);
   bare: decode + one Arrow insert of the event rows per batch.
 - rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
-  wall time.
+  wall time and this process's CPU. `--rounds 0` runs only the simulation and the rebuild.
+
+A projection's batches are written behind the decoding of the next (`WriteBehind`, as
+`catch_up` and so a rebuild write them); `--serial` also runs each projection writing a batch
+before decoding the next, in the same rounds. The bare loops are serial.
 
 Rounds (default 2) alternate each projection with its bare loop; the ratio is taken within a
 round and the table gives the range over rounds. Each path is timed twice: wall clock, and CPU

@@ -47,7 +47,8 @@ class WriteBehind(Generic[Batch, Result]):
         try:
             return future.result()
         except BaseException as error:
-            error.add_note(f"(while writing {label})")
+            if future.done() and future.exception() is error:  # the write's, not an interrupt's
+                error.add_note(f"(while writing {label})")
             raise
 
     def close(self) -> None:
