@@ -78,6 +78,13 @@ def run() -> None:
     help="Seconds between two snapshots of a stage partition that has moved.",
 )
 @click.option(
+    "--commit-interval-s",
+    type=click.FloatRange(0.1, 60.0),
+    default=2.8,
+    show_default=True,
+    help="Seconds between two commits of the offsets the stored snapshots cover.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -94,6 +101,7 @@ def streams_command(
     session_timeout_s: float,
     snapshot_every: int,
     snapshot_interval_s: float,
+    commit_interval_s: float,
     log_level: str,
 ) -> None:
     """Run the deciders on Kafka: the region's sequencer and Faust workers.
@@ -136,6 +144,7 @@ def streams_command(
         session_timeout_s=session_timeout_s,
         snapshot_every=snapshot_every,
         snapshot_interval_s=snapshot_interval_s,
+        commit_interval_s=commit_interval_s,
         log_level=log_level,
     )
     if role == "worker":

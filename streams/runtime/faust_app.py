@@ -32,8 +32,12 @@ unacknowledged record (``Consumer._new_offset``), and the actuator topic's recor
 in position order (they merge the workload partitions'), so acknowledging out of order would
 commit past a decision not yet applied. A partition's state is the fold of its topic's records
 with no hole (`in_sequence`): records of a partition this worker no longer owns are dropped (the
-take buffer keeps records across a rebalance), and a record after the offset the state ends at
-waits while the consumer is sent back, so a decision made again is made from the same state.
+take buffer keeps records across a rebalance), and when a record comes after the offset the
+state ends at, the records in between are read from Kafka by the worker itself and applied
+first: Faust drops, and acknowledges, the records it fetched under an older consumer
+generation when a rebalance comes (``Stream._py_aiter``), so they never reach the stream, and
+seeking its consumer back did not bring them again (a restarted worker waited forever). So a
+decision made again is made from the same state.
 A consumer that drops duplicates by event id sees every decision once.
 """
 
@@ -55,10 +59,11 @@ from faust.types import TP, EventT, StreamT
 
 from schemas.codec import Codec
 from streams.deciders import DeciderSettings, ExclusionWatcher, Scorer
+from streams.log import LogError
 from streams.runtime import state_codec
 from streams.runtime.core import Clock, Item, RuntimeSettings
 from streams.runtime.journal import Header, RuntimeTopics
-from streams.runtime.kafka_io import PartitionReader
+from streams.runtime.kafka_io import Message, PartitionReader
 from streams.runtime.stages import (
     ActuatorPartition,
     KeyedPartition,
@@ -107,6 +112,9 @@ class FaustConfig:
     """Positions between two snapshots of a partition."""
     snapshot_interval_s: float = 10.0
     """Seconds between two snapshots of a partition that has moved."""
+    commit_interval_s: float = 2.8
+    """Seconds between two commits of the acknowledged offsets (Faust's default, 2.8 s): a
+    restarted worker re-reads at most that much more than its snapshot covers."""
     batch_max: int = 1000
     batch_within_s: float = 0.05
     producer_linger_s: float = 0.01
@@ -192,6 +200,24 @@ class JournalFeed:
             self._reader = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """A record read from Kafka by the worker itself to fill a hole in what Faust delivered.
+    Faust drops (and acknowledges) the records it fetched under an older consumer generation
+    when a rebalance comes, and goes on after them; they never reach the stream. Such a record
+    has no Faust event to acknowledge: the stored snapshot's `next_offset` covers it."""
+
+    offset: int
+
+
+Source = EventT[Any] | _Fetched
+"""Where a stage record came from: Faust's stream, or the worker's own read (`_Fetched`)."""
+
+
+def _offset_of(source: Source) -> int:
+    return source.offset if isinstance(source, _Fetched) else source.message.offset
+
+
 @dataclass(slots=True)
 class _Held:
     """A partition's runner, and what is not yet covered by its stored snapshot."""
@@ -201,7 +227,7 @@ class _Held:
     stored_position: int = -1
     stored_at: float = field(default_factory=time.monotonic)
     stored_keys: list[bytes] = field(default_factory=list)
-    unacked: list[tuple[int, EventT[Any]]] = field(default_factory=list)
+    unacked: list[tuple[int, Source]] = field(default_factory=list)
     next_offset: int | None = None
     """The offset of the source partition's next record: every record before it is in the
     state (applied, or skipped as a copy). None: not known yet (a runner with no snapshot, or
@@ -278,7 +304,7 @@ class StageHost:
 
     async def on_batch(self, events: list[EventT[Any]]) -> None:
         async with self.lock:
-            by_partition: dict[int, list[tuple[StageRecord, EventT[Any]]]] = {}
+            by_partition: dict[int, list[tuple[StageRecord, Source]]] = {}
             decode = self.config.codec.decode
             for event in events:
                 header = Header.decode(event.headers)
@@ -289,7 +315,7 @@ class StageHost:
             for partition, pairs in by_partition.items():
                 await self._apply(partition, pairs)
 
-    async def _apply(self, partition: int, pairs: list[tuple[StageRecord, EventT[Any]]]) -> None:
+    async def _apply(self, partition: int, pairs: list[tuple[StageRecord, Source]]) -> None:
         if not self._owns(partition):
             # Records fetched before a rebalance took the partition away (Faust's take buffer
             # keeps them): its owner reads them. Making a runner here would restore this
@@ -319,32 +345,87 @@ class StageHost:
         else:
             out = runner.apply(records)
         if not isinstance(runner, ActuatorPartition):
-            last = max(e.message.offset for _, e in pairs)
+            last = max(_offset_of(e) for _, e in pairs)
             held.next_offset = max(held.next_offset or 0, last + 1)
         await self._publish(partition, out)
         held.unacked += [(r.position, e) for r, e in pairs]
         await self._maybe_store(partition, held)
 
     async def _in_sequence(
-        self, partition: int, held: _Held, pairs: list[tuple[StageRecord, EventT[Any]]]
-    ) -> list[tuple[StageRecord, EventT[Any]]]:
-        """The records up to a hole (see `in_sequence`); the rest of the batch is dropped,
-        unacknowledged, and the consumer is sent back to the first missing record."""
-        offsets = [e.message.offset for _, e in pairs]
-        keep = in_sequence(held.next_offset, offsets)
-        if keep < len(pairs):
+        self, partition: int, held: _Held, pairs: list[tuple[StageRecord, Source]]
+    ) -> list[tuple[StageRecord, Source]]:
+        """The batch's records in sequence from the state's next offset (see `in_sequence`).
+
+        A hole (records missing before one Faust delivered) is filled by reading the missing
+        records from Kafka directly: Faust drops records fetched before a rebalance, and a
+        restarted worker's consumer may start past a snapshot's end. If they cannot be read
+        (deleted by retention, broker gone), the records up to the hole are kept and the
+        consumer is sent back to the first missing one."""
+        for _ in range(len(pairs) + 1):  # each pass fills one hole, or returns
+            offsets = [_offset_of(e) for _, e in pairs]
+            keep = in_sequence(held.next_offset, offsets)
+            if keep == len(pairs):
+                return pairs
             expected = max([held.next_offset or 0] + [o + 1 for o in offsets[:keep]])
-            if held.sought != expected:  # once: the records sent again may already be queued
-                _LOG.info(
-                    "%s[%d]: record %d after a hole; reading again from %d",
-                    self.name,
-                    partition,
-                    offsets[keep],
-                    expected,
-                )
-                held.sought = expected
-                await self.app.consumer.seek(TP(self.table_source_topic, partition), expected)
+            filled = await self._read_hole(partition, expected, offsets[keep] - 1)
+            if filled is None:
+                break
+            _LOG.info(
+                "%s[%d]: records %d-%d missing before record %d; read from Kafka",
+                self.name,
+                partition,
+                expected,
+                offsets[keep] - 1,
+                offsets[keep],
+            )
+            pairs = pairs[:keep] + filled + pairs[keep:]
+        offsets = [_offset_of(e) for _, e in pairs]
+        keep = in_sequence(held.next_offset, offsets)
+        expected = max([held.next_offset or 0] + [o + 1 for o in offsets[:keep]])
+        if held.sought != expected:  # once: the records sent again may already be queued
+            _LOG.warning(
+                "%s[%d]: record %d after a hole; reading again from %d",
+                self.name,
+                partition,
+                offsets[keep],
+                expected,
+            )
+            held.sought = expected
+            await self.app.consumer.seek(TP(self.table_source_topic, partition), expected)
         return pairs[:keep]
+
+    async def _read_hole(
+        self, partition: int, first: int, last: int
+    ) -> list[tuple[StageRecord, Source]] | None:
+        """Records `first`..`last` of the source partition, read off the event loop; None if
+        they cannot all be read."""
+        if last < first:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            messages = await loop.run_in_executor(None, self._read_source, partition, first, last)
+        except LogError as error:
+            _LOG.warning(
+                "%s[%d]: could not read records %d-%d: %s", self.name, partition, first, last, error
+            )
+            return None
+        if [m.offset for m in messages] != list(range(first, last + 1)):
+            return None  # some are gone (retention): only a seek can tell what is left
+        decode = self.config.codec.decode
+        out: list[tuple[StageRecord, Source]] = []
+        for m in messages:
+            header = Header.decode(m.headers)
+            envelope = decode(m.value or b"") if header.kind in ("fact", "decision") else None
+            out.append((StageRecord(header, envelope), _Fetched(m.offset)))
+        return out
+
+    def _read_source(self, partition: int, first: int, last: int) -> list[Message]:
+        topic = self.table_source_topic
+        reader = PartitionReader(self.config.bootstrap, topic, partition, start=first)
+        try:
+            return reader.read_until(last)
+        finally:
+            reader.close()
 
     async def _apply_workload(
         self, runner: WorkloadPartition, held: _Held, records: list[StageRecord]
@@ -461,10 +542,11 @@ class StageHost:
         if self.stream is None:
             return
         done = 0
-        for position, event in held.unacked:
+        for position, source in held.unacked:
             if position > held.stored_position:
                 break
-            await self.stream.ack(event)
+            if not isinstance(source, _Fetched):  # a record read by the worker: no Faust event
+                await self.stream.ack(source)
             done += 1
         del held.unacked[:done]
 
@@ -539,6 +621,7 @@ def build_app(config: FaustConfig) -> tuple[faust.App, dict[str, StageHost]]:
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         stream_publish_on_commit=False,
+        broker_commit_interval=config.commit_interval_s,
         topic_allow_declare=False,
         table_standby_replicas=0,
         loghandlers=[],
