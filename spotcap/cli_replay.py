@@ -47,6 +47,7 @@ from replay.rule_file import RuleError, load_rule
 from replay.run import Replayed, replay_clickhouse, replay_python
 from replay.sql import LEDGER_RELATIONS, parquet_relations
 from spotcap.cli_archive import archive_option, open_archive
+from spotcap.cli_replay_decisions import decisions
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.projecting import catch_up, open_writer
@@ -190,6 +191,9 @@ def replay(
         _print_diff(result, diff(recorded, result.amounts), report, limit)
     else:
         _print_ledger(result, report, limit)
+
+
+replay.add_command(decisions)
 
 
 def _bring_ledger_up(settings: Settings, quiet: bool) -> None:

@@ -33,12 +33,14 @@ from schemas.pools import PoolCatalogue, PoolCatalogueError
 from spotcap.cli_types import FiniteFloatRange
 from spotcap.config import Settings
 from spotcap.demo_fresh import fresh_plan, record_demo_ends
+from spotcap.demo_record import RecordedRun, forget_run, record_run
 from spotcap.demo_report import DecisionSummary, comparison, print_comparison, print_decisions
 from spotcap.fail import fail
 from spotcap.failures import unwritable_directory
-from spotcap.loop import DecidersOrchestrator
+from spotcap.loop import DecidersOrchestrator, owned_by
 from spotcap.runs import run_marker
 from spotcap.wiring import describe_log, make_codec, open_log
+from streams.deciders.settings import DeciderSettings
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, LogError, UnknownTopicError
 from streams.topics import EVENT_TOPICS, region_topics, topic_name
@@ -47,10 +49,13 @@ from streams.writer import EventWriter
 FLUSH_EVENTS = 50_000
 
 # What can drive the simulated region (`--orchestrator`): a name -> a new orchestrator for the
-# config. The deciders are the default; the baseline stand-in is what they are compared with.
-ORCHESTRATORS: dict[str, Callable[[SimConfig], Orchestrator]] = {
-    "deciders": lambda config: DecidersOrchestrator(config.orchestrator.orchestrator_id),
-    "baseline": lambda config: BaselineOrchestrator(config.orchestrator),
+# config and the deciders' settings (which the baseline has none of). The deciders are the
+# default; the baseline stand-in is what they are compared with.
+ORCHESTRATORS: dict[str, Callable[[SimConfig, DeciderSettings], Orchestrator]] = {
+    "deciders": lambda config, deciders: DecidersOrchestrator(
+        config.orchestrator.orchestrator_id, deciders
+    ),
+    "baseline": lambda config, _: BaselineOrchestrator(config.orchestrator),
 }
 DEFAULT_ORCHESTRATOR = "deciders"
 BASELINE = "baseline"
@@ -96,7 +101,7 @@ def write_run(
 def simulate_only(config: SimConfig, on_progress: ProgressCallback | None = None) -> RunSummary:
     """Run the baseline on `config` without writing anything: what the deciders are compared
     with on the same seed."""
-    sim = RegionSim(config, orchestrator=ORCHESTRATORS[BASELINE](config))
+    sim = RegionSim(config, orchestrator=ORCHESTRATORS[BASELINE](config, DeciderSettings()))
     summary = RunSummary(sim.catalogue)
     for batch in sim.run(HOUR_US):
         for envelope in batch:
@@ -115,14 +120,18 @@ def run_demo(
     orchestrator: str = DEFAULT_ORCHESTRATOR,
     compare: bool = True,
     on_baseline_progress: ProgressCallback | None = None,
+    deciders: DeciderSettings | None = None,
 ) -> dict[str, Any]:
     """Apply the region's topics, refuse a log that already holds its events, run, report.
 
     With `fresh`, an embedded log's topics of the region are deleted first (never Kafka's).
-    `orchestrator` names what drives the region (`ORCHESTRATORS`); with `compare` (and an
+    `orchestrator` names what drives the region (`ORCHESTRATORS`), the deciders with
+    `deciders` (the source design's settings by default); with `compare` (and an
     orchestrator other than the baseline) the baseline runs the same config too, unwritten, and
-    the report compares the two (`comparison`).
+    the report compares the two (`comparison`). A finished run records its configuration
+    beside the log (`spotcap.demo_record`), for `spotcap replay decisions`.
     """
+    deciders = owned_by(config.orchestrator.orchestrator_id, deciders)
     log = open_log(settings)
     try:
         if fresh:
@@ -152,12 +161,17 @@ def run_demo(
             )
         # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
         with run_marker(settings, config.region):
+            forget_run(settings, config.region)
             log.apply_topics(region_topics(config.region))
-            driver = ORCHESTRATORS[orchestrator](config)
+            driver = ORCHESTRATORS[orchestrator](config, deciders)
             sim = RegionSim(config, orchestrator=driver)
             decisions = DecisionSummary(sim.misbehaving_pool_ids)
             summary = write_run(sim, log, settings, on_progress, decisions)
             record_demo_ends(log, settings, config.region)
+            record_run(
+                settings,
+                RecordedRun(config, orchestrator, None if orchestrator == BASELINE else deciders),
+            )
     finally:
         log.close()
     report = summary.report(sim.misbehaving_pool_ids)

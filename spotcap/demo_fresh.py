@@ -41,7 +41,8 @@ def record_demo_ends(log: EventLog, settings: Settings, region: str) -> None:
     path.write_text(json.dumps(current_ends(log, region), sort_keys=True, indent=2))
 
 
-def _recorded(settings: Settings, region: str) -> Ends | None:
+def recorded_ends(settings: Settings, region: str) -> Ends | None:
+    """The end offsets the last finished demo run of `region` left (None: none recorded)."""
     try:
         raw: Ends = json.loads(_ends_path(settings, region).read_text())
     except (OSError, ValueError):
@@ -57,7 +58,7 @@ def fresh_plan(log: EventLog, settings: Settings, region: str) -> tuple[str, str
     if total == 0:
         return ""
     run = last_run(settings, region)
-    recorded = _recorded(settings, region)
+    recorded = recorded_ends(settings, region)
     if recorded is None and run is not None and " demo" in run.command and run.state != "finished":
         recorded = now  # the partial output of a demo run that did not finish
     extra = {
