@@ -265,7 +265,9 @@ def _print_settings(as_json: bool) -> None:
         title="decider settings --set may change (the recorded run's values are the base)"
     )
     for column in ("key", "default", "allowed"):
-        table.add_column(column, justify="right" if column == "default" else "left")
+        table.add_column(
+            column, justify="right" if column == "default" else "left", no_wrap=column == "key"
+        )
     for row in rows:
         table.add_row(str(row["key"]), f"{row['default']:g}", str(row["allowed"]))
     Console().print(table)
