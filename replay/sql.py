@@ -49,6 +49,20 @@ class Relations:
 
     events: str
     cards: str
+    read_once: bool = False
+    """Read the events the lines are priced from (every type but rate cards) once, into a
+    scratch table, rather than once per kind of line: for Parquet files, where each read
+    decodes the whole payload column whatever the filter keeps."""
+
+
+# The event types the lines are priced from, besides the rate cards.
+PRICED_TYPES = (
+    "usage_interval",
+    "work_wasted",
+    "checkpoint_written",
+    "instance_lost",
+    "contract_published",
+)
 
 
 LEDGER_RELATIONS = Relations(
@@ -79,15 +93,20 @@ def parquet_relations(files: list[str]) -> Relations:
         " assumeNotNull(offset) AS offset"
         f" FROM ({union})"
     )
+    # Rate cards are over half of a month's events, and parsing them was the largest cost of a
+    # long replay (docs/performance.md). A card's payload is flat (scalars only) and written
+    # compact with sorted keys (`replay.archive.export.payload_json`), which is the form the
+    # simpleJSON functions read: they find `"key":` and read the value after it, without
+    # parsing the document (three times faster here than one JSONExtract into a tuple).
     cards = (
-        "SELECT JSONExtractString(payload, 'pool_id') AS pool, event_id AS eid,"
-        " JSONExtractInt(payload, 'valid_from_at') AS vf,"
-        " JSONExtractInt(payload, 'price_per_vcpu_h_eur_micros') AS price,"
-        " JSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g,"
-        " JSONExtractString(payload, 'purchase_model') AS model"
+        "SELECT simpleJSONExtractString(payload, 'pool_id') AS pool, event_id AS eid,"
+        " simpleJSONExtractInt(payload, 'valid_from_at') AS vf,"
+        " simpleJSONExtractInt(payload, 'price_per_vcpu_h_eur_micros') AS price,"
+        " simpleJSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g,"
+        " simpleJSONExtractString(payload, 'purchase_model') AS model"
         f" FROM ({events}) WHERE event_type = 'rate_card'"
     )
-    return Relations(events, cards)
+    return Relations(events, cards, read_once=True)
 
 
 def _quote(text: str) -> str:
@@ -158,6 +177,7 @@ class SqlReplay:
     def __init__(self, store: LedgerStore, relations: Relations = LEDGER_RELATIONS) -> None:
         self.store = store
         self.relations = relations
+        self._events = relations.events  # where the lines' events are read from in a run
 
     def run(
         self,
@@ -168,9 +188,17 @@ class SqlReplay:
     ) -> dict[LineKey, int]:
         tag = uuid.uuid4().hex[:12]
         cards, pieces = f"replay_cards_{tag}", f"replay_pieces_{tag}"
-        ints = f"replay_integrals_{tag}"
+        ints, facts = f"replay_integrals_{tag}", f"replay_events_{tag}"
         step = on_step or (lambda _: None)
         try:
+            if self.relations.read_once:
+                step("events")
+                types = ", ".join(f"'{t}'" for t in PRICED_TYPES)
+                self.store.command(
+                    f"CREATE TABLE {facts} ENGINE = Memory AS SELECT * FROM"
+                    f" ({self.relations.events}) WHERE event_type IN ({types})"
+                )
+                self._events = f"SELECT * FROM {facts}"
             step("rate cards")
             self.store.command(f"CREATE TABLE {cards} ENGINE = Memory AS {self._cards_sql()}")
             step("usage pieces")
@@ -186,7 +214,8 @@ class SqlReplay:
                 self._lines_sql(rule, cards, pieces, ints, first_day=first_day, last_day=last_day)
             )
         finally:
-            for name in (ints, pieces, cards):
+            self._events = self.relations.events
+            for name in (ints, pieces, cards, facts):
                 self.store.command(f"DROP TABLE IF EXISTS {name}")
         return {(str(r["w"]), int(r["day"]), str(r["cause"])): int(r["a"]) for r in rows}
 
@@ -230,7 +259,7 @@ ARRAY JOIN rows AS c
         return (
             "SELECT JSONExtractString(payload, 'workload_id') AS cw, t AS ct,"
             " argMax(JSONExtractString(payload, 'tier'), offset) AS tier"
-            f" FROM ({self.relations.events}) WHERE event_type = 'contract_published'"
+            f" FROM ({self._events}) WHERE event_type = 'contract_published'"
             " GROUP BY cw, ct"
         )
 
@@ -258,7 +287,7 @@ FROM (
            u.6 AS vcpu, u.7 AS used_h
     FROM (
         SELECT event_id, t, JSONExtract(payload, '{usage_type}') AS u
-        FROM ({self.relations.events}) WHERE event_type = 'usage_interval'
+        FROM ({self._events}) WHERE event_type = 'usage_interval'
     )
     WHERE u.5 > u.4{lo}{hi} AND u.2 IN (SELECT pool FROM {cards})
 ) AS uu{tier_join}
@@ -383,7 +412,7 @@ ARRAY JOIN [
         tier_col = "k.tier" if rule.uses_tiers else "''"
         notice_join = (
             " LEFT JOIN (SELECT event_id AS lid, JSONExtractBool(payload, 'with_notice') AS"
-            f" ln FROM ({self.relations.events}) WHERE event_type = 'instance_lost') AS l"
+            f" ln FROM ({self._events}) WHERE event_type = 'instance_lost') AS l"
             " ON l.lid = ww.causation"
             if charge.with_notice != charge.without_notice
             else ""
@@ -406,7 +435,7 @@ FROM (
                JSONExtractString(payload, 'pool_id') AS pool,
                JSONExtractFloat(payload, 'wasted_vcpu_s') AS wasted_s,
                intDiv(t, {DAY_US}) AS day
-        FROM ({self.relations.events}) WHERE event_type = 'work_wasted'
+        FROM ({self._events}) WHERE event_type = 'work_wasted'
     ) AS ww
     INNER JOIN ({first}) AS f ON f.fpool = ww.pool
     ASOF LEFT JOIN {cards} AS c ON c.pool = ww.pool AND ww.t >= c.vf{tier_join}{notice_join}
@@ -433,7 +462,7 @@ SELECT w, day, '{CHECKPOINT_STORAGE}' AS cause,
        '{cp.charge_to}' AS charge, toInt128(0) AS weight
 FROM (
     SELECT JSONExtractString(payload, 'workload_id') AS w, intDiv(t, {DAY_US}) AS day, payload
-    FROM ({self.relations.events}) WHERE event_type = 'checkpoint_written'
+    FROM ({self._events}) WHERE event_type = 'checkpoint_written'
 )
 WHERE {day_ok}
 """
