@@ -14,12 +14,17 @@ of minutes on a loaded machine) and reused. Every run then:
   summed per workload and day in a dict;
 - export and verify of 2026-11 into a fresh local archive (`spotcap archive export`, `verify`);
 - clickhouse: the SQL of the recorded rule over the ledger's tables and over the month's
-  events.parquet; bare: one chdb query over the same Parquet, the usage intervals ASOF-joined
-  to the card in force and summed per workload and day;
+  archive files (events.parquet and the typed rate_cards.parquet and usage.parquet); bare: one
+  chdb query over the same typed files, the usage intervals ASOF-joined to the card in force
+  and summed per workload and day;
 - the long history: the month's events.parquet repeated with its times shifted (and its event
-  ids renamed) until --long-days days are covered, written once under --home; the SQL engine
-  and the bare query over it. The Python engine on it only with --python-long (the month's
-  events decoded and shifted in Python, about 20 minutes).
+  ids renamed) until --long-days days are covered, each copy with its typed files derived as
+  the export derives them, written once under --home; the SQL engine and the bare query over
+  it. The Python engine on it only with --python-long (the month's events decoded and shifted
+  in Python, about 20 minutes).
+
+With --long-only, only the long history, from the month's files under --home
+(`<home>/2026-11/`, kept by an earlier full run); the ledger is not brought up to date.
 """
 
 from __future__ import annotations
@@ -47,11 +52,12 @@ from projections.ledger.store import LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS
 from provider.sim.region import SimConfig
 from replay.archive import layout
+from replay.archive.export import write_typed_files
 from replay.archive.read import archive_history
 from replay.fold import DAY_US
 from replay.rule_file import load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
-from replay.sql import LEDGER_RELATIONS, parquet_relations
+from replay.sql import LEDGER_RELATIONS, ParquetMonth, parquet_relations
 from schemas.codec import strip_logical_types
 from schemas.events import Envelope
 from spotcap.cli import main as cli
@@ -84,13 +90,15 @@ def row(what: str, events: int, seconds: float, bare_s: float | None = None) -> 
 # -- the 30-day history ---------------------------------------------------------------------
 
 
-def prepare(home: Path) -> Settings:
+def prepare(home: Path, ledger: bool = True) -> Settings:
     settings = Settings.load(home=home, region=REGION)
     if not (home / "log").exists():
         say("simulating 30 days of the default region (once) ...")
         started = time.monotonic()
         run_demo(settings, SimConfig(seed=1, days=30, region=REGION))
         say(f"  {time.monotonic() - started:.0f} s")
+    if not ledger:
+        return settings
     say("bringing the ledger up to date with the log (once) ...")
     started = time.monotonic()
     log = open_log(settings)
@@ -177,7 +185,7 @@ def export_and_verify(settings: Settings, where: Path) -> tuple[int, float, floa
 # -- ClickHouse -----------------------------------------------------------------------------
 
 
-def sql_engine(store: LedgerStore, files: list[str] | None) -> tuple[int, float]:
+def sql_engine(store: LedgerStore, files: list[ParquetMonth] | None) -> tuple[int, float]:
     rule = load_rule(shipped_rule_path("recorded"))
     relations = LEDGER_RELATIONS if files is None else parquet_relations(files)
     cpu = time.process_time()
@@ -192,33 +200,41 @@ def cpu_s(what: str, seconds: float) -> None:
     say(f"  ({what}: {seconds:.1f} s of CPU time)")
 
 
-def sql_bare(store: LedgerStore, files: list[str]) -> tuple[int, float]:
-    """One query: usage intervals priced at the card in force at their start, summed."""
-    union = " UNION ALL ".join(
-        f"SELECT event_type, payload FROM file('{f}', Parquet)" for f in files
+def sql_bare(store: LedgerStore, files: list[ParquetMonth]) -> tuple[int, float]:
+    """One query over the same files: usage intervals priced at the card in force at their
+    start, summed (the typed files of the archive's format 2, as the engine reads them)."""
+
+    def union(name: str, columns: str) -> str:
+        return " UNION ALL ".join(
+            f"SELECT {columns} FROM file('{getattr(f, name)}', Parquet)" for f in files
+        )
+
+    cards = union(
+        "rate_cards",
+        "pool_id AS pool, valid_from_at AS vf, guaranteed_price_per_vcpu_h_eur_micros AS g",
     )
+    usage = union("usage", "workload_id AS w, pool_id AS pool, start_at AS s, used_vcpu_h AS used")
     sql = f"""
-WITH h AS ({union}),
-cards AS (
-    SELECT JSONExtractString(payload, 'pool_id') AS pool,
-           JSONExtractInt(payload, 'valid_from_at') AS vf,
-           JSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g
-    FROM h WHERE event_type = 'rate_card'),
-usage AS (
-    SELECT JSONExtractString(payload, 'workload_id') AS w,
-           JSONExtractString(payload, 'pool_id') AS pool,
-           JSONExtractInt(payload, 'start_at') AS s,
-           JSONExtractFloat(payload, 'used_vcpu_h') AS used
-    FROM h WHERE event_type = 'usage_interval')
 SELECT w, intDiv(s, {DAY_US}) AS day, sum(used * c.g) AS micros
-FROM usage AS u ASOF LEFT JOIN cards AS c ON u.pool = c.pool AND u.s >= c.vf
+FROM ({usage}) AS u ASOF LEFT JOIN ({cards}) AS c ON u.pool = c.pool AND u.s >= c.vf
 GROUP BY w, day"""
     started, cpu = time.monotonic(), time.process_time()
     store.query(sql)
     seconds = time.monotonic() - started
     cpu_s("the bare query", time.process_time() - cpu)
-    n = store.query(f"SELECT count() AS n FROM ({union})")[0]["n"]
+    events = " UNION ALL ".join(f"SELECT event_id FROM file('{f.events}', Parquet)" for f in files)
+    n = store.query(f"SELECT count() AS n FROM ({events})")[0]["n"]
     return int(n), seconds
+
+
+def typed(events_file: Path) -> ParquetMonth:
+    """An events.parquet with its typed files beside it (derived once, as the export does)."""
+    folder = events_file.parent
+    if not all((folder / name).exists() for name in layout.TYPED_FILES):
+        write_typed_files(events_file, folder)
+    return ParquetMonth(
+        str(events_file), str(folder / layout.RATE_CARDS), str(folder / layout.USAGE)
+    )
 
 
 # -- the long history -----------------------------------------------------------------------
@@ -233,15 +249,16 @@ def _span_days(month_file: str, store: LedgerStore) -> tuple[int, int]:
     return first_day, int(got["b"]) // DAY_US - first_day + 1
 
 
-def generate_long(store: LedgerStore, month_file: str, home: Path, days: int) -> list[str]:
-    """The month repeated, shifted by its span each time, cut at `days` days: one file per
-    repetition, event ids renamed (the first 8 hex digits are the repetition's number)."""
+def generate_long(store: LedgerStore, month_file: str, home: Path, days: int) -> list[ParquetMonth]:
+    """The month repeated, shifted by its span each time, cut at `days` days: one folder per
+    repetition, event ids renamed (the first 8 hex digits are the repetition's number), with
+    the typed files derived from each as the archive's export derives them."""
     first_day, span = _span_days(month_file, store)
     tiles = -(-days // span)
     folder = home / f"long-{days}d"
-    files = [str(folder / f"tile-{k:03d}.parquet") for k in range(tiles)]
+    files = [str(folder / f"tile-{k:03d}" / layout.EVENTS) for k in range(tiles)]
     if all(Path(f).exists() for f in files):
-        return files
+        return [typed(Path(f)) for f in files]
     folder.mkdir(parents=True, exist_ok=True)
     end_us = (first_day + days) * DAY_US
     say(f"generating {days} days: the {span}-day month repeated {tiles} times (once) ...")
@@ -256,6 +273,7 @@ def generate_long(store: LedgerStore, month_file: str, home: Path, days: int) ->
                 f" concat('\"{key}\":', toString({old} + {shift})))"
             )
         rename = "concat(leftPad(hex(toUInt32({k})), 8, '0'), substring({c}, 9))"
+        Path(target).parent.mkdir(exist_ok=True)
         Path(target).unlink(missing_ok=True)
         store.command(
             f"INSERT INTO FUNCTION file('{target}', Parquet)"
@@ -269,8 +287,9 @@ def generate_long(store: LedgerStore, month_file: str, home: Path, days: int) ->
             f" WHERE toUnixTimestamp64Micro(occurred_at) + {shift} < {end_us})"
             " ORDER BY occurred_at, topic, partition, offset"
         )
+    long_files = [typed(Path(f)) for f in files]
     say(f"  {time.monotonic() - started:.0f} s")
-    return files
+    return long_files
 
 
 def shifted_history(month_file: Path, first_day: int, span: int, days: int) -> Iterator[Envelope]:
@@ -305,10 +324,11 @@ def main() -> None:
         "--long-only", action="store_true", help="only the long history (the month file cached)"
     )
     args = parser.parse_args()
-    settings = prepare(args.home)
+    # The long history needs no ledger: chdb runs the queries over the Parquet files.
+    settings = prepare(args.home, ledger=not args.long_only)
     store = open_ledger(settings)
 
-    month_file = args.home / f"{MONTH}-events.parquet"
+    month_file = args.home / MONTH / layout.EVENTS
     if args.long_only:
         long(args, store, month_file)
         return
@@ -322,11 +342,15 @@ def main() -> None:
         rows, export_s, verify_s = export_and_verify(settings, where)
         row(f"archive export {MONTH}", rows, export_s)
         row(f"archive verify {MONTH}", rows, verify_s)
-        month_file.write_bytes((where / layout.key(REGION, MONTH, layout.EVENTS)).read_bytes())
+        month_file.parent.mkdir(exist_ok=True)
+        for name in (layout.EVENTS, *layout.TYPED_FILES):
+            (month_file.parent / name).write_bytes(
+                (where / layout.key(REGION, MONTH, name)).read_bytes()
+            )
 
     events, seconds = sql_engine(store, None)
     row("clickhouse engine (ledger tables)", events, seconds)
-    files = [str(month_file)]
+    files = [typed(month_file)]
     bare = sql_bare(store, files)
     events, seconds = sql_engine(store, files)
     row(f"clickhouse engine ({MONTH} events.parquet)", events, seconds, bare[1])

@@ -22,7 +22,7 @@ rate card and a contract come before the events they price, as the writers appen
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -45,7 +45,10 @@ class Relations:
     """Where the history is, as SQL: `events` yields (event_id String, event_type String,
     t Int64 microseconds, causation String, payload String JSON, topic String, partition
     UInt32, offset UInt64); `cards` yields (pool String, eid String, vf Int64, price Int64,
-    g Int64, model String)."""
+    g Int64, model String); `usage`, if given, yields usage intervals as typed columns
+    (event_id String, t Int64, w String, pool String, model String, s Int64, e Int64,
+    vcpu Int64, used_h Float64), and `events` then holds the usage intervals it does not
+    (none if `usage_in_events` is false)."""
 
     events: str
     cards: str
@@ -53,6 +56,8 @@ class Relations:
     """Read the events the lines are priced from (every type but rate cards) once, into a
     scratch table, rather than once per kind of line: for Parquet files, where each read
     decodes the whole payload column whatever the filter keeps."""
+    usage: str | None = None
+    usage_in_events: bool = True
 
 
 # The event types the lines are priced from, besides the rate cards.
@@ -80,33 +85,66 @@ LEDGER_RELATIONS = Relations(
 )
 
 
-def parquet_relations(files: list[str]) -> Relations:
-    """The history in archive Parquet files (events.parquet of each month)."""
-    union = " UNION ALL ".join(f"SELECT * FROM file({_quote(f)}, Parquet)" for f in files)
+@dataclass(frozen=True, slots=True)
+class ParquetMonth:
+    """A month of the archive as local files: its events.parquet and, from format 2 on, its
+    typed rate_cards.parquet and usage.parquet (`replay.archive.layout`)."""
+
+    events: str
+    rate_cards: str | None = None
+    usage: str | None = None
+
+
+def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
+    """The history in archive Parquet files, month by month: the rate cards and usage
+    intervals from the typed files where a month has them, else from its events' payloads."""
+    months = [ParquetMonth(f) if isinstance(f, str) else f for f in files]
     # Parquet columns read as Nullable; the engine's joins want plain values (none is null
     # but causation_id, which the ledger's table also gives as '').
-    events = (
+    columns = (
         "SELECT assumeNotNull(event_id) AS event_id, assumeNotNull(event_type) AS event_type,"
         " toUnixTimestamp64Micro(assumeNotNull(occurred_at)) AS t,"
         " ifNull(causation_id, '') AS causation, assumeNotNull(payload) AS payload,"
         " assumeNotNull(topic) AS topic, assumeNotNull(partition) AS partition,"
         " assumeNotNull(offset) AS offset"
-        f" FROM ({union})"
+    )
+    events = " UNION ALL ".join(
+        f"{columns} FROM file({_quote(m.events)}, Parquet)"
+        + ("" if m.usage is None else " WHERE event_type != 'usage_interval'")
+        for m in months
     )
     # Rate cards are over half of a month's events, and parsing them was the largest cost of a
-    # long replay (docs/performance.md). A card's payload is flat (scalars only) and written
-    # compact with sorted keys (`replay.archive.export.payload_json`), which is the form the
-    # simpleJSON functions read: they find `"key":` and read the value after it, without
-    # parsing the document (three times faster here than one JSONExtract into a tuple).
-    cards = (
-        "SELECT simpleJSONExtractString(payload, 'pool_id') AS pool, event_id AS eid,"
-        " simpleJSONExtractInt(payload, 'valid_from_at') AS vf,"
+    # long replay (docs/performance.md): a month of format 2 has them typed. In an older month
+    # they are read from the payload: flat (scalars only) and written compact with sorted keys
+    # (`replay.archive.export.payload_json`), the form the simpleJSON functions read: they
+    # find `"key":` and read the value after it, without parsing the document.
+    cards = " UNION ALL ".join(
+        "SELECT pool_id AS pool, event_id AS eid, valid_from_at AS vf,"
+        " price_per_vcpu_h_eur_micros AS price, guaranteed_price_per_vcpu_h_eur_micros AS g,"
+        f" purchase_model AS model FROM file({_quote(m.rate_cards)}, Parquet)"
+        if m.rate_cards is not None
+        else "SELECT simpleJSONExtractString(payload, 'pool_id') AS pool,"
+        " event_id AS eid, simpleJSONExtractInt(payload, 'valid_from_at') AS vf,"
         " simpleJSONExtractInt(payload, 'price_per_vcpu_h_eur_micros') AS price,"
         " simpleJSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g,"
         " simpleJSONExtractString(payload, 'purchase_model') AS model"
-        f" FROM ({events}) WHERE event_type = 'rate_card'"
+        f" FROM ({columns} FROM file({_quote(m.events)}, Parquet)) WHERE event_type = 'rate_card'"
+        for m in months
     )
-    return Relations(events, cards, read_once=True)
+    typed_usage = [
+        "SELECT event_id, toUnixTimestamp64Micro(occurred_at) AS t, workload_id AS w,"
+        " pool_id AS pool, purchase_model AS model, start_at AS s, end_at AS e, vcpu,"
+        f" used_vcpu_h AS used_h FROM file({_quote(m.usage)}, Parquet)"
+        for m in months
+        if m.usage is not None
+    ]
+    return Relations(
+        events,
+        cards,
+        read_once=True,
+        usage=" UNION ALL ".join(typed_usage) if typed_usage else None,
+        usage_in_events=any(m.usage is None for m in months),
+    )
 
 
 def _quote(text: str) -> str:
@@ -266,13 +304,9 @@ ARRAY JOIN rows AS c
     def _pieces_sql(
         self, rule: Rule, cards: str, first_day: int | None, last_day: int | None
     ) -> str:
-        usage_type = (
-            "Tuple(workload_id String, pool_id String, purchase_model String, start_at Int64,"
-            " end_at Int64, vcpu Int64, used_vcpu_h Float64)"
-        )
         day_ok = self._day_filter("day", first_day, last_day)
-        lo = "" if first_day is None else f" AND u.5 > {first_day * DAY_US}"
-        hi = "" if last_day is None else f" AND u.4 < {(last_day + 1) * DAY_US}"
+        lo = "" if first_day is None else f" AND e > {first_day * DAY_US}"
+        hi = "" if last_day is None else f" AND s < {(last_day + 1) * DAY_US}"
         tier_join = (
             f" ASOF LEFT JOIN ({self._tiers_sql()}) AS k ON k.cw = uu.w AND uu.t >= k.ct"
             if rule.uses_tiers
@@ -283,17 +317,29 @@ ARRAY JOIN rows AS c
 SELECT event_id, t, w, pool, model, s, e, vcpu, used_h, {tier_col} AS tier, day,
        greatest(s, toInt64(day) * {DAY_US}) AS a, least(e, (toInt64(day) + 1) * {DAY_US}) AS b
 FROM (
-    SELECT event_id, t, u.1 AS w, u.2 AS pool, u.3 AS model, u.4 AS s, u.5 AS e,
-           u.6 AS vcpu, u.7 AS used_h
-    FROM (
-        SELECT event_id, t, JSONExtract(payload, '{usage_type}') AS u
-        FROM ({self._events}) WHERE event_type = 'usage_interval'
-    )
-    WHERE u.5 > u.4{lo}{hi} AND u.2 IN (SELECT pool FROM {cards})
+    SELECT event_id, t, w, pool, model, s, e, vcpu, used_h
+    FROM ({self._usage_sql()})
+    WHERE e > s{lo}{hi} AND pool IN (SELECT pool FROM {cards})
 ) AS uu{tier_join}
 ARRAY JOIN range(toUInt64(intDiv(s, {DAY_US})), toUInt64(intDiv(e - 1, {DAY_US})) + 1) AS day
 WHERE {day_ok}
 """
+
+    def _usage_sql(self) -> str:
+        """The usage intervals: typed where the relations have them, else from the payloads."""
+        usage_type = (
+            "Tuple(workload_id String, pool_id String, purchase_model String, start_at Int64,"
+            " end_at Int64, vcpu Int64, used_vcpu_h Float64)"
+        )
+        parts = [] if self.relations.usage is None else [self.relations.usage]
+        if self.relations.usage_in_events:
+            parts.append(
+                "SELECT event_id, t, u.1 AS w, u.2 AS pool, u.3 AS model, u.4 AS s, u.5 AS e,"
+                " u.6 AS vcpu, u.7 AS used_h FROM ("
+                f"SELECT event_id, t, JSONExtract(payload, '{usage_type}') AS u"
+                f" FROM ({self._events}) WHERE event_type = 'usage_interval')"
+            )
+        return " UNION ALL ".join(parts)
 
     def _integrals_sql(self, cards: str, pieces: str) -> str:
         """The integral of price and guaranteed price at every end of every piece."""

@@ -45,7 +45,7 @@ from replay.ledgers import (
 )
 from replay.rule_file import RuleError, load_rule
 from replay.run import Replayed, replay_clickhouse, replay_python
-from replay.sql import LEDGER_RELATIONS, parquet_relations
+from replay.sql import LEDGER_RELATIONS, ParquetMonth, parquet_relations
 from spotcap.cli_archive import archive_option, open_archive
 from spotcap.cli_replay_decisions import decisions
 from spotcap.config import Settings
@@ -196,6 +196,10 @@ def replay(
 replay.add_command(decisions)
 
 
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 def _bring_ledger_up(settings: Settings, quiet: bool) -> None:
     """Bring the ledger up to date with the log (the recorded ledger and the SQL engine's
     tables are the ledger's), with a progress bar."""
@@ -262,7 +266,7 @@ def _run(
                 spinner = _spinner(f"replaying {rule.name} over the archive", quiet)
                 with spinner:
                     spinner.add_task("replay", total=None)
-                    archived = archive_history(files, first_month)
+                    archived = archive_history([(m.month, m.events) for m in files], first_month)
                     return replay_python([rule], archived, first_day, last_day)[0]
             store = open_ledger(settings)
             if not isinstance(store, ChdbStore):
@@ -270,7 +274,9 @@ def _run(
                     "the ClickHouse engine reads an archive through the embedded ledger (chdb); "
                     "with a ClickHouse server, replay the archive with --engine python"
                 )
-            relations = parquet_relations([str(p) for _, p in files])
+            relations = parquet_relations(
+                [ParquetMonth(str(m.events), _text(m.rate_cards), _text(m.usage)) for m in files]
+            )
             return _sql(store, relations, rule, first_day=first_day, last_day=last_day, quiet=quiet)
     if engine == "clickhouse":
         return _sql(

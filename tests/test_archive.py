@@ -12,9 +12,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
-from contracts.signing import generate_key_pem, key_id_of, load_private_key
+from contracts.signing import FileSigner, generate_key_pem, key_id_of, load_private_key
 from infra import servers
 from replay.archive import layout
 from replay.rule_file import shipped_rule_path
@@ -126,19 +127,89 @@ def test_months_are_archived_once_and_in_order(
     assert "can no longer join the chain" in late
 
 
+@pytest.mark.parametrize("name", [layout.EVENTS, layout.RATE_CARDS, layout.USAGE])
 def test_verify_finds_a_changed_byte(
-    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path, name: str
 ) -> None:
     where = copy_of(archive, tmp_path)
-    path = where / "rp" / "2026-11" / layout.EVENTS
+    path = where / "rp" / "2026-11" / name
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     report = verify(replay_history, where, keys[1], code=1)
     found = errors(report)
     assert len(found) == 1, found
-    assert found[0].startswith("2026-11: events.parquet: SHA-256 is ")
+    assert found[0].startswith(f"2026-11: {name}: SHA-256 is ")
     assert "changed after export" in found[0]
+
+
+def test_the_typed_files_hold_the_months_cards_and_usage(archive: Path) -> None:
+    folder = archive / "rp" / "2026-11"
+    manifest = json.loads((folder / layout.MANIFEST).read_bytes())
+    assert manifest["format"] == layout.FORMAT
+    events = pq.read_table(folder / layout.EVENTS, columns=["event_type", "payload"])
+    for name, event_type in layout.TYPED_FILES.items():
+        typed = pq.read_table(folder / name)
+        assert typed.schema == layout.TYPED_SCHEMAS[name]
+        assert manifest["files"][name]["rows"] == typed.num_rows > 100
+        payloads = [
+            json.loads(p)
+            for t, p in zip(
+                events.column("event_type").to_pylist(),
+                events.column("payload").to_pylist(),
+                strict=True,
+            )
+            if t == event_type
+        ]
+        rows = typed.drop_columns(["event_id", "occurred_at"]).to_pylist()
+        if name == layout.RATE_CARDS:  # sorted by pool, start and event id, not in history order
+
+            def text(d: dict[str, Any]) -> str:
+                return json.dumps(d, sort_keys=True)
+
+            rows, payloads = sorted(rows, key=text), sorted(payloads, key=text)
+        assert rows == payloads
+    cards = pq.read_table(folder / layout.RATE_CARDS).to_pylist()
+    order = [(c["pool_id"], c["valid_from_at"], c["event_id"]) for c in cards]
+    assert order == sorted(order)
+
+
+def as_format_1(where: Path, private_key: Path) -> None:
+    """Rewrite 2026-11 of the archive at `where` as format 1 wrote it (no typed files), signed
+    again, and 2026-12's link to its manifest with it: an archive begun before format 2."""
+    signer = FileSigner.from_bytes(private_key.read_bytes())
+    folder = where / "rp" / "2026-11"
+    manifest = json.loads((folder / layout.MANIFEST).read_bytes())
+    manifest["format"] = layout.FORMAT_1
+    for name in layout.TYPED_FILES:
+        del manifest["files"][name]
+        (folder / name).unlink()
+    data = layout.canonical_json(manifest)
+    (folder / layout.MANIFEST).write_bytes(data)
+    (folder / layout.SIGNATURE).write_bytes(signer.sign(data))
+    later = where / "rp" / "2026-12"
+    manifest = json.loads((later / layout.MANIFEST).read_bytes())
+    manifest["chain"]["previous_manifest_sha256"] = layout.sha256_hex(data)
+    data = layout.canonical_json(manifest)
+    (later / layout.MANIFEST).write_bytes(data)
+    (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+
+
+def test_a_month_of_format_1_verifies_and_replays(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    as_format_1(where, keys[0])
+    report = verify(replay_history, where, keys[1])
+    assert errors(report) == []
+    for engine in ("clickhouse", "python"):
+        replayed = replay_history.json(
+            "replay", "--rules", str(shipped_rule_path("recorded")), "--source", "archive",
+            "--archive", str(where), "--diff", "--engine", engine,
+        )  # fmt: skip
+        assert replayed["diff"]["identical"], replayed["diff"]["rows"][:5]
+    (where / "rp" / "2026-11" / layout.SIGNATURE).write_bytes(b"\0" * 64)
+    assert any("signature" in e for e in errors(verify(replay_history, where, keys[1], code=1)))
 
 
 def test_verify_finds_a_deleted_month(

@@ -18,16 +18,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from projections.ledger.rule import COUNTERFACTUAL
 from projections.ledger.writer import LEDGER_TOPICS
 from provider.sim.region import SimConfig
-from replay.archive.export import write_events_file
+from replay.archive import layout
+from replay.archive.export import write_events_file, write_typed_files
 from replay.fold import Fold, LineKey
 from replay.ledgers import differing_lines
 from replay.rule_file import SHIPPED, load_rule, shipped_rule_path
-from replay.sql import SqlReplay, parquet_relations
+from replay.sql import ParquetMonth, SqlReplay, parquet_relations
 from schemas.errors import Origin
 from schemas.events import Envelope
 from spotcap.config import Settings
@@ -69,20 +72,54 @@ def month(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Month:
                 fold.feed(d.envelope)
                 yield d.origin, d.envelope
 
-        events = write_events_file(root / "events.parquet", priced())
+        events = write_events_file(root / layout.EVENTS, priced(), typed=True)
     finally:
         log.close()
     assert not fold.unpriced
     by_python = dict(zip(SHIPPED, fold.results(), strict=True))
-    return Month(settings, root / "events.parquet", events, by_python)
+    return Month(settings, root / layout.EVENTS, events, by_python)
 
 
+def as_archived(month: Month, form: str) -> list[ParquetMonth]:
+    """The month's files as the archive's format 2 has them (typed), as format 1 had them
+    (events only), or mixed: the first half of the history in format 1, the rest in format 2."""
+    folder = month.events_file.parent
+    if form == "typed":
+        typed = ParquetMonth(
+            str(month.events_file), str(folder / layout.RATE_CARDS), str(folder / layout.USAGE)
+        )
+        return [typed]
+    if form == "payloads":
+        return [ParquetMonth(str(month.events_file))]
+    table = pq.read_table(month.events_file)
+    times = table.column("occurred_at").cast("int64")
+    middle = (pc.min(times).as_py() + pc.max(times).as_py()) // 2
+    halves = []
+    for k, keep in enumerate((pc.less(times, middle), pc.greater_equal(times, middle))):
+        half = folder / f"half-{k}"
+        half.mkdir(exist_ok=True)
+        pq.write_table(table.filter(keep), half / layout.EVENTS)
+        halves.append(half)
+    write_typed_files(halves[1] / layout.EVENTS, halves[1])
+    return [
+        ParquetMonth(str(halves[0] / layout.EVENTS)),
+        ParquetMonth(
+            str(halves[1] / layout.EVENTS),
+            str(halves[1] / layout.RATE_CARDS),
+            str(halves[1] / layout.USAGE),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("form", ["typed", "payloads", "mixed"])
 @pytest.mark.parametrize("name", SHIPPED)
-def test_the_engines_agree_to_the_micro_euro_over_30_days(name: str, month: Month) -> None:
+def test_the_engines_agree_to_the_micro_euro_over_30_days(
+    name: str, form: str, month: Month
+) -> None:
     python = month.by_python[name]
     assert month.events > 50_000
     assert len({k[0] for k in python}) >= 35 and len({k[1] for k in python}) >= 30
-    sql = SqlReplay(open_ledger(month.settings), parquet_relations([str(month.events_file)]))
+    sql = SqlReplay(open_ledger(month.settings), parquet_relations(as_archived(month, form)))
     assert differing_lines(python, sql.run(RULES[SHIPPED.index(name)], None, None)) == {}
     if name != "recorded":
         assert python != month.by_python["recorded"]  # the rule changes something

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from contracts.signing import Signer
@@ -142,16 +143,52 @@ def month_cost_lines(store: LedgerStore, month: str) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=LINES_SCHEMA)
 
 
-def write_events_file(path: Path, history: Iterable[Positioned]) -> int:
+def write_events_file(path: Path, history: Iterable[Positioned], *, typed: bool = False) -> int:
     """`history` as an events.parquet of the archive's format, without a manifest: the SQL
-    engine's input for a history that has no ledger (tests, benchmarks). Returns the rows."""
+    engine's input for a history that has no ledger (tests, benchmarks). With `typed`, the
+    typed files beside it (rate_cards.parquet, usage.parquet). Returns the rows."""
     events = _EventsFile(path, Codec())
     try:
         for origin, e in history:
             events.add(origin, e)
     finally:
         events.close()
+    if typed:
+        write_typed_files(path, path.parent)
     return len(events.leaves)
+
+
+def typed_tables(events_path: Path) -> dict[str, pa.Table]:
+    """The typed files of a month (`layout.TYPED_FILES`), derived from its events.parquet: the
+    rows of each event type with the payload's fields as columns, in the file's order (rate
+    cards sorted by pool, start and event id). Derived from the file rather than from the
+    events as they are written, so that any events.parquet (an older month's, a benchmark's)
+    gives the same typed files as an export would."""
+    table = pq.read_table(events_path, columns=["event_id", "event_type", "occurred_at", "payload"])
+    out = {}
+    for name, event_type in layout.TYPED_FILES.items():
+        schema = layout.TYPED_SCHEMAS[name]
+        rows = table.filter(pc.equal(table.column("event_type"), event_type))
+        payloads = [json.loads(p) for p in rows.column("payload").to_pylist()]
+        columns: list[Any] = [rows.column("event_id"), rows.column("occurred_at")]
+        for field in list(schema)[2:]:
+            columns.append(pa.array([p[field.name] for p in payloads], type=field.type))
+        typed = pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+        )
+        if name == layout.RATE_CARDS:
+            typed = typed.sort_by(layout.RATE_CARDS_ORDER)
+        out[name] = typed
+    return out
+
+
+def write_typed_files(events_path: Path, folder: Path) -> dict[str, int]:
+    """Write the typed files of `events_path` into `folder`; returns their rows by name."""
+    rows = {}
+    for name, table in typed_tables(events_path).items():
+        pq.write_table(table, folder / name, compression="zstd")
+        rows[name] = table.num_rows
+    return rows
 
 
 def _file_entry(path: Path, rows: int | None, schema: pa.Schema | None) -> dict[str, Any]:
@@ -217,6 +254,7 @@ def export_month(
     finally:
         events.close()
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
+    typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
 
     extension = Extension(
@@ -243,6 +281,10 @@ def export_month(
             layout.COST_LINES: _file_entry(
                 workdir / layout.COST_LINES, cost_lines.num_rows, cost_lines.schema
             ),
+            **{
+                name: _file_entry(workdir / name, rows, layout.TYPED_SCHEMAS[name])
+                for name, rows in typed_rows.items()
+            },
             layout.SCHEMA: _file_entry(workdir / layout.SCHEMA, None, None),
         },
         "events": {

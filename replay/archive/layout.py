@@ -7,6 +7,9 @@ Per region and month, under ``REGION/YYYY-MM/``:
   event's bytes (Avro single-object encoding: ``C3 01``, the writer schema's CRC-64-AVRO
   fingerprint, the body);
 - ``cost_lines.parquet``: the ledger lines of those events;
+- ``rate_cards.parquet``, ``usage.parquet`` (since format 2): the month's rate cards and usage
+  intervals again, as typed columns (the payload's fields), the cards sorted by pool, start and
+  event id: what a replay prices, readable without parsing JSON;
 - ``envelope.avsc``: the writer schema, to decode ``avro`` with any Avro library;
 - ``manifest.json``: each file's SHA-256, size, rows and schema fingerprint, the time range,
   the Merkle tree head over the events, the chain to the previous month, the retention;
@@ -26,14 +29,21 @@ from typing import Any
 
 import pyarrow as pa
 
-FORMAT = "spotcap-archive/1"
+FORMAT = "spotcap-archive/2"
+"""Format 2 added rate_cards.parquet and usage.parquet; a month of format 1 has neither, and
+is read (and verified) as it was written."""
+FORMAT_1 = "spotcap-archive/1"
 PROOF_FORMAT = "spotcap-inclusion-proof/1"
 EVENTS = "events.parquet"
 COST_LINES = "cost_lines.parquet"
 SCHEMA = "envelope.avsc"
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
-DATA_FILES = (EVENTS, COST_LINES, SCHEMA)
+RATE_CARDS = "rate_cards.parquet"
+USAGE = "usage.parquet"
+DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, SCHEMA)
+DATA_FILES_1 = (EVENTS, COST_LINES, SCHEMA)
+TYPED_FILES = {RATE_CARDS: "rate_card", USAGE: "usage_interval"}  # file: the event type it holds
 RETENTION_YEARS = 7  # cost history is kept 7 years (DESIGN.md §8)
 LEAF = "SHA-256(0x00 || event id as 16 bytes || event bytes as in the avro column)"
 
@@ -57,6 +67,44 @@ EVENTS_SCHEMA = pa.schema(
         ("avro", pa.binary()),
     ]
 )
+
+
+# The typed files: the event's id and time, then the payload's fields under their own names.
+RATE_CARDS_SCHEMA = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("occurred_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("pool_id", pa.string(), nullable=False),
+        pa.field("purchase_model", pa.string(), nullable=False),
+        pa.field("price_per_vcpu_h_eur_micros", pa.int64(), nullable=False),
+        pa.field("guaranteed_price_per_vcpu_h_eur_micros", pa.int64(), nullable=False),
+        pa.field("valid_from_at", pa.int64(), nullable=False),
+        pa.field("valid_until_at", pa.int64(), nullable=False),
+    ]
+)
+RATE_CARDS_ORDER = [("pool_id", "ascending"), ("valid_from_at", "ascending"),
+                    ("event_id", "ascending")]  # fmt: skip
+
+USAGE_SCHEMA = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("occurred_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("workload_id", pa.string(), nullable=False),
+        pa.field("instance_id", pa.string(), nullable=False),
+        pa.field("pool_id", pa.string(), nullable=False),
+        pa.field("purchase_model", pa.string(), nullable=False),
+        pa.field("start_at", pa.int64(), nullable=False),
+        pa.field("end_at", pa.int64(), nullable=False),
+        pa.field("vcpu", pa.int64(), nullable=False),
+        pa.field("used_vcpu_h", pa.float64(), nullable=False),
+    ]
+)
+TYPED_SCHEMAS = {RATE_CARDS: RATE_CARDS_SCHEMA, USAGE: USAGE_SCHEMA}
+
+
+def data_files(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The data files a month's manifest must list, by the format it was written in."""
+    return DATA_FILES_1 if manifest.get("format") == FORMAT_1 else DATA_FILES
 
 
 def check_month(month: str) -> str:

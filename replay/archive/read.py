@@ -1,10 +1,11 @@
-"""Reading the archive back as history, for replay: each month's events file, checked against
-the SHA-256 its manifest records, in month order."""
+"""Reading the archive back as history, for replay: each month's events file (and typed files,
+from format 2 on), checked against the SHA-256 its manifest records, in month order."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,11 +21,21 @@ from schemas.events import Envelope
 STATE_TYPES = ("rate_card", "contract_published", "instance_lost")
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivedMonth:
+    """A month's local files: events.parquet, and its typed files if its format has them."""
+
+    month: str
+    events: Path
+    rate_cards: Path | None = None
+    usage: Path | None = None
+
+
 def archive_events_files(
     storage: ArchiveStorage, region: str, workdir: Path, last_month: str | None = None
-) -> list[tuple[str, Path]]:
-    """(month, local events.parquet) of every archived month up to `last_month`, each checked
-    against its manifest's SHA-256 (a changed file is refused: run `archive verify`)."""
+) -> list[ArchivedMonth]:
+    """The files of every archived month up to `last_month`, each checked against its
+    manifest's SHA-256 (a changed file is refused: run `archive verify`)."""
     months = [m for m in archived_months(storage, region) if last_month is None or m <= last_month]
     if not months:
         raise ArchiveError(
@@ -34,16 +45,26 @@ def archive_events_files(
     out = []
     for month in months:
         manifest = json.loads(storage.read(layout.key(region, month, layout.MANIFEST)))
-        path = storage.fetch(
-            layout.key(region, month, layout.EVENTS), workdir / month / layout.EVENTS
-        )
-        digest = layout.sha256_hex(path.read_bytes())
-        if digest != manifest["files"][layout.EVENTS]["sha256"]:
-            raise ArchiveError(
-                f"{month}/{layout.EVENTS} does not match its manifest (SHA-256 {digest}); run "
-                f"`spotcap archive verify --month {month}` to see what changed"
+        paths = {}
+        for name in (layout.EVENTS, *layout.TYPED_FILES):
+            if name not in manifest["files"]:
+                continue  # a month of format 1
+            path = storage.fetch(layout.key(region, month, name), workdir / month / name)
+            digest = layout.sha256_hex(path.read_bytes())
+            if digest != manifest["files"][name]["sha256"]:
+                raise ArchiveError(
+                    f"{month}/{name} does not match its manifest (SHA-256 {digest}); run "
+                    f"`spotcap archive verify --month {month}` to see what changed"
+                )
+            paths[name] = path
+        out.append(
+            ArchivedMonth(
+                month,
+                paths[layout.EVENTS],
+                paths.get(layout.RATE_CARDS),
+                paths.get(layout.USAGE),
             )
-        out.append((month, path))
+        )
     return out
 
 

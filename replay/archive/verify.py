@@ -191,7 +191,7 @@ class _Month:
     def _files(self, manifest: dict[str, Any]) -> None:
         files: dict[str, Any] = manifest["files"]
         paths: dict[str, Path] = {}
-        for name in layout.DATA_FILES:
+        for name in layout.data_files(manifest):
             entry = files.get(name)
             if entry is None:
                 self.fail(layout.MANIFEST, f"lists no {name}")
@@ -217,6 +217,10 @@ class _Month:
         lines_path = paths.get(layout.COST_LINES)
         if lines_path is not None and events_path is not None:
             self._cost_lines(manifest, lines_path, events_path)
+        for name, event_type in layout.TYPED_FILES.items():
+            typed_path = paths.get(name)
+            if typed_path is not None and events_path is not None:
+                self._typed(manifest, name, event_type, typed_path, events_path)
 
     def _parquet(self, name: str, path: Path, entry: dict[str, Any]) -> Any:
         try:
@@ -269,6 +273,30 @@ class _Month:
                 layout.COST_LINES,
                 f"{len(stray):,} lines name events that are not in "
                 f"the month's events (e.g. {stray[0].as_py()})",
+            )
+
+    def _typed(
+        self, manifest: dict[str, Any], name: str, event_type: str, path: Path, events_path: Path
+    ) -> None:
+        """A typed file holds the month's events of its type, each once (its values are the
+        payload's, as `replay.archive.export.typed_tables` derives them)."""
+        table = self._parquet(name, path, manifest["files"][name])
+        if table is None:
+            return
+        events = pq.read_table(events_path, columns=["event_id", "event_type"])
+        wanted = pc.filter(
+            events.column("event_id"), pc.equal(events.column("event_type"), event_type)
+        )
+        held = table.column("event_id")
+        if (
+            len(held) != len(wanted)
+            or len(pc.unique(held)) != len(held)
+            or not pc.all(pc.is_in(held, value_set=wanted)).as_py()
+        ):
+            self.fail(
+                name,
+                f"does not hold the month's {len(wanted):,} {event_type} events each once "
+                f"({len(held):,} rows)",
             )
 
     def _chain(self, manifest: dict[str, Any]) -> None:
@@ -342,7 +370,7 @@ class _Month:
         wanted = datetime.fromisoformat(
             manifest["retention"]["retain_until"].replace("Z", "+00:00")
         )
-        for name in (*layout.DATA_FILES, layout.MANIFEST, layout.SIGNATURE):
+        for name in (*layout.data_files(manifest), layout.MANIFEST, layout.SIGNATURE):
             if not self.storage.exists(self.key(name)):
                 continue
             try:
