@@ -233,7 +233,10 @@ def typed(events_file: Path) -> ParquetMonth:
     if not all((folder / name).exists() for name in layout.TYPED_FILES):
         write_typed_files(events_file, folder)
     return ParquetMonth(
-        str(events_file), str(folder / layout.RATE_CARDS), str(folder / layout.USAGE)
+        str(events_file),
+        str(folder / layout.RATE_CARDS),
+        str(folder / layout.USAGE),
+        str(folder / layout.CHECKPOINTS),
     )
 
 

@@ -45,10 +45,11 @@ class Relations:
     """Where the history is, as SQL: `events` yields (event_id String, event_type String,
     t Int64 microseconds, causation String, payload String JSON, topic String, partition
     UInt32, offset UInt64); `cards` yields (pool String, eid String, vf Int64, price Int64,
-    g Int64, model String); `usage`, if given, yields usage intervals as typed columns
+    g Int64, model String); `usage` and `checkpoints`, if given, yield the usage intervals
     (event_id String, t Int64, w String, pool String, model String, s Int64, e Int64,
-    vcpu Int64, used_h Float64), and `events` then holds the usage intervals it does not
-    (none if `usage_in_events` is false)."""
+    vcpu Int64, used_h Float64) and checkpoints (w String, t Int64, written_bytes Int64) as
+    typed columns, and `events` then holds only those they do not (none unless
+    `untyped_in_events`)."""
 
     events: str
     cards: str
@@ -57,7 +58,8 @@ class Relations:
     scratch table, rather than once per kind of line: for Parquet files, where each read
     decodes the whole payload column whatever the filter keeps."""
     usage: str | None = None
-    usage_in_events: bool = True
+    checkpoints: str | None = None
+    untyped_in_events: bool = True
 
 
 # The event types the lines are priced from, besides the rate cards.
@@ -88,16 +90,18 @@ LEDGER_RELATIONS = Relations(
 @dataclass(frozen=True, slots=True)
 class ParquetMonth:
     """A month of the archive as local files: its events.parquet and, from format 2 on, its
-    typed rate_cards.parquet and usage.parquet (`replay.archive.layout`)."""
+    typed files (`replay.archive.layout`; a month has all of them or none)."""
 
     events: str
     rate_cards: str | None = None
     usage: str | None = None
+    checkpoints: str | None = None
 
 
 def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
-    """The history in archive Parquet files, month by month: the rate cards and usage
-    intervals from the typed files where a month has them, else from its events' payloads."""
+    """The history in archive Parquet files, month by month: the rate cards, usage intervals
+    and checkpoints from the typed files where a month has them, else from its events'
+    payloads."""
     months = [ParquetMonth(f) if isinstance(f, str) else f for f in files]
     # Parquet columns read as Nullable; the engine's joins want plain values (none is null
     # but causation_id, which the ledger's table also gives as '').
@@ -110,7 +114,11 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
     )
     events = " UNION ALL ".join(
         f"{columns} FROM file({_quote(m.events)}, Parquet)"
-        + ("" if m.usage is None else " WHERE event_type != 'usage_interval'")
+        + (
+            ""
+            if m.usage is None
+            else " WHERE event_type NOT IN ('rate_card', 'usage_interval', 'checkpoint_written')"
+        )
         for m in months
     )
     # Rate cards are over half of a month's events, and parsing them was the largest cost of a
@@ -138,12 +146,19 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
         for m in months
         if m.usage is not None
     ]
+    typed_checkpoints = [
+        "SELECT workload_id AS w, toUnixTimestamp64Micro(occurred_at) AS t, written_bytes"
+        f" FROM file({_quote(m.checkpoints)}, Parquet)"
+        for m in months
+        if m.checkpoints is not None
+    ]
     return Relations(
         events,
         cards,
         read_once=True,
         usage=" UNION ALL ".join(typed_usage) if typed_usage else None,
-        usage_in_events=any(m.usage is None for m in months),
+        checkpoints=" UNION ALL ".join(typed_checkpoints) if typed_checkpoints else None,
+        untyped_in_events=any(m.usage is None for m in months),
     )
 
 
@@ -332,7 +347,7 @@ WHERE {day_ok}
             " end_at Int64, vcpu Int64, used_vcpu_h Float64)"
         )
         parts = [] if self.relations.usage is None else [self.relations.usage]
-        if self.relations.usage_in_events:
+        if self.relations.untyped_in_events:
             parts.append(
                 "SELECT event_id, t, u.1 AS w, u.2 AS pool, u.3 AS model, u.4 AS s, u.5 AS e,"
                 " u.6 AS vcpu, u.7 AS used_h FROM ("
@@ -497,8 +512,7 @@ ARRAY JOIN [
     def _checkpoint_sql(self, rule: Rule, first_day: int | None, last_day: int | None) -> str:
         cp = rule.checkpoint_storage
         amount = rhe(
-            f"toInt128(JSONExtractInt(payload, 'written_bytes')) * {cp.retention_days}"
-            f" * {cp.eur_micros_per_gb_month}",
+            f"toInt128(written_bytes) * {cp.retention_days} * {cp.eur_micros_per_gb_month}",
             str(BYTES_PER_GB * 30),
         )
         day_ok = self._day_filter("day", first_day, last_day)
@@ -506,12 +520,20 @@ ARRAY JOIN [
 SELECT w, day, '{CHECKPOINT_STORAGE}' AS cause,
        toInt64({scaled(amount, rule.scale_of(CHECKPOINT_STORAGE))}) AS amount,
        '{cp.charge_to}' AS charge, toInt128(0) AS weight
-FROM (
-    SELECT JSONExtractString(payload, 'workload_id') AS w, intDiv(t, {DAY_US}) AS day, payload
-    FROM ({self._events}) WHERE event_type = 'checkpoint_written'
-)
+FROM (SELECT w, intDiv(t, {DAY_US}) AS day, written_bytes FROM ({self._checkpoints_sql()}))
 WHERE {day_ok}
 """
+
+    def _checkpoints_sql(self) -> str:
+        """The checkpoints: typed where the relations have them, else from the payloads."""
+        parts = [] if self.relations.checkpoints is None else [self.relations.checkpoints]
+        if self.relations.untyped_in_events:
+            parts.append(
+                "SELECT JSONExtractString(payload, 'workload_id') AS w, t,"
+                " JSONExtractInt(payload, 'written_bytes') AS written_bytes"
+                f" FROM ({self._events}) WHERE event_type = 'checkpoint_written'"
+            )
+        return " UNION ALL ".join(parts)
 
     def _allocate_sql(
         self, usage: str, waste: str, checkpoint: str, pieces: str, rule: Rule

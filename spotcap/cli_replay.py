@@ -275,7 +275,12 @@ def _run(
                     "with a ClickHouse server, replay the archive with --engine python"
                 )
             relations = parquet_relations(
-                [ParquetMonth(str(m.events), _text(m.rate_cards), _text(m.usage)) for m in files]
+                [
+                    ParquetMonth(
+                        str(m.events), _text(m.rate_cards), _text(m.usage), _text(m.checkpoints)
+                    )
+                    for m in files
+                ]
             )
             return _sql(store, relations, rule, first_day=first_day, last_day=last_day, quiet=quiet)
     if engine == "clickhouse":

@@ -127,7 +127,7 @@ def test_months_are_archived_once_and_in_order(
     assert "can no longer join the chain" in late
 
 
-@pytest.mark.parametrize("name", [layout.EVENTS, layout.RATE_CARDS, layout.USAGE])
+@pytest.mark.parametrize("name", [layout.EVENTS, *layout.TYPED_FILES])
 def test_verify_finds_a_changed_byte(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path, name: str
 ) -> None:
@@ -143,7 +143,7 @@ def test_verify_finds_a_changed_byte(
     assert "changed after export" in found[0]
 
 
-def test_the_typed_files_hold_the_months_cards_and_usage(archive: Path) -> None:
+def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Path) -> None:
     folder = archive / "rp" / "2026-11"
     manifest = json.loads((folder / layout.MANIFEST).read_bytes())
     assert manifest["format"] == layout.FORMAT

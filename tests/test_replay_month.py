@@ -85,10 +85,7 @@ def as_archived(month: Month, form: str) -> list[ParquetMonth]:
     (events only), or mixed: the first half of the history in format 1, the rest in format 2."""
     folder = month.events_file.parent
     if form == "typed":
-        typed = ParquetMonth(
-            str(month.events_file), str(folder / layout.RATE_CARDS), str(folder / layout.USAGE)
-        )
-        return [typed]
+        return [typed(folder)]
     if form == "payloads":
         return [ParquetMonth(str(month.events_file))]
     table = pq.read_table(month.events_file)
@@ -101,14 +98,16 @@ def as_archived(month: Month, form: str) -> list[ParquetMonth]:
         pq.write_table(table.filter(keep), half / layout.EVENTS)
         halves.append(half)
     write_typed_files(halves[1] / layout.EVENTS, halves[1])
-    return [
-        ParquetMonth(str(halves[0] / layout.EVENTS)),
-        ParquetMonth(
-            str(halves[1] / layout.EVENTS),
-            str(halves[1] / layout.RATE_CARDS),
-            str(halves[1] / layout.USAGE),
-        ),
-    ]
+    return [ParquetMonth(str(halves[0] / layout.EVENTS)), typed(halves[1])]
+
+
+def typed(folder: Path) -> ParquetMonth:
+    return ParquetMonth(
+        str(folder / layout.EVENTS),
+        str(folder / layout.RATE_CARDS),
+        str(folder / layout.USAGE),
+        str(folder / layout.CHECKPOINTS),
+    )
 
 
 @pytest.mark.parametrize("form", ["typed", "payloads", "mixed"])

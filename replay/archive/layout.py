@@ -7,9 +7,10 @@ Per region and month, under ``REGION/YYYY-MM/``:
   event's bytes (Avro single-object encoding: ``C3 01``, the writer schema's CRC-64-AVRO
   fingerprint, the body);
 - ``cost_lines.parquet``: the ledger lines of those events;
-- ``rate_cards.parquet``, ``usage.parquet`` (since format 2): the month's rate cards and usage
-  intervals again, as typed columns (the payload's fields), the cards sorted by pool, start and
-  event id: what a replay prices, readable without parsing JSON;
+- ``rate_cards.parquet``, ``usage.parquet``, ``checkpoints.parquet`` (since format 2): the
+  month's rate cards, usage intervals and checkpoints written again, as typed columns (the
+  payload's fields), the cards sorted by pool, start and event id: what a replay prices,
+  readable without parsing JSON;
 - ``envelope.avsc``: the writer schema, to decode ``avro`` with any Avro library;
 - ``manifest.json``: each file's SHA-256, size, rows and schema fingerprint, the time range,
   the Merkle tree head over the events, the chain to the previous month, the retention;
@@ -30,8 +31,8 @@ from typing import Any
 import pyarrow as pa
 
 FORMAT = "spotcap-archive/2"
-"""Format 2 added rate_cards.parquet and usage.parquet; a month of format 1 has neither, and
-is read (and verified) as it was written."""
+"""Format 2 added the typed files (rate_cards, usage and checkpoints .parquet); a month of
+format 1 has none, and is read (and verified) as it was written."""
 FORMAT_1 = "spotcap-archive/1"
 PROOF_FORMAT = "spotcap-inclusion-proof/1"
 EVENTS = "events.parquet"
@@ -41,9 +42,11 @@ MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 RATE_CARDS = "rate_cards.parquet"
 USAGE = "usage.parquet"
-DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, SCHEMA)
+CHECKPOINTS = "checkpoints.parquet"
+DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, CHECKPOINTS, SCHEMA)
 DATA_FILES_1 = (EVENTS, COST_LINES, SCHEMA)
-TYPED_FILES = {RATE_CARDS: "rate_card", USAGE: "usage_interval"}  # file: the event type it holds
+# The typed files, each with the event type it holds.
+TYPED_FILES = {RATE_CARDS: "rate_card", USAGE: "usage_interval", CHECKPOINTS: "checkpoint_written"}
 RETENTION_YEARS = 7  # cost history is kept 7 years (DESIGN.md §8)
 LEAF = "SHA-256(0x00 || event id as 16 bytes || event bytes as in the avro column)"
 
@@ -99,7 +102,23 @@ USAGE_SCHEMA = pa.schema(
         pa.field("used_vcpu_h", pa.float64(), nullable=False),
     ]
 )
-TYPED_SCHEMAS = {RATE_CARDS: RATE_CARDS_SCHEMA, USAGE: USAGE_SCHEMA}
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("occurred_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("instance_id", pa.string(), nullable=False),
+        pa.field("workload_id", pa.string(), nullable=False),
+        pa.field("generation", pa.int64(), nullable=False),
+        pa.field("written_bytes", pa.int64(), nullable=False),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("final", pa.bool_(), nullable=False),
+    ]
+)
+TYPED_SCHEMAS = {
+    RATE_CARDS: RATE_CARDS_SCHEMA,
+    USAGE: USAGE_SCHEMA,
+    CHECKPOINTS: CHECKPOINTS_SCHEMA,
+}
 
 
 def data_files(manifest: dict[str, Any]) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ class ArchivedMonth:
     events: Path
     rate_cards: Path | None = None
     usage: Path | None = None
+    checkpoints: Path | None = None
 
 
 def archive_events_files(
@@ -63,6 +64,7 @@ def archive_events_files(
                 paths[layout.EVENTS],
                 paths.get(layout.RATE_CARDS),
                 paths.get(layout.USAGE),
+                paths.get(layout.CHECKPOINTS),
             )
         )
     return out
