@@ -232,11 +232,14 @@ def typed(events_file: Path) -> ParquetMonth:
     folder = events_file.parent
     if not all((folder / name).exists() for name in layout.TYPED_FILES):
         write_typed_files(events_file, folder)
+    elif not (folder / layout.PRICED).exists():
+        write_typed_files(events_file, folder, typed=False)
     return ParquetMonth(
         str(events_file),
         str(folder / layout.RATE_CARDS),
         str(folder / layout.USAGE),
         str(folder / layout.CHECKPOINTS),
+        str(folder / layout.PRICED),
     )
 
 
@@ -346,7 +349,7 @@ def main() -> None:
         row(f"archive export {MONTH}", rows, export_s)
         row(f"archive verify {MONTH}", rows, verify_s)
         month_file.parent.mkdir(exist_ok=True)
-        for name in (layout.EVENTS, *layout.TYPED_FILES):
+        for name in (layout.EVENTS, *layout.DERIVED_FILES):
             (month_file.parent / name).write_bytes(
                 (where / layout.key(REGION, MONTH, name)).read_bytes()
             )

@@ -59,5 +59,6 @@ def replay_clickhouse(
     engine = SqlReplay(store, relations)
     amounts = engine.run(rule, first_day, last_day, on_step)
     seconds = time.monotonic() - started
-    rows = store.query(f"SELECT count() AS n FROM ({relations.events})")
+    counted = relations.counted or f"SELECT count() AS n FROM ({relations.events})"
+    rows = store.query(counted)
     return Replayed(rule, "clickhouse", amounts, int(rows[0]["n"]), 0, seconds)

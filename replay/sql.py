@@ -60,6 +60,8 @@ class Relations:
     usage: str | None = None
     checkpoints: str | None = None
     untyped_in_events: bool = True
+    counted: str | None = None
+    """SQL giving the history's number of events as `n` (default: those of `events`)."""
 
 
 # The event types the lines are priced from, besides the rate cards.
@@ -96,6 +98,8 @@ class ParquetMonth:
     rate_cards: str | None = None
     usage: str | None = None
     checkpoints: str | None = None
+    priced: str | None = None
+    """priced_events.parquet: the month's other priced events, read instead of events.parquet."""
 
 
 def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
@@ -112,8 +116,13 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
         " assumeNotNull(topic) AS topic, assumeNotNull(partition) AS partition,"
         " assumeNotNull(offset) AS offset"
     )
+    # A month of format 2 has the events priced from, other than those typed, in a small
+    # file of their own: events.parquet, whose payload column a read decodes whole whatever
+    # the filter keeps, is not read at all.
     events = " UNION ALL ".join(
-        f"{columns} FROM file({_quote(m.events)}, Parquet)"
+        f"{columns} FROM file({_quote(m.priced)}, Parquet)"
+        if m.priced is not None
+        else f"{columns} FROM file({_quote(m.events)}, Parquet)"
         + (
             ""
             if m.usage is None
@@ -152,10 +161,15 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
         for m in months
         if m.checkpoints is not None
     ]
+    # The count from the files' metadata (ClickHouse reads no column for it).
+    counted = " UNION ALL ".join(
+        f"SELECT count() AS n FROM file({_quote(m.events)}, Parquet)" for m in months
+    )
     return Relations(
         events,
         cards,
         read_once=True,
+        counted=f"SELECT sum(n) AS n FROM ({counted})",
         usage=" UNION ALL ".join(typed_usage) if typed_usage else None,
         checkpoints=" UNION ALL ".join(typed_checkpoints) if typed_checkpoints else None,
         untyped_in_events=any(m.usage is None for m in months),

@@ -277,7 +277,11 @@ def _run(
             relations = parquet_relations(
                 [
                     ParquetMonth(
-                        str(m.events), _text(m.rate_cards), _text(m.usage), _text(m.checkpoints)
+                        str(m.events),
+                        _text(m.rate_cards),
+                        _text(m.usage),
+                        _text(m.checkpoints),
+                        _text(m.priced),
                     )
                     for m in files
                 ]

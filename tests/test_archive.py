@@ -127,7 +127,7 @@ def test_months_are_archived_once_and_in_order(
     assert "can no longer join the chain" in late
 
 
-@pytest.mark.parametrize("name", [layout.EVENTS, *layout.TYPED_FILES])
+@pytest.mark.parametrize("name", [layout.EVENTS, *layout.DERIVED_FILES])
 def test_verify_finds_a_changed_byte(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path, name: str
 ) -> None:
@@ -181,7 +181,7 @@ def as_format_1(where: Path, private_key: Path) -> None:
     folder = where / "rp" / "2026-11"
     manifest = json.loads((folder / layout.MANIFEST).read_bytes())
     manifest["format"] = layout.FORMAT_1
-    for name in layout.TYPED_FILES:
+    for name in layout.DERIVED_FILES:
         del manifest["files"][name]
         (folder / name).unlink()
     data = layout.canonical_json(manifest)

@@ -107,6 +107,7 @@ def typed(folder: Path) -> ParquetMonth:
         str(folder / layout.RATE_CARDS),
         str(folder / layout.USAGE),
         str(folder / layout.CHECKPOINTS),
+        str(folder / layout.PRICED),
     )
 
 

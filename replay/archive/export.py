@@ -182,10 +182,20 @@ def typed_tables(events_path: Path) -> dict[str, pa.Table]:
     return out
 
 
-def write_typed_files(events_path: Path, folder: Path) -> dict[str, int]:
-    """Write the typed files of `events_path` into `folder`; returns their rows by name."""
+def priced_table(events_path: Path) -> pa.Table:
+    """The month's events of `layout.PRICED_TYPES`, in history order, without `avro`."""
+    table = pq.read_table(events_path, columns=layout.PRICED_SCHEMA.names)
+    kept = pc.is_in(table.column("event_type"), value_set=pa.array(layout.PRICED_TYPES))
+    return table.filter(kept).cast(layout.PRICED_SCHEMA)
+
+
+def write_typed_files(events_path: Path, folder: Path, *, typed: bool = True) -> dict[str, int]:
+    """Write the files derived from `events_path` (`layout.DERIVED_FILES`) into `folder`; with
+    `typed` false, only priced_events.parquet. Returns their rows by name."""
+    tables = typed_tables(events_path) if typed else {}
+    tables[layout.PRICED] = priced_table(events_path)
     rows = {}
-    for name, table in typed_tables(events_path).items():
+    for name, table in tables.items():
         pq.write_table(table, folder / name, compression="zstd")
         rows[name] = table.num_rows
     return rows
@@ -282,7 +292,7 @@ def export_month(
                 workdir / layout.COST_LINES, cost_lines.num_rows, cost_lines.schema
             ),
             **{
-                name: _file_entry(workdir / name, rows, layout.TYPED_SCHEMAS[name])
+                name: _file_entry(workdir / name, rows, layout.DERIVED_SCHEMAS[name])
                 for name, rows in typed_rows.items()
             },
             layout.SCHEMA: _file_entry(workdir / layout.SCHEMA, None, None),

@@ -11,6 +11,10 @@ Per region and month, under ``REGION/YYYY-MM/``:
   month's rate cards, usage intervals and checkpoints written again, as typed columns (the
   payload's fields), the cards sorted by pool, start and event id: what a replay prices,
   readable without parsing JSON;
+- ``priced_events.parquet`` (since format 2): the month's other events a replay prices (lost
+  instances, wasted work, contracts) with the columns of events.parquet a replay reads (ids,
+  type, time, causation, payload, position): a small file, so that a replay need not read
+  events.parquet at all;
 - ``envelope.avsc``: the writer schema, to decode ``avro`` with any Avro library;
 - ``manifest.json``: each file's SHA-256, size, rows and schema fingerprint, the time range,
   the Merkle tree head over the events, the chain to the previous month, the retention;
@@ -43,7 +47,9 @@ SIGNATURE = "manifest.sig"
 RATE_CARDS = "rate_cards.parquet"
 USAGE = "usage.parquet"
 CHECKPOINTS = "checkpoints.parquet"
-DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, CHECKPOINTS, SCHEMA)
+PRICED = "priced_events.parquet"
+PRICED_TYPES = ("instance_lost", "work_wasted", "contract_published")
+DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, CHECKPOINTS, PRICED, SCHEMA)
 DATA_FILES_1 = (EVENTS, COST_LINES, SCHEMA)
 # The typed files, each with the event type it holds.
 TYPED_FILES = {RATE_CARDS: "rate_card", USAGE: "usage_interval", CHECKPOINTS: "checkpoint_written"}
@@ -119,6 +125,14 @@ TYPED_SCHEMAS = {
     USAGE: USAGE_SCHEMA,
     CHECKPOINTS: CHECKPOINTS_SCHEMA,
 }
+
+
+# What a replay reads of an event (its bytes, for the Merkle tree, are in events.parquet).
+PRICED_COLUMNS = ("event_id", "event_type", "occurred_at", "causation_id", "payload", "topic",
+                  "partition", "offset")  # fmt: skip
+PRICED_SCHEMA = pa.schema([f for f in EVENTS_SCHEMA if f.name in PRICED_COLUMNS])
+DERIVED_FILES = (RATE_CARDS, USAGE, CHECKPOINTS, PRICED)  # derived from events.parquet
+DERIVED_SCHEMAS = {**TYPED_SCHEMAS, PRICED: PRICED_SCHEMA}
 
 
 def data_files(manifest: dict[str, Any]) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ class ArchivedMonth:
     rate_cards: Path | None = None
     usage: Path | None = None
     checkpoints: Path | None = None
+    priced: Path | None = None
 
 
 def archive_events_files(
@@ -47,7 +48,7 @@ def archive_events_files(
     for month in months:
         manifest = json.loads(storage.read(layout.key(region, month, layout.MANIFEST)))
         paths = {}
-        for name in (layout.EVENTS, *layout.TYPED_FILES):
+        for name in (layout.EVENTS, *layout.DERIVED_FILES):
             if name not in manifest["files"]:
                 continue  # a month of format 1
             path = storage.fetch(layout.key(region, month, name), workdir / month / name)
@@ -65,6 +66,7 @@ def archive_events_files(
                 paths.get(layout.RATE_CARDS),
                 paths.get(layout.USAGE),
                 paths.get(layout.CHECKPOINTS),
+                paths.get(layout.PRICED),
             )
         )
     return out

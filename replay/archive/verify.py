@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from cryptography.exceptions import InvalidSignature
@@ -217,10 +218,11 @@ class _Month:
         lines_path = paths.get(layout.COST_LINES)
         if lines_path is not None and events_path is not None:
             self._cost_lines(manifest, lines_path, events_path)
-        for name, event_type in layout.TYPED_FILES.items():
+        derived = {name: (t,) for name, t in layout.TYPED_FILES.items()}
+        for name, types in {**derived, layout.PRICED: layout.PRICED_TYPES}.items():
             typed_path = paths.get(name)
             if typed_path is not None and events_path is not None:
-                self._typed(manifest, name, event_type, typed_path, events_path)
+                self._typed(manifest, name, types, typed_path, events_path)
 
     def _parquet(self, name: str, path: Path, entry: dict[str, Any]) -> Any:
         try:
@@ -276,17 +278,21 @@ class _Month:
             )
 
     def _typed(
-        self, manifest: dict[str, Any], name: str, event_type: str, path: Path, events_path: Path
+        self,
+        manifest: dict[str, Any],
+        name: str,
+        types: tuple[str, ...],
+        path: Path,
+        events_path: Path,
     ) -> None:
-        """A typed file holds the month's events of its type, each once (its values are the
-        payload's, as `replay.archive.export.typed_tables` derives them)."""
+        """A derived file holds the month's events of its types, each once (its values are
+        the events', as `replay.archive.export.write_typed_files` derives them)."""
         table = self._parquet(name, path, manifest["files"][name])
         if table is None:
             return
         events = pq.read_table(events_path, columns=["event_id", "event_type"])
-        wanted = pc.filter(
-            events.column("event_id"), pc.equal(events.column("event_type"), event_type)
-        )
+        kept = pc.is_in(events.column("event_type"), value_set=pa.array(types))
+        wanted = pc.filter(events.column("event_id"), kept)
         held = table.column("event_id")
         if (
             len(held) != len(wanted)
@@ -295,7 +301,7 @@ class _Month:
         ):
             self.fail(
                 name,
-                f"does not hold the month's {len(wanted):,} {event_type} events each once "
+                f"does not hold the month's {len(wanted):,} {' and '.join(types)} events each once "
                 f"({len(held):,} rows)",
             )
 
