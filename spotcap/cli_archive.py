@@ -257,18 +257,7 @@ def verify_command(
             "ok": ok,
             "archive": storage.describe(),
             "region": settings.region,
-            "months": [
-                {
-                    "month": r.month,
-                    "ok": r.ok,
-                    "events": r.events,
-                    "findings": [
-                        {"subject": f.subject, "message": f.message, "error": f.error}
-                        for f in r.findings
-                    ],
-                }
-                for r in reports
-            ],
+            "months": [r.as_json() for r in reports],
         }
         if not ok:
             fail(_verify_failed(reports), json_report=report)

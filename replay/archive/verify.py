@@ -54,6 +54,18 @@ class MonthReport:
     def ok(self) -> bool:
         return not any(f.error for f in self.findings)
 
+    def as_json(self) -> dict[str, Any]:
+        """The report as `archive verify --json` and the API give it."""
+        return {
+            "month": self.month,
+            "ok": self.ok,
+            "events": self.events,
+            "findings": [
+                {"subject": f.subject, "message": f.message, "error": f.error}
+                for f in self.findings
+            ],
+        }
+
 
 def _months_in(storage: ArchiveStorage, region: str) -> list[str]:
     months = set()

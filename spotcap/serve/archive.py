@@ -164,18 +164,7 @@ class ArchiveDesk:
             "region": self.region,
             "month": month,
             "checked_at": utc_text(at),
-            "months": [
-                {
-                    "month": r.month,
-                    "ok": r.ok,
-                    "events": r.events,
-                    "findings": [
-                        {"subject": f.subject, "message": f.message, "error": f.error}
-                        for f in r.findings
-                    ],
-                }
-                for r in reports
-            ],
+            "months": [r.as_json() for r in reports],
         }
 
 
