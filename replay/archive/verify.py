@@ -67,6 +67,15 @@ class MonthReport:
         }
 
 
+def signed_by(public_key: PublicKey, signature: bytes, manifest: bytes) -> bool:
+    """Whether `signature` is `public_key`'s signature of the manifest's bytes."""
+    try:
+        public_key.verify(signature, manifest)
+    except InvalidSignature:
+        return False
+    return True
+
+
 def _months_in(storage: ArchiveStorage, region: str) -> list[str]:
     months = set()
     for k in storage.keys(f"{region}/"):
@@ -185,9 +194,7 @@ class _Month:
             return
         named = manifest.get("signing", {}).get("key_id")
         given = key_id_of(self.public_key)
-        try:
-            self.public_key.verify(signature, data)
-        except InvalidSignature:
+        if not signed_by(self.public_key, signature, data):
             if named != given:
                 self.fail(
                     "signature",

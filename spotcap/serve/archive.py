@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from cryptography.exceptions import InvalidSignature
 from fastapi import APIRouter, Depends, Query, Request
 
 from contracts.signing import key_id_of
@@ -24,7 +23,7 @@ from projections.read.rows import utc_text
 from replay.archive import layout
 from replay.archive.export import archived_months
 from replay.archive.storage import ArchiveError, ArchiveStorage
-from replay.archive.verify import MonthReport, PublicKey, verify_archive
+from replay.archive.verify import MonthReport, PublicKey, signed_by, verify_archive
 from spotcap.serve.access import StoreUnavailableError
 from spotcap.serve.api import KnownParameters
 from spotcap.serve.errors import NotConfiguredError
@@ -125,11 +124,9 @@ class ArchiveDesk:
             return "missing"
         if self.public_key is None:
             return "unchecked"
-        try:
-            self.public_key.verify(self.storage.read(key), manifest)
-        except InvalidSignature:
-            return "invalid"
-        return "valid"
+        return (
+            "valid" if signed_by(self.public_key, self.storage.read(key), manifest) else "invalid"
+        )
 
     def _link(self, previous: str | None, sha256: str | None) -> str:
         """`first` (the chain starts here), `linked` (the previous month's manifest is there
