@@ -3,7 +3,7 @@ chdb in-process), each against a bare loop over the same records in the same run
 rebuild time of both from a simulated region's log.
 
     .venv/bin/python bench/projections.py [--days D] [--workloads N] [--batch B] [--rounds R]
-        [--serial] [--home DIR] [--no-rebuild]
+        [--serial] [--home DIR] [--no-rebuild] [--only fleet|ledger]
 
 The region is simulated for D days (default 2; 30 for the rebuild figure of DESIGN.md §8) into
 an embedded log under a temporary home. Every path decodes the same raw records:
@@ -13,6 +13,8 @@ an embedded log under a temporary home. Every path decodes the same raw records:
   batch into a plain table, committed.
 - ledger: decode + `LedgerWriter.write` (events, rankings, rate cards, priced lines, offsets);
   bare: decode + one Arrow insert of the event rows per batch.
+- `--only fleet` or `--only ledger` measures that projection and its bare loop alone (the
+  other's rounds skipped; with `--only ledger --no-rebuild` no PostgreSQL is started).
 - rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
   wall time and this process's CPU. `--rounds 0` runs only the simulation and the rebuild.
 
@@ -257,8 +259,9 @@ def measure(settings: Settings, dsn: str, chdb_path: Path, args: argparse.Namesp
     # taken within a round, and the report gives the range over rounds).
     out: Rounds = {}
     serials = [False, True] if args.serial else [False]
+    paths = [p for p in (fleet, ledger) if args.only in (None, p[0].split()[0])]
     for _ in range(args.rounds):
-        for name, records, project, bare in (fleet, ledger):
+        for name, records, project, bare in paths:
             timings = [project(serial) for serial in serials]
             bare_timing = bare()
             for serial, timing in zip(serials, timings, strict=True):
@@ -291,24 +294,30 @@ def main() -> None:
         "--serial", action="store_true", help="also write each batch before decoding the next"
     )
     parser.add_argument("--no-rebuild", action="store_true", help="skip `rebuild all`")
+    parser.add_argument(
+        "--only", choices=("fleet", "ledger"), help="this projection (and its bare loop) only"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-") as tmp:
         root = Path(tmp)
         home = args.home or root / "home"
         os.environ["SPOTCAP_CHDB_PATH"] = str(root / "chdb")
-        pg = servers.start_postgres(root / "pg")
+        need_pg = args.only != "ledger" or not args.no_rebuild
+        pg = servers.start_postgres(root / "pg") if need_pg else None
         try:
-            settings = Settings(home=home, region="bench", postgres_dsn=pg.address)
+            dsn = pg.address if pg is not None else ""
+            settings = Settings(home=home, region="bench", postgres_dsn=dsn or None)
             simulate(settings, args.days, args.workloads)
             if args.rounds:
-                times = measure(settings, pg.address, root / "chdb", args)
+                times = measure(settings, dsn, root / "chdb", args)
             if not args.no_rebuild:
                 clock = Clock()
                 clock.start()
                 reports = run_projections(settings, ("fleet", "ledger"), fresh=True, quiet=True)
                 rebuild_s, rebuild_cpu_s = clock.stop()
         finally:
-            servers.stop(pg)
+            if pg is not None:
+                servers.stop(pg)
     if args.rounds:
         report(times)
     if not args.no_rebuild:

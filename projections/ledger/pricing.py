@@ -19,7 +19,7 @@ to even).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from projections.ledger.rates import RateBook
 from projections.ledger.rule import (
@@ -37,8 +37,10 @@ DAY_US = 86_400_000_000
 BYTES_PER_GB = 1_000_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerLine:
+class LedgerLine(NamedTuple):
+    """One row of `ledger_lines`, its columns in their order (a tuple: the writer turns a
+    batch's lines into columns in one `zip`, and tens of thousands are made per batch)."""
+
     workload_id: str
     day: int  # UTC days since the epoch
     cause: str
@@ -97,29 +99,19 @@ class _Lines:
         self.unit[cause] = unit
 
     def lines(self) -> list[LedgerLine]:
-        out: list[LedgerLine] = []
-        for (day, cause), amount in sorted(self.amount.items()):
-            quantity = self.quantity[(day, cause)]
-            micros = round_half_even(amount, self.denominator)
+        e, workload_id, denominator = self.e, self.workload_id, self.denominator
+        # The columns after unit are the event's and the rule's, the same on every line.
+        tail = (self.pool_id, self.purchase_model, self.instance_id, e.event_type,
+                e.occurred_at, self.rule.name)  # fmt: skip
+        make, out = LedgerLine._make, []
+        for key, amount in sorted(self.amount.items()):
+            quantity = self.quantity[key]
+            micros = round_half_even(amount, denominator)
             if micros == 0 and quantity == 0:
                 continue
-            out.append(
-                LedgerLine(
-                    workload_id=self.workload_id,
-                    day=day,
-                    cause=cause,
-                    event_id=self.e.event_id,
-                    amount_eur_micros=micros,
-                    quantity=quantity,
-                    unit=self.unit[cause],
-                    pool_id=self.pool_id,
-                    purchase_model=self.purchase_model,
-                    instance_id=self.instance_id,
-                    event_type=self.e.event_type,
-                    occurred_at_us=self.e.occurred_at,
-                    rule=self.rule.name,
-                )
-            )
+            day, cause = key
+            out.append(make((workload_id, day, cause, e.event_id, micros, quantity,
+                             self.unit[cause], *tail)))  # fmt: skip
         return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -22,6 +23,9 @@ class Card:
     price_eur_micros: int  # per vCPU-hour
     guaranteed_eur_micros: int  # per vCPU-hour, the counterfactual rate (ADR-26)
     purchase_model: str
+
+
+_valid_from = attrgetter("valid_from_us")
 
 
 class Unpriced(ValueError):  # noqa: N818 - reads as what the event is
@@ -137,7 +141,7 @@ class RateBook:
     def prune(self, before_us: int) -> None:
         """Forget cards superseded before `before_us` (keeping the one in force then)."""
         for pool_id, cards in self._cards.items():
-            i = bisect.bisect_right([c.valid_from_us for c in cards], before_us) - 1
+            i = bisect.bisect_right(cards, before_us, key=_valid_from) - 1
             if i > 0:
                 del cards[:i]
                 self._starts.pop(pool_id, None)
