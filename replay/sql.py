@@ -6,12 +6,15 @@ The statements follow `replay.fold` line by line, in integer arithmetic (Int128;
 numerator over a denominator until it is rounded half to even):
 
 1. the rate cards as a step function per pool, with the integral of each price from the
-   pool's first card up to each card's start (a cumulative sum over each pool's cards);
-2. the usage intervals split at UTC midnights, with the integral of each price at both ends
-   of every piece (ASOF joins on the cards);
-3. the ledger lines of usage, wasted work and checkpoints under the rule, unpivoted into
-   (workload, day, cause, amount, charge), and the shared lines shared out by the day's used
-   vCPU-hours with the largest remainder.
+   pool's first card up to each card's start: a cumulative sum over each pool's sorted cards,
+   or, over archive months of format 3, the integrals their rate_cards.parquet holds, offset
+   month by month; and a sentinel card per pool before its first, so that every moment has a
+   card in force;
+2. the usage intervals split at UTC midnights;
+3. the ledger lines of usage (the integral of each price over a piece: the difference of the
+   integrals at its two ends, each from the card in force there by an ASOF join), wasted work
+   and checkpoints under the rule, unpivoted into (workload, day, cause, amount, charge), and
+   the shared lines shared out by the day's used vCPU-hours with the largest remainder.
 
 Steps 1 and 2 are written to scratch tables (Memory engine, dropped after), so that each is
 computed once. What the Python fold learns in history order (the rate cards and contracts in
@@ -25,6 +28,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
+
+import pyarrow.parquet as pq
 
 from projections.ledger.rule import (
     CHECKPOINT_STORAGE,
@@ -34,10 +40,14 @@ from projections.ledger.rule import (
     WASTED_WORK,
 )
 from projections.ledger.store import LedgerStore
+from replay.archive import layout
 from replay.fold import BYTES_PER_GB, DAY_US, HOUR_US, LineKey
 from replay.rule import PLATFORM, SPEND_CAUSE, TIERS, Rate, Rule
 
 Step = Callable[[str], None]
+EARLIEST = -(2**62)
+"""The start of each pool's sentinel card (`SqlReplay._cards_sql`): before any event, and far
+enough from the epoch that a moment's distance from it still fits in an Int64."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,10 @@ class Relations:
     untyped_in_events: bool = True
     counted: str | None = None
     """SQL giving the history's number of events as `n` (default: those of `events`)."""
+    integrated_cards: bool = False
+    """`cards` also yields, per month of the archive's format 3, the month's number `k` and
+    the file's `in_force`, `cp` and `cg` (`replay.archive.layout.CARD_INTEGRALS`): the engine
+    then takes the integrals from there rather than sorting every pool's cards."""
 
 
 # The event types the lines are priced from, besides the rate cards.
@@ -135,10 +149,18 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
     # they are read from the payload: flat (scalars only) and written compact with sorted keys
     # (`replay.archive.export.payload_json`), the form the simpleJSON functions read: they
     # find `"key":` and read the value after it, without parsing the document.
-    cards = " UNION ALL ".join(
+    integrated = all(m.rate_cards is not None and _has_integrals(m.rate_cards) for m in months)
+    card_columns = (
         "SELECT pool_id AS pool, event_id AS eid, valid_from_at AS vf,"
         " price_per_vcpu_h_eur_micros AS price, guaranteed_price_per_vcpu_h_eur_micros AS g,"
-        f" purchase_model AS model FROM file({_quote(m.rate_cards)}, Parquet)"
+        " purchase_model AS model"
+    )
+    cards = " UNION ALL ".join(
+        f"{card_columns}, {k} AS k, {layout.IN_FORCE} AS in_force,"
+        f" toInt128({layout.PRICE_INTEGRAL}) AS cp, toInt128({layout.GUARANTEED_INTEGRAL}) AS cg"
+        f" FROM file({_quote(m.rate_cards)}, Parquet)"
+        if integrated and m.rate_cards is not None
+        else f"{card_columns} FROM file({_quote(m.rate_cards)}, Parquet)"
         if m.rate_cards is not None
         else "SELECT simpleJSONExtractString(payload, 'pool_id') AS pool,"
         " event_id AS eid, simpleJSONExtractInt(payload, 'valid_from_at') AS vf,"
@@ -146,7 +168,7 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
         " simpleJSONExtractInt(payload, 'guaranteed_price_per_vcpu_h_eur_micros') AS g,"
         " simpleJSONExtractString(payload, 'purchase_model') AS model"
         f" FROM ({columns} FROM file({_quote(m.events)}, Parquet)) WHERE event_type = 'rate_card'"
-        for m in months
+        for k, m in enumerate(months)
     )
     typed_usage = [
         "SELECT event_id, toUnixTimestamp64Micro(occurred_at) AS t, workload_id AS w,"
@@ -173,7 +195,13 @@ def parquet_relations(files: Sequence[str | ParquetMonth]) -> Relations:
         usage=" UNION ALL ".join(typed_usage) if typed_usage else None,
         checkpoints=" UNION ALL ".join(typed_checkpoints) if typed_checkpoints else None,
         untyped_in_events=any(m.usage is None for m in months),
+        integrated_cards=integrated,
     )
+
+
+def _has_integrals(rate_cards: str) -> bool:
+    """Whether a month's rate_cards.parquet has the integrals (format 3), from its schema."""
+    return layout.IN_FORCE in pq.read_schema(rate_cards).names
 
 
 def _quote(text: str) -> str:
@@ -184,9 +212,14 @@ def _quote(text: str) -> str:
 
 
 def rhe(n: str, d: str) -> str:
-    """round_half_even(n / d) for Int128 expressions (d > 0)."""
-    q = f"(intDiv({n}, {d}) - if(({n}) % ({d}) < 0, 1, 0))"
-    r = f"(({n}) - {q} * ({d}))"
+    """round_half_even(n / d) for Int128 expressions (d > 0). One division (Int128 division is
+    the costly part of a line): intDiv truncates towards zero, so m = n - t * d has the sign
+    of n, and the floor is t - 1 where m < 0 (ClickHouse computes a repeated subexpression
+    once)."""
+    t = f"intDiv({n}, {d})"
+    m = f"(({n}) - {t} * ({d}))"
+    q = f"({t} - if({m} < 0, 1, 0))"
+    r = f"({m} + if({m} < 0, {d}, 0))"
     return f"({q} + if(2 * {r} > ({d}) OR (2 * {r} = ({d}) AND {q} % 2 != 0), 1, 0))"
 
 
@@ -245,6 +278,9 @@ class SqlReplay:
         self.store = store
         self.relations = relations
         self._events = relations.events  # where the lines' events are read from in a run
+        self.cards_from_integrals = False
+        """Whether the last run took the cards' integrals from the archive's files (format 3)
+        rather than sorting the cards."""
 
     def run(
         self,
@@ -255,7 +291,7 @@ class SqlReplay:
     ) -> dict[LineKey, int]:
         tag = uuid.uuid4().hex[:12]
         cards, pieces = f"replay_cards_{tag}", f"replay_pieces_{tag}"
-        ints, facts = f"replay_integrals_{tag}", f"replay_events_{tag}"
+        facts = f"replay_events_{tag}"
         step = on_step or (lambda _: None)
         try:
             if self.relations.read_once:
@@ -267,34 +303,92 @@ class SqlReplay:
                 )
                 self._events = f"SELECT * FROM {facts}"
             step("rate cards")
-            self.store.command(f"CREATE TABLE {cards} ENGINE = Memory AS {self._cards_sql()}")
+            self.cards_from_integrals = self.relations.integrated_cards and self._integrated_cards(
+                cards
+            )
+            if not self.cards_from_integrals:
+                self.store.command(f"CREATE TABLE {cards} ENGINE = Memory AS {self._cards_sql()}")
             step("usage pieces")
             self.store.command(
                 f"CREATE TABLE {pieces} ENGINE = Memory AS "
                 f"{self._pieces_sql(rule, cards, first_day, last_day)}"
             )
-            self.store.command(
-                f"CREATE TABLE {ints} ENGINE = Memory AS {self._integrals_sql(cards, pieces)}"
-            )
             step("ledger lines")
             rows = self.store.query(
-                self._lines_sql(rule, cards, pieces, ints, first_day=first_day, last_day=last_day)
+                self._lines_sql(rule, cards, pieces, first_day=first_day, last_day=last_day)
             )
         finally:
             self._events = self.relations.events
-            for name in (ints, pieces, cards, facts):
+            for name in (pieces, cards, facts):
                 self.store.command(f"DROP TABLE IF EXISTS {name}")
         return {(str(r["w"]), int(r["day"]), str(r["cause"])): int(r["a"]) for r in rows}
 
     # -- 1: cards --------------------------------------------------------------------------
+
+    def _integrated_cards(self, cards: str) -> bool:
+        """The cards table from the integrals the archive's files hold (format 3): each month's
+        integrals start from the pool's first card in that month, so each month's are offset
+        by the integral up to its first card, the sum over the pool's earlier months of what
+        each adds (computed here from each month's first and last card in force, a few
+        thousand rows). Only where each pool's months follow one another (every card of a
+        month starts after every card of the month before): otherwise, False, and the cards
+        are sorted whole as for other months."""
+        rows = self.store.query(
+            "SELECT k, pool, min(vf) AS first, argMin(price, vf) AS fp, argMin(g, vf) AS fg,"
+            " argMin(model, vf) AS fm, max(vf) AS last, argMax(price, vf) AS lp,"
+            " argMax(g, vf) AS lg, toString(argMax(cp, vf)) AS lcp,"
+            f" toString(argMax(cg, vf)) AS lcg FROM ({self.relations.cards}) WHERE in_force"
+            " GROUP BY k, pool ORDER BY pool, k"
+        )
+        offsets, sentinels = [], []
+        previous: dict[str, Any] | None = None
+        for r in rows:
+            if previous is None or previous["pool"] != r["pool"]:
+                op = og = 0
+                first = f"toInt128({EARLIEST}) - {r['first']}"
+                sentinels.append(
+                    f"({_quote(r['pool'])}, {EARLIEST}, {r['fp']}, {r['fg']}, {_quote(r['fm'])},"
+                    f" ({first}) * {r['fp']}, ({first}) * {r['fg']})"
+                )
+            else:
+                if r["first"] <= previous["last"]:
+                    return False
+                op += int(previous["lcp"]) + (r["first"] - previous["last"]) * previous["lp"]
+                og += int(previous["lcg"]) + (r["first"] - previous["last"]) * previous["lg"]
+            offsets.append(f"({r['k']}, {_quote(r['pool'])}, {op}, {og})")
+            previous = r
+        if not rows:
+            return False
+        offset_table = f"{cards}_offsets"
+        try:
+            self.store.command(
+                f"CREATE TABLE {offset_table} (k UInt32, pool String, op Int128, og Int128)"
+                " ENGINE = Memory"
+            )
+            self.store.command(f"INSERT INTO {offset_table} VALUES {', '.join(offsets)}")
+            self.store.command(
+                f"CREATE TABLE {cards} ENGINE = Memory AS SELECT c.pool AS pool, c.vf AS vf,"
+                " c.price AS price, c.g AS g, c.model AS model, o.op + c.cp AS cp,"
+                f" o.og + c.cg AS cg FROM ({self.relations.cards}) AS c INNER JOIN"
+                f" {offset_table} AS o ON o.k = c.k AND o.pool = c.pool WHERE c.in_force"
+            )
+            self.store.command(f"INSERT INTO {cards} VALUES {', '.join(sentinels)}")
+        finally:
+            self.store.command(f"DROP TABLE IF EXISTS {offset_table}")
+        return True
 
     def _cards_sql(self) -> str:
         # Per pool, the cards sorted by (start, event id); of cards starting at the same moment
         # the last (greatest event id) is in force. The integral up to a card's start is the
         # sum over the earlier cards of duration x price: a cumulative sum over the pool's
         # array (array functions run columnar; a window over the rows took four times longer).
+        # Before its first card a pool is priced at that card (the fold's rule): a sentinel
+        # card at EARLIEST with the first card's prices, and the integral that makes
+        # cp + (x - vf) x price the first card's price times (x - its start), so that every
+        # point has a card in force and the joins on the cards need no second look-up.
+        first = f"(toInt128({EARLIEST}) - cs[1].1)"
         return f"""
-SELECT pool, c.1 AS vf, c.2 AS price, c.3 AS g, c.4 AS model, c.5 AS cp, c.6 AS cg, 1 AS hit
+SELECT pool, c.1 AS vf, c.2 AS price, c.3 AS g, c.4 AS model, c.5 AS cp, c.6 AS cg
 FROM (
     SELECT pool,
         arrayFilter((x, i) -> i = length(sorted) OR sorted[i + 1].1 != x.1, sorted,
@@ -302,8 +396,11 @@ FROM (
         arrayMap(i -> if(i < length(cs), cs[i + 1].1 - cs[i].1, 0), arrayEnumerate(cs)) AS d,
         arrayCumSum(arrayMap((x, dd) -> toInt128(dd) * x.3, cs, d)) AS sp,
         arrayCumSum(arrayMap((x, dd) -> toInt128(dd) * x.4, cs, d)) AS sg,
-        arrayMap((x, i) -> (x.1, x.3, x.4, x.5, sp[i] - toInt128(d[i]) * x.3,
-                            sg[i] - toInt128(d[i]) * x.4), cs, arrayEnumerate(cs)) AS rows
+        arrayPushFront(
+            arrayMap((x, i) -> (x.1, x.3, x.4, x.5, sp[i] - toInt128(d[i]) * x.3,
+                                sg[i] - toInt128(d[i]) * x.4), cs, arrayEnumerate(cs)),
+            (toInt64({EARLIEST}), cs[1].3, cs[1].4, cs[1].5, {first} * cs[1].3, {first} * cs[1].4)
+        ) AS rows
     FROM (
         SELECT pool, arraySort(groupArray((vf, eid, price, g, model))) AS sorted
         FROM ({self.relations.cards}) GROUP BY pool
@@ -348,7 +445,7 @@ SELECT event_id, t, w, pool, model, s, e, vcpu, used_h, {tier_col} AS tier, day,
 FROM (
     SELECT event_id, t, w, pool, model, s, e, vcpu, used_h
     FROM ({self._usage_sql()})
-    WHERE e > s{lo}{hi} AND pool IN (SELECT pool FROM {cards})
+    WHERE e > s{lo}{hi} AND pool IN (SELECT pool FROM {cards} WHERE vf = {EARLIEST})
 ) AS uu{tier_join}
 ARRAY JOIN range(toUInt64(intDiv(s, {DAY_US})), toUInt64(intDiv(e - 1, {DAY_US})) + 1) AS day
 WHERE {day_ok}
@@ -370,18 +467,6 @@ WHERE {day_ok}
             )
         return " UNION ALL ".join(parts)
 
-    def _integrals_sql(self, cards: str, pieces: str) -> str:
-        """The integral of price and guaranteed price at every end of every piece."""
-        return f"""
-SELECT p.pool AS pool, p.x AS x,
-       if(c.hit = 1, c.cp + toInt128(p.x - c.vf) * c.price, toInt128(p.x - f.vf0) * f.p0) AS ip,
-       if(c.hit = 1, c.cg + toInt128(p.x - c.vf) * c.g, toInt128(p.x - f.vf0) * f.g0) AS ig
-FROM (SELECT DISTINCT pool, x FROM {pieces} ARRAY JOIN [a, b] AS x) AS p
-INNER JOIN (SELECT pool AS fpool, min(vf) AS vf0, argMin(price, vf) AS p0,
-                   argMin(g, vf) AS g0 FROM {cards} GROUP BY pool) AS f ON f.fpool = p.pool
-ASOF LEFT JOIN {cards} AS c ON c.pool = p.pool AND p.x >= c.vf
-"""
-
     # -- 3: lines -------------------------------------------------------------------------
 
     def _lines_sql(
@@ -389,7 +474,6 @@ ASOF LEFT JOIN {cards} AS c ON c.pool = p.pool AND p.x >= c.vf
         rule: Rule,
         cards: str,
         pieces: str,
-        ints: str,
         *,
         first_day: int | None,
         last_day: int | None,
@@ -400,53 +484,57 @@ ASOF LEFT JOIN {cards} AS c ON c.pool = p.pool AND p.x >= c.vf
         cf = rule.counterfactual
 
         def line(cause: str, amount: str, charge: str) -> str:
-            return f"('{cause}', toInt64({scaled(amount, rule.scale_of(cause))}), {charge})"
+            return f"('{cause}', {piece(cause, amount)}, {charge})"
 
-        spend_lines = []
+        def piece(cause: str, amount: str) -> str:
+            return f"toInt64({scaled(amount, rule.scale_of(cause))})"
+
+        spend_amounts, spend_lines = [], []
         for model, cause in SPEND_CAUSE.items():
             spend = rule.spend[cause]
-            spend_lines.append(
-                f"model = '{model}', "
-                + line(
-                    cause,
-                    rhe(f"used_q * {over_piece(spend.rate)}", "share"),
-                    _charge(spend.charge_to),
-                )
-            )
-        spend_usage = f"multiIf({', '.join(spend_lines)}, ('', toInt64(0), ''))"
+            amount = piece(cause, rhe(f"used_q * {over_piece(spend.rate)}", "share"))
+            spend_amounts.append(f"model = '{model}', {amount}")
+            spend_lines.append(f"model = '{model}', ('{cause}', spend, {_charge(spend.charge_to)})")
+        footprint = rhe(
+            f"{fp.agent_millicpu_per_instance} * {over_piece(fp.agent_rate)} * share"
+            f" + used_q * d * {fp.control_plane_eur_micros_per_vcpu_h} * {agent_den}",
+            f"toInt128({agent_den}) * share",
+        )
+        # Each piece's lines are rounded on their own (as the fold does), then summed per
+        # workload, day and purchase model before they are unpivoted into lines: the sums and
+        # the groupings that follow run over a quarter of the rows. The price's integral at
+        # both ends of a piece comes from the card in force there (ASOF: the latest card that
+        # started at or before it; every pool has its sentinel first).
         usage = f"""
-SELECT w, day, line.1 AS cause, line.2 AS amount, line.3 AS charge,
-       intDiv(used_q * d, e - s) AS weight
+SELECT w, day, line.1 AS cause, line.2 AS amount, line.3 AS charge
 FROM (
-    SELECT w, day, model, s, e, tier, toInt128(b - a) AS d, ib.ip - ia.ip AS dp,
-           ib.ig - ia.ig AS dg, toInt128(toInt64(roundBankers(used_h * {q}))) AS used_q,
-           greatest({rhe(f"toInt128(vcpu) * (e - s) * {q}", str(HOUR_US))} - used_q, 0) AS idle_q,
-           toInt128({q}) * (e - s) AS share
-    FROM {pieces} AS pc
-    INNER JOIN {ints} AS ia ON ia.pool = pc.pool AND ia.x = pc.a
-    INNER JOIN {ints} AS ib ON ib.pool = pc.pool AND ib.x = pc.b
+    SELECT w, day, model,
+           sum({piece(COUNTERFACTUAL, rhe(f"used_q * {over_piece(cf.rate)}", "share"))}) AS cf,
+           sum(multiIf({", ".join(spend_amounts)}, toInt64(0))) AS spend,
+           sum({piece(HEADROOM, rhe(f"idle_q * {over_piece(rule.headroom.rate)}", "share"))})
+               AS headroom,
+           sum({piece(FOOTPRINT, footprint)}) AS footprint
+    FROM (
+        SELECT pc.w AS w, pc.day AS day, pc.model AS model, pc.tier AS tier,
+               toInt128(pc.b - pc.a) AS d,
+               cb.cp + toInt128(pc.b - cb.vf) * cb.price - ca.cp - toInt128(pc.a - ca.vf) * ca.price
+                   AS dp,
+               cb.cg + toInt128(pc.b - cb.vf) * cb.g - ca.cg - toInt128(pc.a - ca.vf) * ca.g AS dg,
+               toInt128(toInt64(roundBankers(pc.used_h * {q}))) AS used_q,
+               greatest({rhe(f"toInt128(pc.vcpu) * (pc.e - pc.s) * {q}", str(HOUR_US))} - used_q,
+                        0) AS idle_q,
+               toInt128({q}) * (pc.e - pc.s) AS share
+        FROM {pieces} AS pc
+        ASOF INNER JOIN {cards} AS ca ON ca.pool = pc.pool AND pc.a >= ca.vf
+        ASOF INNER JOIN {cards} AS cb ON cb.pool = pc.pool AND pc.b >= cb.vf
+    )
+    GROUP BY w, day, model
 )
 ARRAY JOIN [
-    {line(COUNTERFACTUAL, rhe(f"used_q * {over_piece(cf.rate)}", "share"), _charge(cf.charge_to))},
-    {spend_usage},
-    {
-            line(
-                HEADROOM,
-                rhe(f"idle_q * {over_piece(rule.headroom.rate)}", "share"),
-                _charge(rule.headroom.charge_to),
-            )
-        },
-    {
-            line(
-                FOOTPRINT,
-                rhe(
-                    f"{fp.agent_millicpu_per_instance} * {over_piece(fp.agent_rate)} * share"
-                    f" + used_q * d * {fp.control_plane_eur_micros_per_vcpu_h} * {agent_den}",
-                    f"toInt128({agent_den}) * share",
-                ),
-                _charge(fp.charge_to),
-            )
-        }
+    ('{COUNTERFACTUAL}', cf, {_charge(cf.charge_to)}),
+    multiIf({", ".join(spend_lines)}, ('', toInt64(0), '')),
+    ('{HEADROOM}', headroom, {_charge(rule.headroom.charge_to)}),
+    ('{FOOTPRINT}', footprint, {_charge(fp.charge_to)})
 ] AS line
 """
         waste = self._waste_sql(rule, cards, first_day, last_day, line)
@@ -494,17 +582,11 @@ ARRAY JOIN [
         )
         notice_col = "ifNull(l.ln, false)" if notice_join else "false"
         day_ok = self._day_filter("day", first_day, last_day)
-        first = (
-            f"SELECT pool AS fpool, min(vf) AS vf0, argMin(price, vf) AS p0, argMin(g, vf) AS g0,"
-            f" argMin(model, vf) AS m0 FROM {cards} GROUP BY pool"
-        )
         return f"""
-SELECT w, day, line.1 AS cause, line.2 AS amount, line.3 AS charge, toInt128(0) AS weight
+SELECT w, day, line.1 AS cause, line.2 AS amount, line.3 AS charge
 FROM (
-    SELECT w, day, {tier_col} AS tier, {notice_col} AS notice,
-           if(c.hit = 1, c.price, f.p0) AS price, if(c.hit = 1, c.g, f.g0) AS g,
-           if(c.hit = 1, c.model, f.m0) AS model,
-           toInt128(toInt64(roundBankers(wasted_s * {qs}))) AS wasted_q
+    SELECT w, day, {tier_col} AS tier, {notice_col} AS notice, c.price AS price, c.g AS g,
+           c.model AS model, toInt128(toInt64(roundBankers(wasted_s * {qs}))) AS wasted_q
     FROM (
         SELECT t, causation, JSONExtractString(payload, 'workload_id') AS w,
                JSONExtractString(payload, 'pool_id') AS pool,
@@ -512,8 +594,7 @@ FROM (
                intDiv(t, {DAY_US}) AS day
         FROM ({self._events}) WHERE event_type = 'work_wasted'
     ) AS ww
-    INNER JOIN ({first}) AS f ON f.fpool = ww.pool
-    ASOF LEFT JOIN {cards} AS c ON c.pool = ww.pool AND ww.t >= c.vf{tier_join}{notice_join}
+    ASOF INNER JOIN {cards} AS c ON c.pool = ww.pool AND ww.t >= c.vf{tier_join}{notice_join}
     WHERE {day_ok}
 )
 ARRAY JOIN [
@@ -530,12 +611,15 @@ ARRAY JOIN [
             str(BYTES_PER_GB * 30),
         )
         day_ok = self._day_filter("day", first_day, last_day)
+        # Each checkpoint's line rounded on its own, summed per workload and day here: the
+        # lines are a fifth of the events, and the groupings that follow then see one row each.
         return f"""
 SELECT w, day, '{CHECKPOINT_STORAGE}' AS cause,
-       toInt64({scaled(amount, rule.scale_of(CHECKPOINT_STORAGE))}) AS amount,
-       '{cp.charge_to}' AS charge, toInt128(0) AS weight
+       sum(toInt64({scaled(amount, rule.scale_of(CHECKPOINT_STORAGE))})) AS amount,
+       '{cp.charge_to}' AS charge
 FROM (SELECT w, intDiv(t, {DAY_US}) AS day, written_bytes FROM ({self._checkpoints_sql()}))
 WHERE {day_ok}
+GROUP BY w, day
 """
 
     def _checkpoints_sql(self) -> str:

@@ -80,14 +80,27 @@ def month(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Month:
     return Month(settings, root / layout.EVENTS, events, by_python)
 
 
+FORMS = ["typed", "halves", "format-2", "payloads", "mixed"]
+
+
 def as_archived(month: Month, form: str) -> list[ParquetMonth]:
-    """The month's files as the archive's format 2 has them (typed), as format 1 had them
-    (events only), or mixed: the first half of the history in format 1, the rest in format 2."""
+    """The month's files as the archive's format 3 has them (typed, the cards with their
+    integrals), the same split in two months (the integrals of the second offset by the
+    first's), as format 2 had them (typed, the cards without integrals), as format 1 had them
+    (events only), or mixed: the first half of the history in format 1, the rest in format 3."""
     folder = month.events_file.parent
     if form == "typed":
         return [typed(folder)]
     if form == "payloads":
         return [ParquetMonth(str(month.events_file))]
+    if form == "format-2":
+        older = folder / "format-2"
+        older.mkdir(exist_ok=True)
+        for name in (layout.EVENTS, *layout.DERIVED_FILES):
+            (older / name).write_bytes((folder / name).read_bytes())
+        cards = pq.read_table(older / layout.RATE_CARDS)
+        pq.write_table(cards.select(layout.RATE_CARDS_SCHEMA_2.names), older / layout.RATE_CARDS)
+        return [typed(older)]
     table = pq.read_table(month.events_file)
     times = table.column("occurred_at").cast("int64")
     middle = (pc.min(times).as_py() + pc.max(times).as_py()) // 2
@@ -98,6 +111,9 @@ def as_archived(month: Month, form: str) -> list[ParquetMonth]:
         pq.write_table(table.filter(keep), half / layout.EVENTS)
         halves.append(half)
     write_typed_files(halves[1] / layout.EVENTS, halves[1])
+    if form == "halves":
+        write_typed_files(halves[0] / layout.EVENTS, halves[0])
+        return [typed(halves[0]), typed(halves[1])]
     return [ParquetMonth(str(halves[0] / layout.EVENTS)), typed(halves[1])]
 
 
@@ -111,7 +127,7 @@ def typed(folder: Path) -> ParquetMonth:
     )
 
 
-@pytest.mark.parametrize("form", ["typed", "payloads", "mixed"])
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_engines_agree_to_the_micro_euro_over_30_days(
     name: str, form: str, month: Month
@@ -121,6 +137,7 @@ def test_the_engines_agree_to_the_micro_euro_over_30_days(
     assert len({k[0] for k in python}) >= 35 and len({k[1] for k in python}) >= 30
     sql = SqlReplay(open_ledger(month.settings), parquet_relations(as_archived(month, form)))
     assert differing_lines(python, sql.run(RULES[SHIPPED.index(name)], None, None)) == {}
+    assert sql.cards_from_integrals == (form in ("typed", "halves"))
     if name != "recorded":
         assert python != month.by_python["recorded"]  # the rule changes something
     assert sum(v for k, v in python.items() if k[2] == COUNTERFACTUAL) > 0

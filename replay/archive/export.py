@@ -171,15 +171,33 @@ def typed_tables(events_path: Path) -> dict[str, pa.Table]:
         rows = table.filter(pc.equal(table.column("event_type"), event_type))
         payloads = [json.loads(p) for p in rows.column("payload").to_pylist()]
         columns: list[Any] = [rows.column("event_id"), rows.column("occurred_at")]
+        if name == layout.RATE_CARDS:  # the integrals are added once the cards are sorted
+            schema = layout.RATE_CARDS_SCHEMA_2
         for field in list(schema)[2:]:
             columns.append(pa.array([p[field.name] for p in payloads], type=field.type))
         typed = pa.Table.from_arrays(
             [c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
         )
         if name == layout.RATE_CARDS:
-            typed = typed.sort_by(layout.RATE_CARDS_ORDER)
+            typed = with_card_integrals(typed.sort_by(layout.RATE_CARDS_ORDER))
         out[name] = typed
     return out
+
+
+def with_card_integrals(cards: pa.Table) -> pa.Table:
+    """Rate cards of `layout.RATE_CARDS_SCHEMA_2`, sorted, with `layout.CARD_INTEGRALS` added."""
+    in_force, ip, ig = layout.card_integrals(
+        cards.column("pool_id").to_pylist(),
+        cards.column("valid_from_at").to_pylist(),
+        cards.column("price_per_vcpu_h_eur_micros").to_pylist(),
+        cards.column("guaranteed_price_per_vcpu_h_eur_micros").to_pylist(),
+    )
+    columns = [pa.array(in_force, pa.bool_()), pa.array(ip, layout.INTEGRAL_TYPE),
+               pa.array(ig, layout.INTEGRAL_TYPE)]  # fmt: skip
+    return pa.Table.from_arrays(
+        [*cards.select(layout.RATE_CARDS_SCHEMA_2.names).columns, *columns],
+        schema=layout.RATE_CARDS_SCHEMA,
+    )
 
 
 def priced_table(events_path: Path) -> pa.Table:

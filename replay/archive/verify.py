@@ -323,6 +323,40 @@ class _Month:
                 f"does not hold the month's {len(wanted):,} {' and '.join(types)} events each once "
                 f"({len(held):,} rows)",
             )
+        if name == layout.RATE_CARDS and layout.IN_FORCE in table.column_names:
+            self._card_integrals(table)
+
+    def _card_integrals(self, table: Any) -> None:
+        """Format 3: the cards are in their order and their integrals are theirs (a replay
+        prices from these columns without sorting)."""
+        pools = table.column("pool_id").to_pylist()
+        starts = table.column("valid_from_at").to_pylist()
+        ids = table.column("event_id").to_pylist()
+        order = list(zip(pools, starts, ids, strict=True))
+        if order != sorted(order):
+            self.fail(layout.RATE_CARDS, "is not sorted by pool, start and event id")
+            return
+        in_force, ip, ig = layout.card_integrals(
+            pools,
+            starts,
+            table.column("price_per_vcpu_h_eur_micros").to_pylist(),
+            table.column("guaranteed_price_per_vcpu_h_eur_micros").to_pylist(),
+        )
+        for column, expected in (
+            (layout.IN_FORCE, in_force),
+            (layout.PRICE_INTEGRAL, ip),
+            (layout.GUARANTEED_INTEGRAL, ig),
+        ):
+            held = [int(v) for v in table.column(column).to_pylist()]
+            wanted = [int(v) for v in expected]
+            if held != wanted:
+                pairs = enumerate(zip(held, wanted, strict=True))
+                first = next(i for i, (one, other) in pairs if one != other)
+                self.fail(
+                    layout.RATE_CARDS,
+                    f"{column} of card {ids[first]} is {held[first]}, its cards give "
+                    f"{wanted[first]}",
+                )
 
     def _chain(self, manifest: dict[str, Any]) -> None:
         chain = manifest["chain"]
