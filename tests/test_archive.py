@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -161,7 +162,10 @@ def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Pa
             )
             if t == event_type
         ]
-        rows = typed.drop_columns(["event_id", "occurred_at"]).to_pylist()
+        rows = typed.drop_columns(["event_id", "occurred_at"])
+        if name == layout.RATE_CARDS:
+            rows = rows.drop_columns(layout.CARD_INTEGRALS.names)
+        rows = rows.to_pylist()
         if name == layout.RATE_CARDS:  # sorted by pool, start and event id, not in history order
 
             def text(d: dict[str, Any]) -> str:
@@ -172,6 +176,26 @@ def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Pa
     cards = pq.read_table(folder / layout.RATE_CARDS).to_pylist()
     order = [(c["pool_id"], c["valid_from_at"], c["event_id"]) for c in cards]
     assert order == sorted(order)
+    # Each card's integrals: the cards in force before it in its pool (of those starting at the
+    # same moment, the last), each priced from its start to the next one's.
+    by_pool: dict[str, list[dict[str, Any]]] = {}
+    for c in cards:
+        by_pool.setdefault(c["pool_id"], []).append(c)
+    for pool_cards in by_pool.values():
+        starts = [c["valid_from_at"] for c in pool_cards]
+        in_force = [c for i, c in enumerate(pool_cards) if starts[i + 1 :][:1] != [starts[i]]]
+        assert [c[layout.IN_FORCE] for c in pool_cards] == [c in in_force for c in pool_cards]
+        for c in pool_cards:
+            before = [f for f in in_force if f["valid_from_at"] < c["valid_from_at"]]
+            ends = [f["valid_from_at"] for f in before[1:]] + [c["valid_from_at"]] * bool(before)
+            for column, price in ((layout.PRICE_INTEGRAL, "price_per_vcpu_h_eur_micros"),
+                                  (layout.GUARANTEED_INTEGRAL,
+                                   "guaranteed_price_per_vcpu_h_eur_micros")):  # fmt: skip
+                expected = sum(
+                    (end - f["valid_from_at"]) * f[price]
+                    for f, end in zip(before, ends, strict=True)
+                )
+                assert c[column] == expected
 
 
 def as_format_1(where: Path, private_key: Path) -> None:
@@ -193,6 +217,73 @@ def as_format_1(where: Path, private_key: Path) -> None:
     data = layout.canonical_json(manifest)
     (later / layout.MANIFEST).write_bytes(data)
     (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+
+
+def signed_again(where: Path, private_key: Path, names: tuple[str, ...], edit: Any) -> None:
+    """2026-11 of the archive at `where` with its manifest edited by `edit` and the entries of
+    the files `names` (rewritten by the caller) brought up to date, signed again, and
+    2026-12's link to its manifest with it: as an exporter with the key would have written."""
+    signer = FileSigner.from_bytes(private_key.read_bytes())
+    folder = where / "rp" / "2026-11"
+    manifest = json.loads((folder / layout.MANIFEST).read_bytes())
+    edit(manifest)
+    for name in names:
+        data = (folder / name).read_bytes()
+        entry = manifest["files"][name]
+        entry["sha256"], entry["bytes"] = layout.sha256_hex(data), len(data)
+        entry["schema_sha256"] = layout.schema_fingerprint(pq.read_schema(folder / name))
+    data = layout.canonical_json(manifest)
+    (folder / layout.MANIFEST).write_bytes(data)
+    (folder / layout.SIGNATURE).write_bytes(signer.sign(data))
+    later = where / "rp" / "2026-12"
+    manifest = json.loads((later / layout.MANIFEST).read_bytes())
+    manifest["chain"]["previous_manifest_sha256"] = layout.sha256_hex(data)
+    data = layout.canonical_json(manifest)
+    (later / layout.MANIFEST).write_bytes(data)
+    (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+
+
+def test_a_month_of_format_2_verifies_and_replays(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A month exported before format 3: its rate cards without their integrals."""
+    where = copy_of(archive, tmp_path)
+    cards = where / "rp" / "2026-11" / layout.RATE_CARDS
+    pq.write_table(pq.read_table(cards).select(layout.RATE_CARDS_SCHEMA_2.names), cards)
+
+    def older(manifest: dict[str, Any]) -> None:
+        manifest["format"] = layout.FORMAT_2
+
+    signed_again(where, keys[0], (layout.RATE_CARDS,), older)
+    assert errors(verify(replay_history, where, keys[1])) == []
+    replayed = replay_history.json(
+        "replay", "--rules", str(shipped_rule_path("recorded")), "--source", "archive",
+        "--archive", str(where), "--diff", "--engine", "clickhouse",
+    )  # fmt: skip
+    assert replayed["diff"]["identical"], replayed["diff"]["rows"][:5]
+
+
+def test_verify_finds_a_wrong_integral_under_a_good_signature(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The integrals a replay prices from are checked against the cards, not only hashed."""
+    where = copy_of(archive, tmp_path)
+    path = where / "rp" / "2026-11" / layout.RATE_CARDS
+    cards = pq.read_table(path)
+    column = cards.column(layout.PRICE_INTEGRAL).to_pylist()
+    column[7] += 1
+    index = cards.schema.get_field_index(layout.PRICE_INTEGRAL)
+    changed = cards.set_column(
+        index, cards.schema.field(index), pa.array(column, layout.INTEGRAL_TYPE)
+    )
+    pq.write_table(changed, path)
+    signed_again(where, keys[0], (layout.RATE_CARDS,), lambda _: None)
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert len(found) == 1, found
+    card = cards.column("event_id")[7].as_py()
+    assert found[0].startswith(
+        f"2026-11: {layout.RATE_CARDS}: {layout.PRICE_INTEGRAL} of card {card}"
+    )
 
 
 def test_a_month_of_format_1_verifies_and_replays(
