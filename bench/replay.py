@@ -24,7 +24,15 @@ of minutes on a loaded machine) and reused. Every run then:
   in Python, about 20 minutes).
 
 With --long-only, only the long history, from the month's files under --home
-(`<home>/2026-11/`, kept by an earlier full run); the ledger is not brought up to date.
+(`<home>/2026-11/`, kept by an earlier full run); the ledger is not brought up to date (a
+scratch chdb runs the queries). Its rate_cards.parquet files written before the archive's
+format 3 get their integrals once. With --python-days N as well, only the Python engine over
+the first N days of the long history (a bounded part: all of it would take hours).
+
+With --archive-only, only the export and verify of the month: `export_month` from the log's
+merged history, as `archive export` runs it, but with the ledger's lines of the month as they
+stand (the command first brings the ledger up to date: the projection's cost, measured in its
+own section of docs/performance.md), then `archive verify`.
 """
 
 from __future__ import annotations
@@ -47,13 +55,19 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from bench.projections import read_records
-from contracts.signing import generate_key_pem
-from projections.ledger.store import LedgerStore
+from contracts.signing import FileSigner, generate_key_pem
+from projections.ledger.store import ChdbStore, LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS
 from provider.sim.region import SimConfig
 from replay.archive import layout
-from replay.archive.export import write_typed_files
+from replay.archive.export import (
+    export_month,
+    month_cost_lines,
+    with_card_integrals,
+    write_typed_files,
+)
 from replay.archive.read import archive_history
+from replay.archive.storage import LocalStorage
 from replay.fold import DAY_US
 from replay.rule_file import load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
@@ -155,6 +169,56 @@ def python_bare(settings: Settings) -> tuple[int, float]:
 # -- the archive ----------------------------------------------------------------------------
 
 
+def export_only(settings: Settings, where: Path) -> tuple[int, float, float, float]:
+    """`export_month` of MONTH from the log (the merged history, as `archive export` reads it)
+    with the ledger's lines of the month as they stand, without bringing the ledger up to date
+    first (that is the projection's cost, docs/performance.md); then `archive verify`. Returns
+    the rows, export wall and CPU seconds, verify seconds."""
+    private_pem, public_pem = generate_key_pem()
+    (where.parent / "k").write_bytes(private_pem)
+    (where.parent / "k.pub").write_bytes(public_pem)
+    log = open_log(settings)
+    try:
+        started, cpu = time.monotonic(), time.process_time()
+        lines = month_cost_lines(open_ledger(settings), MONTH)
+        history = MergedHistory(
+            log,
+            make_codec(settings),
+            REGION,
+            LEDGER_TOPICS,
+            poll_records=2000,
+            buffer_per_partition=4000,
+        )
+        with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
+            done = export_month(
+                LocalStorage(where),
+                FileSigner.from_bytes(private_pem),
+                region=REGION,
+                month=MONTH,
+                history=((d.origin, d.envelope) for d in history),
+                cost_lines=lines,
+                workdir=Path(tmp),
+            )
+        export_s, export_cpu = time.monotonic() - started, time.process_time() - cpu
+    finally:
+        log.close()
+    say(
+        f"  (export: {done.events:,} events, {done.cost_lines:,} cost lines from the ledger as it"
+        f" stands; {export_s:.1f} s, {export_cpu:.1f} s of CPU time)"
+    )
+    started, cpu = time.monotonic(), time.process_time()
+    checked = CliRunner().invoke(
+        cli,
+        ["--home", str(settings.home), "--region", REGION, "archive", "verify", "--archive",
+         str(where), "--public-key", str(where.parent / "k.pub"), "--json"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    verify_s = time.monotonic() - started
+    assert checked.exit_code == 0, checked.output
+    cpu_s("verify", time.process_time() - cpu)
+    return done.events, export_s, export_cpu, verify_s
+
+
 def export_and_verify(settings: Settings, where: Path) -> tuple[int, float, float]:
     private_pem, public_pem = generate_key_pem()
     (where.parent / "k").write_bytes(private_pem)
@@ -188,9 +252,15 @@ def export_and_verify(settings: Settings, where: Path) -> tuple[int, float, floa
 def sql_engine(store: LedgerStore, files: list[ParquetMonth] | None) -> tuple[int, float]:
     rule = load_rule(shipped_rule_path("recorded"))
     relations = LEDGER_RELATIONS if files is None else parquet_relations(files)
+    steps: list[tuple[str, float]] = []
     cpu = time.process_time()
-    result = replay_clickhouse(store, relations, rule)
-    cpu_s("the engine", time.process_time() - cpu)
+    result = replay_clickhouse(
+        store, relations, rule, on_step=lambda name: steps.append((name, time.process_time()))
+    )
+    end = time.process_time()
+    cpu_s("the engine", end - cpu)
+    for (name, at), (_, until) in zip(steps, [*steps[1:], ("", end)], strict=True):
+        say(f"    {name}: {until - at:.1f} s of CPU time")
     return result.events, result.seconds
 
 
@@ -234,6 +304,10 @@ def typed(events_file: Path) -> ParquetMonth:
         write_typed_files(events_file, folder)
     elif not (folder / layout.PRICED).exists():
         write_typed_files(events_file, folder, typed=False)
+    cards = folder / layout.RATE_CARDS
+    if layout.IN_FORCE not in pq.read_schema(cards).names:  # format 2: add the integrals
+        old = pq.read_table(cards).sort_by(layout.RATE_CARDS_ORDER)
+        pq.write_table(with_card_integrals(old), cards, compression="zstd")
     return ParquetMonth(
         str(events_file),
         str(folder / layout.RATE_CARDS),
@@ -329,10 +403,32 @@ def main() -> None:
     parser.add_argument(
         "--long-only", action="store_true", help="only the long history (the month file cached)"
     )
+    parser.add_argument(
+        "--archive-only",
+        action="store_true",
+        help="only export and verify of the month, from the log, with the ledger's lines as they"
+        " stand (the ledger not brought up to date)",
+    )
+    parser.add_argument(
+        "--python-days",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the Python engine on the first N days of the long history only (with --long-only)",
+    )
     args = parser.parse_args()
     # The long history needs no ledger: chdb runs the queries over the Parquet files.
-    settings = prepare(args.home, ledger=not args.long_only)
-    store = open_ledger(settings)
+    settings = prepare(args.home, ledger=not (args.long_only or args.archive_only))
+    if args.archive_only:
+        with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+            rows, export_s, _, verify_s = export_only(settings, Path(tmp) / "archive")
+        row(f"archive export {MONTH} (ledger not caught up)", rows, export_s)
+        row(f"archive verify {MONTH}", rows, verify_s)
+        return
+    # The long history needs no ledger: a scratch chdb, so that a run beside another bench
+    # (which holds the ledger's path) does not wait on it.
+    scratch = tempfile.TemporaryDirectory(prefix="bench-replay-chdb-")
+    store = ChdbStore(Path(scratch.name)) if args.long_only else open_ledger(settings)
 
     month_file = args.home / MONTH / layout.EVENTS
     if args.long_only:
@@ -367,15 +463,19 @@ def main() -> None:
 def long(args: argparse.Namespace, store: LedgerStore, month_file: Path) -> None:
     long_files = generate_long(store, str(month_file), args.home, args.long_days)
     say(f"\n{args.long_days} days generated from {MONTH} (recorded rule)")
-    bare = sql_bare(store, long_files)
-    events, seconds = sql_engine(store, long_files)
-    row(f"clickhouse engine ({len(long_files)} Parquet files)", events, seconds, bare[1])
-    if args.python_long:
+    if not args.python_days:
+        bare = sql_bare(store, long_files)
+        events, seconds = sql_engine(store, long_files)
+        row(f"clickhouse engine ({len(long_files)} Parquet files)", events, seconds, bare[1])
+    if args.python_long or args.python_days:
         first_day, span = _span_days(str(month_file), store)
         rule = load_rule(shipped_rule_path("recorded"))
-        history = shifted_history(month_file, first_day, span, args.long_days)
+        days = args.python_days or args.long_days
+        history = shifted_history(month_file, first_day, span, days)
+        cpu = time.process_time()
         result = replay_python([rule], history)[0]
-        row("python engine (decoded and shifted in Python)", result.events, result.seconds)
+        cpu_s("the python engine", time.process_time() - cpu)
+        row(f"python engine, first {days} days (shifted in Python)", result.events, result.seconds)
 
 
 if __name__ == "__main__":
