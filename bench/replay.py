@@ -25,7 +25,8 @@ of minutes on a loaded machine) and reused. Every run then:
 
 With --long-only, only the long history, from the month's files under --home
 (`<home>/2026-11/`, kept by an earlier full run); the ledger is not brought up to date (a
-scratch chdb runs the queries). Its rate_cards.parquet files written before the archive's
+scratch chdb runs the queries), and the SQL engine over the month's files alone first (the
+30 days). Its rate_cards.parquet files written before the archive's
 format 3 get their integrals once. With --python-days N as well, only the Python engine over
 the first N days of the long history (a bounded part: all of it would take hours).
 
@@ -464,6 +465,8 @@ def long(args: argparse.Namespace, store: LedgerStore, month_file: Path) -> None
     long_files = generate_long(store, str(month_file), args.home, args.long_days)
     say(f"\n{args.long_days} days generated from {MONTH} (recorded rule)")
     if not args.python_days:
+        events, seconds = sql_engine(store, long_files[:1])
+        row(f"clickhouse engine ({MONTH} alone, its files)", events, seconds)
         bare = sql_bare(store, long_files)
         events, seconds = sql_engine(store, long_files)
         row(f"clickhouse engine ({len(long_files)} Parquet files)", events, seconds, bare[1])
