@@ -12,7 +12,7 @@ from projections.postgres.connection import Connection
 from provider.sim.clock import HOUR_US
 from provider.sim.region import RegionSim, SimConfig
 from schemas.errors import Origin
-from schemas.events import Envelope, Payload
+from schemas.events import Envelope, Payload, PoolRanked, RateCard
 from schemas.ids import derived_event_id
 
 T0_US = 1_796_000_000_000_000  # 2026-11-30T00:00Z-ish, inside every retention window
@@ -23,17 +23,57 @@ Positioned = tuple[Origin, Envelope]
 
 @functools.cache
 def sim_events(days: float = 0.25, workloads: int = 30, seed: int = 7) -> tuple[Positioned, ...]:
-    """A simulated region's events, each at a position of its topic (one partition a topic)."""
+    """A simulated region's events, each at a position of its topic (one partition a topic),
+    with a scorer's ranking of a pool after every fourth rate card (`ranked_after`: the
+    simulator has no deciders, and rankings are most of the fleet state's journal)."""
     sim = RegionSim(SimConfig(seed=seed, days=days, workloads=workloads))
     offsets: dict[str, int] = {}
     out: list[Positioned] = []
+    cards = 0
     for batch in sim.run(HOUR_US):
         for e in batch:
-            topic = f"{e.region}.{e.payload.TOPIC}"
-            offset = offsets.get(topic, 0)
-            offsets[topic] = offset + 1
-            out.append((Origin(topic, 0, offset), e))
+            made = [e]
+            if isinstance(e.payload, RateCard):
+                cards += 1
+                if cards % 4 == 0:
+                    made.append(ranked_after(e, cards))
+            for m in made:
+                topic = f"{m.region}.{m.payload.TOPIC}"
+                offset = offsets.get(topic, 0)
+                offsets[topic] = offset + 1
+                out.append((Origin(topic, 0, offset), m))
     return tuple(out)
+
+
+def ranked_after(card: Envelope, n: int) -> Envelope:
+    """A ranking of the rate card's pool, caused by it (as the scorer's decisions are by their
+    last input), its score a float that JSON and PostgreSQL both have to keep exact."""
+    p = card.payload
+    assert isinstance(p, RateCard)
+    return Envelope(
+        event_id=derived_event_id(card.event_id, "pool_ranked"),
+        event_type="pool_ranked",
+        occurred_at=card.occurred_at,
+        recorded_at=card.recorded_at + 1,
+        region=card.region,
+        key=p.pool_id,
+        causation_id=card.event_id,
+        correlation_id=card.correlation_id,
+        producer="deciders/scorer",
+        payload=PoolRanked(
+            ranking_id=f"ranking-{card.occurred_at}",
+            pool_id=p.pool_id,
+            rank=1 + n % 5,
+            pool_count=5,
+            score=n / 7 - 3.25,
+            available_vcpu=64 * (n % 9),
+            observed_interruption_per_h=(n % 13) / 1000,
+            price_per_vcpu_h_eur_micros=p.price_per_vcpu_h_eur_micros,
+            correlation_group=f"g{n % 3}",
+            window_s=3600,
+            input_event_ids=(card.event_id,),
+        ),
+    )
 
 
 def batches(events: Sequence[Positioned], size: int) -> list[list[Positioned]]:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.eventtime import ts
+from projections.eventtime import stamp, ts
 from projections.postgres import schema as s
 from projections.postgres.lifecycle import INSTANCES, STATES, TRANSITIONS, derive_state
-from projections.postgres.mappers import map_events
+from projections.postgres.mappers import map_events, ranking_row
+from schemas.errors import Origin
 from schemas.events import (
     Advisory,
     Allocation,
@@ -186,13 +188,20 @@ def test_tuple_rows_follow_their_tables_columns_and_only_the_latest_rank_moves_a
     ]  # fmt: skip
     launch = story()[0]
     changes = map_events([ranked[1], launch, ranked[0]])
-    rows = [dict(zip(s.RANKINGS.columns, r, strict=True)) for r in changes.rows(s.RANKINGS)]
-    first = next(r for r in rows if r["ranking_id"] == "r-1")
+    # A ranking's row is its journal row (the writer copies it with the journal's).
+    assert changes.rows(s.RANKINGS) == []
+    origin = Origin("demo.decisions", 3, 41)
+    first = dict(zip(s.RANKINGS.columns, ranking_row(origin, ranked[0]), strict=True))
     assert (first["event_id"], first["pool_id"], first["rank"], first["pool_count"]) == (
         ranked[0].event_id, P, 2, 3)  # fmt: skip
     assert (first["score"], first["available_vcpu"], first["window_s"]) == (0.5, 512, 300)
     assert first["input_event_ids"] == "{a-id,b-id}"
-    assert first["occurred_at"] == ts(ranked[0].occurred_at)
+    assert first["occurred_at"] == stamp(ranked[0].occurred_at)
+    assert (first["key"], first["causation_id"], first["correlation_id"]) == (
+        ranked[0].key, ranked[0].causation_id, ranked[0].correlation_id)  # fmt: skip
+    assert (first["recorded_at"], first["producer"]) == (
+        stamp(ranked[0].recorded_at), ranked[0].producer)  # fmt: skip
+    assert (first["topic"], first["partition"], first["offset"]) == ("demo.decisions", 3, 41)
     (event_row,) = (
         dict(zip(s.INSTANCE_EVENTS.columns, r, strict=True))
         for r in changes.rows(s.INSTANCE_EVENTS)
@@ -207,3 +216,13 @@ def test_tuple_rows_follow_their_tables_columns_and_only_the_latest_rank_moves_a
         1,
         ranked[1].event_id,
     )
+
+
+@given(st.integers(min_value=-62_135_596_800_000_000, max_value=253_402_300_799_999_999))
+@settings(max_examples=300, deadline=None)
+def test_a_stamp_is_the_same_instant_as_the_datetime(micros: int) -> None:
+    # The writer copies journal and ranking times as this text (PostgreSQL parses it).
+    text = stamp(micros)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\+00", text)
+    assert datetime.fromisoformat(text) == ts(micros)
+    assert stamp(micros) == text

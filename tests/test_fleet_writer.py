@@ -3,14 +3,17 @@ out-of-order facts, and the same tables whatever the order of the batches."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
+from datetime import datetime
 
 import psycopg
 import pytest
 
 from infra import servers
+from projections.postgres import schema as s
 from projections.postgres.audit import ACTIONS
 from projections.postgres.connection import (
     Connection,
@@ -18,8 +21,9 @@ from projections.postgres.connection import (
     FleetUnavailableError,
     connect,
 )
-from projections.postgres.mappers import UNJOURNALED
+from projections.postgres.mappers import UNJOURNALED, journal_row, ranking_row
 from projections.postgres.migrate import Migration, drop, migrate, migrations, status
+from projections.postgres.schema import RANKED
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter, WriteResult
 from schemas.errors import Origin
 from schemas.events import (
@@ -285,3 +289,79 @@ def test_a_batch_can_be_bounded_in_time(fleet: Connection) -> None:
         other.execute("LOCK TABLE consumed_offsets IN ACCESS EXCLUSIVE MODE")
         with pytest.raises(FleetUnavailableError, match="statement timeout"):
             writer.write(events, next_positions(events), timeout_s=0.5)
+
+
+def _read_events(conn: Connection) -> list[tuple[object, ...]]:
+    rows = conn.execute(
+        "SELECT event_id::text, event_type, occurred_at, recorded_at, key, causation_id::text,"
+        ' correlation_id, producer, topic, partition, "offset", payload::text FROM events'
+        " ORDER BY event_id"
+    ).fetchall()
+    return [(*envelope, json.loads(payload)) for *envelope, payload in rows]
+
+
+def _as_journaled(events: list[Positioned]) -> list[tuple[object, ...]]:
+    rows = []
+    for o, e in sorted(events, key=lambda pe: pe[1].event_id):
+        if e.event_type in UNJOURNALED:
+            continue
+        event_id, event_type, occurred, recorded, *envelope, payload = journal_row(o, e)
+        at, recorded_at = datetime.fromisoformat(occurred), datetime.fromisoformat(recorded)
+        rows.append((event_id, event_type, at, recorded_at, *envelope, json.loads(payload)))
+    return rows
+
+
+def test_the_events_view_reads_every_journaled_event_as_it_came(fleet: Connection) -> None:
+    # A ranking is journaled once, in `rankings` (migration 0003): the view `events` gives its
+    # envelope and its payload back as the journal would have held them.
+    events = fleet_part(sim_events())
+    write_all(fleet, events, 900)
+    assert any(e.event_type == RANKED for _, e in events)
+    assert _read_events(fleet) == _as_journaled(events)
+    stored = fleet.execute("SELECT count(*) FROM journal WHERE event_type = %s", (RANKED,))
+    assert stored.fetchone() == (0,)
+
+
+def test_migration_3_moves_the_journaled_rankings_into_rankings(postgres: servers.Server) -> None:
+    events = [pe for pe in fleet_part(sim_events()) if pe[1].event_type not in UNJOURNALED]
+    events = events[:2000]
+    assert any(e.event_type == RANKED for _, e in events)
+    schema = new_schema()
+    with connect(postgres.address, schema) as conn:
+        try:
+            # A schema at migration 2, written as before migration 3: every journaled event in
+            # `events`, and the rankings' payload columns in `rankings`.
+            migrate(conn, schema)
+            drop(conn, schema)
+            conn.execute(f"CREATE SCHEMA {schema}")
+            conn.execute(
+                f"CREATE TABLE {schema}.schema_migrations (version int PRIMARY KEY, name text"
+                " NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL"
+                " DEFAULT now())"
+            )
+            for m in migrations()[:2]:
+                conn.execute(f"SET search_path TO {schema}, public")
+                conn.execute(m.sql.encode())
+                conn.execute(
+                    f"INSERT INTO {schema}.schema_migrations VALUES (%s, %s, %s)",
+                    (m.version, m.name, m.checksum),
+                )
+            with conn.cursor() as cur:
+                with cur.copy(f"COPY {schema}.events FROM STDIN") as copy:
+                    for o, e in events:
+                        copy.write_row(journal_row(o, e))
+                columns = len(s.RANKINGS.columns) - 8  # before migration 3
+                with cur.copy(f"COPY {schema}.rankings FROM STDIN") as copy:
+                    for o, e in events:
+                        if e.event_type == RANKED:
+                            copy.write_row(ranking_row(o, e)[:columns])
+            conn.commit()
+            assert [m.version for m in migrate(conn, schema)] == [3]
+            conn.execute(f"SET search_path TO {schema}, public")
+            assert _read_events(conn) == _as_journaled(events)
+            # And the writer goes on from there: the same events again change nothing.
+            before = dump_fleet(conn)
+            assert FleetWriter(conn).write(events, {}).applied == 0
+            assert dump_fleet(conn) == before
+        finally:
+            drop(conn, schema)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.eventtime import ts, ts_or_none
+from projections.eventtime import stamp, ts, ts_or_none
 from projections.postgres import schema as s
 from projections.postgres.audit import audit_record, workload_of
 from projections.postgres.lifecycle import IMPLIED_STATE, INSTANCES
@@ -92,6 +92,10 @@ def uuid_array(values: Iterable[str]) -> str:
 # One encoder for every journaled payload (json.dumps with options builds one per call); keys
 # unsorted, as jsonb stores them in its own order whatever the text's.
 _JOURNAL_JSON = json.JSONEncoder(separators=(",", ":"))
+# The same, keys sorted, for the JSON the rows carry (json.dumps(..., sort_keys=True) and its
+# separators, byte for byte): instance tags, pool attributes, contracts; the outbox records.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+_RECORD_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 def journal_row(origin: Origin, e: Envelope) -> tuple[Any, ...]:
@@ -99,8 +103,8 @@ def journal_row(origin: Origin, e: Envelope) -> tuple[Any, ...]:
     return (
         e.event_id,
         e.event_type,
-        ts(e.occurred_at),
-        ts(e.recorded_at),
+        stamp(e.occurred_at),
+        stamp(e.recorded_at),
         e.key,
         e.causation_id,
         e.correlation_id,
@@ -135,7 +139,7 @@ def _launched(c: Changes, e: Envelope, i: str) -> None:
         workload_id=p.workload_id, pool_id=p.pool_id, vcpu=p.vcpu,
         purchase_model=p.purchase_model,
         launched_at=ts(e.occurred_at), launch_event_id=i,
-        tags=json.dumps(dict(p.tags), sort_keys=True),
+        tags=_SORTED_JSON.encode(dict(p.tags)),
     )  # fmt: skip
 
 
@@ -259,7 +263,7 @@ def _registered(c: Changes, e: Envelope, i: str) -> None:
             "purchase_model": p.purchase_model,
             "correlation_group": p.correlation_group,
             "capacity_vcpu": p.capacity_vcpu,
-            "attributes": json.dumps(dict(p.attributes), sort_keys=True),
+            "attributes": _SORTED_JSON.encode(dict(p.attributes)),
         },
     )
 
@@ -295,15 +299,17 @@ def _forward(c: Changes, e: Envelope, i: str) -> None:
     )
 
 
-def _ranked(c: Changes, e: Envelope, i: str) -> None:
+def ranking_row(origin: Origin, e: Envelope) -> tuple[Any, ...]:
+    """The `rankings` row of a pool_ranked event, in the order of `schema.RANKINGS.columns`:
+    its payload's fields and its envelope's (the rankings are their events' journal)."""
     p = e.payload
     assert isinstance(p, PoolRanked)
-    # In the order of schema.RANKINGS.columns.
-    c.append_tuple(
-        s.RANKINGS,
-        (i, p.ranking_id, p.pool_id, p.rank, p.pool_count, p.score, p.available_vcpu,
-         p.observed_interruption_per_h, p.price_per_vcpu_h_eur_micros, p.correlation_group,
-         p.window_s, uuid_array(p.input_event_ids), ts(e.occurred_at)),
+    return (
+        e.event_id, p.ranking_id, p.pool_id, p.rank, p.pool_count, p.score, p.available_vcpu,
+        p.observed_interruption_per_h, p.price_per_vcpu_h_eur_micros, p.correlation_group,
+        p.window_s, uuid_array(p.input_event_ids), stamp(e.occurred_at),
+        e.key, e.causation_id, e.correlation_id, stamp(e.recorded_at), e.producer,
+        origin.topic, origin.partition, origin.offset,
     )  # fmt: skip
 
 
@@ -407,7 +413,7 @@ def _contract(c: Changes, e: Envelope, i: str) -> None:
             "event_id": i,
             "workload_id": p.workload_id,
             "contract_version": p.contract_version,
-            "contract": json.dumps(p.to_avro(), sort_keys=True),
+            "contract": _SORTED_JSON.encode(p.to_avro()),
             "occurred_at": at,
         },
     )
@@ -549,7 +555,6 @@ HANDLERS: dict[str, Handler] = {
     "pool_registered": _registered,
     "rate_card": _rate_card,
     "forward_capacity": _forward,
-    "pool_ranked": _ranked,
     "pool_excluded": _excluded,
     "pool_readmitted": _readmitted,
     "contract_published": _contract,
@@ -578,7 +583,7 @@ def map_event(changes: Changes, e: Envelope) -> None:
                 "action": record["action"],
                 "workload_id": workload_of(e.payload),
                 "occurred_at": ts(e.occurred_at),
-                "record": json.dumps(record, sort_keys=True, separators=(",", ":")),
+                "record": _RECORD_JSON.encode(record),
             },
         )
 
@@ -596,8 +601,8 @@ def map_events(events: Iterable[Envelope]) -> Changes:
 
     Of the market feeds (a rate card per pool every 5 minutes) and the rankings (every pool
     ranked every few minutes), only each pool's latest card, forecast and rank of the batch can
-    change a pool's row: the others are skipped before its merge (a ranking still gets its
-    `rankings` row).
+    change a pool's row: the others are skipped before its merge. (A ranking's `rankings` row
+    is its journal row, `ranking_row`, which the writer copies with the journal's.)
     """
     changes = Changes()
     latest: dict[tuple[str, str], Envelope] = {}
@@ -606,7 +611,6 @@ def map_events(events: Iterable[Envelope]) -> Changes:
         if event_type in _FEEDS:
             key = (event_type, e.key)
         elif event_type == "pool_ranked":
-            map_event(changes, e)  # its rankings row
             assert isinstance(e.payload, PoolRanked)
             key = (event_type, e.payload.pool_id)
         else:

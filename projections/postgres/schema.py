@@ -1,12 +1,14 @@
-"""The fleet-state tables (migrations 0001-0002) as the writer addresses them."""
+"""The fleet-state tables (migrations 0001-0003) as the writer addresses them."""
 
 from __future__ import annotations
 
 from projections.postgres.lifecycle import INSTANCES
 from projections.postgres.tables import AppendTable, Group, Row, StateTable
 
+# The journal: every applied event but the rankings, which `RANKINGS` journals (migration 0003;
+# the view ``events`` reads both).
 EVENTS = AppendTable(
-    "events",
+    "journal",
     (
         "event_id",
         "event_type",
@@ -38,8 +40,18 @@ RANKINGS = AppendTable(
         "window_s",
         "input_event_ids",
         "occurred_at",
+        "key",
+        "causation_id",
+        "correlation_id",
+        "recorded_at",
+        "producer",
+        "topic",
+        "partition",
+        "offset",
     ),
 )
+# The event type that `RANKINGS` journals instead of `EVENTS`.
+RANKED = "pool_ranked"
 EXCLUSIONS = AppendTable(
     "exclusions",
     (

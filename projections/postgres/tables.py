@@ -100,6 +100,12 @@ class StateTable:
                     merged[column] = get(column)
         return self.finish(merged) if finish else merged
 
+    def finish_row(self, row: Row) -> tuple[Any, ...]:
+        """`finish`, as a tuple in the order of `columns` (what the writer copies)."""
+        if self.derive is None:
+            return tuple(map(row.get, self.columns))
+        return tuple(map(self.finish(row).__getitem__, self.columns))
+
     def finish(self, row: Row) -> Row:
         """Every column present (None where unknown), derived columns computed."""
         full = dict(zip(self.columns, map(row.get, self.columns), strict=True))

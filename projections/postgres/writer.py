@@ -1,8 +1,9 @@
 """The fleet-state writer: one transaction per batch, offsets stored with the rows.
 
-Per batch: insert the journal rows of the events not applied before (looked up by id and
-copied in; through staging and ``ON CONFLICT (event_id) DO NOTHING`` when another writer races
-for the same events: an event already applied is skipped, whatever offset it came from); map
+Per batch: insert the journal rows of the events not applied before (copied in; through
+staging and ``ON CONFLICT (event_id) DO NOTHING`` when one of them is stored already, say by
+another writer racing for the same events: an event already applied is skipped, whatever
+offset it came from; a ranking's journal row is its `rankings` row, migration 0003); map
 the new events to rows (pure; a batch's rows of one entity merged in Python); stage
 the state rows and merge them into the stored ones in SQL (`merge_sql`: ``ON CONFLICT DO
 UPDATE``, per group the better version); COPY the append rows (of new events only) straight
@@ -29,7 +30,7 @@ from projections.postgres.mappers import (
     Changes,
     journal_row,
     map_events,
-    uuid_array,
+    ranking_row,
 )
 from projections.postgres.merge_sql import upsert_statement
 from projections.postgres.tables import AppendTable, StateTable
@@ -78,9 +79,9 @@ class FleetWriter:
             t.name: sql.SQL(upsert_statement(t, f"stage_{t.name}")) for t in s.STATE_TABLES
         }
         with conn.transaction():
-            # Append rows go straight to their tables; only the journal and the state rows
-            # are staged.
-            tables = [(s.EVENTS.name, s.EVENTS.columns)]
+            # Append rows go straight to their tables; only the journals (a race's fallback)
+            # and the state rows are staged.
+            tables = [(t.name, t.columns) for t in (s.EVENTS, s.RANKINGS)]
             tables += [(t.name, t.columns) for t in s.STATE_TABLES]
             for name, columns in tables:
                 # The staging table has the writer's columns and their types, no constraints.
@@ -134,10 +135,14 @@ class FleetWriter:
                         sql.Literal(max(1, int(timeout_s * 1000)))
                     )
                 )
-            journal = [
-                journal_row(o, e) for o, e in unique.values() if e.event_type not in UNJOURNALED
-            ]
-            new_ids = self._journal(journal)
+            journal: list[tuple[Any, ...]] = []
+            rankings: list[tuple[Any, ...]] = []
+            for o, e in unique.values():
+                if e.event_type == s.RANKED:
+                    rankings.append(ranking_row(o, e))
+                elif e.event_type not in UNJOURNALED:
+                    journal.append(journal_row(o, e))
+            new_ids = self._journal(((s.EVENTS, journal), (s.RANKINGS, rankings)))
             self._step("journal")
             fresh = [
                 e
@@ -149,7 +154,7 @@ class FleetWriter:
                 self._upsert_state(state_table, changes)
             self._step("state")
             for append_table in s.APPEND_TABLES:
-                if append_table is not s.EVENTS:
+                if append_table is not s.EVENTS and append_table is not s.RANKINGS:
                     self._insert_append(append_table, changes)
             self._step("append")
             self._store_offsets(positions)
@@ -166,38 +171,30 @@ class FleetWriter:
             for row in rows:
                 copy.write_row(row)
 
-    def _journal(self, rows: list[tuple[Any, ...]]) -> set[str]:
-        """Insert the journal rows of events not applied before; return their ids.
+    def _journal(self, parts: Sequence[tuple[AppendTable, list[tuple[Any, ...]]]]) -> set[str]:
+        """Insert the journal rows (per table: the journal, the rankings) of the events not
+        applied before; return their ids.
 
-        Usually none of a batch's events is stored yet, so the ids are looked up first and the
-        new rows copied straight into the journal (half the server's work of staging them and
-        inserting with ON CONFLICT). If another writer commits one of the same events between
-        the look-up and the copy (a partition's previous owner finishing its batch after a
-        rebalance), the copy fails on the key: it is rolled back to its savepoint and the batch
-        goes through staging and ``ON CONFLICT (event_id) DO NOTHING``, which waits for and
-        skips the other writer's rows.
+        Usually none of a batch's events is stored yet, so the rows are copied straight into
+        their tables (half the server's work of staging them and inserting with ON CONFLICT,
+        and no look-up of the ids first). If one is stored already (an event the log holds
+        twice, or one that another writer committed: a partition's previous owner finishing its
+        batch after a rebalance), a copy fails on the key: the copies are rolled back to their
+        savepoint and the batch goes through staging and ``ON CONFLICT (event_id) DO NOTHING``,
+        which waits for and skips the other writer's rows.
         """
-        if not rows:
-            return set()
-        stored = {
-            r[0]
-            for r in self.conn.execute(
-                "SELECT event_id::text FROM events WHERE event_id = ANY(%s::uuid[])",
-                (uuid_array(r[0] for r in rows),),
-            )
-        }
-        new = [r for r in rows if not _is_stored(r[0], stored)]
-        if not new:
+        parts = [(table, rows) for table, rows in parts if rows]
+        if not parts:
             return set()
         try:
             with self.conn.transaction():
-                self._copy(s.EVENTS.name, s.EVENTS.columns, new)
+                for table, rows in parts:
+                    self._copy(table.name, table.columns, rows)
         except psycopg.errors.UniqueViolation:
-            return self._journal_staged(rows)
-        return {r[0] for r in new}
+            return set().union(*(self._journal_staged(table, rows) for table, rows in parts))
+        return {r[0] for _, rows in parts for r in rows}
 
-    def _journal_staged(self, rows: list[tuple[Any, ...]]) -> set[str]:
-        table = s.EVENTS
+    def _journal_staged(self, table: AppendTable, rows: list[tuple[Any, ...]]) -> set[str]:
         self._copy(f"stage_{table.name}", table.columns, rows)
         cols = _cols(table.columns)
         found = self.conn.execute(
@@ -220,9 +217,8 @@ class FleetWriter:
         updates = changes.states.get(table.name)
         if not updates:
             return
-        columns = table.columns
-        rows = [table.finish(updates[k]) for k in sorted(updates)]
-        self._copy(f"stage_{table.name}", columns, [tuple(r[c] for c in columns) for r in rows])
+        rows = [table.finish_row(updates[k]) for k in sorted(updates)]
+        self._copy(f"stage_{table.name}", table.columns, rows)
         self.conn.execute(self._upserts[table.name])
 
     def _store_offsets(self, positions: Mapping[TopicPartition, int]) -> None:
@@ -242,8 +238,3 @@ def _is_new(event_id: str, new_ids: set[str]) -> bool:
     staging, as PostgreSQL prints them; an id written otherwise, say in capitals, is compared
     in that form)."""
     return event_id in new_ids or str(uuid.UUID(event_id)) in new_ids
-
-
-def _is_stored(event_id: str, stored: set[str]) -> bool:
-    """Whether `event_id` is among `stored` (as PostgreSQL prints ids)."""
-    return bool(stored) and (event_id in stored or str(uuid.UUID(event_id)) in stored)
