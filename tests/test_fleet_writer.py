@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from infra import servers
+from projections.eventtime import stamp
 from projections.postgres import schema as s
 from projections.postgres.audit import ACTIONS
 from projections.postgres.connection import (
@@ -21,6 +22,7 @@ from projections.postgres.connection import (
     FleetUnavailableError,
     connect,
 )
+from projections.postgres.lifecycle import IMPLIED_STATE
 from projections.postgres.mappers import UNJOURNALED, journal_row, ranking_row
 from projections.postgres.migrate import Migration, drop, migrate, migrations, status
 from projections.postgres.schema import RANKED
@@ -322,6 +324,31 @@ def test_the_events_view_reads_every_journaled_event_as_it_came(fleet: Connectio
     assert stored.fetchone() == (0,)
 
 
+def test_the_instance_events_view_reads_each_instance_event_of_the_journal(
+    fleet: Connection,
+) -> None:
+    # An instance's events are the journal's (migration 0004): its id from the payload (a
+    # replacement's, the instance it replaces) and the state the event implies.
+    events = fleet_part(sim_events())
+    write_all(fleet, events, 900)
+    expected = []
+    for _, e in sorted(events, key=lambda pe: pe[1].event_id):
+        if e.event_type not in IMPLIED_STATE:
+            continue
+        p = e.payload.to_avro()
+        instance = p["replaces_instance_id" if e.event_type == "replacement_requested" else
+                     "instance_id"]  # fmt: skip
+        at = datetime.fromisoformat(stamp(e.occurred_at))
+        expected.append((e.event_id, instance, e.event_type, IMPLIED_STATE[e.event_type], at))
+    assert {row[2] for row in expected} >= {"instance_launched", "checkpoint_written",
+                                           "replacement_requested"}  # fmt: skip
+    rows = fleet.execute(
+        "SELECT event_id::text, instance_id, event_type, implied_state, occurred_at"
+        " FROM instance_events"
+    ).fetchall()
+    assert sorted(rows) == expected
+
+
 def test_migration_3_moves_the_journaled_rankings_into_rankings(postgres: servers.Server) -> None:
     events = [pe for pe in fleet_part(sim_events()) if pe[1].event_type not in UNJOURNALED]
     events = events[:2000]
@@ -356,7 +383,7 @@ def test_migration_3_moves_the_journaled_rankings_into_rankings(postgres: server
                         if e.event_type == RANKED:
                             copy.write_row(ranking_row(o, e)[:columns])
             conn.commit()
-            assert [m.version for m in migrate(conn, schema)] == [3]
+            assert [m.version for m in migrate(conn, schema)] == [3, 4]
             conn.execute(f"SET search_path TO {schema}, public")
             assert _read_events(conn) == _as_journaled(events)
             # And the writer goes on from there: the same events again change nothing.

@@ -16,7 +16,7 @@ from typing import Any
 from projections.eventtime import stamp, ts, ts_or_none
 from projections.postgres import schema as s
 from projections.postgres.audit import audit_record, workload_of
-from projections.postgres.lifecycle import IMPLIED_STATE, INSTANCES
+from projections.postgres.lifecycle import INSTANCES
 from projections.postgres.tables import AppendTable, Row, StateTable
 from schemas.errors import Origin
 from schemas.events import (
@@ -123,12 +123,9 @@ Handler = Callable[[Changes, Envelope, str], None]
 
 def _instance(c: Changes, e: Envelope, event_id: str, instance_id: str, **facts: Any) -> None:
     at = ts(e.occurred_at)
+    # (An instance's events are read from the journal: the view `instance_events`, migration
+    # 0004.)
     c.state(INSTANCES, {"instance_id": instance_id, "last_event_at": at, **facts})
-    # (event_id, instance_id, event_type, implied_state, occurred_at)
-    c.append_tuple(
-        s.INSTANCE_EVENTS,
-        (event_id, instance_id, e.event_type, IMPLIED_STATE.get(e.event_type), at),
-    )
 
 
 def _launched(c: Changes, e: Envelope, i: str) -> None:

@@ -80,9 +80,6 @@ READMISSIONS = AppendTable(
         "occurred_at",
     ),
 )
-INSTANCE_EVENTS = AppendTable(
-    "instance_events", ("event_id", "instance_id", "event_type", "implied_state", "occurred_at")
-)
 CONTRACTS = AppendTable(
     "contracts", ("event_id", "workload_id", "contract_version", "contract", "occurred_at")
 )
@@ -163,7 +160,6 @@ APPEND_TABLES: tuple[AppendTable, ...] = (
     RANKINGS,
     EXCLUSIONS,
     READMISSIONS,
-    INSTANCE_EVENTS,
     CONTRACTS,
     PLACEMENTS,
     PLACEMENT_ALLOCATIONS,
