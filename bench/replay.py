@@ -82,6 +82,7 @@ from spotcap.projecting import catch_up, open_writer
 from spotcap.stores import open_ledger
 from spotcap.wiring import make_codec, open_log
 from streams.embedded import EmbeddedLog
+from streams.log import EventLog
 from streams.merged import MergedHistory
 
 MONTH = "2026-11"
@@ -125,18 +126,23 @@ def prepare(home: Path, ledger: bool = True) -> Settings:
     return settings
 
 
+def merged_history(log: EventLog, settings: Settings) -> MergedHistory:
+    """The ledger topics in event-time order, as `replay` and `archive export` read them."""
+    return MergedHistory(
+        log,
+        make_codec(settings),
+        REGION,
+        LEDGER_TOPICS,
+        poll_records=2000,
+        buffer_per_partition=4000,
+    )
+
+
 def python_engine(settings: Settings) -> tuple[int, float]:
     rule = load_rule(shipped_rule_path("recorded"))
     log = open_log(settings)
     try:
-        history = MergedHistory(
-            log,
-            make_codec(settings),
-            REGION,
-            LEDGER_TOPICS,
-            poll_records=2000,
-            buffer_per_partition=4000,
-        )
+        history = merged_history(log, settings)
         result = replay_python([rule], (d.envelope for d in history))[0]
     finally:
         log.close()
@@ -182,14 +188,7 @@ def export_only(settings: Settings, where: Path) -> tuple[int, float, float, flo
     try:
         started, cpu = time.monotonic(), time.process_time()
         lines = month_cost_lines(open_ledger(settings), MONTH)
-        history = MergedHistory(
-            log,
-            make_codec(settings),
-            REGION,
-            LEDGER_TOPICS,
-            poll_records=2000,
-            buffer_per_partition=4000,
-        )
+        history = merged_history(log, settings)
         with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
             done = export_month(
                 LocalStorage(where),

@@ -198,6 +198,20 @@ def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Pa
                 assert c[column] == expected
 
 
+def sign_and_relink(where: Path, signer: FileSigner, manifest: dict[str, Any]) -> None:
+    """Write 2026-11's `manifest` signed again, and 2026-12's link to it with it."""
+    folder = where / "rp" / "2026-11"
+    data = layout.canonical_json(manifest)
+    (folder / layout.MANIFEST).write_bytes(data)
+    (folder / layout.SIGNATURE).write_bytes(signer.sign(data))
+    later = where / "rp" / "2026-12"
+    manifest = json.loads((later / layout.MANIFEST).read_bytes())
+    manifest["chain"]["previous_manifest_sha256"] = layout.sha256_hex(data)
+    data = layout.canonical_json(manifest)
+    (later / layout.MANIFEST).write_bytes(data)
+    (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+
+
 def as_format_1(where: Path, private_key: Path) -> None:
     """Rewrite 2026-11 of the archive at `where` as format 1 wrote it (no typed files), signed
     again, and 2026-12's link to its manifest with it: an archive begun before format 2."""
@@ -208,15 +222,7 @@ def as_format_1(where: Path, private_key: Path) -> None:
     for name in layout.DERIVED_FILES:
         del manifest["files"][name]
         (folder / name).unlink()
-    data = layout.canonical_json(manifest)
-    (folder / layout.MANIFEST).write_bytes(data)
-    (folder / layout.SIGNATURE).write_bytes(signer.sign(data))
-    later = where / "rp" / "2026-12"
-    manifest = json.loads((later / layout.MANIFEST).read_bytes())
-    manifest["chain"]["previous_manifest_sha256"] = layout.sha256_hex(data)
-    data = layout.canonical_json(manifest)
-    (later / layout.MANIFEST).write_bytes(data)
-    (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+    sign_and_relink(where, signer, manifest)
 
 
 def signed_again(where: Path, private_key: Path, names: tuple[str, ...], edit: Any) -> None:
@@ -232,15 +238,7 @@ def signed_again(where: Path, private_key: Path, names: tuple[str, ...], edit: A
         entry = manifest["files"][name]
         entry["sha256"], entry["bytes"] = layout.sha256_hex(data), len(data)
         entry["schema_sha256"] = layout.schema_fingerprint(pq.read_schema(folder / name))
-    data = layout.canonical_json(manifest)
-    (folder / layout.MANIFEST).write_bytes(data)
-    (folder / layout.SIGNATURE).write_bytes(signer.sign(data))
-    later = where / "rp" / "2026-12"
-    manifest = json.loads((later / layout.MANIFEST).read_bytes())
-    manifest["chain"]["previous_manifest_sha256"] = layout.sha256_hex(data)
-    data = layout.canonical_json(manifest)
-    (later / layout.MANIFEST).write_bytes(data)
-    (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+    sign_and_relink(where, signer, manifest)
 
 
 def test_a_month_of_format_2_verifies_and_replays(
