@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from infra import servers  # noqa: E402
+from infra.servers.process import STATE_FILE  # noqa: E402
 from projections.ledger.store import ChdbStore  # noqa: E402
 from projections.postgres.connection import Connection, connect  # noqa: E402
 from projections.postgres.migrate import drop, migrate  # noqa: E402
@@ -76,6 +78,31 @@ def fleet(postgres: servers.Server) -> Iterator[Connection]:
     finally:
         drop(conn, schema)
         conn.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_server_outlives_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After every other fixture is torn down, stop any server still running under this
+    session's temporary directory (say an embedded PostgreSQL a `spotcap demo` started in a
+    test's home, which by design outlives the command until `spotcap db stop`), and warn with
+    its folder, so that the test that left it can be made to stop it."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    left = sorted(  # resolved: pytest links "<test>current" to a test's latest folder
+        {
+            state.parent.resolve()
+            for depth in range(1, 5)
+            for state in base.glob("*/" * depth + STATE_FILE)
+        }
+    )
+    for data_dir in left:
+        servers.stop(data_dir)
+    if left:
+        warnings.warn(
+            "servers were left running under the suite's tmp folder and are now stopped: "
+            + ", ".join(str(d.relative_to(base.resolve())) for d in left),
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,6 +23,8 @@ from click.testing import CliRunner, Result
 from schemas.codec import Codec
 from schemas.events import Envelope
 from spotcap.cli import main
+from spotcap.config import Settings
+from spotcap.stores import stop_embedded_postgres
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
 from streams.log import CORRUPT_HEADER, EventLog, Record
@@ -67,6 +69,14 @@ def home(tmp_path: Path) -> Path:
     write(log, REGION, 0, 120, flush_every=6)
     log.close()
     return tmp_path
+
+
+@pytest.fixture
+def runs_demo(tmp_path: Path) -> Iterator[None]:
+    """For a test that runs `spotcap demo` in its tmp home: the embedded PostgreSQL the demo
+    starts outlives the command (until `spotcap db stop`), so the test stops it after."""
+    yield
+    stop_embedded_postgres(Settings(home=tmp_path))
 
 
 def flip_framing(home: Path) -> tuple[Path, int, range]:
@@ -140,6 +150,7 @@ def test_repair_moves_the_damage_aside_only_when_asked(home: Path) -> None:
     assert record.offset >= end_before, "no offset is written twice"
 
 
+@pytest.mark.usefixtures("runs_demo")
 def test_a_framing_flip_then_writing_commands_lose_nothing_and_reuse_no_offset(
     home: Path,
 ) -> None:
@@ -283,6 +294,7 @@ def test_verify_refuses_kafka_with_a_sentence(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.usefixtures("runs_demo")
 def test_a_killed_run_leaves_a_visible_mark(tmp_path: Path) -> None:
     finished = spotcap(tmp_path, "demo", "--days", "0.05", "--workloads", "5", region="done")
     assert finished.exit_code == 0, finished.output
