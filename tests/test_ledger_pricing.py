@@ -159,6 +159,37 @@ def test_prune_then_backfill_finds_the_same_cards() -> None:
     assert list(pruned.segments(P, a, z)) == list(full.segments(P, a, z))
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 10**4)), min_size=2, max_size=30),
+    st.data(),
+)
+def test_a_pruned_book_prices_every_later_piece_as_the_whole_book_does(
+    steps: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """Prune keeps the integrals it holds (cut, not recomputed): the differences that price a
+    piece after the prune point are the same as the unpruned book's, whether the integrals
+    were computed before the prune, after it, after a card arrived late, or not at all."""
+    starts = list(itertools.accumulate(gap for gap, _ in steps))
+    cards = [(T0_US + t * 1000, price, price // 2) for t, (_, price) in zip(starts, steps)]
+    full, pruned = book(*cards), book(*cards)
+    end = cards[-1][0] + 10**9
+    for t in data.draw(st.lists(st.integers(T0_US, end), max_size=4)):  # prefixes held or not
+        pruned.integral(P, t)
+    cut = data.draw(st.integers(T0_US, end))
+    pruned.prune(cut)
+    if data.draw(st.booleans()):  # a late card between two held ones, after the prune
+        late = Card(data.draw(st.integers(cut, end)), "late", end, 7, 3, "reclaimable")
+        full.add(P, late)
+        pruned.add(P, late)
+    # Pieces from where the pruned book still holds the card in force.
+    a = max(cut, pruned._cards[P][0].valid_from_us)
+    for x, y in data.draw(st.lists(st.tuples(st.integers(a, end), st.integers(a, end)))):
+        (fx, gfx), (fy, gfy) = full.integral(P, x), full.integral(P, y)
+        (px, gpx), (py, gpy) = pruned.integral(P, x), pruned.integral(P, y)
+        assert (fy - fx, gfy - gfx) == (py - px, gpy - gpx)
+
+
 @given(st.integers(-(10**30), 10**30), st.integers(1, 10**24))
 def test_integer_rounding_is_fractions_half_to_even(numerator: int, denominator: int) -> None:
     assert round_half_even(numerator, denominator) == round(Fraction(numerator, denominator))
