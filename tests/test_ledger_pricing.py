@@ -171,7 +171,9 @@ def test_a_pruned_book_prices_every_later_piece_as_the_whole_book_does(
     piece after the prune point are the same as the unpruned book's, whether the integrals
     were computed before the prune, after it, after a card arrived late, or not at all."""
     starts = list(itertools.accumulate(gap for gap, _ in steps))
-    cards = [(T0_US + t * 1000, price, price // 2) for t, (_, price) in zip(starts, steps)]
+    cards = [
+        (T0_US + t * 1000, price, price // 2) for t, (_, price) in zip(starts, steps, strict=True)
+    ]
     full, pruned = book(*cards), book(*cards)
     end = cards[-1][0] + 10**9
     for t in data.draw(st.lists(st.integers(T0_US, end), max_size=4)):  # prefixes held or not
