@@ -30,7 +30,7 @@ from schemas.events import Envelope
 from spotcap.config import Settings
 from spotcap.stores import open_fleet, open_ledger
 from spotcap.wiring import make_codec
-from streams.deadletter import DeadLetters
+from streams.deadletter import DeadLetters, OnDemandProducer
 from streams.log import Consumer, EventLog, Record, TopicPartition
 from streams.merged import MergedHistory, Progress
 from streams.processing.dead_letters import DeadLetterGuard, DeadLetterPolicy
@@ -126,7 +126,7 @@ def catch_up_together(
         if other.topics != topics or other.stored_offsets() != start:
             raise ValueError("writers caught up together must read the same topics and offsets")
     codec = make_codec(settings)
-    producer = log.producer()
+    producer = OnDemandProducer(log)  # takes the embedded log's writer lock only to write
     names = "+".join(w.which for w in writers)
     dead_letters = {
         w.which: DeadLetters(producer, codec, settings.region, f"projection/{w.which}")
@@ -284,7 +284,7 @@ def fleet_processor(
     """A processor that keeps the fleet state up to date, partition by partition (Kafka groups
     can spread it over several processes: the state rows do not depend on order)."""
     codec = make_codec(settings)
-    dead_letters = DeadLetters(log.producer(), codec, settings.region, "projection/fleet")
+    dead_letters = DeadLetters(OnDemandProducer(log), codec, settings.region, "projection/fleet")
     factory = SeekingFactory(
         writer, Decoder(codec), DeadLetterGuard(dead_letters, DeadLetterPolicy())
     )

@@ -14,8 +14,39 @@ from schemas.codec import Codec
 from schemas.errors import CodecError
 from schemas.events import DeadLettered, Envelope
 from schemas.ids import derived_event_id
-from streams.log import Producer, Record
+from streams.log import EventLog, Headers, Producer, Record
 from streams.topics import topic_name
+
+
+class OnDemandProducer:
+    """The log's producer, opened at the first record sent through it. On the embedded log a
+    producer holds the log's one writer lock while open, so a reader that dead-letters through
+    this one (most runs dead-letter nothing) holds the lock only once it has something to
+    write: `spotcap project` runs beside a `spotcap demo` writing the same log, and two
+    projections' catch-ups beside each other."""
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+        self._producer: Producer | None = None
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers = (),
+        timestamp_ms: int | None = None,
+    ) -> None:
+        if self._producer is None:
+            self._producer = self._log.producer()
+        self._producer.produce(topic, value, key, headers, timestamp_ms)
+
+    def flush(self, timeout_s: float = 30.0) -> list[Record]:
+        return [] if self._producer is None else self._producer.flush(timeout_s)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
 
 
 class DeadLetters:
