@@ -118,6 +118,18 @@ def test_merging_partial_rows_in_any_grouping_gives_the_same_row(
     assert INSTANCES.merge(merged, merged) == merged  # idempotent
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.permutations(story()), st.integers(1, 10))
+def test_the_staged_row_is_the_finished_row_in_column_order(
+    order: list[Envelope], cut: int
+) -> None:
+    # What the writer copies (`finish_row`) is `finish`, column by column, its derived state
+    # included, for any part of a life.
+    row = map_events(order[:cut]).states["instances"][INST]
+    full = INSTANCES.finish(row)
+    assert INSTANCES.finish_row(row) == tuple(full[c] for c in INSTANCES.columns)
+
+
 def test_the_state_is_the_furthest_fact() -> None:
     life = story()
     by_name = {e.event_type: e for e in life}
@@ -224,6 +236,9 @@ def test_tuple_rows_follow_their_tables_columns_and_only_the_latest_rank_moves_a
     assert not any(table.name == "instance_events" for table in s.APPEND_TABLES)
     assert changes.states["instances"][INST]["launch_event_id"] == launch.event_id
     pool = changes.states["pools"][P]
+    finished = s.POOLS.finish(pool)
+    assert s.POOLS.finish_row(pool) == tuple(finished[c] for c in s.POOLS.columns)
+    assert finished["excluded"] is False
     assert (pool["ranking_id"], pool["rank"], pool["rank_event_id"]) == (
         "r-2",
         1,

@@ -293,6 +293,26 @@ def test_a_batch_can_be_bounded_in_time(fleet: Connection) -> None:
             writer.write(events, next_positions(events), timeout_s=0.5)
 
 
+def test_a_batch_commits_without_waiting_for_its_wal_flush_and_only_the_batch(
+    fleet: Connection,
+) -> None:
+    # synchronous_commit is off for the batch's transaction alone (its offsets commit with its
+    # rows, so a commit lost in a server crash is read again), bounded in time or not.
+    events = fleet_part(sim_events())[:50]
+    seen: list[tuple[str, str]] = []
+
+    def settings(step: str) -> None:
+        if step in ("journal", "commit", "committed"):
+            row = fleet.execute("SELECT current_setting('synchronous_commit')").fetchone()
+            assert row is not None
+            seen.append((step, str(row[0])))
+
+    writer = FleetWriter(fleet, on_step=settings)
+    writer.write(events[:25], next_positions(events[:25]))
+    writer.write(events[25:], next_positions(events[25:]), timeout_s=30)
+    assert seen == [("journal", "off"), ("commit", "off"), ("committed", "on")] * 2
+
+
 def _read_events(conn: Connection) -> list[tuple[object, ...]]:
     rows = conn.execute(
         "SELECT event_id::text, event_type, occurred_at, recorded_at, key, causation_id::text,"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from projections.eventtime import stamp, ts, ts_or_none
@@ -71,7 +72,10 @@ class Changes:
     def state(self, table: StateTable, row: Row) -> None:
         rows = self.states.setdefault(table.name, {})
         key = row[table.key]
-        rows[key] = table.merge(rows.get(key), row, finish=False)
+        stored = rows.get(key)
+        # A key's first row is kept as it is (`merge(None, row)` would copy it; the handlers
+        # build a new dict per event).
+        rows[key] = row if stored is None else table.merge(stored, row, finish=False)
 
     def rows(self, table: AppendTable) -> list[tuple[Any, ...]]:
         columns = table.columns
@@ -121,21 +125,21 @@ def journal_row(origin: Origin, e: Envelope) -> tuple[Any, ...]:
 Handler = Callable[[Changes, Envelope, str], None]
 
 
-def _instance(c: Changes, e: Envelope, event_id: str, instance_id: str, **facts: Any) -> None:
-    at = ts(e.occurred_at)
-    # (An instance's events are read from the journal: the view `instance_events`, migration
-    # 0004.)
+def _instance(c: Changes, at: datetime, instance_id: str, **facts: Any) -> None:
+    """An instance's facts from an event at `at` (its time, computed once per event). (An
+    instance's events are read from the journal: the view `instance_events`, migration 0004.)"""
     c.state(INSTANCES, {"instance_id": instance_id, "last_event_at": at, **facts})
 
 
 def _launched(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, InstanceLaunched)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id,
+        c, at, p.instance_id,
         workload_id=p.workload_id, pool_id=p.pool_id, vcpu=p.vcpu,
         purchase_model=p.purchase_model,
-        launched_at=ts(e.occurred_at), launch_event_id=i,
+        launched_at=at, launch_event_id=i,
         tags=_SORTED_JSON.encode(dict(p.tags)),
     )  # fmt: skip
 
@@ -143,9 +147,10 @@ def _launched(c: Changes, e: Envelope, i: str) -> None:
 def _advisory(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, Advisory)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, pool_id=p.pool_id,
-        advised_at=ts(e.occurred_at), advisory_event_id=i,
+        c, at, p.instance_id, pool_id=p.pool_id,
+        advised_at=at, advisory_event_id=i,
         expected_reclaim_at=ts(p.expected_reclaim_at),
     )  # fmt: skip
 
@@ -153,9 +158,10 @@ def _advisory(c: Changes, e: Envelope, i: str) -> None:
 def _notice(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, NoticeReceived)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, pool_id=p.pool_id, workload_id=p.workload_id,
-        noticed_at=ts(e.occurred_at), notice_event_id=i,
+        c, at, p.instance_id, pool_id=p.pool_id, workload_id=p.workload_id,
+        noticed_at=at, notice_event_id=i,
         deadline_at=ts(p.deadline_at), notice_source=p.source,
     )  # fmt: skip
 
@@ -163,9 +169,10 @@ def _notice(c: Changes, e: Envelope, i: str) -> None:
 def _drain_started(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, DrainStarted)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, workload_id=p.workload_id,
-        drain_started_at=ts(e.occurred_at), drain_started_event_id=i,
+        c, at, p.instance_id, workload_id=p.workload_id,
+        drain_started_at=at, drain_started_event_id=i,
         drain_path=p.path, drain_trigger=p.trigger, drain_budget_s=p.drain_budget_s,
     )  # fmt: skip
 
@@ -173,9 +180,10 @@ def _drain_started(c: Changes, e: Envelope, i: str) -> None:
 def _drain_completed(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, DrainCompleted)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, workload_id=p.workload_id,
-        drained_at=ts(e.occurred_at), drained_event_id=i,
+        c, at, p.instance_id, workload_id=p.workload_id,
+        drained_at=at, drained_event_id=i,
         drain_duration_s=p.duration_s, drain_verified=p.verified, drain_overrun=p.overrun,
         drain_fell_back_to_local=p.fell_back_to_local,
         drain_deadline_margin_s=p.deadline_margin_s,
@@ -185,9 +193,10 @@ def _drain_completed(c: Changes, e: Envelope, i: str) -> None:
 def _checkpoint(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, CheckpointWritten)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, workload_id=p.workload_id,
-        checkpoint_generation=p.generation, checkpoint_at=ts(e.occurred_at),
+        c, at, p.instance_id, workload_id=p.workload_id,
+        checkpoint_generation=p.generation, checkpoint_at=at,
         checkpoint_event_id=i, checkpoint_bytes=p.written_bytes, checkpoint_final=p.final,
     )  # fmt: skip
 
@@ -195,11 +204,12 @@ def _checkpoint(c: Changes, e: Envelope, i: str) -> None:
 def _lost(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, InstanceLost)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id,
+        c, at, p.instance_id,
         workload_id=p.workload_id, pool_id=p.pool_id, vcpu=p.vcpu,
         purchase_model=p.purchase_model,
-        lost_at=ts(e.occurred_at), lost_event_id=i,
+        lost_at=at, lost_event_id=i,
         loss_reason=p.reason, lost_with_notice=p.with_notice,
     )  # fmt: skip
 
@@ -207,18 +217,20 @@ def _lost(c: Changes, e: Envelope, i: str) -> None:
 def _wasted(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, WorkWasted)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, workload_id=p.workload_id, pool_id=p.pool_id,
-        wasted_at=ts(e.occurred_at), wasted_event_id=i, wasted_vcpu_s=p.wasted_vcpu_s,
+        c, at, p.instance_id, workload_id=p.workload_id, pool_id=p.pool_id,
+        wasted_at=at, wasted_event_id=i, wasted_vcpu_s=p.wasted_vcpu_s,
     )  # fmt: skip
 
 
 def _deleted(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, InstanceDeleted)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.instance_id, workload_id=p.workload_id, pool_id=p.pool_id,
-        deleted_at=ts(e.occurred_at), deleted_event_id=i, deleted_by=p.deleted_by,
+        c, at, p.instance_id, workload_id=p.workload_id, pool_id=p.pool_id,
+        deleted_at=at, deleted_event_id=i, deleted_by=p.deleted_by,
         deleted_principal=p.principal, deleted_reason=p.reason,
     )  # fmt: skip
 
@@ -226,9 +238,10 @@ def _deleted(c: Changes, e: Envelope, i: str) -> None:
 def _replacement(c: Changes, e: Envelope, i: str) -> None:
     p = e.payload
     assert isinstance(p, ReplacementRequested)
+    at = ts(e.occurred_at)
     _instance(
-        c, e, i, p.replaces_instance_id, workload_id=p.workload_id,
-        replacement_at=ts(e.occurred_at), replacement_event_id=i,
+        c, at, p.replaces_instance_id, workload_id=p.workload_id,
+        replacement_at=at, replacement_event_id=i,
     )  # fmt: skip
     c.append(
         s.REPLACEMENTS,
@@ -239,7 +252,7 @@ def _replacement(c: Changes, e: Envelope, i: str) -> None:
             "vcpu": p.vcpu,
             "purchase_model": p.purchase_model,
             "excluded_pool_ids": list(p.excluded_pool_ids),
-            "occurred_at": ts(e.occurred_at),
+            "occurred_at": at,
         },
     )
 
@@ -602,7 +615,8 @@ def map_events(events: Iterable[Envelope]) -> Changes:
     is its journal row, `ranking_row`, which the writer copies with the journal's.)
     """
     changes = Changes()
-    latest: dict[tuple[str, str], Envelope] = {}
+    # Per (type, pool): the latest event's version and the event (its version computed once).
+    latest: dict[tuple[str, str], tuple[tuple[int, str], Envelope]] = {}
     for e in events:
         event_type = e.event_type
         if event_type in _FEEDS:
@@ -613,10 +627,11 @@ def map_events(events: Iterable[Envelope]) -> Changes:
         else:
             map_event(changes, e)
             continue
+        version = _feed_version(e)
         kept = latest.get(key)
-        if kept is None or _feed_version(e) > _feed_version(kept):
-            latest[key] = e
-    for e in latest.values():
+        if kept is None or version > kept[0]:
+            latest[key] = (version, e)
+    for _, e in latest.values():
         if e.event_type == "pool_ranked":
             _ranked_state(changes, e, e.event_id)
         else:

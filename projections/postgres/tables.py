@@ -20,6 +20,13 @@ from typing import Any, Literal
 Row = dict[str, Any]
 
 
+class _Unknown(dict[str, Any]):
+    """A row that reads None for a column it lacks (``row[column]`` as ``row.get(column)``)."""
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class AppendTable:
     name: str
@@ -56,6 +63,8 @@ class StateTable:
     _plan: tuple[tuple[tuple[str, ...], tuple[str, ...], bool], ...] = field(
         init=False, default=(), compare=False, repr=False
     )
+    # Each column's position in `columns`.
+    _index: dict[str, int] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         cols: list[str] = [self.key, *self.shared]
@@ -65,6 +74,7 @@ class StateTable:
         object.__setattr__(self, "columns", tuple(cols))
         plan = tuple((g.version, (*g.version, *g.columns), g.keep == "latest") for g in self.groups)
         object.__setattr__(self, "_plan", plan)
+        object.__setattr__(self, "_index", {c: i for i, c in enumerate(cols)})
 
     def merge(
         self, a: Mapping[str, Any] | None, b: Mapping[str, Any], *, finish: bool = True
@@ -102,9 +112,13 @@ class StateTable:
 
     def finish_row(self, row: Row) -> tuple[Any, ...]:
         """`finish`, as a tuple in the order of `columns` (what the writer copies)."""
-        if self.derive is None:
-            return tuple(map(row.get, self.columns))
-        return tuple(map(self.finish(row).__getitem__, self.columns))
+        values = list(map(row.get, self.columns))
+        if self.derive is not None:
+            # `derive` sees every column, None where unknown (as `finish` gives it), without
+            # building that full row.
+            for column, value in self.derive(_Unknown(row)).items():
+                values[self._index[column]] = value
+        return tuple(values)
 
     def finish(self, row: Row) -> Row:
         """Every column present (None where unknown), derived columns computed."""
