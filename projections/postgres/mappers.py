@@ -9,7 +9,7 @@ they are not journaled; every other event is, with its causes, for `spotcap why`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -78,9 +78,17 @@ class Changes:
         rows[key] = row if stored is None else table.merge(stored, row, finish=False)
 
     def rows(self, table: AppendTable) -> list[tuple[Any, ...]]:
+        return list(self.iter_rows(table))
+
+    def iter_rows(self, table: AppendTable) -> Iterator[tuple[Any, ...]]:
+        """`rows`, each made as it is read (the writer copies them without holding them)."""
         columns = table.columns
-        rows = [tuple(map(r.get, columns)) for r in self.appends.get(table.name, ())]
-        return rows + self.tuples.get(table.name, [])
+        for r in self.appends.get(table.name, ()):
+            yield tuple(map(r.get, columns))
+        yield from self.tuples.get(table.name, ())
+
+    def has_rows(self, table: AppendTable) -> bool:
+        return bool(self.appends.get(table.name) or self.tuples.get(table.name))
 
 
 # Ids (uuid columns) go to PostgreSQL as their text, which COPY parses: parsing them into

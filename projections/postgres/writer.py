@@ -15,7 +15,7 @@ used to seek on partition assignment), so no event is applied twice or skipped.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,8 @@ TopicPartition = tuple[str, int]
 # Called at each named step of a batch ("journal", "state", "append", "offsets", "commit",
 # "committed"): the crash tests kill the process there; it could count or trace.
 StepHook = Callable[[str], None]
+# An event's row of a journal table (`journal_row`, `ranking_row`).
+RowOf = Callable[[Origin, Envelope], tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +127,12 @@ class FleetWriter:
         positions: Mapping[TopicPartition, int],
         timeout_s: float | None,
     ) -> WriteResult:
+        # The batch's own pairs, not new tuples: what the writer holds while it works on a batch
+        # is what Python's garbage collector counts and, in its full collections, walks (all of
+        # the process's objects each time; docs/performance.md, "Projections").
         unique: dict[str, tuple[Origin, Envelope]] = {}
-        for origin, envelope in events:
-            unique.setdefault(envelope.event_id, (origin, envelope))
+        for pair in events:
+            unique.setdefault(pair[1].event_id, pair)
         with self.conn.transaction():
             # The commit does not wait for its WAL to reach the disk (PostgreSQL's WAL writer
             # flushes it within a fraction of a second; the backend neither flushes nor waits).
@@ -147,14 +152,17 @@ class FleetWriter:
                     " set_config('statement_timeout', %s, true)",
                     (str(max(1, int(timeout_s * 1000))),),
                 )
-            journal: list[tuple[Any, ...]] = []
-            rankings: list[tuple[Any, ...]] = []
-            for o, e in unique.values():
-                if e.event_type == s.RANKED:
-                    rankings.append(ranking_row(o, e))
-                elif e.event_type not in UNJOURNALED:
-                    journal.append(journal_row(o, e))
-            new_ids = self._journal(((s.EVENTS, journal), (s.RANKINGS, rankings)))
+            journal: list[tuple[Origin, Envelope]] = []
+            rankings: list[tuple[Origin, Envelope]] = []
+            for pair in unique.values():
+                event_type = pair[1].event_type
+                if event_type == s.RANKED:
+                    rankings.append(pair)
+                elif event_type not in UNJOURNALED:
+                    journal.append(pair)
+            new_ids = self._journal(
+                ((s.EVENTS, journal_row, journal), (s.RANKINGS, ranking_row, rankings))
+            )
             self._step("journal")
             if new_ids is None:  # all of them: the usual case
                 fresh = [e for _, e in unique.values()]
@@ -180,17 +188,18 @@ class FleetWriter:
 
     # -- steps ------------------------------------------------------------------------------
 
-    def _copy(self, table_name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def _copy(self, table_name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(_ident(table_name), _cols(columns))
         with self.conn.cursor() as cur, cur.copy(stmt) as copy:
             for row in rows:
                 copy.write_row(row)
 
     def _journal(
-        self, parts: Sequence[tuple[AppendTable, list[tuple[Any, ...]]]]
+        self, parts: Sequence[tuple[AppendTable, RowOf, list[tuple[Origin, Envelope]]]]
     ) -> set[str] | None:
-        """Insert the journal rows (per table: the journal, the rankings) of the events not
-        applied before; return their ids, or None when that is every one of them.
+        """Insert the journal rows (per table: the journal, the rankings; each row made from its
+        event as it is copied) of the events not applied before; return their ids, or None when
+        that is every one of them.
 
         Usually none of a batch's events is stored yet, so the rows are copied straight into
         their tables (half the server's work of staging them and inserting with ON CONFLICT,
@@ -200,19 +209,21 @@ class FleetWriter:
         savepoint and the batch goes through staging and ``ON CONFLICT (event_id) DO NOTHING``,
         which waits for and skips the other writer's rows.
         """
-        parts = [(table, rows) for table, rows in parts if rows]
+        parts = [part for part in parts if part[2]]
         if not parts:
             return None
         try:
             with self.conn.transaction():
-                for table, rows in parts:
-                    self._copy(table.name, table.columns, rows)
+                for table, row_of, pairs in parts:
+                    self._copy(table.name, table.columns, (row_of(o, e) for o, e in pairs))
         except psycopg.errors.UniqueViolation:
-            return set().union(*(self._journal_staged(table, rows) for table, rows in parts))
+            return set().union(*(self._journal_staged(*part) for part in parts))
         return None
 
-    def _journal_staged(self, table: AppendTable, rows: list[tuple[Any, ...]]) -> set[str]:
-        self._copy(f"stage_{table.name}", table.columns, rows)
+    def _journal_staged(
+        self, table: AppendTable, row_of: RowOf, pairs: list[tuple[Origin, Envelope]]
+    ) -> set[str]:
+        self._copy(f"stage_{table.name}", table.columns, (row_of(o, e) for o, e in pairs))
         cols = _cols(table.columns)
         found = self.conn.execute(
             sql.SQL(
@@ -226,16 +237,17 @@ class FleetWriter:
         # Append rows are those of events new to the journal in this transaction (its ON
         # CONFLICT, or a concurrent writer's commit of the same event, decided that), so none
         # of them can be stored already: no staging, no ON CONFLICT.
-        rows = changes.rows(table)
-        if rows:
-            self._copy(table.name, table.columns, rows)
+        if changes.has_rows(table):
+            self._copy(table.name, table.columns, changes.iter_rows(table))
 
     def _upsert_state(self, table: StateTable, changes: Changes) -> None:
         updates = changes.states.get(table.name)
         if not updates:
             return
-        rows = [table.finish_row(updates[k]) for k in sorted(updates)]
-        self._copy(f"stage_{table.name}", table.columns, rows)
+        finish_row = table.finish_row
+        self._copy(
+            f"stage_{table.name}", table.columns, (finish_row(updates[k]) for k in sorted(updates))
+        )
         self.conn.execute(self._upserts[table.name])
 
     def _store_offsets(self, positions: Mapping[TopicPartition, int]) -> None:
