@@ -606,7 +606,9 @@ def map_event(changes: Changes, e: Envelope) -> None:
         )
 
 
-_FEEDS = frozenset({"rate_card", "forward_capacity"})
+_FEEDS = ("rate_card", "forward_capacity")
+# The event types of which only each pool's latest of a batch is mapped (see `map_events`).
+_LATEST_ONLY = (*_FEEDS, "pool_ranked")
 
 
 def _feed_version(e: Envelope) -> tuple[int, str]:
@@ -623,25 +625,22 @@ def map_events(events: Iterable[Envelope]) -> Changes:
     is its journal row, `ranking_row`, which the writer copies with the journal's.)
     """
     changes = Changes()
-    # Per (type, pool): the latest event's version and the event (its version computed once).
-    latest: dict[tuple[str, str], tuple[tuple[int, str], Envelope]] = {}
+    # Per type, per pool: the latest event. (No tuple is kept per pool: what a batch holds is
+    # what Python's collector counts; docs/performance.md, "Projections".)
+    latest: dict[str, dict[str, Envelope]] = {t: {} for t in _LATEST_ONLY}
     for e in events:
-        event_type = e.event_type
-        if event_type in _FEEDS:
-            key = (event_type, e.key)
-        elif event_type == "pool_ranked":
-            assert isinstance(e.payload, PoolRanked)
-            key = (event_type, e.payload.pool_id)
-        else:
+        kept = latest.get(e.event_type)
+        if kept is None:
             map_event(changes, e)
             continue
-        version = _feed_version(e)
-        kept = latest.get(key)
-        if kept is None or version > kept[0]:
-            latest[key] = (version, e)
-    for _, e in latest.values():
-        if e.event_type == "pool_ranked":
-            _ranked_state(changes, e, e.event_id)
-        else:
+        p = e.payload
+        key = p.pool_id if isinstance(p, PoolRanked) else e.key
+        other = kept.get(key)
+        if other is None or _feed_version(e) > _feed_version(other):
+            kept[key] = e
+    for e in latest["pool_ranked"].values():
+        _ranked_state(changes, e, e.event_id)
+    for event_type in _FEEDS:
+        for e in latest[event_type].values():
             map_event(changes, e)
     return changes
