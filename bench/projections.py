@@ -5,6 +5,9 @@ rebuild time of both from a simulated region's log.
     .venv/bin/python bench/projections.py [--days D] [--workloads N] [--batch B] [--rounds R]
         [--serial] [--home DIR] [--no-rebuild] [--only fleet|ledger]
 
+Batches are of B events (default: a catch-up's and a rebuild's, `BATCH_EVENTS`), for the
+projection and its bare loop alike.
+
 The region is simulated for D days (default 2; 30 for the rebuild figure of DESIGN.md §8) into
 an embedded log under a temporary home. Every path decodes the same raw records:
 
@@ -62,6 +65,7 @@ from schemas.events import Envelope
 from spotcap.cli_projections import run_projections
 from spotcap.config import Settings
 from spotcap.demo import run_demo
+from spotcap.projecting import BATCH_EVENTS
 from streams.embedded import EmbeddedLog
 from streams.log import Record
 from streams.topics import topic_name
@@ -285,7 +289,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=float, default=2.0, help="sim days of the region")
     parser.add_argument("--workloads", type=int, default=220, help="workloads of the region")
-    parser.add_argument("--batch", type=int, default=5000, help="events per batch")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=BATCH_EVENTS,
+        help=f"events per batch (default: a catch-up's, {BATCH_EVENTS:,})",
+    )
     parser.add_argument(
         "--rounds", type=int, default=2, help="rounds of projection + bare loop (0: none)"
     )
