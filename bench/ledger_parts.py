@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 
-from bench.projections import decoded, positions, read_records
+from bench.projections import (
+    create_bare_events,
+    decoded,
+    insert_bare_events,
+    positions,
+    read_records,
+)
 from projections.ledger.store import ChdbStore, LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
 from schemas.codec import Codec
@@ -88,20 +93,8 @@ def writer_variant(drop_views: tuple[str, ...], skip: tuple[str, ...]) -> Callab
 
 
 def bare(store: ChdbStore) -> Callable[[Batch], None]:
-    store.command("CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
-                  " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
-                  " ENGINE = MergeTree ORDER BY (event_type, occurred_at)")  # fmt: skip
-
-    def write(rows: Batch) -> None:
-        store.insert("bare_events", pa.table({
-            "event_id": [e.event_id for _, e in rows],
-            "event_type": [e.event_type for _, e in rows],
-            "occurred_at": pa.array([e.occurred_at for _, e in rows], pa.timestamp("us", tz="UTC")),
-            "key": [e.key for _, e in rows],
-            "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
-        }))  # fmt: skip
-
-    return write
+    create_bare_events(store)
+    return lambda rows: insert_bare_events(store, rows)
 
 
 VIEWS = ("rankings_from_events", "rate_cards_from_events")
