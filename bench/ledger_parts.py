@@ -40,6 +40,7 @@ from bench.projections import (
     insert_bare_events,
     positions,
     read_records,
+    stat_cpu_s,
 )
 from projections.ledger.store import ChdbStore, LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
@@ -51,7 +52,6 @@ from spotcap.projecting import BATCH_EVENTS
 from streams.embedded import EmbeddedLog
 
 Batch = list[tuple[Origin, Envelope]]
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 class Skipping:
@@ -77,7 +77,10 @@ class Skipping:
         self.store.close()
 
 
-def writer_variant(drop_views: tuple[str, ...], skip: tuple[str, ...]) -> Callable[..., Any]:
+Prepare = Callable[[ChdbStore], Callable[[Batch], None]]
+
+
+def writer_variant(drop_views: tuple[str, ...], skip: tuple[str, ...]) -> Prepare:
     def prepare(store: ChdbStore) -> Callable[[Batch], None]:
         drop_all(store)
         writer = LedgerWriter(Skipping(store, frozenset(skip)))
@@ -98,7 +101,7 @@ def bare(store: ChdbStore) -> Callable[[Batch], None]:
 
 
 VIEWS = ("rankings_from_events", "rate_cards_from_events")
-VARIANTS: dict[str, Callable[[ChdbStore], Callable[[Batch], None]]] = {
+VARIANTS: dict[str, Prepare] = {
     "full": writer_variant((), ()),
     "no views": writer_variant(VIEWS, ()),
     "no rankings view": writer_variant(("rankings_from_events",), ()),
@@ -115,11 +118,9 @@ def thread_cpu_s() -> dict[str, float]:
     main, others = 0.0, 0.0
     for tid in os.listdir("/proc/self/task"):
         try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            cpu = stat_cpu_s(Path(f"/proc/self/task/{tid}/stat"))
         except FileNotFoundError:  # a thread that ended meanwhile
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) * TICK_S
         if tid == str(os.getpid()):
             main += cpu
         else:

@@ -118,11 +118,18 @@ def write_all(
             behind.submit(f"the batch at record {i:,}", decoded(codec, records[i : i + size]))
 
 
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def stat_cpu_s(stat: Path) -> float:
+    """User and system CPU seconds from a /proc `stat` file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime
+
+
 class Clock:
     """Wall and CPU seconds from `start` to `stop`: this process's CPU (every thread, chdb's
     included) plus, when given, a PostgreSQL backend's (its /proc entry: the server is local)."""
-
-    TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
     def __init__(self, backend_pid: int | None = None) -> None:
         self.backend_pid = backend_pid
@@ -130,8 +137,7 @@ class Clock:
     def _backend_cpu_s(self) -> float:
         if self.backend_pid is None:
             return 0.0
-        fields = Path(f"/proc/{self.backend_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * self.TICK_S  # utime, stime
+        return stat_cpu_s(Path(f"/proc/{self.backend_pid}/stat"))
 
     def start(self) -> None:
         self._wall = time.perf_counter()
