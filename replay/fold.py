@@ -155,7 +155,8 @@ class Fold:
         self.events += 1
         p = e.payload
         if isinstance(p, RateCard):
-            card = Card(
+            # A plain tuple of `Card`'s fields: what the book holds (`rates.Row`).
+            card = (
                 p.valid_from_at,
                 e.event_id,
                 p.valid_until_at,

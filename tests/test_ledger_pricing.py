@@ -152,7 +152,8 @@ def test_prune_then_backfill_finds_the_same_cards() -> None:
     stored = [(T0_US + n * 300_000_000, 1000 + n, 5000) for n in range(100)]
     full = book(*stored)
     pruned = book(*stored)
-    pruned._backfill = lambda pool, a, z: [c for c in full._cards[pool] if c.valid_from_us < z]
+    held = [Card._make(c) for c in full._cards[P]]  # the book holds plain tuples
+    pruned._backfill = lambda pool, a, z: [c for c in held if c.valid_from_us < z]
     pruned.prune(T0_US + 90 * 300_000_000)
     assert len(pruned) < len(full)
     a, z = T0_US + 1_000_000_000, T0_US + 20_000_000_000
@@ -185,7 +186,7 @@ def test_a_pruned_book_prices_every_later_piece_as_the_whole_book_does(
         full.add(P, late)
         pruned.add(P, late)
     # Pieces from where the pruned book still holds the card in force.
-    a = max(cut, pruned._cards[P][0].valid_from_us)
+    a = max(cut, Card._make(pruned._cards[P][0]).valid_from_us)
     for x, y in data.draw(st.lists(st.tuples(st.integers(a, end), st.integers(a, end)))):
         (fx, gfx), (fy, gfy) = full.integral(P, x), full.integral(P, y)
         (px, gpx), (py, gpy) = pruned.integral(P, x), pruned.integral(P, y)

@@ -189,17 +189,17 @@ def price_waste(e: Envelope, book: RateBook, rule: AccountingRule) -> list[Ledge
 def price_checkpoint(e: Envelope, book: RateBook, rule: AccountingRule) -> list[LedgerLine]:
     c = e.payload
     assert isinstance(c, CheckpointWritten)
-    # GB-months: bytes x retention days / (bytes per GB x 30 days).
+    # GB-months: bytes x retention days / (bytes per GB x 30 days). One line, made directly
+    # (what `_Lines` makes of one amount on one day: a region writes tens of thousands).
     gb_months = c.written_bytes * rule.checkpoint_retention_days
     per_gb_month = BYTES_PER_GB * 30
-    out = _Lines(
-        e, rule, per_gb_month, workload_id=c.workload_id, instance_id=c.instance_id, pool_id="",
-        purchase_model="",
-    )  # fmt: skip
-    amount = gb_months * rule.checkpoint_eur_micros_per_gb_month
-    out.add(e.occurred_at // DAY_US, CHECKPOINT_STORAGE, gb_months / per_gb_month, amount,
-            "gb_month")  # fmt: skip
-    return out.lines()
+    micros = round_half_even(gb_months * rule.checkpoint_eur_micros_per_gb_month, per_gb_month)
+    quantity = gb_months / per_gb_month
+    if micros == 0 and quantity == 0:
+        return []
+    return [LedgerLine(c.workload_id, e.occurred_at // DAY_US, CHECKPOINT_STORAGE, e.event_id,
+                       micros, quantity, "gb_month", "", "", c.instance_id, e.event_type,
+                       e.occurred_at, rule.name)]  # fmt: skip
 
 
 PRICERS: dict[str, Callable[[Envelope, RateBook, AccountingRule], list[LedgerLine]]] = {

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from operator import attrgetter
+from operator import itemgetter
+from typing import Final, NamedTuple, cast
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Card:
+class Card(NamedTuple):
+    """A rate card. Cards order by (start, event id, ...), as tuples."""
+
     valid_from_us: int
     event_id: str
     valid_until_us: int
@@ -25,7 +26,17 @@ class Card:
     purchase_model: str
 
 
-_valid_from = attrgetter("valid_from_us")
+# The book holds each card as a plain tuple of Card's fields (a `Row`), read by position. A day
+# of a region adds tens of thousands of cards, and they stay for two days: Python's collector
+# stops tracking a plain tuple of ints and strings at its first collection, where it would go
+# on tracking a NamedTuple's instances (a subclass) through every full collection.
+Row = tuple[int, str, int, int, int, str]
+_FROM: Final = 0
+_ID: Final = 1
+_PRICE: Final = 3
+_GUARANTEED: Final = 4
+_valid_from = itemgetter(_FROM)
+_start_and_id = itemgetter(_FROM, _ID)
 
 
 class Unpriced(ValueError):  # noqa: N818 - reads as what the event is
@@ -38,7 +49,7 @@ Backfill = Callable[[str, int, int], list[Card]]
 
 class RateBook:
     def __init__(self, backfill: Backfill | None = None) -> None:
-        self._cards: dict[str, list[Card]] = {}
+        self._cards: dict[str, list[Row]] = {}
         # Per pool, the integral of price and of guaranteed price (micro-euros x microseconds
         # per vCPU-hour) from the first card up to each card's start: valid up to _clean[pool].
         self._starts: dict[str, list[int]] = {}
@@ -49,7 +60,10 @@ class RateBook:
         self._default_floor: int | None = None  # None: complete since ever (a new ledger)
         self._backfill = backfill
 
-    def add(self, pool_id: str, card: Card) -> None:
+    def add(self, pool_id: str, card: Row) -> None:
+        """Hold `card` (a `Card`, or a plain tuple of its fields in order)."""
+        if type(card) is not tuple:  # a Card: held as a plain tuple (see `Row`)
+            card = cast(Row, tuple(card))
         cards = self._cards.setdefault(pool_id, [])
         if not cards or cards[-1] < card:  # cards come in time order: append
             cards.append(card)
@@ -81,10 +95,8 @@ class RateBook:
         cards = self._cards.get(pool_id)
         if not cards:
             raise Unpriced(f"no rate card for pool {pool_id!r}")
-        i = bisect.bisect_right(
-            cards, (at_us, "\uffff"), key=lambda c: (c.valid_from_us, c.event_id)
-        )
-        return cards[max(i - 1, 0)]
+        i = bisect.bisect_right(cards, (at_us, "\uffff"), key=_start_and_id)
+        return Card._make(cards[max(i - 1, 0)])
 
     def segments(self, pool_id: str, start_us: int, end_us: int) -> Iterator[tuple[int, int, Card]]:
         """The pieces [a, b) of [start, end) with the card in effect on each."""
@@ -92,19 +104,18 @@ class RateBook:
         cards = self._cards.get(pool_id)
         if not cards:
             raise Unpriced(f"no rate card for pool {pool_id!r}")
-        key = lambda c: (c.valid_from_us, c.event_id)  # noqa: E731
-        i = max(bisect.bisect_right(cards, (start_us, "\uffff"), key=key) - 1, 0)
+        i = max(bisect.bisect_right(cards, (start_us, "\uffff"), key=_start_and_id) - 1, 0)
         a = start_us
         while a < end_us:
             nxt = i + 1
             # Skip cards that start at the same moment: the last of them is in force.
-            while nxt < len(cards) and cards[nxt].valid_from_us <= a:
+            while nxt < len(cards) and cards[nxt][_FROM] <= a:
                 i, nxt = nxt, nxt + 1
-            b = min(end_us, cards[nxt].valid_from_us) if nxt < len(cards) else end_us
-            yield a, b, cards[i]
+            b = min(end_us, cards[nxt][_FROM]) if nxt < len(cards) else end_us
+            yield a, b, Card._make(cards[i])
             a, i = b, nxt
 
-    def _prefix(self, pool_id: str) -> tuple[list[Card], list[int], list[tuple[int, int]]]:
+    def _prefix(self, pool_id: str) -> tuple[list[Row], list[int], list[tuple[int, int]]]:
         cards = self._cards[pool_id]
         starts = self._starts.setdefault(pool_id, [])
         cum = self._cum.setdefault(pool_id, [])
@@ -116,11 +127,10 @@ class RateBook:
                 if j == 0:
                     cum.append((0, 0))
                 else:
-                    p, d = cards[j - 1], c.valid_from_us - cards[j - 1].valid_from_us
+                    p, d = cards[j - 1], c[_FROM] - cards[j - 1][_FROM]
                     before = cum[j - 1]
-                    cum.append((before[0] + d * p.price_eur_micros,
-                                before[1] + d * p.guaranteed_eur_micros))  # fmt: skip
-                starts.append(c.valid_from_us)
+                    cum.append((before[0] + d * p[_PRICE], before[1] + d * p[_GUARANTEED]))
+                starts.append(c[_FROM])
             self._clean[pool_id] = len(cards)
         return cards, starts, cum
 
@@ -137,8 +147,8 @@ class RateBook:
         # The card in force: the last starting at or before t (of equal starts, the last).
         i = max(bisect.bisect_right(starts, at_us) - 1, 0)
         c, base = cards[i], cum[i]
-        d = at_us - c.valid_from_us
-        return base[0] + d * c.price_eur_micros, base[1] + d * c.guaranteed_eur_micros
+        d = at_us - c[_FROM]
+        return base[0] + d * c[_PRICE], base[1] + d * c[_GUARANTEED]
 
     def prune(self, before_us: int) -> None:
         """Forget cards superseded before `before_us` (keeping the one in force then)."""
@@ -160,7 +170,7 @@ class RateBook:
                     cum.clear()
                     self._clean[pool_id] = 0
                 known = self._floor.get(pool_id, self._default_floor)
-                first = cards[0].valid_from_us
+                first = cards[0][_FROM]
                 self._floor[pool_id] = first if known is None else max(known, first)
 
     def __len__(self) -> int:
