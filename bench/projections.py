@@ -25,11 +25,11 @@ A projection's batches are written behind the decoding of the next (`WriteBehind
 `catch_up` and so a rebuild write them); `--serial` also runs each projection writing a batch
 before decoding the next, in the same rounds. The bare loops are serial.
 
-Rounds (default 2) alternate each projection with its bare loop; the ratio is taken within a
-round and the table gives the range over rounds. Each path is timed twice: wall clock, and CPU
-(this process's, with chdb's threads, plus, for PostgreSQL, its backend's for the connection,
-from /proc): on a shared machine the wall clock measures the neighbours as much as the code,
-and the CPU ratio is the one that repeats.
+Rounds (default 4) alternate each projection with its bare loop (every other round the bare loop
+first); the ratio is taken within a round and the table gives its median and range over rounds.
+Each path is timed twice: wall clock, and CPU (this process's, with chdb's threads, plus, for
+PostgreSQL, its backend's for the connection, from /proc): on a shared machine the wall clock
+measures the neighbours as much as the code, and the CPU ratio is the one that repeats.
 
 `--home DIR` keeps the simulated region there and reuses it on the next run (the same
 `--days`, `--workloads` and region), so that a 30-day region is simulated once.
@@ -40,11 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -101,21 +103,25 @@ Rounds = dict[str, tuple[int, list[tuple[Timing, Timing]]]]  # path: events, (pa
 
 
 def write_all(
-    write: Callable[[list[tuple[Origin, Envelope]]], object],
+    write: Callable[[Any], object],
     codec: Codec,
     records: list[Record],
     size: int,
     serial: bool,
+    *,
+    prepare: Callable[[list[tuple[Origin, Envelope]]], Any] = lambda rows: rows,
 ) -> None:
-    """Decode each batch and write it: behind the decoding of the next (`WriteBehind`, as the
-    rebuild does), or, with `serial`, before decoding the next."""
+    """Decode each batch, `prepare` it (the projection's Python work before its writes, where
+    it has any: the ledger's pricing and tables) and write it: behind the decoding and preparing
+    of the next (`WriteBehind`, as the rebuild does), or, with `serial`, before them."""
     if serial:
         for i in range(0, len(records), size):
-            write(decoded(codec, records[i : i + size]))
+            write(prepare(decoded(codec, records[i : i + size])))
         return
     with WriteBehind(write) as behind:
         for i in range(0, len(records), size):
-            behind.submit(f"the batch at record {i:,}", decoded(codec, records[i : i + size]))
+            batch = prepare(decoded(codec, records[i : i + size]))
+            behind.submit(f"the batch at record {i:,}", batch)
 
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -192,7 +198,8 @@ def project_ledger(
     writer = LedgerWriter(store)
     clock = Clock()
     clock.start()
-    write_all(lambda rows: writer.write(rows, positions(rows)), codec, records, size, serial)
+    prepare = lambda rows: writer.prepare(rows, positions(rows))  # noqa: E731
+    write_all(writer.store_batch, codec, records, size, serial, prepare=prepare)
     timing = clock.stop()
     store.command("DROP DATABASE bench")
     return timing
@@ -235,8 +242,10 @@ def span(values: list[float], digits: int = 0) -> str:
 
 
 def ratio_span(values: list[float]) -> str:
-    low, high = min(values), max(values)
-    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
+    """The median ratio, then the range over rounds: `0.84 (0.80-0.88)`."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    spread = f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
+    return f"{mid:.2f}" if len(values) == 1 else f"{mid:.2f} ({spread})"
 
 
 def simulate(settings: Settings, days: float, workloads: int) -> None:
@@ -275,14 +284,18 @@ def measure(settings: Settings, dsn: str, chdb_path: Path, args: argparse.Namesp
         lambda: bare_ledger(chdb_path, codec, ledger_records, args.batch),
     )
     # Rounds alternate each projection with its bare loop (the machine is shared: a ratio is
-    # taken within a round, and the report gives the range over rounds).
+    # taken within a round, and the report gives the median and the range over rounds). Every
+    # other round runs the bare loop first, so that a neighbour's load rising or falling through
+    # a round does not always favour the same side.
     out: Rounds = {}
     serials = [False, True] if args.serial else [False]
     paths = [p for p in (fleet, ledger) if args.only in (None, p[0].split()[0])]
-    for _ in range(args.rounds):
+    for n in range(args.rounds):
         for name, records, project, bare in paths:
+            bare_first = n % 2 == 1
+            bare_timing = bare() if bare_first else (0.0, 0.0)
             timings = [project(serial) for serial in serials]
-            bare_timing = bare()
+            bare_timing = bare_timing if bare_first else bare()
             for serial, timing in zip(serials, timings, strict=True):
                 label = f"{name.split()[0]}, serial" if serial else name
                 out.setdefault(label, (len(records), []))[1].append((timing, bare_timing))
@@ -290,14 +303,14 @@ def measure(settings: Settings, dsn: str, chdb_path: Path, args: argparse.Namesp
 
 
 def report(times: Rounds) -> None:
-    print(f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>11}"
-          f"{'CPU s':>15}{'bare CPU s':>14}{'CPU ratio':>11}")  # fmt: skip
+    print(f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>18}"
+          f"{'CPU s':>11}{'bare CPU s':>12}{'CPU ratio':>18}")  # fmt: skip
     for label, (n, rounds) in times.items():
         print(f"{label:<27}{n:>9,}{span([n / p[0] for p, _ in rounds]):>14}"
               f"{span([n / b[0] for _, b in rounds]):>15}"
-              f"{ratio_span([b[0] / p[0] for p, b in rounds]):>11}"
-              f"{span([p[1] for p, _ in rounds], 1):>15}{span([b[1] for _, b in rounds], 1):>14}"
-              f"{ratio_span([b[1] / p[1] for p, b in rounds]):>11}")  # fmt: skip
+              f"{ratio_span([b[0] / p[0] for p, b in rounds]):>18}"
+              f"{span([p[1] for p, _ in rounds], 1):>11}{span([b[1] for _, b in rounds], 1):>12}"
+              f"{ratio_span([b[1] / p[1] for p, b in rounds]):>18}")  # fmt: skip
 
 
 def main() -> None:
@@ -311,7 +324,7 @@ def main() -> None:
         help=f"events per batch (default: a catch-up's, {BATCH_EVENTS:,})",
     )
     parser.add_argument(
-        "--rounds", type=int, default=2, help="rounds of projection + bare loop (0: none)"
+        "--rounds", type=int, default=4, help="rounds of projection + bare loop (0: none)"
     )
     parser.add_argument("--home", type=Path, help="keep (and reuse) the simulated region here")
     parser.add_argument(

@@ -17,6 +17,7 @@ the card in force then) and fetched from it for older intervals.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -115,6 +116,16 @@ class LedgerWriteResult:
     unpriced: list[tuple[Origin, str]]  # events that cost something but could not be priced
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    """A batch priced and turned into the tables `LedgerWriter.store_batch` inserts."""
+
+    events: pa.Table
+    lines: pa.Table
+    offsets: pa.Table
+    result: LedgerWriteResult
+
+
 def _bytes_hex(value: object) -> str:
     if isinstance(value, bytes):
         return value.hex()
@@ -149,6 +160,10 @@ class LedgerWriter:
         on_step: StepHook | None = None,
     ) -> None:
         self.store = store
+        # The inserts of a batch and the queries for rate cards, one at a time: a write-behind
+        # caller stores a batch on one thread while it prepares the next on another, whose
+        # pricing may ask the store for old rate cards.
+        self._storing = threading.Lock()
         self.rule = rule
         self.projection = projection
         self._on_step = on_step
@@ -163,13 +178,14 @@ class LedgerWriter:
     # -- rate cards ---------------------------------------------------------------------------
 
     def _cards(self, where: str, params: Mapping[str, Any]) -> list[tuple[str, Card]]:
-        rows = self.store.query(
+        sql = (
             "SELECT pool_id, toString(event_id) AS event_id, purchase_model,"
             " price_per_vcpu_h_eur_micros AS price, guaranteed_price_per_vcpu_h_eur_micros AS g,"
             " toUnixTimestamp64Micro(valid_from) AS f, toUnixTimestamp64Micro(valid_until) AS u"
-            f" FROM rate_cards FINAL WHERE {where} ORDER BY pool_id, f, event_id",
-            params,
+            f" FROM rate_cards FINAL WHERE {where} ORDER BY pool_id, f, event_id"
         )
+        with self._storing:
+            rows = self.store.query(sql, params)
         return [
             (str(r["pool_id"]), Card(int(r["f"]), str(r["event_id"]), int(r["u"]), int(r["price"]),
                                      int(r["g"]), str(r["purchase_model"])))
@@ -222,8 +238,19 @@ class LedgerWriter:
         timeout_s: float | None = None,
     ) -> LedgerWriteResult:
         """Insert a batch's events (their views derive the rankings and rate cards), its priced
-        lines, then its offsets. (`timeout_s`: chdb runs in this process and has no per-insert
-        deadline; a server store bounds each request by its client's timeouts.)"""
+        lines, then its offsets: `store_batch(prepare(...))`. (`timeout_s`: chdb runs in this
+        process and has no per-insert deadline; a server store bounds each request by its
+        client's timeouts.)"""
+        return self.store_batch(self.prepare(events, positions), timeout_s)
+
+    def prepare(
+        self, events: Sequence[tuple[Origin, Envelope]], positions: Mapping[TopicPartition, int]
+    ) -> PreparedBatch:
+        """The batch's rows, priced, as the Arrow tables `store_batch` inserts; nothing is
+        written. Python only: a write-behind caller prepares each batch on its own thread and
+        leaves only the inserts (chdb's, which let go of the GIL) to the writer thread. Batches
+        are prepared in order, each before the next (the rate cards of one are in the book for
+        the ones after it)."""
         unpriced: list[tuple[Origin, str]] = []
         priced: list[LedgerLine] = []
         if events:
@@ -235,10 +262,10 @@ class LedgerWriter:
         for origin, e in events:
             p = e.payload
             if isinstance(p, RateCard):
-                book_add(p.pool_id, Card(p.valid_from_at, e.event_id, p.valid_until_at,
-                                         p.price_per_vcpu_h_eur_micros,
-                                         p.guaranteed_price_per_vcpu_h_eur_micros,
-                                         p.purchase_model))  # fmt: skip
+                book_add(p.pool_id, (p.valid_from_at, e.event_id, p.valid_until_at,
+                                     p.price_per_vcpu_h_eur_micros,
+                                     p.guaranteed_price_per_vcpu_h_eur_micros,
+                                     p.purchase_model))  # fmt: skip
                 continue
             pricer = pricers.get(e.event_type)  # `price`, without its call for free events
             if pricer is None:
@@ -247,19 +274,33 @@ class LedgerWriter:
                 priced += pricer(e, book, rule)
             except Unpriced as error:
                 unpriced.append((origin, f"{e.event_type} {e.event_id}: {error}"))
-        self.store.insert("events", _events_table(events))
-        self._step("events")  # the rankings and rate cards with them (views on `events`)
-        self.store.insert("ledger_lines", _lines_table(priced))
-        self._step("ledger_lines")
-        self._store_offsets(positions)
-        self._step("offsets")
         if self._watermark_us is not None:
             self.book.prune(self._watermark_us - RATE_HORIZON_US)
-        return LedgerWriteResult(len(events), len(priced), unpriced)
+        return PreparedBatch(
+            _events_table(events),
+            _lines_table(priced),
+            self._offsets_table(positions),
+            LedgerWriteResult(len(events), len(priced), unpriced),
+        )
 
-    def _store_offsets(self, positions: Mapping[TopicPartition, int]) -> None:
+    def store_batch(
+        self, batch: PreparedBatch, timeout_s: float | None = None
+    ) -> LedgerWriteResult:
+        """Insert a prepared batch: its events (and through their views the rankings and rate
+        cards), its lines, then its offsets, last, so that a restart after a crash anywhere
+        resumes before the batch and re-inserts it (rows the sorting keys collapse)."""
+        with self._storing:
+            self.store.insert("events", batch.events)
+            self._step("events")  # the rankings and rate cards with them (views on `events`)
+            self.store.insert("ledger_lines", batch.lines)
+            self._step("ledger_lines")
+            self.store.insert("consumed_offsets", batch.offsets)
+            self._step("offsets")
+        return batch.result
+
+    def _offsets_table(self, positions: Mapping[TopicPartition, int]) -> pa.Table:
         keys = sorted(positions)
-        table = pa.Table.from_arrays(
+        return pa.Table.from_arrays(
             [
                 pa.array([self.projection] * len(keys), pa.string()),
                 pa.array([topic for topic, _ in keys], pa.string()),
@@ -268,7 +309,6 @@ class LedgerWriter:
             ],
             schema=OFFSETS_SCHEMA,
         )
-        self.store.insert("consumed_offsets", table)
 
 
 def _events_table(events: Sequence[tuple[Origin, Envelope]]) -> pa.Table:
