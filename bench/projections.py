@@ -14,15 +14,17 @@ an embedded log under a temporary home. Every path decodes the same raw records:
 - fleet: decode + `FleetWriter.write` (journal, state rows, append rows, offsets, one
   transaction per batch); bare: decode + one COPY of (event_id, type, time, key, payload) per
   batch into a plain table, committed.
-- ledger: decode + `LedgerWriter.write` (events, rankings, rate cards, priced lines, offsets);
-  bare: decode + one Arrow insert of the event rows per batch.
+- ledger: decode + `LedgerWriter.prepare` (pricing, the Arrow tables) + `store_batch` (events,
+  and through their views rankings and rate cards; priced lines; offsets); bare: decode + one
+  Arrow insert of the event rows per batch.
 - `--only fleet` or `--only ledger` measures that projection and its bare loop alone (the
   other's rounds skipped; with `--only ledger --no-rebuild` no PostgreSQL is started).
 - rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
   wall time and this process's CPU. `--rounds 0` runs only the simulation and the rebuild.
 
 A projection's batches are written behind the decoding of the next (`WriteBehind`, as
-`catch_up` and so a rebuild write them); `--serial` also runs each projection writing a batch
+`catch_up` and so a rebuild write them; the ledger's batches are prepared on the decoding
+thread, as there, and only stored behind); `--serial` also runs each projection writing a batch
 before decoding the next, in the same rounds. The bare loops are serial.
 
 Rounds (default 4) alternate each projection with its bare loop (every other round the bare loop
