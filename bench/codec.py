@@ -28,7 +28,7 @@ from schemas.events import Envelope
 def _record(envelope: Envelope) -> dict[str, Any]:
     payload = envelope.payload
     return {
-        **{f: getattr(envelope, f) for f in envelope.__dataclass_fields__ if f != "payload"},
+        **{f: getattr(envelope, f) for f in Envelope.HEAD},
         "payload": (payload.RECORD_NAME, payload.to_avro()),
     }
 

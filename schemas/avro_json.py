@@ -156,21 +156,7 @@ class AvroJsonForm:
 
     def encode(self, envelope: Envelope) -> dict[str, Any]:
         """The envelope as an Avro JSON object (ready for ``json.dumps``)."""
-        payload = envelope.payload
-        result: dict[str, Any] = self._to_json(
-            {
-                "event_id": envelope.event_id,
-                "event_type": envelope.event_type,
-                "occurred_at": envelope.occurred_at,
-                "recorded_at": envelope.recorded_at,
-                "region": envelope.region,
-                "key": envelope.key,
-                "causation_id": envelope.causation_id,
-                "correlation_id": envelope.correlation_id,
-                "producer": envelope.producer,
-                "payload": (payload.RECORD_NAME, payload.to_avro()),
-            }
-        )
+        result: dict[str, Any] = self._to_json(envelope.to_avro())
         return result
 
     def datum(self, obj: Any) -> dict[str, Any]:

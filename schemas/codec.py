@@ -41,7 +41,7 @@ from schemas.errors import (
     TruncatedRecordError,
     UnknownSchemaError,
 )
-from schemas.events import PAYLOAD_TYPES, Envelope
+from schemas.events import Envelope
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -127,21 +127,8 @@ class Codec:
         """The framed bytes of one envelope."""
         out = io.BytesIO()
         out.write(self._header)
-        payload = envelope.payload
-        record = {
-            "event_id": envelope.event_id,
-            "event_type": envelope.event_type,
-            "occurred_at": envelope.occurred_at,
-            "recorded_at": envelope.recorded_at,
-            "region": envelope.region,
-            "key": envelope.key,
-            "causation_id": envelope.causation_id,
-            "correlation_id": envelope.correlation_id,
-            "producer": envelope.producer,
-            "payload": (payload.RECORD_NAME, payload.to_avro()),
-        }
         try:
-            fastavro.schemaless_writer(out, self._reader, record)
+            fastavro.schemaless_writer(out, self._reader, envelope.to_avro())
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as error:
             raise EncodeError(
                 f"{envelope.event_type} {envelope.event_id} does not fit the schema: {error}"
@@ -233,20 +220,7 @@ class Codec:
 
 def _envelope(record: Mapping[str, Any], origin: Origin) -> Envelope:
     try:
-        name, body = record["payload"]
-        payload = PAYLOAD_TYPES[name].from_avro(body)
-        return Envelope(
-            event_id=record["event_id"],
-            event_type=record["event_type"],
-            occurred_at=record["occurred_at"],
-            recorded_at=record["recorded_at"],
-            region=record["region"],
-            key=record["key"],
-            causation_id=record["causation_id"],
-            correlation_id=record["correlation_id"],
-            producer=record["producer"],
-            payload=payload,
-        )
+        return Envelope.from_avro(record)
     except (KeyError, TypeError, ValueError) as error:
         raise CorruptRecordError(
             f"decoded, but not a valid envelope ({type(error).__name__}: {error})", origin

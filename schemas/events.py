@@ -2151,9 +2151,68 @@ class Envelope:
     to this union.
     """
 
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "event_id",
+        "event_type",
+        "occurred_at",
+        "recorded_at",
+        "region",
+        "key",
+        "causation_id",
+        "correlation_id",
+        "producer",
+        "payload",
+    )
+    """The envelope's fields, in the schema's order."""
+    HEAD: ClassVar[tuple[str, ...]] = (
+        "event_id",
+        "event_type",
+        "occurred_at",
+        "recorded_at",
+        "region",
+        "key",
+        "causation_id",
+        "correlation_id",
+        "producer",
+    )
+    """Every field but the payload: who, when, where and why."""
+
     def __post_init__(self) -> None:
         if self.event_type != self.payload.EVENT_TYPE:
             raise ValueError(
                 f"event_type {self.event_type!r} does not match the payload, a "
                 f"{type(self.payload).__name__} (event type {self.payload.EVENT_TYPE!r})"
             )
+
+    def to_avro(self) -> dict[str, Any]:
+        """The envelope as fastavro writes it, its payload union branch named."""
+        payload = self.payload
+        return {
+            "event_id": self.event_id,
+            "event_type": self.event_type,
+            "occurred_at": self.occurred_at,
+            "recorded_at": self.recorded_at,
+            "region": self.region,
+            "key": self.key,
+            "causation_id": self.causation_id,
+            "correlation_id": self.correlation_id,
+            "producer": self.producer,
+            "payload": (payload.RECORD_NAME, payload.to_avro()),
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        """The envelope from what fastavro read (its payload as ``(name, record)``)."""
+        name, body = d["payload"]
+        return cls(
+            event_id=d["event_id"],
+            event_type=d["event_type"],
+            occurred_at=d["occurred_at"],
+            recorded_at=d["recorded_at"],
+            region=d["region"],
+            key=d["key"],
+            causation_id=d["causation_id"],
+            correlation_id=d["correlation_id"],
+            producer=d["producer"],
+            payload=PAYLOAD_TYPES[name].from_avro(body),
+        )

@@ -266,7 +266,14 @@ def _envelope_class(envelope: Mapping[str, Any], named: Named) -> list[str]:
         annotation = "Payload" if fd["name"] == "payload" else py_type(fd["type"], named)
         out.append(f"    {fd['name']}: {annotation}")
         out += _docstring(str(fd["doc"]), 4)
+    names = [str(fd["name"]) for fd in envelope["fields"]]
+    heads = [n for n in names if n != "payload"]
     out += [
+        "",
+        f"    FIELDS: ClassVar[tuple[str, ...]] = ({', '.join(json.dumps(n) for n in names)},)",
+        '    """The envelope\'s fields, in the schema\'s order."""',
+        f"    HEAD: ClassVar[tuple[str, ...]] = ({', '.join(json.dumps(n) for n in heads)},)",
+        '    """Every field but the payload: who, when, where and why."""',
         "",
         "    def __post_init__(self) -> None:",
         "        if self.event_type != self.payload.EVENT_TYPE:",
@@ -274,6 +281,23 @@ def _envelope_class(envelope: Mapping[str, Any], named: Named) -> list[str]:
         '                f"event_type {self.event_type!r} does not match the payload, a "',
         '                f"{type(self.payload).__name__} (event type {self.payload.EVENT_TYPE!r})"',
         "            )",
+        "",
+        "    def to_avro(self) -> dict[str, Any]:",
+        '        """The envelope as fastavro writes it, its payload union branch named."""',
+        "        payload = self.payload",
+        "        return {",
+        *(f'            "{n}": self.{n},' for n in heads),
+        '            "payload": (payload.RECORD_NAME, payload.to_avro()),',
+        "        }",
+        "",
+        "    @classmethod",
+        "    def from_avro(cls, d: Mapping[str, Any]) -> Self:",
+        '        """The envelope from what fastavro read (its payload as ``(name, record)``)."""',
+        '        name, body = d["payload"]',
+        "        return cls(",
+        *(f'            {n}=d["{n}"],' for n in heads),
+        "            payload=PAYLOAD_TYPES[name].from_avro(body),",
+        "        )",
     ]
     return out
 
