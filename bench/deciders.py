@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from infra import servers
-from provider.sim import ReclaimSettings, SimConfig, simulate
 from schemas.codec import Codec
 from schemas.events import Envelope, InstanceLaunched, NoticeReceived
+from sim import ReclaimSettings, SimConfig, simulate
 from streams.deciders import DeciderSettings, ExclusionWatcher, Scorer
 from streams.kafka import KafkaLog
 from streams.log import TopicSpec

@@ -69,7 +69,7 @@ class Measured:
 
 
 def demo_events(days: float, seed: int) -> list[Envelope]:
-    from provider.sim import RegionSim, SimConfig
+    from sim import RegionSim, SimConfig
 
     config = SimConfig(seed=seed, days=days, region="bench")
     return [e for batch in RegionSim(config).run() for e in batch]

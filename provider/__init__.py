@@ -1,3 +1,9 @@
-"""The capacity-provider seam (`provider.base`) and its implementations: `provider.sim`, a
-deterministic discrete-event simulator of a region, and `provider.openstack`, the organisation's
-OpenStack cloud through openstacksdk; `provider.notices` is the notice delivery path."""
+"""The capacity-provider seam (`provider.base`: the five provider commitments, launch, delete
+and list-by-tag) and its adapter for the organisation's OpenStack cloud (`provider.openstack`,
+through openstacksdk); `provider.notices` is the notice delivery path (NATS relay, metadata
+endpoint).
+
+What it may import: `schemas`, `contracts`; openstacksdk, keystoneauth1, requests, nats-py,
+pydantic, PyYAML. Who calls it: the simulated region (which implements the seam), and the
+command line's `spotcap notices`.
+"""

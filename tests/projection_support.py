@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from projections.postgres.connection import Connection
-from provider.sim.clock import HOUR_US
-from provider.sim.region import RegionSim, SimConfig
 from schemas.errors import Origin
 from schemas.events import Envelope, Payload, PoolRanked, RateCard
 from schemas.ids import derived_event_id
+from sim.clock import HOUR_US
+from sim.region import RegionSim, SimConfig
 
 T0_US = 1_796_000_000_000_000  # 2026-11-30T00:00Z-ish, inside every retention window
 SECOND_US = 1_000_000

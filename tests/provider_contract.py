@@ -23,9 +23,9 @@ from typing import Protocol
 
 from provider.base import CapacityProvider, LaunchRequest, owned_tags
 from provider.openstack import OpenStackProvider
-from provider.sim import ReclaimSettings, RegionSim, SimConfig
-from provider.sim.clock import SECOND_US
 from schemas.events import Envelope
+from sim import ReclaimSettings, RegionSim, SimConfig
+from sim.clock import SECOND_US
 from tests.test_openstack import (
     FOREIGN,
     GONE,

@@ -1,7 +1,7 @@
 """A short recorded scenario for the deciders' runtimes, and helpers to compare decisions.
 
 Three simulated hours of a 40-workload region with a wave every hour and a misbehaving pool,
-driven by the deciders themselves (`spotcap.loop`, as `spotcap demo` runs it): the log holds the
+driven by the deciders themselves (`sim.loop`, as `spotcap demo` runs it): the log holds the
 region's facts and the loop's own decisions (which no runtime reads as inputs), and no other
 orchestrator's (the baseline's placements would otherwise be read as inputs by the guard). The
 inputs make every kind of decision the deciders have (exclusions and readmissions, rankings,
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cache
 
-from provider.sim import ReclaimSettings, RegionSim, SimConfig
 from schemas.codec import Codec
 from schemas.events import Envelope
-from spotcap.loop import DecidersOrchestrator
+from sim import ReclaimSettings, RegionSim, SimConfig
+from sim.loop import DecidersOrchestrator
 from streams.log import EventLog
 from streams.topics import region_topics
 from streams.writer import EventWriter

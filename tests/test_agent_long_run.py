@@ -18,8 +18,8 @@ from agent.service import Agent
 from infra import servers
 from provider.notices import MetadataServer, NoticeBoard, NoticeRelay
 from provider.notices.serve import NoticeDispatcher, serve_events
-from provider.sim.region import RegionSim, SimConfig
 from schemas.events import Advisory, Envelope, InstanceDeleted, InstanceLost, NoticeReceived
+from sim.region import RegionSim, SimConfig
 from tests.agent_support import (
     REGION,
     bundle,

@@ -1,6 +1,6 @@
 """Replaying the same inputs gives byte-identical decisions, stamped from their causes.
 
-The inputs are a simulated region's events (the shapes `provider.sim` really emits: a
+The inputs are a simulated region's events (the shapes `sim` really emits: a
 misbehaving pool, a hall-wide wave, claims, notices, losses); the second pass reads them back
 through the codec as a replay from the log would.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import Counter
 from functools import cache
 
-from provider.sim import ReclaimSettings, SimConfig, simulate
 from schemas.codec import Codec
 from schemas.events import Envelope, InstanceLost, NoticeReceived, PoolExcluded
+from sim import ReclaimSettings, SimConfig, simulate
 from streams.deciders import DeciderSettings
 from tests.decider_driver import Driver
 

@@ -16,8 +16,8 @@ from infra import servers
 from infra.servers import Server
 from provider.notices import MetadataServer, NoticeBoard, NoticeRelay
 from provider.notices.serve import NoticeDispatcher, serve_events
-from provider.sim.region import SimConfig, simulate
 from schemas.events import Envelope, InstanceLost, NoticeReceived
+from sim.region import SimConfig, simulate
 
 CONFIG = SimConfig(seed=3, days=0.5, workloads=30, region="serve")
 

@@ -12,7 +12,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provider.sim.pools import demo_region
 from schemas.pools import (
     FORMAT,
     Pool,
@@ -21,6 +20,7 @@ from schemas.pools import (
     correlation_group_for,
     pool_id_for,
 )
+from sim.pools import demo_region
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "region" / "demo-region.yaml"
 
@@ -107,7 +107,7 @@ def test_the_demo_region_has_about_140_pools_mostly_reclaimable() -> None:
 
 
 def test_the_example_catalogue_is_fresh() -> None:
-    """examples/region/demo-region.yaml is demo_region(1) (python -m provider.sim.pools makes it)"""
+    """examples/region/demo-region.yaml is demo_region(1) (python -m sim.pools makes it)"""
     assert EXAMPLE.read_text() == demo_region(1).to_yaml()
     assert PoolCatalogue.load(EXAMPLE) == demo_region(1)
 

@@ -30,7 +30,6 @@ from provider.base import (
     UnknownInstanceError,
     UnknownPoolError,
 )
-from provider.sim.clock import SECOND_US
 from schemas.events import (
     Advisory,
     Envelope,
@@ -39,6 +38,7 @@ from schemas.events import (
     InstanceLost,
     NoticeReceived,
 )
+from sim.clock import SECOND_US
 from tests.provider_contract import (
     COMMITMENT_EVENTS,
     OPENSTACK_RECORDINGS,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from schemas.events import Envelope
-from spotcap.loop import LOOP_RUNTIME, owned_by
+from sim.loop import LOOP_RUNTIME, owned_by
 from streams.embedded import EmbeddedLog
 from streams.runtime.core import DERIVED_PREFIX, DeciderCore, input_topics
 from streams.runtime.embedded import CheckpointFile, EmbeddedRunner, ListSink

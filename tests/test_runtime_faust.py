@@ -26,8 +26,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from infra import servers
-from provider.sim import simulate
 from schemas.events import Envelope
+from sim import simulate
 from streams.kafka import KafkaLog
 from streams.runtime.core import DERIVED_PREFIX, input_topics
 from streams.runtime.embedded import EmbeddedRunner, ListSink

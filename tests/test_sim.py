@@ -14,8 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provider.base import OWNER_TAG
-from provider.sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
-from provider.sim.clock import DAY_US, EPOCH_US, SECOND_US
 from schemas.events import (
     Advisory,
     CheckpointWritten,
@@ -30,6 +28,8 @@ from schemas.events import (
     UsageInterval,
     WorkWasted,
 )
+from sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
+from sim.clock import DAY_US, EPOCH_US, SECOND_US
 
 SMALL = SimConfig(
     seed=3,
@@ -60,7 +60,7 @@ def check_invariants(events: list[Envelope]) -> None:
         assert e.occurred_at >= previous_us, "events come in event-time order"
         previous_us = e.occurred_at
         assert e.recorded_at == e.occurred_at
-        # contract_published comes from the real compiler (provider/sim/contracts.py).
+        # contract_published comes from the real compiler (sim/contracts.py).
         assert e.producer.startswith("sim/") or e.producer == "contracts/compiler"
         assert e.key == getattr(e.payload, e.payload.KEY)
         if e.causation_id is not None:

@@ -18,11 +18,6 @@ from click.testing import CliRunner
 
 from contracts import FeasibilityEnv, compile_contracts
 from contracts.pool_file import PoolFileError, load_pools
-from provider.sim import RegionSim, SimConfig, workload_contract_files
-from provider.sim.clock import EPOCH_US, SECOND_US
-from provider.sim.contracts import compile_workload_contracts, repository_commit
-from provider.sim.pools import demo_region
-from provider.sim.workloads import SimWorkload
 from schemas.codec import Codec
 from schemas.events import (
     CapacityClaimOpened,
@@ -34,6 +29,11 @@ from schemas.events import (
     WorkWasted,
 )
 from schemas.pools import PoolCatalogue
+from sim import RegionSim, SimConfig, workload_contract_files
+from sim.clock import EPOCH_US, SECOND_US
+from sim.contracts import compile_workload_contracts, repository_commit
+from sim.pools import demo_region
+from sim.workloads import SimWorkload
 from spotcap.cli import main
 from streams.embedded import EmbeddedLog
 from streams.topics import topic_name

@@ -20,16 +20,6 @@ from provider.base import (
     LaunchRequest,
     owned_tags,
 )
-from provider.sim import (
-    CLAIM_TAG,
-    BaselineOrchestrator,
-    OrchestratorHost,
-    OrchestratorMisuseError,
-    ReclaimSettings,
-    RegionSim,
-    SimConfig,
-)
-from provider.sim.clock import SECOND_US
 from schemas.codec import Codec
 from schemas.events import (
     CapacityClaimClosed,
@@ -47,6 +37,16 @@ from schemas.events import (
     UsageInterval,
 )
 from schemas.ids import derived_event_id
+from sim import (
+    CLAIM_TAG,
+    BaselineOrchestrator,
+    OrchestratorHost,
+    OrchestratorMisuseError,
+    ReclaimSettings,
+    RegionSim,
+    SimConfig,
+)
+from sim.clock import SECOND_US
 
 CONFIG = SimConfig(
     seed=11,

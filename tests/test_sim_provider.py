@@ -24,8 +24,8 @@ from provider.base import (
     UnknownInstanceError,
     owned_tags,
 )
-from provider.sim import ReclaimSettings, RegionSim, SimConfig
-from provider.sim.clock import SECOND_US
+from sim import ReclaimSettings, RegionSim, SimConfig
+from sim.clock import SECOND_US
 
 ME = "spotcap-test"
 QUIET = SimConfig(

@@ -96,7 +96,7 @@ class RuntimeSettings:
     and the timers due by then fire there. True: every boundary crossed gets its clock (a
     timer due at `d` fires at the first boundary at or after `d`); with a clock of a
     microsecond that is its due time exactly, which the simulator's loop needs
-    (`spotcap.loop.LOOP_RUNTIME`). The in-process core skips the clocks at which nothing is
+    (`sim.loop.LOOP_RUNTIME`). The in-process core skips the clocks at which nothing is
     due, so either costs only the clocks that fire."""
     seen_capacity: int = 100_000
     """Input event ids remembered to drop re-delivered duplicates."""

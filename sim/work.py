@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-from provider.sim.bus import EventBus
-from provider.sim.clock import HOUR_US, SECOND_US, Scheduler
-from provider.sim.workloads import SimWorkload
 from schemas.events import (
     CheckpointWritten,
     Envelope,
@@ -33,6 +30,9 @@ from schemas.events import (
     UsageInterval,
     WorkWasted,
 )
+from sim.bus import EventBus
+from sim.clock import HOUR_US, SECOND_US, Scheduler
+from sim.workloads import SimWorkload
 
 AGENT = "sim/agent"
 ORCHESTRATOR = "sim/orchestrator"

@@ -17,9 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-from provider.sim.bus import EventBus
-from provider.sim.clock import SECOND_US, Scheduler
-from provider.sim.workloads import Run, SimWorkload
 from schemas.events import (
     CapacityClaimClosed,
     CapacityClaimOpened,
@@ -30,6 +27,9 @@ from schemas.events import (
     InstanceLaunched,
     InstanceLost,
 )
+from sim.bus import EventBus
+from sim.clock import SECOND_US, Scheduler
+from sim.workloads import Run, SimWorkload
 
 CLAIMS = "sim/claims"
 CLAIM_TAG = "spotcap.io/claim"  # on an instance: the claim it serves

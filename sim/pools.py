@@ -100,7 +100,7 @@ def _demo_pool(
     )
 
 
-if __name__ == "__main__":  # regenerate the example: python -m provider.sim.pools [PATH]
+if __name__ == "__main__":  # regenerate the example: python -m sim.pools [PATH]
     import sys
 
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "examples/region/demo-region.yaml")

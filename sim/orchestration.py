@@ -1,6 +1,6 @@
 """The orchestrator seam of the simulated region: who places, replaces and scales down.
 
-The region (`provider.sim.region`) keeps the market and the demand: rate cards, forward
+The region (`sim.region`) keeps the market and the demand: rate cards, forward
 capacity, reclaims and waves, the workloads and their claims, checkpoints, work wasted, usage.
 Everything an orchestrator does (placement, replacement after a loss or a notice, top-up,
 deletion when a claim's work finishes) goes through an `Orchestrator`:
@@ -42,11 +42,11 @@ from provider.base import (
     ReclaimRequest,
     ReclaimScheduled,
 )
-from provider.sim.bus import EventBus
-from provider.sim.clock import Scheduler
-from provider.sim.provider import SimProvider
 from schemas.events import Envelope, Payload
 from schemas.pools import PoolCatalogue
+from sim.bus import EventBus
+from sim.clock import Scheduler
+from sim.provider import SimProvider
 
 
 class OrchestratorHost(Protocol):

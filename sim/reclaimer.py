@@ -25,9 +25,9 @@ import random
 from dataclasses import dataclass
 from functools import partial
 
-from provider.sim.clock import HOUR_US, SECOND_US
-from provider.sim.parts import SimParts
 from schemas.events import Envelope, InstanceLaunched
+from sim.clock import HOUR_US, SECOND_US
+from sim.parts import SimParts
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ reclaims and bills), so "the same inputs with other settings" means the same sim
 region, catalogue, every knob of `SimConfig`) driven by other settings: `spotcap replay
 decisions` reads this record and runs the region again. `spotcap demo` forgets the record when it
 starts and writes it when its run has finished, so a record is there only for a log that one
-finished demo run wrote; with it go the end offsets the run left (`spotcap.demo_fresh`), which
-tell whether the log still holds exactly that run.
+finished demo run wrote; with it go the end offsets the run left (`sim.fresh`), which tell
+whether the log still holds exactly that run.
 
-The record lives with the run markers: ``<home>/log/_runs/<region>.demo-config.json`` for the
-embedded log, under ``<home>/runs/kafka-<bootstrap>/`` for Kafka.
+The record lives with the run markers (`streams.runs`): ``<region>.demo-config.json`` in their
+folder.
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from provider.sim.region import SimConfig
 from schemas.pools import PoolCatalogue, PoolCatalogueError
-from spotcap.config import Settings
-from spotcap.runs import runs_dir
+from sim.region import SimConfig
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.settings_keys import SettingError, as_data, from_data
 
@@ -49,16 +47,16 @@ class RunRecordError(RuntimeError):
         self.hint = hint
 
 
-def record_path(settings: Settings, region: str) -> Path:
-    return runs_dir(settings) / f"{region}.demo-config.json"
+def record_path(runs_dir: Path, region: str) -> Path:
+    return runs_dir / f"{region}.demo-config.json"
 
 
-def forget_run(settings: Settings, region: str) -> None:
+def forget_run(runs_dir: Path, region: str) -> None:
     """Remove the record of `region` (a run starts: the log no longer holds the old one)."""
-    record_path(settings, region).unlink(missing_ok=True)
+    record_path(runs_dir, region).unlink(missing_ok=True)
 
 
-def record_run(settings: Settings, run: RecordedRun) -> None:
+def record_run(runs_dir: Path, run: RecordedRun) -> None:
     config = {f.name: getattr(run.config, f.name) for f in fields(SimConfig)}
     catalogue: PoolCatalogue | None = config.pop("catalogue")
     data = {
@@ -71,19 +69,16 @@ def record_run(settings: Settings, run: RecordedRun) -> None:
         "catalogue_yaml": None if catalogue is None else catalogue.to_yaml(),
         "decider_settings": None if run.deciders is None else as_data(run.deciders),
     }
-    path = record_path(settings, run.config.region)
+    path = record_path(runs_dir, run.config.region)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def load_run(settings: Settings, region: str) -> RecordedRun:
+def load_run(runs_dir: Path, region: str, rerun_command: str) -> RecordedRun:
     """The record of the last finished demo run of `region`; RunRecordError when there is none
-    or it cannot be used."""
-    path = record_path(settings, region)
-    hint = (
-        f"run `spotcap demo --home {settings.home} --region {region} --fresh` to write a "
-        "history that records its configuration"
-    )
+    or it cannot be used (its hint: run `rerun_command`, a demo that writes such a record)."""
+    path = record_path(runs_dir, region)
+    hint = f"run `{rerun_command}` to write a history that records its configuration"
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

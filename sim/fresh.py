@@ -11,54 +11,52 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spotcap.config import Settings
-from spotcap.runs import last_run, runs_dir
-from streams.log import EventLog, UnknownTopicError
-from streams.topics import region_topics
+from streams.embedded import EmbeddedLog
+from streams.log import EventLog
+from streams.runs import last_run
+from streams.topics import region_end_offsets
 
 Ends = dict[str, dict[str, int]]  # topic -> partition (as text, JSON's keys) -> end offset
 
 
-def _ends_path(settings: Settings, region: str) -> Path:
-    return runs_dir(settings) / f"{region}.demo-ends.json"
+def _ends_path(runs_dir: Path, region: str) -> Path:
+    return runs_dir / f"{region}.demo-ends.json"
 
 
 def current_ends(log: EventLog, region: str) -> Ends:
-    ends: Ends = {}
-    for spec in region_topics(region):
-        try:
-            found = log.end_offsets(spec.name)
-        except UnknownTopicError:
-            continue
-        ends[spec.name] = {str(p): o for p, o in found.items()}
-    return ends
+    """The region's topics' end offsets now (topics the log does not have left out)."""
+    return {
+        topic: {str(p): o for p, o in found.items()}
+        for topic, found in region_end_offsets(log, region).items()
+        if found is not None
+    }
 
 
-def record_demo_ends(log: EventLog, settings: Settings, region: str) -> None:
+def record_demo_ends(log: EventLog, runs_dir: Path, region: str) -> None:
     """Remember what a finished demo run left, for the next `--fresh`."""
-    path = _ends_path(settings, region)
+    path = _ends_path(runs_dir, region)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(current_ends(log, region), sort_keys=True, indent=2))
 
 
-def recorded_ends(settings: Settings, region: str) -> Ends | None:
+def recorded_ends(runs_dir: Path, region: str) -> Ends | None:
     """The end offsets the last finished demo run of `region` left (None: none recorded)."""
     try:
-        raw: Ends = json.loads(_ends_path(settings, region).read_text())
+        raw: Ends = json.loads(_ends_path(runs_dir, region).read_text())
     except (OSError, ValueError):
         return None
     return raw
 
 
-def fresh_plan(log: EventLog, settings: Settings, region: str) -> tuple[str, str] | str:
+def fresh_plan(log: EmbeddedLog, runs_dir: Path, region: str) -> tuple[str, str] | str:
     """What `--fresh` would delete: a sentence saying so, or (refusal, hint) when the region's
     topics hold records that no demo run wrote."""
     now = current_ends(log, region)
     total = sum(sum(parts.values()) for parts in now.values())
     if total == 0:
         return ""
-    run = last_run(settings, region)
-    recorded = recorded_ends(settings, region)
+    run = last_run(runs_dir, region)
+    recorded = recorded_ends(runs_dir, region)
     if recorded is None and run is not None and " demo" in run.command and run.state != "finished":
         recorded = now  # the partial output of a demo run that did not finish
     extra = {
@@ -73,11 +71,11 @@ def fresh_plan(log: EventLog, settings: Settings, region: str) -> tuple[str, str
         return (
             f"--fresh would delete {sum(extra.values()):,} records of region {region} that no demo "
             f"run wrote ({where}), such as contracts published by hand",
-            f"run the demo with another --home or --region, or move {settings.log_dir} aside "
+            f"run the demo with another --home or --region, or move {log.root} aside "
             "yourself if they may go",
         )
     by = f" written by `{run.command}`" if run is not None else ""
     return f"--fresh replaces {total:,} records of region {region}{by}"
 
 
-__all__ = ["current_ends", "fresh_plan", "record_demo_ends"]
+__all__ = ["current_ends", "fresh_plan", "record_demo_ends", "recorded_ends"]

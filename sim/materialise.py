@@ -1,24 +1,33 @@
-"""The end of `spotcap demo`: materialise both projections, then say what they hold: the
-savings totals, and three `why` commands a person can paste."""
+"""The end of the demo: materialise both projections, then say what they hold: the savings
+totals, and three `why` commands a person can paste."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
-
-from projections.money import eur_string, eur_text
+from projections.catchup import ShowProgress, run_projections
+from projections.money import eur_string
 from projections.read.savings import savings
-from spotcap.cli_projections import run_projections
-from spotcap.config import Settings
-from spotcap.stores import open_fleet, open_ledger
+from projections.stores import Stores
+from schemas.codec import Codec
+from streams.log import EventLog
 
 
-def materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
+def materialise(
+    log: EventLog,
+    codec: Codec,
+    region: str,
+    stores: Stores,
+    *,
+    rebuild: bool,
+    show: ShowProgress | None = None,
+) -> dict[str, Any]:
     """Bring both projections up to date (or rebuild them) and report on them."""
-    runs = run_projections(settings, ("fleet", "ledger"), fresh=rebuild, quiet=quiet)
-    total = savings(open_ledger(settings)).total
-    conn = open_fleet(settings)
+    runs = run_projections(
+        log, codec, region, stores, ("fleet", "ledger"), fresh=rebuild, show=show
+    )
+    total = savings(stores.open_ledger()).total
+    conn = stores.open_fleet()
     examples: list[str] = []
     lost = conn.execute(
         "SELECT instance_id, notice_event_id::text FROM instances WHERE state IN ('lost',"
@@ -62,23 +71,3 @@ def materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, 
         },
         "why_examples": examples,
     }
-
-
-def print_projections(report: dict[str, Any], console: Console, home_args: str) -> None:
-    money = report["savings_micros"]
-    share = money["net_saving"] / money["counterfactual"] if money["counterfactual"] else 0.0
-    console.print(
-        f"net saving {eur_text(money['net_saving'])} of a {eur_text(money['counterfactual'])} "
-        f"counterfactual ({share:.1%}), after {eur_text(money['cost'])} of costs; per workload: "
-        f"spotcap{home_args} report savings",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if report["why_examples"]:
-        console.print("ask why something happened:", highlight=False)
-        for command in report["why_examples"]:
-            console.print(
-                f"  {command.replace('spotcap', 'spotcap' + home_args, 1)}",
-                highlight=False,
-                soft_wrap=True,
-            )

@@ -1,6 +1,6 @@
 """A simulated region, composed: the provider, its market, the guaranteed tenants, the
 workloads (their contracts compiled by the real compiler against the region's pools, their
-claims and their work), and an orchestrator behind the seam in `provider.sim.orchestration`
+claims and their work), and an orchestrator behind the seam in `sim.orchestration`
 (the baseline stand-in unless another is given). The entry point of the simulation.
 
     sim = RegionSim(SimConfig(seed=1, days=7))
@@ -27,29 +27,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import CompileResult
-from provider.sim.approver import Approvers
-from provider.sim.bus import EventBus
-from provider.sim.clock import DAY_US, EPOCH_US, HOUR_US, Scheduler
-from provider.sim.contracts import compile_workload_contracts
-from provider.sim.demand import DemandSide
-from provider.sim.market import Market
-from provider.sim.orchestration import Orchestrator, RegionHost
-from provider.sim.orchestrator import BaselineOrchestrator, OrchestratorSettings
-from provider.sim.parts import SimParts
-from provider.sim.placement import PlacementPolicy
-from provider.sim.pools import demo_region
-from provider.sim.provider import SimProvider
-from provider.sim.reclaimer import Reclaimer, ReclaimSettings
-from provider.sim.work import WorkloadSide
-from provider.sim.workloads import (
+from schemas.events import Envelope
+from schemas.pools import PoolCatalogue
+from sim.approver import Approvers
+from sim.bus import EventBus
+from sim.clock import DAY_US, EPOCH_US, HOUR_US, Scheduler
+from sim.contracts import compile_workload_contracts
+from sim.demand import DemandSide
+from sim.market import Market
+from sim.orchestration import Orchestrator, RegionHost
+from sim.orchestrator import BaselineOrchestrator, OrchestratorSettings
+from sim.parts import SimParts
+from sim.placement import PlacementPolicy
+from sim.pools import demo_region
+from sim.provider import SimProvider
+from sim.reclaimer import Reclaimer, ReclaimSettings
+from sim.work import WorkloadSide
+from sim.workloads import (
     CHECKPOINT_BANDWIDTH_BYTES_PER_S,
     WorkloadDraft,
     admitted,
     draft_workloads,
     plan_runs,
 )
-from schemas.events import Envelope
-from schemas.pools import PoolCatalogue
 
 
 @dataclass(frozen=True)

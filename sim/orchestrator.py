@@ -15,7 +15,7 @@ It records what it does, so that the deciders can be compared with it on the sam
   top-up that places something): allocations per pool, the plan's hourly cost at the current
   rate cards, and the premium over `CheapestPolicy` (price-first) for the same needs; how the
   workload's reclaimable vCPU stands against the caps of ADR-08 after the plan (the baseline
-  reports them, it does not enforce them: `provider.sim.caps`); what stayed unplaced. It
+  reports them, it does not enforce them: `sim.caps`); what stayed unplaced. It
   excludes no pool and uses no ranking.
 * `replacement_requested` before each relaunch (one per purchase model tried), caused by the
   loss, with where it goes; its excluded pools are the lost pool's correlation group, unless
@@ -40,19 +40,6 @@ from provider.base import (
     LaunchRequest,
     owned_tags,
 )
-from provider.sim.caps import CapsReport, caps_reason, caps_report
-from provider.sim.clock import SECOND_US
-from provider.sim.demand import CLAIM_TAG
-from provider.sim.orchestration import OrchestratorHost
-from provider.sim.placement import (
-    CheapestPolicy,
-    Fitting,
-    PlacementPolicy,
-    PlacementRequest,
-    PlannedView,
-    SpreadPolicy,
-    eligible_pools,
-)
 from schemas.events import (
     Allocation,
     CapacityClaimOpened,
@@ -64,6 +51,19 @@ from schemas.events import (
     PurchaseModel,
     RateCard,
     ReplacementRequested,
+)
+from sim.caps import CapsReport, caps_reason, caps_report
+from sim.clock import SECOND_US
+from sim.demand import CLAIM_TAG
+from sim.orchestration import OrchestratorHost
+from sim.placement import (
+    CheapestPolicy,
+    Fitting,
+    PlacementPolicy,
+    PlacementRequest,
+    PlannedView,
+    SpreadPolicy,
+    eligible_pools,
 )
 
 PRODUCER = "sim/orchestrator"

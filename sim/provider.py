@@ -4,7 +4,7 @@
 the one the provider contract specifies: an optional advisory, then a hard notice at least
 120 s before the deadline, then the loss at the deadline. Reclaims asked for through the API
 (the exercise job, ADR-33) and reclaims the guaranteed tenants' demand causes
-(`provider.sim.reclaimer`) take the same path; only the latter can skip the notice (the
+(`sim.reclaimer`) take the same path; only the latter can skip the notice (the
 no-notice case).
 """
 
@@ -31,8 +31,6 @@ from provider.base import (
     UnknownInstanceError,
     UnknownPoolError,
 )
-from provider.sim.bus import EventBus
-from provider.sim.clock import SECOND_US, Scheduler
 from schemas.events import (
     Advisory,
     Envelope,
@@ -42,6 +40,8 @@ from schemas.events import (
     NoticeReceived,
 )
 from schemas.pools import Pool, PoolCatalogue
+from sim.bus import EventBus
+from sim.clock import SECOND_US, Scheduler
 
 PROVIDER = "sim/provider"
 AGENT = "sim/agent"

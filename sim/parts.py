@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provider.sim.bus import EventBus
-from provider.sim.clock import Scheduler
-from provider.sim.provider import SimProvider
 from schemas.pools import PoolCatalogue
+from sim.bus import EventBus
+from sim.clock import Scheduler
+from sim.provider import SimProvider
 
 
 @dataclass(frozen=True, slots=True)

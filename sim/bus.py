@@ -12,9 +12,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from provider.sim.clock import Scheduler
 from schemas.events import Envelope, Payload
 from schemas.ids import derived_event_id
+from sim.clock import Scheduler
 
 Listener = Callable[[Envelope], None]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import random
 
-from provider.sim.clock import DAY_US, SECOND_US
-from provider.sim.parts import SimParts
 from schemas.events import ForwardCapacity, RateCard, ReservationCommitted
+from sim.clock import DAY_US, SECOND_US
+from sim.parts import SimParts
 
 PRODUCER = "sim/provider"
 RESERVATION_DAYS = 30

@@ -1,6 +1,6 @@
 """The deciders in the loop: they drive the simulated region through its orchestrator seam.
 
-`DecidersOrchestrator` implements `provider.sim.orchestration.Orchestrator`. It feeds what the
+`DecidersOrchestrator` implements `sim.orchestration.Orchestrator`. It feeds what the
 region publishes to the deciders through the shared per-event core (`streams.runtime.core`,
 the same core the embedded runner and replay use), publishes their decisions into the region's
 log at sim time, and carries out the provider calls the actuator guard allows:
@@ -33,7 +33,7 @@ log at sim time, and carries out the provider calls the actuator guard allows:
   and makes the same decisions: the embedded runner over the recorded log makes them byte for
 byte (tests/test_loop_replay.py).
 
-Escalations wait for the region's approvers (`provider.sim.approver`); returns delete the
+Escalations wait for the region's approvers (`sim.approver`); returns delete the
 fallback's instances; a released claim's instances are deleted at an orderly pace.
 """
 
@@ -54,7 +54,6 @@ from provider.base import (
     UnknownInstanceError,
     owned_tags,
 )
-from provider.sim.orchestration import OrchestratorHost
 from schemas.events import (
     CapacityClaimOpened,
     CapacityReleased,
@@ -69,6 +68,7 @@ from schemas.events import (
     PlacementDecided,
     ReplacementRequested,
 )
+from sim.orchestration import OrchestratorHost
 from streams.deciders.actuator import Call, Verdict
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.workload import (

@@ -3,7 +3,7 @@ capacity.
 
 Five kinds (Spark, PyTorch training, CI runners, stateless services, Slurm batch) over the five
 tiers. Each workload starts as a `WorkloadDraft`: its kind and the contract file its owner wrote
-(`provider.sim.contracts`). A kind has a nature (how it checkpoints, what a loss costs it) and a
+(`sim.contracts`). A kind has a nature (how it checkpoints, what a loss costs it) and a
 tier its owners usually pick; the file names the tier and overrides where the two differ. Only
 the drafts whose contracts the compiler accepts become `SimWorkload`s (ADR-04: no published
 contract, no reclaimable capacity), and the simulation reads their resolved `Contract`.
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Literal
 
 from contracts import CompileResult, Contract
-from provider.sim.clock import DAY_US, HOUR_US, MINUTE_US
-from provider.sim.contracts import MIB, Behaviour, Owner, contract_yaml, drain_budget_s
 from schemas.contracts.tiers import CheckpointMethod, TierName
 from schemas.events import RestartSemantics, Scheduler
+from sim.clock import DAY_US, HOUR_US, MINUTE_US
+from sim.contracts import MIB, Behaviour, Owner, contract_yaml, drain_budget_s
 
 CHECKPOINT_BANDWIDTH_BYTES_PER_S = 80_000_000  # one instance's write rate to the checkpoint store
 BESPOKE_SHARE = 0.05  # of workloads whose owners write a reviewed bespoke contract

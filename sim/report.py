@@ -2,7 +2,7 @@
 
 `DecisionSummary` counts the decision events of a run (exclusions, rankings, placements,
 replacements, fallbacks, returns, the actuator's throttling and refusals), from the events
-alone, as `provider.sim.summary.RunSummary` counts the region's. `comparison` sets the figures
+alone, as `sim.summary.RunSummary` counts the region's. `comparison` sets the figures
 that matter (wasted work, shortfall, spend) of two runs of the same seed side by side.
 """
 
@@ -11,9 +11,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from schemas.events import (
     ActuationRefused,
@@ -256,120 +253,103 @@ def _figure(report: dict[str, Any], key: str) -> float:
     return float(report[key])
 
 
-# -- printing ---------------------------------------------------------------------------------
+# -- the report in words: rows of text a front end lays out as tables -------------------------
 
 
-def print_decisions(decisions: dict[str, Any], console: Console) -> None:
-    """The decisions of a run for people: exclusions, placements, replacements, fallbacks."""
-    table = Table(title="what the deciders decided", show_header=False)
-    table.add_column("decision")
-    table.add_column("count", justify="right")
-    table.add_column("detail")
-    p, r, f, a = (
-        decisions["placements"],
-        decisions["replacements"],
-        decisions["fallbacks"],
-        decisions["actuation"],
-    )
-    held = f"caps held in {p['caps_held']:,}"
+def figure_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run's figures: (label, value)."""
+    by_type = report["events_by_type"]
+    return [
+        ("sim days", f"{report['sim_days']:g}"),
+        ("orchestrator", report["orchestrator"]),
+        ("pools", str(report["pools"])),
+        ("workloads", str(report["workloads"])),
+        ("declared target vCPU (sum)", f"{report['target_vcpu']:,}"),
+        ("peak running vCPU", f"{report['peak_vcpu']:,}"),
+        *((f"vCPU-hours {model}", f"{h:,.0f}") for model, h in report["used_vcpu_h"].items()),
+        ("advisories", f"{report['advisories']:,}"),
+        ("notices", f"{report['notices']:,}"),
+        ("losses with notice", f"{report['losses_with_notice']:,}"),
+        ("losses without notice", f"{report['losses_without_notice']:,}"),
+        ("wasted vCPU-hours", f"{report['wasted_vcpu_h']:,.0f}"),
+        ("shortfall vCPU-hours (asked for, not running)", f"{report['shortfall_vcpu_h']:,.0f}"),
+        ("spend at the rate cards (EUR)", f"{report['spend_eur']:,.0f}"),
+        ("placements decided", f"{by_type.get('placement_decided', 0):,}"),
+        ("replacements requested", f"{by_type.get('replacement_requested', 0):,}"),
+        ("wasted share of reclaimable hours", f"{report['wasted_share_of_reclaimable']:.2%}"),
+    ]
+
+
+def decision_rows(decisions: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """What the deciders decided: (decision, count, detail)."""
+    p, r, f, a = (decisions[k] for k in ("placements", "replacements", "fallbacks", "actuation"))
     not_held = "; ".join(f"{n:,} {why}" for why, n in p["caps_not_held"].items())
     unplaced = "; ".join(f"{n:,} {why}" for why, n in p["unplaced_reasons"].items())
     delay = r["notice_to_decision_s_max"]
-    rows = [
-        (
-            "pools excluded",
-            decisions["excluded_pools"],
-            f"{len(decisions['exclusions']):,} "
-            f"exclusions, {decisions['readmissions']:,} readmissions",
-        ),
-        (
-            "ranking rounds",
-            decisions["ranking_rounds"],
-            f"{decisions['pools_ranked']:,} pools ranked",
-        ),
-        ("placements", p["decided"], held + (f"; not held: {not_held}" if not_held else "")),
-        (
-            "  with vCPU unplaced",
-            p["with_unplaced_vcpu"],
-            f"{p['unplaced_vcpu']:,} of "
-            f"{p['placed_vcpu'] + p['unplaced_vcpu']:,} vCPU"
-            + (f": {unplaced}" if unplaced else ""),
-        ),
-        (
-            "replacements",
-            r["requested"],
-            f"{r['on_notice']:,} on the notice; notice to decision at most {delay:,.0f} s"
-            if delay is not None
-            else "",
-        ),
-        *(
-            (f"fallback: {kind}", n, f"{f['vcpu_by_authority'][kind]:,} vCPU")
-            for kind, n in f["by_authority"].items()
-        ),
+    exclusions = len(decisions["exclusions"])
+    rows: list[tuple[str, int, str]] = [
+        ("pools excluded", decisions["excluded_pools"],
+         f"{exclusions:,} exclusions, {decisions['readmissions']:,} readmissions"),
+        ("ranking rounds", decisions["ranking_rounds"],
+         f"{decisions['pools_ranked']:,} pools ranked"),
+        ("placements", p["decided"],
+         f"caps held in {p['caps_held']:,}" + (f"; not held: {not_held}" if not_held else "")),
+        ("  with vCPU unplaced", p["with_unplaced_vcpu"],
+         f"{p['unplaced_vcpu']:,} of {p['placed_vcpu'] + p['unplaced_vcpu']:,} vCPU"
+         + (f": {unplaced}" if unplaced else "")),
+        ("replacements", r["requested"],
+         f"{r['on_notice']:,} on the notice; notice to decision at most {delay:,.0f} s"
+         if delay is not None else ""),
+        *((f"fallback: {kind}", n, f"{f['vcpu_by_authority'][kind]:,} vCPU")
+          for kind, n in f["by_authority"].items()),
         ("  deadline moves", f["deadline_moves"], "to guaranteed capacity (Uniform Progress)"),
         ("escalations", f["escalations"], f"{f['approvals']:,} approved by the approver"),
         ("returns", f["returns"], f"{f['returned_vcpu']:,} vCPU back to reclaimable capacity"),
-        (
-            "throttled calls",
-            a["throttled"],
-            f"longest wait {a['throttle_delay_ms_max'] / 1000:,.1f} s (token budget)",
-        ),
-        (
-            "refused calls",
-            sum(a["refused"].values()),
-            ", ".join(f"{n:,} {rule}" for rule, n in a["refused"].items()),
-        ),
-        (
-            "breakers tripped",
-            sum(a["breakers_tripped"].values()),
-            ", ".join(f"{n:,} {b}" for b, n in a["breakers_tripped"].items()),
-        ),
+        ("throttled calls", a["throttled"],
+         f"longest wait {a['throttle_delay_ms_max'] / 1000:,.1f} s (token budget)"),
+        ("refused calls", sum(a["refused"].values()),
+         ", ".join(f"{n:,} {rule}" for rule, n in a["refused"].items())),
+        ("breakers tripped", sum(a["breakers_tripped"].values()),
+         ", ".join(f"{n:,} {b}" for b, n in a["breakers_tripped"].items())),
         ("launches failed", a["launches_failed"], "no room when the call went out"),
-    ]
-    for label, count, detail in rows:
-        table.add_row(label, f"{count:,}", detail)
-    console.print(table)
+    ]  # fmt: skip
+    return [(label, f"{count:,}", detail) for label, count, detail in rows]
 
-    exclusions = Table(
-        title="exclusions (time from the first and from the last evidence to the exclusion)"
-    )
-    for column in ("pool", "rule", "evidence", "first", "last", "observed/h", "expected/h"):
-        exclusions.add_column(column, justify="left" if column in ("pool", "rule") else "right")
-    for e in decisions["exclusions"]:
-        first, last = e["first_evidence_to_exclusion_s"], e["last_evidence_to_exclusion_s"]
-        exclusions.add_row(
+
+def exclusion_rows(decisions: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Each exclusion: pool, rule, evidence, time from the first and from the last evidence to
+    the exclusion, observed and expected reclaims per hour."""
+    return [
+        (
             e["pool_id"] + (" (misbehaving)" if e["misbehaving"] else ""),
             e["reason"],
             f"{e['evidence']:,}",
-            "" if first is None else _duration(first),
-            "" if last is None else _duration(last),
+            _duration(e["first_evidence_to_exclusion_s"]),
+            _duration(e["last_evidence_to_exclusion_s"]),
             f"{e['observed_per_h']:.4f}",
             f"{e['expected_per_h']:.4f}",
         )
-    if decisions["exclusions"]:
-        console.print(exclusions)
+        for e in decisions["exclusions"]
+    ]
 
 
-def print_comparison(compared: dict[str, Any], console: Console, seed: int) -> None:
-    table = Table(title=f"against the baseline stand-in on the same seed ({seed})")
-    for column in ("figure", "deciders", "baseline", "change"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
+def comparison_rows(compared: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Each compared figure: (figure with its unit, ours, the baseline's, the change)."""
     labels = {key: (label, unit) for key, label, unit in COMPARED}
+    rows = []
     for key, row in compared.items():
         label, unit = labels.get(key, (key.replace("_", " "), row["unit"]))
         if key.startswith("used_vcpu_h_"):
             label = f"used on {key.removeprefix('used_vcpu_h_')} capacity"
-        change = row["change"]
-        table.add_row(
-            f"{label} ({unit})",
-            f"{row['orchestrator']:,.0f}",
-            f"{row['baseline']:,.0f}",
-            "" if change is None else f"{change:+.1%}",
-        )
-    console.print(table)
+        change = "" if row["change"] is None else f"{row['change']:+.1%}"
+        rows.append((f"{label} ({unit})", f"{row['orchestrator']:,.0f}",
+                     f"{row['baseline']:,.0f}", change))  # fmt: skip
+    return rows
 
 
-def _duration(seconds: float) -> str:
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
     if seconds < 120:
         return f"{seconds:,.0f} s"
     if seconds < 7200:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from provider.sim.bus import EventBus
-from provider.sim.clock import DAY_US, HOUR_US, SECOND_US, Scheduler
 from schemas.events import Envelope, FallbackDecided, FallbackReviewed
 from schemas.pools import PoolCatalogue
+from sim.bus import EventBus
+from sim.clock import DAY_US, HOUR_US, SECOND_US, Scheduler
 
 PRODUCER = "sim/approver"
 

@@ -1,0 +1,218 @@
+"""The demo: the deciders drive a simulated region and every event goes to the log.
+
+By default the deciders (`sim.loop.DecidersOrchestrator`) place, replace, fall back and scale
+down the region's capacity; the ``baseline`` orchestrator runs the simulator's stand-in instead.
+After a run of the deciders the same seed is simulated once more with the baseline (nothing
+written) so the report can set wasted work, shortfall and spend side by side.
+
+The log's bytes are a function of the seed and the options alone: events carry sim time, the
+record timestamp is the event time (`occurred_at` // 1000) and batches are flushed at fixed
+points of the run.
+
+`spotcap demo` calls `run_demo`, then `sim.materialise.materialise`; `spotcap replay decisions`
+(`replay.decisions`) writes a re-run with `write_run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from schemas.codec import Codec
+from sim.clock import DAY_US, HOUR_US
+from sim.fresh import fresh_plan, record_demo_ends
+from sim.loop import DecidersOrchestrator, owned_by
+from sim.orchestration import Orchestrator
+from sim.orchestrator import BaselineOrchestrator
+from sim.record import RecordedRun, forget_run, record_run
+from sim.region import RegionSim, SimConfig, workload_contract_files
+from sim.report import DecisionSummary, comparison
+from sim.summary import RunSummary
+from streams.deciders.settings import DeciderSettings
+from streams.embedded import EmbeddedLog
+from streams.log import EventLog, UnknownTopicError
+from streams.runs import run_marker
+from streams.topics import EVENT_TOPICS, region_topics, topic_name
+from streams.writer import EventWriter
+
+FLUSH_EVENTS = 50_000
+
+# What can drive the simulated region (`--orchestrator`): a name -> a new orchestrator for the
+# config and the deciders' settings (which the baseline has none of). The deciders are the
+# default; the baseline stand-in is what they are compared with.
+ORCHESTRATORS: dict[str, Callable[[SimConfig, DeciderSettings], Orchestrator]] = {
+    "deciders": lambda config, deciders: DecidersOrchestrator(
+        config.orchestrator.orchestrator_id, deciders
+    ),
+    "baseline": lambda config, _: BaselineOrchestrator(config.orchestrator),
+}
+DEFAULT_ORCHESTRATOR = "deciders"
+BASELINE = "baseline"
+
+ProgressCallback = Callable[[float], None]
+
+
+class DemoRefusedError(RuntimeError):
+    """The demo would mix or destroy histories; `hint` says what to do instead."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def events_in_log(log: EventLog, region: str) -> int:
+    """How many records the region's event topics hold (0 when they do not exist yet)."""
+    total = 0
+    for logical in EVENT_TOPICS:
+        try:
+            total += sum(log.end_offsets(topic_name(region, logical)).values())
+        except UnknownTopicError:
+            continue  # no such topic yet
+    return total
+
+
+def write_run(
+    sim: RegionSim,
+    log: EventLog,
+    codec: Codec,
+    on_progress: ProgressCallback | None = None,
+    decisions: DecisionSummary | None = None,
+) -> RunSummary:
+    """Run `sim` to its end, writing each event to its topic; returns what was written."""
+    summary = RunSummary(sim.catalogue)
+    writer = EventWriter(log, codec, sim.config.region, flush_every=FLUSH_EVENTS)
+    try:
+        for batch in sim.run(HOUR_US):
+            for envelope in batch:
+                summary.observe(envelope)
+                if decisions is not None:
+                    decisions.observe(envelope)
+                writer.write(envelope)
+            if on_progress is not None:
+                on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
+    finally:
+        writer.close()
+    return summary
+
+
+def simulate_only(config: SimConfig, on_progress: ProgressCallback | None = None) -> RunSummary:
+    """Run the baseline on `config` without writing anything: what the deciders are compared
+    with on the same seed."""
+    sim = RegionSim(config, orchestrator=ORCHESTRATORS[BASELINE](config, DeciderSettings()))
+    summary = RunSummary(sim.catalogue)
+    for batch in sim.run(HOUR_US):
+        for envelope in batch:
+            summary.observe(envelope)
+        if on_progress is not None:
+            on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
+    return summary
+
+
+def run_demo(
+    log: EventLog,
+    codec: Codec,
+    runs_dir: Path,
+    config: SimConfig,
+    on_progress: ProgressCallback | None = None,
+    *,
+    fresh: bool = False,
+    orchestrator: str = DEFAULT_ORCHESTRATOR,
+    compare: bool = True,
+    on_baseline_progress: ProgressCallback | None = None,
+    deciders: DeciderSettings | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Apply the region's topics, refuse a log that already holds its events, run, report.
+
+    With `fresh`, an embedded log's topics of the region are deleted first (never Kafka's),
+    after `say` is told what goes. `orchestrator` names what drives the region
+    (`ORCHESTRATORS`), the deciders with `deciders` (the source design's settings by default);
+    with `compare` (and an orchestrator other than the baseline) the baseline runs the same
+    config too, unwritten, and the report compares the two (`sim.report.comparison`). The run
+    is marked in `runs_dir` (`streams.runs`); a finished run records its configuration there
+    (`sim.record`), for `spotcap replay decisions`. The caller closes `log`.
+    """
+    deciders = owned_by(config.orchestrator.orchestrator_id, deciders)
+    if fresh:
+        if not isinstance(log, EmbeddedLog):
+            raise DemoRefusedError(
+                "--fresh deletes the region's topics and works on the embedded log only",
+                "delete Kafka topics deliberately with kafka-topics, or use another --region",
+            )
+        plan = fresh_plan(log, runs_dir, config.region)
+        if isinstance(plan, tuple):
+            raise DemoRefusedError(*plan)
+        if plan and say is not None:
+            say(plan)
+        log.delete_topics(s.name for s in region_topics(config.region))
+    existing = events_in_log(log, config.region)
+    if existing:
+        raise DemoRefusedError(
+            f"the log ({log.describe()}) already holds {existing:,} events of region "
+            f"{config.region}; a second run would mix two histories",
+            (
+                "use --fresh to replace them, another --home (or --region), "
+                f"or delete {log.root.parent}"
+                if isinstance(log, EmbeddedLog)
+                else "use another --region, or delete the region's topics on Kafka "
+                "deliberately (kafka-topics --delete)"
+            ),
+        )
+    # A run killed part-way leaves its marker saying so (`spotcap topics list` shows it).
+    with run_marker(runs_dir, config.region):
+        forget_run(runs_dir, config.region)
+        log.apply_topics(region_topics(config.region))
+        driver = ORCHESTRATORS[orchestrator](config, deciders)
+        sim = RegionSim(config, orchestrator=driver)
+        decisions = DecisionSummary(sim.misbehaving_pool_ids)
+        summary = write_run(sim, log, codec, on_progress, decisions)
+        record_demo_ends(log, runs_dir, config.region)
+        record_run(
+            runs_dir,
+            RecordedRun(config, orchestrator, None if orchestrator == BASELINE else deciders),
+        )
+    report = summary.report(sim.misbehaving_pool_ids)
+    report.update(
+        region=config.region, seed=config.seed, pools=len(sim.catalogue), orchestrator=orchestrator
+    )
+    report["decisions"] = decisions.report()
+    if isinstance(driver, DecidersOrchestrator):
+        report["calls"] = dict(sorted(driver.counts.items()))
+    if compare and orchestrator != BASELINE:
+        baseline = simulate_only(config, on_baseline_progress).report(sim.misbehaving_pool_ids)
+        report["baseline"] = baseline
+        report["comparison"] = comparison(report, baseline)
+    return report
+
+
+def write_contract_files(config: SimConfig, directory: Path) -> int:
+    """Write the contract file of every simulated workload of `config` under `directory`, at its
+    path in the (simulated) contract repository; returns how many."""
+    files = workload_contract_files(config)
+    for path, text in files.items():
+        target = directory / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return len(files)
+
+
+def holds_contract_files(directory: Path) -> bool:
+    """Whether `directory` already holds contract files (the simulated ones would mix in)."""
+    return directory.is_dir() and any(
+        p.suffix in (".yaml", ".yml") for p in directory.rglob("*") if p.is_file()
+    )
+
+
+__all__ = [
+    "BASELINE",
+    "DEFAULT_ORCHESTRATOR",
+    "ORCHESTRATORS",
+    "DemoRefusedError",
+    "events_in_log",
+    "holds_contract_files",
+    "run_demo",
+    "simulate_only",
+    "write_contract_files",
+    "write_run",
+]
