@@ -64,6 +64,9 @@ class EmbeddedLog:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._lock_handle: Any = None
 
+    def describe(self) -> str:
+        return f"embedded log at {self.root}"
+
     # -- topics ------------------------------------------------------------------------------
 
     def _topic_file(self, topic: str) -> Path:

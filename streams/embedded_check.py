@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streams.damage import Damage
 from streams.embedded import EmbeddedLog
@@ -36,6 +37,16 @@ class Checked:
     damage: list[Damage] = field(default_factory=list)
     writer_active: bool = False  # another process was appending: its newest bytes not judged
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "segments": self.segments,
+            "blocks": self.blocks,
+            "records": self.records,
+            "bytes": self.bytes,
+            "writer_active": self.writer_active,
+            "damage": [d.as_json() for d in self.damage],
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Repaired:
@@ -47,6 +58,16 @@ class Repaired:
     offsets: str
     what: str
     moved_to: Path | None  # where the bytes went (None: nothing moved, e.g. a new segment)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": str(self.path),
+            "start_byte": self.start,
+            "end_byte": self.end,
+            "offsets": self.offsets,
+            "what": self.what,
+            "moved_to": str(self.moved_to) if self.moved_to else None,
+        }
 
 
 def partitions(log: EmbeddedLog, topics: list[str] | None) -> Iterator[Partition]:

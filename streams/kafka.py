@@ -77,6 +77,9 @@ class KafkaLog:
         # sentence: a command asking about seven topics waits one timeout, not seven.
         self._unreachable: UnreachableError | None = None
 
+    def describe(self) -> str:
+        return f"Kafka at {self.bootstrap}"
+
     def _metadata(self, timeout_s: float = 10.0) -> Any:
         if self._unreachable is not None:
             raise self._unreachable

@@ -207,6 +207,10 @@ class PartitionListener(Protocol):
 class EventLog(Protocol):
     """A log of topics split into partitions, with consumer groups."""
 
+    def describe(self) -> str:
+        """Where the log is, in words (``Kafka at HOST:PORT``, ``embedded log at DIR``)."""
+        ...
+
     def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]: ...
 
     def partitions_for(self, topic: str) -> int: ...

@@ -14,7 +14,7 @@ from schemas.topics import (
     LogicalTopic,
     topic_name,
 )
-from streams.log import TopicSpec
+from streams.log import EventLog, TopicSpec, UnknownTopicError
 
 __all__ = [
     "DAY_MS",
@@ -23,6 +23,7 @@ __all__ = [
     "LOGICAL_NAMES",
     "LOGICAL_TOPICS",
     "LogicalTopic",
+    "region_end_offsets",
     "region_topics",
     "topic_name",
 ]
@@ -41,3 +42,15 @@ def region_topics(region: str, partitions_scale: float = 1.0) -> list[TopicSpec]
         )
         for topic in LOGICAL_TOPICS
     ]
+
+
+def region_end_offsets(log: EventLog, region: str) -> dict[str, dict[int, int] | None]:
+    """Each topic of `region`: the next offset each partition writes, or None when the log
+    has no such topic (a log that cannot be reached raises: it is an error, not "missing")."""
+    ends: dict[str, dict[int, int] | None] = {}
+    for spec in region_topics(region):
+        try:
+            ends[spec.name] = log.end_offsets(spec.name)
+        except UnknownTopicError:
+            ends[spec.name] = None
+    return ends

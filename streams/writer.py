@@ -6,11 +6,13 @@ reader of an older release can resolve these records (`streams.schema_store`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from schemas.codec import Codec
 from schemas.events import Envelope
 from streams.log import EventLog, Record
 from streams.schema_store import publish_schema
-from streams.topics import topic_name
+from streams.topics import region_topics, topic_name
 
 
 class EventWriter:
@@ -64,3 +66,20 @@ class EventWriter:
     def close(self) -> None:
         self.flush()
         self._producer.close()
+
+
+def publish(log: EventLog, codec: Codec, region: str, events: Sequence[Envelope]) -> int:
+    """Write `events` of `region` and wait until the log acknowledged them, creating the
+    topics they go to (and the schema topic) first when they are missing; returns how many."""
+    wanted = {topic_name(region, "schemas")} | {
+        topic_name(region, type(envelope.payload).TOPIC) for envelope in events
+    }
+    log.apply_topics([spec for spec in region_topics(region) if spec.name in wanted])
+    writer = EventWriter(log, codec, region)
+    try:
+        for envelope in events:
+            writer.write(envelope)
+        writer.flush()
+    finally:
+        writer.close()
+    return writer.written

@@ -111,6 +111,9 @@ class Reshuffled:
         self.inner = inner
         self.draw = draw
 
+    def describe(self) -> str:
+        return self.inner.describe()
+
     def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]:
         return self.inner.apply_topics(specs)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from projections.catchup import Writer, catch_up
 from projections.ledger.store import ChdbStore
 from schemas.codec import Codec
 from spotcap.config import Settings
-from spotcap.projecting import Writer, catch_up
 from streams.embedded import EmbeddedLog
 from streams.log import LogError
 from streams.topics import region_topics, topic_name
@@ -37,7 +37,7 @@ def test_a_catch_up_runs_beside_a_writer_and_needs_the_lock_only_to_dead_letter(
     other = EmbeddedLog(settings.log_dir)
     held = other.producer()
     reader = EmbeddedLog(settings.log_dir)
-    report = catch_up(settings, reader, Writer("ledger", ledger=ledger_store))
+    report = catch_up(reader, Codec(), REGION, Writer("ledger", ledger=ledger_store))
     assert report.events == 40
     rows = ledger_store.query("SELECT count() AS n FROM events FINAL")
     assert rows[0]["n"] == 40
@@ -46,13 +46,13 @@ def test_a_catch_up_runs_beside_a_writer_and_needs_the_lock_only_to_dead_letter(
     held.produce(topic_name(REGION, "lifecycle"), b"\x00not avro", key=b"i-00001")
     held.flush()
     with pytest.raises(LogError, match="another process is writing the embedded log"):
-        catch_up(settings, reader, Writer("ledger", ledger=ledger_store))
+        catch_up(reader, Codec(), REGION, Writer("ledger", ledger=ledger_store))
     assert ledger_store.query("SELECT count() AS n FROM events FINAL")[0]["n"] == 40
 
     # Once the writer is done, the same catch-up dead-letters it and goes on.
     held.close()
     other.close()
-    report = catch_up(settings, reader, Writer("ledger", ledger=ledger_store))
+    report = catch_up(reader, Codec(), REGION, Writer("ledger", ledger=ledger_store))
     assert report.events == 0
     dead = topic_name(REGION, "deadletter")
     assert sum(reader.end_offsets(dead).values()) == 1

@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from projections.catchup import fleet_processor
 from projections.ledger.store import ChdbStore
 from projections.postgres.connection import Connection
 from projections.postgres.writer import FleetWriter
 from spotcap.cli import main
 from spotcap.config import Settings
-from spotcap.projecting import fleet_processor
-from spotcap.stores import ledger_location, open_fleet, open_ledger, stop_embedded_postgres
-from spotcap.wiring import open_log
+from spotcap.wiring import make_codec, open_log, stores
 from streams.topics import topic_name
 from tests.projection_support import dump_fleet
 
@@ -53,7 +52,7 @@ def run_processor_to_end(home: Home, conn: Connection) -> None:
     """The fleet state's live processor, run until it has applied everything in the log."""
     log = open_log(home.settings)
     writer = FleetWriter(conn)
-    processor = fleet_processor(home.settings, log, writer)
+    processor = fleet_processor(log, make_codec(home.settings), home.settings.region, writer)
     try:
         ends = {}
         for logical in ("lifecycle", "market", "demand", "decisions", "usage"):
@@ -89,15 +88,15 @@ def home(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> Iterator[
     try:
         yield h
     finally:
-        stop_embedded_postgres(h.settings)
+        stores(h.settings).stop_embedded_postgres()
 
 
 @pytest.fixture(scope="module")
 def incremental(home: Home) -> dict[str, Any]:
-    conn = open_fleet(home.settings)
+    conn = stores(home.settings).open_fleet()
     run_processor_to_end(home, conn)
     home.cli("project", "ledger")
-    store = open_ledger(home.settings)
+    store = stores(home.settings).open_ledger()
     assert isinstance(store, ChdbStore)
     return {"fleet": dump_fleet(conn), "ledger": ledger_dump(store)}
 
@@ -108,11 +107,11 @@ def test_a_rebuild_equals_the_incremental_projections_row_for_row(
     report = home.json("rebuild", "all")
     assert [r["projection"] for r in report] == ["fleet", "ledger"]
     assert report[0]["events"] > 10_000
-    conn = open_fleet(home.settings)
+    conn = stores(home.settings).open_fleet()
     rebuilt = dump_fleet(conn)
     for table, rows in incremental["fleet"].items():
         assert rebuilt[table] == rows, table
-    store = open_ledger(home.settings)
+    store = stores(home.settings).open_ledger()
     assert isinstance(store, ChdbStore)
     assert ledger_dump(store) == incremental["ledger"]
     # Nothing is left to apply: every projection is at the log's end.
@@ -150,7 +149,7 @@ def test_the_savings_report_adds_up_to_the_ledger(home: Home, incremental: objec
             == eur["counterfactual"] - costs
             == eur["counterfactual"] - eur["cost"]
         )
-    path, database = ledger_location(home.settings)
+    path, database = stores(home.settings).ledger_location()
     store = ChdbStore(path, database)
     (view,) = store.query("SELECT sum(net_saving_eur_micros) AS n FROM net_saving")
     assert Decimal(report["total"]["net_saving"]) == Decimal(view["n"]).scaleb(-6)
@@ -187,9 +186,9 @@ def test_the_demo_materialises_both_projections_and_says_what_to_ask(
     try:
         report = h.json("demo", "--days", "0.25", "--workloads", "20")
         text = Home(tmp_path / "demo2").cli("demo", "--days", "0.25", "--workloads", "20")
-        stop_embedded_postgres(Home(tmp_path / "demo2").settings)
+        stores(Home(tmp_path / "demo2").settings).stop_embedded_postgres()
     finally:
-        stop_embedded_postgres(h.settings)
+        stores(h.settings).stop_embedded_postgres()
     projected = report["projections"]
     assert [p["projection"] for p in projected["projections"]] == ["fleet", "ledger"]
     money = projected["savings_micros"]

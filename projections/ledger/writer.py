@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ from projections.ledger.pricing import PRICERS, LedgerLine
 from projections.ledger.rates import Card, RateBook, Unpriced
 from projections.ledger.rule import RECORDED, AccountingRule
 from projections.ledger.store import LedgerStore
+from schemas.catalogue import catalogue, non_null
 from schemas.errors import Origin
 from schemas.events import Envelope, Payload, RateCard
 
@@ -65,17 +67,29 @@ def drop_all(store: LedgerStore) -> None:
         store.command(f"DROP TABLE IF EXISTS {name}")
 
 
+def _arrow_type(name: str, avro_type: Any) -> pa.DataType:
+    """The column type of an envelope field: a timestamp for timestamp-micros, text for the
+    strings and uuids (nullable or not)."""
+    inner = non_null(avro_type)
+    if isinstance(inner, dict) and inner.get("logicalType") == "timestamp-micros":
+        return _UTC_US
+    if inner == "string" or (isinstance(inner, dict) and inner.get("type") == "string"):
+        return pa.string()
+    raise TypeError(f"the envelope's field {name} ({avro_type}) has no column type here")
+
+
+ENVELOPE_COLUMNS: tuple[tuple[str, pa.DataType], ...] = tuple(
+    (f["name"], _arrow_type(f["name"], f["type"]))
+    for f in catalogue().raw_envelope["fields"]
+    if f["name"] in Envelope.HEAD
+)
+"""The envelope's fields but the payload, as columns, in `Envelope.HEAD`'s order (the ledger's
+events table and the archive's events file begin with them)."""
+envelope_head = attrgetter(*Envelope.HEAD)
+"""An envelope's values of `ENVELOPE_COLUMNS`, as a tuple."""
 EVENTS_SCHEMA = pa.schema(
     [
-        ("event_id", pa.string()),
-        ("event_type", pa.string()),
-        ("occurred_at", _UTC_US),
-        ("recorded_at", _UTC_US),
-        ("region", pa.string()),
-        ("key", pa.string()),
-        ("causation_id", pa.string()),
-        ("correlation_id", pa.string()),
-        ("producer", pa.string()),
+        *ENVELOPE_COLUMNS,
         ("topic", pa.string()),
         ("partition", pa.uint32()),
         ("offset", pa.uint64()),
@@ -316,16 +330,9 @@ def _events_table(events: Sequence[tuple[Origin, Envelope]]) -> pa.Table:
     envs = [e for _, e in events]
     origins = [o for o, _ in events]
     payload = _payload_json
+    heads = zip(*map(envelope_head, envs), strict=True) if envs else [()] * len(Envelope.HEAD)
     columns = (
-        [e.event_id for e in envs],
-        [e.event_type for e in envs],
-        [e.occurred_at for e in envs],
-        [e.recorded_at for e in envs],
-        [e.region for e in envs],
-        [e.key for e in envs],
-        [e.causation_id for e in envs],
-        [e.correlation_id for e in envs],
-        [e.producer for e in envs],
+        *heads,
         [o.topic for o in origins],
         [o.partition for o in origins],
         [o.offset for o in origins],

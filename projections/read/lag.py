@@ -2,7 +2,7 @@
 offset, the next offset the projection will apply (its stored position) and the difference.
 
 The positions come from each projection's own store (written with its rows), the end offsets
-from the log; the caller reads the log (this package does not import the log seam).
+from the log (`end_offsets_of`).
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from projections.ledger.store import LedgerStore, table_names
+from projections.ledger.store import LedgerError, LedgerStore, table_names
 from projections.ledger.writer import LEDGER_PROJECTION, LEDGER_TOPICS
 from projections.postgres.connection import Connection
 from projections.postgres.writer import FLEET_PROJECTION, FLEET_TOPICS
+from projections.stores import StoreError, Stores
 from schemas.topics import topic_name
+from streams.log import EventLog, UnknownTopicError
 
 TopicPartition = tuple[str, int]
 Positions = Mapping[TopicPartition, int]
@@ -77,3 +79,26 @@ def lag_rows(
                     }
                 )
     return rows
+
+
+def end_offsets_of(log: EventLog) -> Callable[[str], Mapping[int, int] | None]:
+    """`topic -> {partition: end offset}`, None for a topic the log does not have."""
+
+    def ends(topic: str) -> Mapping[int, int] | None:
+        try:
+            return log.end_offsets(topic)
+        except UnknownTopicError:  # a log that cannot be reached is an error, not "absent"
+            return None
+
+    return ends
+
+
+def read_lag(log: EventLog, region: str, conn: Connection, stores: Stores) -> list[dict[str, Any]]:
+    """`lag_rows` of both projections: the fleet state's positions from `conn`, the ledger's
+    from `stores` (unknown when the ledger cannot be opened: shown blank, not as behind)."""
+    positions: dict[str, Positions | None] = {FLEET_PROJECTION: fleet_positions(conn)}
+    try:
+        positions[LEDGER_PROJECTION] = ledger_positions(stores.open_ledger())
+    except (LedgerError, StoreError):
+        positions[LEDGER_PROJECTION] = None
+    return lag_rows(region, end_offsets_of(log), positions)

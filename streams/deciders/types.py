@@ -58,11 +58,6 @@ class Tick:
 Input: TypeAlias = Envelope | Tick
 
 
-def at_of(event: Input) -> int:
-    """The event time of an input."""
-    return event.occurred_at if isinstance(event, Envelope) else event.at_us
-
-
 @dataclass(frozen=True, slots=True)
 class Cause:
     """What a decision names as its cause: enough of an envelope to stamp it later (a timer)."""

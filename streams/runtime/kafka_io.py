@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,16 +202,3 @@ class PartitionReader:
 
     def close(self) -> None:
         self._consumer.close()
-
-
-def wait_for_topics(log_admin: Any, names: Sequence[str], timeout_s: float = 30.0) -> None:
-    """Wait until the broker's metadata lists every topic in `names` (they were just created)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        topics = log_admin.list_topics(timeout=10).topics
-        missing = [n for n in names if n not in topics]
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise LogTimeoutError(f"topics not visible after {timeout_s:.0f} s: {missing}")
-        time.sleep(0.2)

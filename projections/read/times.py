@@ -1,13 +1,10 @@
-"""Pieces of the read side shared by `spotcap query` and `spotcap serve` that are not queries
-(those are in `projections.read`): how a time or a day is written, and the log's end offsets."""
+"""How people write a time or a day in the read side's filters (`spotcap query --since`, the
+API's ``since``, ``from`` and ``to``), shared by the command line and the HTTP API."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
-
-from streams.log import EventLog, UnknownTopicError
 
 # RFC 3339 (and ISO 8601's extended form): a day, optionally a time, optionally an offset.
 _DAY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
@@ -42,15 +39,3 @@ def check_span(first: date | None, last: date | None) -> None:
             f"from {first.isoformat()} is after to {last.isoformat()}: give a first day on or "
             "before the last"
         )
-
-
-def end_offsets_of(log: EventLog) -> Callable[[str], Mapping[int, int] | None]:
-    """`topic -> {partition: end offset}`, None for a topic the log does not have."""
-
-    def ends(topic: str) -> Mapping[int, int] | None:
-        try:
-            return log.end_offsets(topic)
-        except UnknownTopicError:  # a log that cannot be reached is an error, not "absent"
-            return None
-
-    return ends

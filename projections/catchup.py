@@ -1,4 +1,5 @@
-"""Materialising the projections from the log: catch up, and rebuild from nothing.
+"""Materialising the projections from the log: catch up, and rebuild from nothing; and the
+fleet state as a live consumer of the log (the processing chain).
 
 Both projections read the region's history through the merged history (`streams.merged`): in
 event-time order, from the offsets each projection stored with its rows (the seek on
@@ -14,7 +15,8 @@ batch that carried them is written.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,13 +31,11 @@ from projections.ledger.writer import (
 from projections.postgres.connection import Connection, FleetUnavailableError
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.stores import Stores
 from projections.write_behind import WriteBehind
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
-from spotcap.config import Settings
-from spotcap.stores import open_fleet, open_ledger
-from spotcap.wiring import make_codec
 from streams.deadletter import DeadLetters, OnDemandProducer
 from streams.log import Consumer, EventLog, Record, TopicPartition
 from streams.merged import MergedHistory, Progress
@@ -120,22 +120,25 @@ class Writer:
 
 
 def catch_up(
-    settings: Settings,
     log: EventLog,
+    codec: Codec,
+    region: str,
     writer: Writer,
     *,
     on_progress: Callable[[Progress], None] | None = None,
     batch_events: int = BATCH_EVENTS,
 ) -> RunReport:
-    """Apply every event after the stored offsets, up to the log's end offsets now."""
+    """Apply every event of `region` after the stored offsets, up to the log's end offsets
+    now (records written with `codec`)."""
     return catch_up_together(
-        settings, log, [writer], on_progress=on_progress, batch_events=batch_events
+        log, codec, region, [writer], on_progress=on_progress, batch_events=batch_events
     )[0]
 
 
 def catch_up_together(
-    settings: Settings,
     log: EventLog,
+    codec: Codec,
+    region: str,
     writers: Sequence[Writer],
     *,
     on_progress: Callable[[Progress], None] | None = None,
@@ -154,22 +157,20 @@ def catch_up_together(
     for other in writers[1:]:
         if other.topics != topics or other.stored_offsets() != start:
             raise ValueError("writers caught up together must read the same topics and offsets")
-    codec = make_codec(settings)
     producer = OnDemandProducer(log)  # takes the embedded log's writer lock only to write
     names = "+".join(w.which for w in writers)
     dead_letters = {
-        w.which: DeadLetters(producer, codec, settings.region, f"projection/{w.which}")
-        for w in writers
+        w.which: DeadLetters(producer, codec, region, f"projection/{w.which}") for w in writers
     }
     started = time.monotonic()
     history = MergedHistory(
         log,
         codec,
-        settings.region,
+        region,
         topics,
         start=start,
         until="end",
-        dead_letters=DeadLetters(producer, codec, settings.region, f"projection/{names}"),
+        dead_letters=DeadLetters(producer, codec, region, f"projection/{names}"),
         poll_records=2000,
         buffer_per_partition=4000,
     )
@@ -264,19 +265,67 @@ def _record(value: bytes, origin: Origin, e: Envelope) -> Record:
                   e.occurred_at // 1000)  # fmt: skip
 
 
-def open_writer(settings: Settings, which: Which, *, fresh: bool = False) -> Writer:
+def open_writer(stores: Stores, which: Which, *, fresh: bool = False) -> Writer:
     """The projection's writer on its store; with `fresh`, its tables dropped and made anew."""
     if which == "fleet":
-        conn = open_fleet(settings, migrated=False)
+        conn = stores.open_fleet(migrated=False)
         if fresh:
             drop(conn)
         migrate(conn)
         return Writer("fleet", fleet=conn)
-    store = open_ledger(settings)
+    store = stores.open_ledger()
     if fresh:
         drop_all(store)
     apply_ddl(store)
     return Writer("ledger", ledger=store)
+
+
+# Shows a catch-up's progress: given the projections read together, a context in which the
+# returned function is called with the history's progress.
+ShowProgress = Callable[[Sequence[Which]], AbstractContextManager[Callable[[Progress], None]]]
+
+
+def run_projections(
+    log: EventLog,
+    codec: Codec,
+    region: str,
+    stores: Stores,
+    which: Sequence[Which],
+    *,
+    fresh: bool,
+    show: ShowProgress | None = None,
+) -> list[RunReport]:
+    """Catch up (or, with `fresh`, rebuild) each projection of `which`. Projections that start
+    from the same offsets (always, in a rebuild) share one read of the history."""
+    writers = [open_writer(stores, name, fresh=fresh) for name in which]
+    reports: list[RunReport] = []
+    for group in _read_together(writers):
+        with (show or _silent)([w.which for w in group]) as on_progress:
+            reports += catch_up_together(log, codec, region, group, on_progress=on_progress)
+    return reports
+
+
+def _read_together(writers: Sequence[Writer]) -> Iterator[list[Writer]]:
+    """The writers in groups that read the same topics from the same stored offsets."""
+    groups: list[list[Writer]] = []
+    for writer in writers:
+        same = next(
+            (
+                g
+                for g in groups
+                if g[0].topics == writer.topics and g[0].stored_offsets() == writer.stored_offsets()
+            ),
+            None,
+        )
+        if same is None:
+            groups.append([writer])
+        else:
+            same.append(writer)
+    yield from groups
+
+
+def _silent(_: Sequence[Which]) -> AbstractContextManager[Callable[[Progress], None]]:
+    return nullcontext(lambda _: None)
 
 
 # -- the fleet state as a live consumer (the processing chain) ---------------------------------
@@ -320,14 +369,13 @@ class FleetSink:
 
 
 def fleet_processor(
-    settings: Settings, log: EventLog, writer: FleetWriter
+    log: EventLog, codec: Codec, region: str, writer: FleetWriter
 ) -> Processor[Positioned]:
     """A processor that keeps the fleet state up to date, partition by partition (Kafka groups
     can spread it over several processes: the state rows do not depend on order)."""
-    codec = make_codec(settings)
-    dead_letters = DeadLetters(OnDemandProducer(log), codec, settings.region, "projection/fleet")
+    dead_letters = DeadLetters(OnDemandProducer(log), codec, region, "projection/fleet")
     factory = SeekingFactory(
         writer, Decoder(codec), DeadLetterGuard(dead_letters, DeadLetterPolicy())
     )
-    topics = [topic_name(settings.region, t) for t in FLEET_TOPICS]
-    return Processor(log, f"{settings.region}.projection.fleet", topics, factory)
+    topics = [topic_name(region, t) for t in FLEET_TOPICS]
+    return Processor(log, f"{region}.projection.fleet", topics, factory)

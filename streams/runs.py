@@ -6,17 +6,17 @@ failed when it stops with an error. A run killed with SIGKILL, or by a power los
 marker saying "running" for a process that no longer exists: `spotcap topics list` shows it,
 so a person knows the region's log holds a partial run.
 
-The markers live with the log they describe: ``<home>/log/_runs/<region>.json`` for the
-embedded log; for Kafka, in the home directory of the machine that ran the command,
-``<home>/runs/kafka-<bootstrap>/<region>.json`` (nothing is written to Kafka for them, so
-another machine's runs against the same cluster are not seen).
+The markers live in a folder beside the log they describe, which the composition root names
+(``spotcap.wiring.runs_dir``): ``<home>/log/_runs/`` for the embedded log; for Kafka, in the home
+directory of the machine that ran the command, ``<home>/runs/kafka-<bootstrap>/`` (nothing is
+written to Kafka for them, so another machine's runs against the same cluster are not seen).
+Each region's marker is ``<region>.json`` there.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import time
@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-from spotcap.config import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +62,9 @@ class RunMarker:
         )
 
 
-def runs_dir(settings: Settings) -> Path:
-    if settings.kafka_bootstrap:
-        name = re.sub(r"[^A-Za-z0-9.-]+", "_", settings.kafka_bootstrap)
-        return settings.home / "runs" / f"kafka-{name}"
-    return settings.log_dir / "_runs"
-
-
-def last_run(settings: Settings, region: str) -> RunMarker | None:
+def last_run(runs_dir: Path, region: str) -> RunMarker | None:
     """The marker of the last run that wrote `region` (None: none recorded, or unreadable)."""
-    path = runs_dir(settings) / f"{region}.json"
+    path = runs_dir / f"{region}.json"
     try:
         raw: dict[str, Any] = json.loads(path.read_text())
         return RunMarker(**raw)
@@ -82,7 +73,7 @@ def last_run(settings: Settings, region: str) -> RunMarker | None:
 
 
 @contextmanager
-def run_marker(settings: Settings, region: str) -> Iterator[RunMarker]:
+def run_marker(runs_dir: Path, region: str) -> Iterator[RunMarker]:
     """Mark a run writing `region`: running now; finished or failed when the block ends."""
     marker = RunMarker(
         region=region,
@@ -92,7 +83,7 @@ def run_marker(settings: Settings, region: str) -> Iterator[RunMarker]:
         process_start=_process_start(os.getpid()),
         started_at=_now(),
     )
-    path = runs_dir(settings) / f"{region}.json"
+    path = runs_dir / f"{region}.json"
     _write(path, marker)
     try:
         yield marker

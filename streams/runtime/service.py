@@ -1,0 +1,74 @@
+"""The deciders as a service on Kafka (`spotcap run streams`, docs/deciders.md): a region's
+sequencer, its Faust workers, or both in one process.
+
+A region has exactly one sequencer and as many workers as its stage partitions can use; workers
+share the stage partitions as one Kafka consumer group and take over a stopped or killed
+worker's partitions from its tables. Decisions go to the region's ``decisions`` topic under ids
+derived from their causes: after a crash a worker may send a decision again (same id, same
+bytes), and consumers drop duplicates by event id.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from schemas.codec import Codec
+from streams.runtime.journal import RuntimeTopics
+from streams.runtime.sequencer import prepare, run_sequencer
+
+ROLES = ("all", "sequencer", "worker")
+
+
+def run_streams(
+    role: str, bootstrap: str, codec: Codec, topics: RuntimeTopics, **worker: Any
+) -> None:
+    """Prepare the region's topics, then run `role` until SIGTERM or SIGINT: ``sequencer``,
+    ``worker`` (a Faust worker with the `worker` options of `FaustConfig`), or ``all`` (the
+    sequencer in a thread beside a worker; the thread's death stops the process, loudly).
+    A `LogError` while preparing means the broker or the partition counts are wrong."""
+    prepare(bootstrap, codec, topics)
+    if role == "sequencer":
+        _sequencer_until_signal(bootstrap, codec, topics)
+        return
+    from streams.runtime.faust_app import FaustConfig, run_worker  # Faust loads slowly
+
+    config = FaustConfig(bootstrap, topics, codec=codec, **worker)
+    if role == "worker":
+        run_worker(config)
+        return
+    stop = threading.Event()
+    sequencer = threading.Thread(
+        target=_sequence, args=(bootstrap, codec, topics, stop), name="sequencer", daemon=True
+    )
+    sequencer.start()
+    try:
+        run_worker(config)  # until SIGTERM/SIGINT (Faust's worker handles both)
+    finally:
+        stop.set()
+        sequencer.join(timeout=30.0)
+
+
+def _sequence(bootstrap: str, codec: Codec, topics: RuntimeTopics, stop: threading.Event) -> None:
+    try:
+        run_sequencer(bootstrap, codec, topics, should_stop=stop.is_set)
+    except Exception:  # the thread's death must be seen: stop the process, loudly
+        logging.getLogger("spotcap.runtime.sequencer").exception("the sequencer stopped")
+        signal.raise_signal(signal.SIGTERM)
+
+
+def _sequencer_until_signal(bootstrap: str, codec: Codec, topics: RuntimeTopics) -> None:
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    run_sequencer(bootstrap, codec, topics, should_stop=stop.is_set)
+
+
+__all__ = ["ROLES", "run_streams"]
