@@ -32,7 +32,7 @@ from schemas.events import (
     PoolReadmitted,
 )
 from spotcap.config import Settings
-from spotcap.stores import open_fleet
+from spotcap.wiring import stores
 from tests.projection_support import T0_US, event, positioned
 
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
@@ -108,7 +108,7 @@ def write_story(settings: Settings) -> Story:
     """Decisions of every kind (ranking, exclusions, readmission, fallbacks, a drain) about the
     demo's own pools, workload and lost instance: the stand-in orchestrator makes none, and the
     deciders not all of them in one day."""
-    conn = open_fleet(settings)
+    conn = stores(settings).open_fleet()
     try:
         pools = [r[0] for r in conn.execute(
             "SELECT pool_id FROM pools WHERE purchase_model = 'reclaimable' ORDER BY pool_id"

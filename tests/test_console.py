@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from console.pages.routes import MISSING, eur
+from console.whatif import shipped_rules
 from infra.servers.promtool import fetch_promtool
 from projections.ledger.rule import COST_CAUSES
 from projections.postgres.writer import FleetWriter
 from schemas.events import DrainCompleted, DrainStarted
 from spotcap.config import Settings
-from spotcap.console.pages import MISSING, eur
-from spotcap.serve.whatif import shipped_rules
-from spotcap.stores import open_fleet, stop_embedded_postgres
+from spotcap.wiring import stores
 from tests.projection_support import T0_US, event, positioned
 from tests.serve_support import Served, Story, spotcap, write_story
 
@@ -74,7 +74,7 @@ class Console:
 def write_wave_drain(settings: Settings) -> str:
     """A drain (started, completed) for an instance of the demo's wave that was noticed and
     replaced: the demo's agents are not wired yet, the rest of its chain is the demo's own."""
-    conn = open_fleet(settings)
+    conn = stores(settings).open_fleet()
     try:
         row = conn.execute(
             "SELECT n.payload->>'instance_id', n.payload->>'workload_id', n.occurred_at"
@@ -177,7 +177,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
             code = served.stop()
             assert code == 0, served.err.read_text()[-3000:]
     finally:
-        stop_embedded_postgres(settings)
+        stores(settings).stop_embedded_postgres()
 
 
 def test_every_page_loads_with_a_screenshot(console: Console) -> None:

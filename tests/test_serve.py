@@ -25,7 +25,7 @@ from projections.money import eur_string
 from replay.rule_file import shipped_rule_path
 from spotcap.cli import main
 from spotcap.config import Settings
-from spotcap.stores import open_fleet, stop_embedded_postgres
+from spotcap.wiring import stores
 from streams.embedded import EmbeddedLog
 from tests.serve_support import SPOTCAP, Served, Story, child_env, spotcap, write_story
 
@@ -60,7 +60,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
     try:
         yield h
     finally:
-        stop_embedded_postgres(h.settings)
+        stores(h.settings).stop_embedded_postgres()
 
 
 @pytest.fixture(scope="module")
@@ -353,8 +353,8 @@ def test_the_ledger_held_by_another_process_is_a_503_then_recovers(
         [str(Path(SPOTCAP).with_name("python")), "-c",
          "import sys, time\n"
          "from spotcap.config import Settings\n"
-         "from spotcap.stores import open_ledger\n"
-         f"store = open_ledger(Settings.load(home={str(home.root)!r}))\n"
+         "from spotcap.wiring import stores\n"
+         f"store = stores(Settings.load(home={str(home.root)!r})).open_ledger()\n"
          "print('held', flush=True)\n"
          "sys.stdin.read()\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
@@ -378,7 +378,7 @@ def test_the_ledger_held_by_another_process_is_a_503_then_recovers(
 def test_the_server_outlives_postgresql(served: Served, home: Home) -> None:
     """PostgreSQL stopped: the fleet's endpoints answer 503 naming the database and the fix,
     the rest goes on; PostgreSQL started again (on another port): the answers come back."""
-    assert stop_embedded_postgres(home.settings)
+    assert stores(home.settings).stop_embedded_postgres()
     try:
         for path in ("/api/v1/pools", "/api/v1/why/x", "/api/v1/lag"):
             reply = served.get(path)
@@ -395,7 +395,7 @@ def test_the_server_outlives_postgresql(served: Served, home: Home) -> None:
         assert metrics["spotcap_store_up"][(("store", "fleet"),)] == 0.0
         assert "spotcap_instances" not in metrics
     finally:
-        open_fleet(home.settings).close()  # starts it again, as any command would
+        stores(home.settings).open_fleet().close()  # starts it again, as any command would
     deadline = time.monotonic() + 60
     while served.get("/api/v1/pools").status != 200:
         assert time.monotonic() < deadline, "the server did not find PostgreSQL again"

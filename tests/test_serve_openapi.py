@@ -11,17 +11,18 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 
+from console import api, archive, whatif
+from console.access import ReadAccess
+from console.api import HINTS
+from console.app import create_app
+from console.errors import validation_sentence
+from console.models import EurByCause
 from projections.ledger.rule import CAUSES
 from projections.read.rows import json_row
+from projections.read.times import parse_day, parse_moment
+from projections.stores import Stores
 from replay import rules
-from spotcap.config import Settings
-from spotcap.reading import parse_day, parse_moment
-from spotcap.serve import api, archive, whatif
-from spotcap.serve.access import ReadAccess
-from spotcap.serve.api import HINTS
-from spotcap.serve.app import create_app
-from spotcap.serve.errors import validation_sentence
-from spotcap.serve.models import EurByCause
+from streams.embedded import EmbeddedLog
 
 NEEDS = {  # the store each endpoint reads, hence its 503 (and why's 404)
     "/api/v1/pools": {503},
@@ -47,7 +48,9 @@ METHODS = {"/api/v1/archive/verify": "post"}  # verify changes nothing, but read
 
 @pytest.fixture
 def description(tmp_path: Path) -> dict[str, Any]:
-    app = create_app(ReadAccess(Settings(home=tmp_path)))  # touches no store
+    app = create_app(
+        ReadAccess(Stores(tmp_path), "dev", lambda: EmbeddedLog(tmp_path / "log"))
+    )  # touches no store
     # The API's routers are included whole (FastAPI keeps them as one route each).
     every = [*api.router.routes, *whatif.router.routes, *archive.router.routes, *app.routes]
     routes = {r.path for r in every if isinstance(r, APIRoute) and r.include_in_schema}

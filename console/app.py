@@ -15,15 +15,15 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import choose_encoder
 
-from spotcap.cli_archive import open_archive
-from spotcap.console import archive as archive_page
-from spotcap.console import pages
-from spotcap.serve import api, archive, errors, whatif
-from spotcap.serve.access import ReadAccess
-from spotcap.serve.archive import ArchiveDesk
-from spotcap.serve.metrics import registry_for
-from spotcap.serve.openapi import errors as error_responses
-from spotcap.serve.openapi import openapi_document
+from console import api, archive, errors, whatif
+from console.access import ReadAccess
+from console.archive import ArchiveDesk
+from console.metrics import registry_for
+from console.openapi import errors as error_responses
+from console.openapi import openapi_document
+from console.pages import archive as archive_page
+from console.pages import routes as pages
+from replay.archive.storage import LocalStorage
 
 DESCRIPTION = """\
 Read-only: the fleet state (PostgreSQL), the ledger (ClickHouse) and the projections' lag,
@@ -44,8 +44,8 @@ METRICS_TYPES = {
 
 
 def create_app(access: ReadAccess, desk: ArchiveDesk | None = None) -> FastAPI:
-    """The app over `access`; the archive is `desk` (default: the home's archive, as
-    `spotcap archive` finds it, with no key to verify with)."""
+    """The app over `access`; the archive is `desk` (default: the home's archive directory,
+    ``<home>/archive``, with no key to verify with)."""
     app = FastAPI(
         title="spotcap",
         version="1",
@@ -55,7 +55,9 @@ def create_app(access: ReadAccess, desk: ArchiveDesk | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.access = access
-    app.state.archive = desk or ArchiveDesk(open_archive(access.settings, None), access.region)
+    app.state.archive = desk or ArchiveDesk(
+        LocalStorage(access.stores.home / "archive"), access.region
+    )
     errors.install(app, api.HINTS)
     app.include_router(api.router)
     app.include_router(whatif.router)

@@ -17,12 +17,12 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
+from console.access import ReadAccess, StoreUnavailableError
 from projections.ledger.writer import LEDGER_PROJECTION
 from projections.postgres.writer import FLEET_PROJECTION
 from projections.read.counts import FleetCounts, fleet_counts
 from projections.read.lag import Positions, fleet_positions, lag_rows, ledger_positions
 from schemas.topics import topic_name
-from spotcap.serve.access import ReadAccess, StoreUnavailableError
 
 MICROS_PER_EUR = 1_000_000
 

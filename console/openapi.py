@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from spotcap.serve.models import Problem
+from console.models import Problem
 
 PROBLEM_JSON = "application/problem+json"
 ERROR_DESCRIPTIONS = {

@@ -16,19 +16,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from console.access import ReadAccess
+from console.api import Access, FirstDay, KnownParameters, LastDay
+from console.errors import BadParameterError
+from console.models import WhatIf
+from console.openapi import errors
 from projections.ledger.rule import CAUSES
 from projections.money import eur_string
+from projections.read.times import check_span
 from replay.ledgers import day_number, diff, recorded_amounts
 from replay.rule import Rule
 from replay.rule_file import load_rule, shipped_rule_path
 from replay.run import replay_clickhouse
 from replay.sql import LEDGER_RELATIONS
-from spotcap.reading import check_span
-from spotcap.serve.access import ReadAccess
-from spotcap.serve.api import Access, FirstDay, KnownParameters, LastDay
-from spotcap.serve.errors import BadParameterError
-from spotcap.serve.models import WhatIf
-from spotcap.serve.openapi import errors
 
 LINES = (*CAUSES, "net_saving")
 

@@ -18,17 +18,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from console.access import StoreUnavailableError
+from console.api import KnownParameters
+from console.errors import NotConfiguredError
+from console.models import ArchiveListing, Verification
+from console.openapi import errors
 from contracts.signing import key_id_of
 from projections.read.rows import utc_text
 from replay.archive import layout
 from replay.archive.export import archived_months
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from replay.archive.verify import MonthReport, PublicKey, signed_by, verify_archive
-from spotcap.serve.access import StoreUnavailableError
-from spotcap.serve.api import KnownParameters
-from spotcap.serve.errors import NotConfiguredError
-from spotcap.serve.models import ArchiveListing, Verification
-from spotcap.serve.openapi import errors
 
 MONTH_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 

@@ -1,6 +1,6 @@
 """The console: HTML pages for people, served by `spotcap serve` at `/`.
 
-Every figure on a page comes from the API's own handlers (`spotcap.serve.api`), called in the
+Every figure on a page comes from the API's own handlers (`console.api`), called in the
 process with the same arguments a request would give them: one data path, the same rows, the
 same rendering (money as decimal strings in euros), only laid out as HTML. The pages are drawn on
 the server (Jinja2, SVG charts from `charts`) and read without JavaScript; their one stylesheet
@@ -20,14 +20,14 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
+from console import api, whatif
+from console.access import ReadAccess, StoreUnavailableError
+from console.errors import BadParameterError, NotConfiguredError
+from console.pages import charts
 from projections.ledger.rule import COST_CAUSES
 from projections.read.counts import fleet_counts
+from projections.read.times import check_span, parse_day
 from projections.read.why import NotFoundError
-from spotcap.console import charts
-from spotcap.reading import check_span, parse_day
-from spotcap.serve import api, whatif
-from spotcap.serve.access import ReadAccess, StoreUnavailableError
-from spotcap.serve.errors import BadParameterError, NotConfiguredError
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"

@@ -10,19 +10,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.routing import APIRoute
 from pydantic import BeforeValidator, WithJsonSchema
 
-from projections.ledger.writer import LEDGER_PROJECTION
-from projections.postgres.writer import FLEET_PROJECTION
-from projections.read import fleet as fq
-from projections.read.lag import Positions, fleet_positions, lag_rows, ledger_positions
-from projections.read.rows import json_row
-from projections.read.savings import savings, savings_by_day
-from projections.read.spread import Caps, fallbacks, spread
-from projections.read.wave import last_wave
-from projections.read.why import NotFoundError, why
-from spotcap.reading import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
-from spotcap.serve.access import ReadAccess, StoreUnavailableError
-from spotcap.serve.errors import BadParameterError
-from spotcap.serve.models import (
+from console.access import ReadAccess, StoreUnavailableError
+from console.errors import BadParameterError
+from console.models import (
     DailySavingsReport,
     Exclusion,
     Fallback,
@@ -38,7 +28,17 @@ from spotcap.serve.models import (
     WhyAnswer,
     Workload,
 )
-from spotcap.serve.openapi import errors
+from console.openapi import errors
+from projections.ledger.writer import LEDGER_PROJECTION
+from projections.postgres.writer import FLEET_PROJECTION
+from projections.read import fleet as fq
+from projections.read.lag import Positions, fleet_positions, lag_rows, ledger_positions
+from projections.read.rows import json_row
+from projections.read.savings import savings, savings_by_day
+from projections.read.spread import Caps, fallbacks, spread
+from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
+from projections.read.wave import last_wave
+from projections.read.why import NotFoundError, why
 from streams.deciders.settings import PlacementSettings
 
 MAX_LIMIT = 10_000

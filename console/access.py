@@ -19,24 +19,15 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from projections.ledger.store import LedgerError, LedgerStore
 from projections.postgres.connection import Connection, FleetDatabaseError, connect, redact
 from projections.postgres.migrate import migrate
 from projections.read.errors import fleet_unavailable_on_error
-from spotcap.config import Settings
-from spotcap.reading import end_offsets_of
-from spotcap.stores import (
-    StoreError,
-    embedded_postgres_status,
-    fleet_dsn,
-    ledger_location,
-    open_ledger,
-    postgres_dir,
-)
-from spotcap.wiring import open_log
+from projections.read.lag import end_offsets_of
+from projections.stores import StoreError, Stores
 from streams.log import EventLog
 
 STATEMENT_TIMEOUT_S = 30
@@ -54,20 +45,24 @@ class StoreUnavailableError(RuntimeError):
 
 
 class ReadAccess:
-    """The server's stores, from the settings."""
+    """The server's way to the `stores` of one region's home and to its log (opened on first
+    use by `open_log`)."""
 
     def __init__(
         self,
-        settings: Settings,
+        stores: Stores,
+        region: str,
+        open_log: Callable[[], EventLog],
         *,
         statement_timeout_s: int = STATEMENT_TIMEOUT_S,
         recheck_s: float = RECHECK_S,
     ) -> None:
-        self.settings = settings
-        self.region = settings.region
+        self.stores = stores
+        self.region = region
+        self._open_log = open_log
         self.statement_timeout_s = statement_timeout_s
         self.recheck_s = recheck_s
-        self._dsn: str | None = settings.postgres_dsn
+        self._dsn: str | None = stores.postgres_dsn
         self._checked_at = float("-inf")
         self._dsn_lock = threading.Lock()
         self._ledger_lock = threading.Lock()
@@ -81,7 +76,7 @@ class ReadAccess:
         running, migrations applied. Returns None, or why the fleet state is not ready yet
         (the server starts anyway and answers 503 until it is)."""
         try:
-            dsn = fleet_dsn(self.settings)
+            dsn = self.stores.fleet_dsn()
             with connect(dsn, connect_timeout_s=CONNECT_TIMEOUT_S) as conn:
                 migrate(conn)
         except (StoreError, FleetDatabaseError) as error:
@@ -98,27 +93,23 @@ class ReadAccess:
 
     # -- the fleet state --------------------------------------------------------------------
 
-    def _describe_fleet(self) -> str:
-        if self.settings.postgres_dsn:
-            return redact(self.settings.postgres_dsn)
-        return f"the embedded PostgreSQL under {postgres_dir(self.settings)}"
-
     def _fleet_down(self, why: str) -> StoreUnavailableError:
-        if self.settings.postgres_dsn:
+        if self.stores.postgres_dsn:
             fix = "check that it runs and that --postgres / SPOTCAP_POSTGRES_DSN names it"
         else:
             fix = (
-                f"start it with `spotcap --home {self.settings.home} db migrate` "
+                f"start it with `spotcap --home {self.stores.home} db migrate` "
                 "(or any `spotcap query`)"
             )
         return StoreUnavailableError(
-            "fleet", f"the fleet-state database ({self._describe_fleet()}) is down ({why}): {fix}"
+            "fleet",
+            f"the fleet-state database ({self.stores.describe_fleet()}) is down ({why}): {fix}",
         )
 
     def _embedded_address(self) -> str | None:
         """The embedded server's address if it runs (read from its state file, no start)."""
         try:
-            status = embedded_postgres_status(self.settings)
+            status = self.stores.embedded_postgres_status()
         except StoreError:
             return None
         address = status.get("address")
@@ -131,7 +122,7 @@ class ReadAccess:
             try:
                 return connect(dsn, connect_timeout_s=CONNECT_TIMEOUT_S)
             except FleetDatabaseError as error:
-                if self.settings.postgres_dsn:
+                if self.stores.postgres_dsn:
                     raise self._fleet_down(_cause(str(error))) from error
         # The embedded server: not started yet by this process, or it moved (a new port).
         with self._dsn_lock:
@@ -152,7 +143,7 @@ class ReadAccess:
         """A connection for one request, closed after it."""
         conn = self._connect()
         try:
-            with fleet_unavailable_on_error(self._describe_fleet()):
+            with fleet_unavailable_on_error(self.stores.describe_fleet()):
                 conn.execute(f"SET statement_timeout = '{int(self.statement_timeout_s)}s'")
                 yield conn
         except FleetDatabaseError as error:  # the connection was lost or a statement timed out
@@ -163,14 +154,14 @@ class ReadAccess:
     # -- the ledger -------------------------------------------------------------------------
 
     def _ledger_down(self, error: LedgerError) -> StoreUnavailableError:
-        if self.settings.clickhouse_url:
-            where = f"ClickHouse at {redact(self.settings.clickhouse_url)}"
+        if self.stores.clickhouse_url:
+            where = f"ClickHouse at {redact(self.stores.clickhouse_url)}"
             return StoreUnavailableError(
                 "ledger",
                 f"the ledger ({where}) is down ({_cause(str(error))}): check that it runs and "
                 "that --clickhouse / SPOTCAP_CLICKHOUSE_URL names it",
             )
-        path, _ = ledger_location(self.settings)
+        path, _ = self.stores.ledger_location()
         return StoreUnavailableError(
             "ledger",
             f"the embedded ledger at {path} cannot be opened now, most likely because another "
@@ -183,7 +174,7 @@ class ReadAccess:
         """The ledger for one use, closed after it (one use at a time in this process)."""
         with self._ledger_lock:
             try:
-                store = open_ledger(self.settings)
+                store = self.stores.open_ledger()
             except LedgerError as error:
                 raise self._ledger_down(error) from error
             try:
@@ -200,7 +191,7 @@ class ReadAccess:
         or Kafka not answering: the log seam does not tell the two apart)."""
         with self._log_lock:
             if self._log is None:
-                self._log = open_log(self.settings)
+                self._log = self._open_log()
             return end_offsets_of(self._log)(topic)
 
 

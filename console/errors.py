@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from console.access import StoreUnavailableError
 from projections.read.why import NotFoundError
-from spotcap.serve.access import StoreUnavailableError
 
 PROBLEM_JSON = "application/problem+json"
 _log = logging.getLogger("spotcap.serve")

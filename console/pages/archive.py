@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
-from spotcap.console.pages import guarded, page
-from spotcap.serve.archive import MONTH_PATTERN, ArchiveDesk
-from spotcap.serve.errors import BadParameterError
+from console.archive import MONTH_PATTERN, ArchiveDesk
+from console.errors import BadParameterError
+from console.pages.routes import guarded, page
 
 router = APIRouter(include_in_schema=False)
 MAX_FORM_BYTES = 1024  # the form has one field
