@@ -1,11 +1,15 @@
-"""Interruption contracts (ADR-01..04): the compiler, feasibility, signing and bundles.
+"""Interruption contracts (docs/contracts.md): the compiler, feasibility, signing and bundles.
 
-The contract model itself (units, tiers, the model, tier resolution) is data in
-`schemas.contracts`; this part adds what acts on it. Modules, bottom up: `source` (YAML with
-line numbers), `feasibility` (rules (a)-(e) over `PoolLike` pools), `diagnose`
-(errors with file, line, field and fix), `compiler` (`compile_contracts`), `signing`
-(`FileSigner`, `TransitSigner`), `bundles` (sign and `verify_bundle`), `published` and
-`output` (the admission lists and the bundle directory), `pool_file` (the ``--pools`` file).
+What it owns: turning contract files into signed bundles and admission lists. The contract model
+itself (units, tiers, the model, tier resolution) is data in `schemas.contracts`; this part adds
+what acts on it. Modules, bottom up: `source` (YAML with line numbers), `feasibility` (rules
+(a)-(e) over `PoolLike` pools), `diagnose` (errors with file, line, field and fix), `compiler`
+(`compile_contracts`), `signing` (`FileSigner`, `TransitSigner`), `bundles` (sign and
+`verify_bundle`), `published` and `output` (the admission lists and the bundle directory),
+`pool_file` (the ``--pools`` file).
+
+What it may import: `schemas`; pydantic, PyYAML, cryptography and hvac (OpenBao transit).
+Who calls it: `spotcap contracts`, the agent (bundles), the archive (signing).
 """
 
 from contracts.bundles import (

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -69,6 +70,49 @@ class CompileResult:
 
     def errors_for(self, path: Path) -> tuple[ContractError, ...]:
         return tuple(e for e in self.errors if e.file == path)
+
+    def as_json(self, written: Sequence[Path] = (), published: int | None = None) -> dict[str, Any]:
+        """What was accepted and refused, the errors, and what was `written` and `published`
+        (the number of events; None when nothing was published)."""
+        return {
+            "ok": self.ok,
+            "accepted": [
+                {
+                    "file": c.path.as_posix(),
+                    "workload_id": c.contract.workload,
+                    "contract_version": c.contract.version,
+                    "tier": c.contract.tier,
+                    "scheduler": c.contract.scheduler,
+                    "contract_sha256": c.bundle_sha256,
+                    "event_id": c.event.event_id,
+                }
+                for c in self.accepted
+            ],
+            "refused": [p.as_posix() for p in self.refused],
+            "errors": [e.to_json() for e in self.errors],
+            "unchecked_rules": list(self.unchecked_rules),
+            "written": [p.as_posix() for p in written],
+            "published": published,
+        }
+
+
+CONTRACT_SUFFIXES = (".yaml", ".yml")
+
+
+def contract_files(directory: Path) -> dict[Path, bytes]:
+    """Every ``*.yaml``/``*.yml`` under `directory` (hidden folders skipped), path -> bytes.
+
+    Bytes, not text: the compiler hashes the file exactly as written (``source_sha256``) and
+    reports a file that is not UTF-8 at its line.
+    """
+    files: dict[Path, bytes] = {}
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file() and path.suffix in CONTRACT_SUFFIXES:
+            files[path] = path.read_bytes()
+    return files
 
 
 @dataclass(slots=True)

@@ -135,6 +135,20 @@ class FileSigner:
         return self._private_key.sign(message)
 
 
+def transit_signer(
+    key_name: str, mount_point: str, address: str | None, token: str | None
+) -> TransitSigner:
+    """A `TransitSigner` for the OpenBao/Vault at `address` (BAO_ADDR) with `token`
+    (BAO_TOKEN); SigningError when either is missing or the key cannot be used."""
+    if not address or not token:
+        raise SigningError(
+            "--transit-key needs BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or VAULT_TOKEN)"
+        )
+    import hvac  # loads requests; only a transit signer needs it
+
+    return TransitSigner(hvac.Client(url=address, token=token), key_name, mount_point)
+
+
 def _why(error: Exception) -> str:
     """hvac's error in plain words (a 404 reads "None, on get <url>")."""
     from hvac.exceptions import InvalidPath

@@ -61,6 +61,12 @@ class EventType:
     # The payload record with its named types inlined, so it stands alone.
     schema: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
 
+    def as_json(self) -> dict[str, Any]:
+        """What `spotcap events --json` lists of it: names, topic, key, doc, field names."""
+        fields = [f["name"] for f in self.schema["fields"]]
+        return {"event_type": self.name, "record": self.record_name, "topic": self.topic,
+                "key": self.key, "doc": self.doc, "fields": fields}  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Catalogue:

@@ -54,6 +54,15 @@ class CheckResult:
     def compatible(self) -> bool:
         return not self.problems
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "compatible": self.compatible,
+            "released_version": self.released_version,
+            "changed": self.changed,
+            "added_event_types": list(self.added_event_types),
+            "problems": [str(p) for p in self.problems],
+        }
+
 
 def _payload_branches(schema: Mapping[str, Any]) -> list[Any]:
     for field in schema["fields"]:

@@ -9,13 +9,11 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from provider.sim.clock import DAY_US, EPOCH_US
-from provider.sim.region import SimConfig
+from sim.clock import DAY_US, EPOCH_US
+from sim.region import SimConfig
 from spotcap.cli import main
 from spotcap.config import Settings
-from spotcap.demo import run_demo
-from spotcap.projecting import catch_up, open_writer
-from spotcap.wiring import open_log
+from tests.home import project, run_demo
 
 NOV_29_US = EPOCH_US + 27 * DAY_US  # 2026-11-29T00:00Z: three days span two months
 
@@ -28,11 +26,7 @@ class History:
         self.settings = Settings.load(home=root, region=config.region)
         self.args = ["--home", str(root), "--region", config.region]
         run_demo(self.settings, config)
-        log = open_log(self.settings)
-        try:
-            catch_up(self.settings, log, open_writer(self.settings, "ledger"))
-        finally:
-            log.close()
+        project(self.settings, "ledger")
 
     def cli(self, *args: str, code: int = 0) -> str:
         result = CliRunner().invoke(main, [*self.args, *args], catch_exceptions=False)

@@ -20,8 +20,7 @@ from replay.rule_file import SHIPPED, load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
 from replay.sql import LEDGER_RELATIONS
 from schemas.events import InstanceLost, UsageInterval, WorkWasted
-from spotcap.stores import open_ledger
-from spotcap.wiring import make_codec, open_log
+from spotcap.wiring import make_codec, open_log, stores
 from streams.merged import MergedHistory
 from tests.replay_support import History
 
@@ -42,7 +41,7 @@ def python_engine(
 def sql_engine(
     h: History, rule: Rule, first: int | None = None, last: int | None = None
 ) -> dict[LineKey, int]:
-    store = open_ledger(h.settings)
+    store = stores(h.settings).open_ledger()
     return replay_clickhouse(store, LEDGER_RELATIONS, rule, first_day=first, last_day=last).amounts
 
 
@@ -54,7 +53,7 @@ def by_python(replay_history: History) -> dict[str, dict[LineKey, int]]:
 def test_the_recorded_rule_reproduces_the_recorded_ledger_from_the_log(
     replay_history: History, by_python: dict[str, dict[LineKey, int]]
 ) -> None:
-    recorded = recorded_amounts(open_ledger(replay_history.settings))
+    recorded = recorded_amounts(stores(replay_history.settings).open_ledger())
     assert len({k[0] for k in recorded}) >= 25 and len({k[1] for k in recorded}) == 3
     assert differing_lines(recorded, by_python["recorded"]) == {}
     assert differing_lines(recorded, sql_engine(replay_history, RULES[0])) == {}
@@ -90,9 +89,9 @@ def test_doubling_the_guaranteed_rate_doubles_every_counterfactual_exactly(
 
 
 def test_a_range_of_days_agrees_with_the_recorded_ledger(replay_history: History) -> None:
-    days = sorted({k[1] for k in recorded_amounts(open_ledger(replay_history.settings))})
+    days = sorted({k[1] for k in recorded_amounts(stores(replay_history.settings).open_ledger())})
     first, last = days[1], days[1]
-    recorded = recorded_amounts(open_ledger(replay_history.settings), first, last)
+    recorded = recorded_amounts(stores(replay_history.settings).open_ledger(), first, last)
     assert recorded and {k[1] for k in recorded} == {first}
     assert differing_lines(recorded, python_engine(replay_history, RULES[:1], first, last)[0]) == {}
     assert differing_lines(recorded, sql_engine(replay_history, RULES[0], first, last)) == {}

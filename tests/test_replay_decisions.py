@@ -18,17 +18,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from provider.sim.clock import DAY_US, EPOCH_US
-from provider.sim.pools import demo_region
-from provider.sim.reclaimer import ReclaimSettings
-from provider.sim.region import SimConfig
+from replay.decisions import RECORDED_RULE, OutcomeCounter, read_outcome
 from replay.rule_file import load_rule
+from sim.clock import DAY_US, EPOCH_US
+from sim.pools import demo_region
+from sim.reclaimer import ReclaimSettings
+from sim.record import RecordedRun, RunRecordError, load_run, record_path, record_run
+from sim.region import SimConfig
 from spotcap.cli import main
 from spotcap.config import Settings
-from spotcap.decisions_whatif import RECORDED_RULE, OutcomeCounter, read_outcome
-from spotcap.demo import run_demo
-from spotcap.demo_record import RecordedRun, RunRecordError, load_run, record_path, record_run
-from spotcap.wiring import make_codec, open_log
+from spotcap.wiring import make_codec, open_log, runs_dir
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.settings_keys import (
     RANGES,
@@ -40,6 +39,7 @@ from streams.deciders.settings_keys import (
     settable_keys,
 )
 from tests.cli_support import assert_one_sentence, spotcap
+from tests.home import run_demo
 
 REGION = "wd"
 CONFIG = SimConfig(seed=1, days=1.0, region=REGION, workloads=20)
@@ -152,8 +152,8 @@ def test_a_log_that_is_no_longer_the_run_is_refused(recorded: Recorded, tmp_path
     home = tmp_path / "copy"
     home.mkdir()
     settings = Settings.load(home=home, region=REGION)
-    run = load_run(recorded.settings, REGION)
-    record_run(settings, run)  # a record, but a log that holds nothing of that run
+    run = load_run(runs_dir(recorded.settings), REGION, "spotcap demo")
+    record_run(runs_dir(settings), run)  # a record, but a log that holds nothing of that run
     result = spotcap("--home", str(home), "--region", REGION, "replay", "decisions")
     assert_one_sentence(result, "not the 0 the recorded demo run left")
 
@@ -212,11 +212,11 @@ def test_the_runs_record_round_trips_with_a_catalogue_and_nested_settings(tmp_pa
         catalogue=demo_region(4, "rt", 3),
     )
     run = RecordedRun(config, "deciders", apply(DeciderSettings(), ["min_pools=5"]))
-    record_run(settings, run)
-    assert load_run(settings, "rt") == run
+    record_run(runs_dir(settings), run)
+    assert load_run(runs_dir(settings), "rt", "spotcap demo") == run
     baseline = RecordedRun(replace(config, catalogue=None), "baseline", None)
-    record_run(settings, baseline)
-    assert load_run(settings, "rt") == baseline
-    record_path(settings, "rt").write_text('{"format": 1}')
+    record_run(runs_dir(settings), baseline)
+    assert load_run(runs_dir(settings), "rt", "spotcap demo") == baseline
+    record_path(runs_dir(settings), "rt").write_text('{"format": 1}')
     with pytest.raises(RunRecordError, match="not a usable run record"):
-        load_run(settings, "rt")
+        load_run(runs_dir(settings), "rt", "spotcap demo")

@@ -24,7 +24,6 @@ import pytest
 
 from projections.ledger.rule import COUNTERFACTUAL
 from projections.ledger.writer import LEDGER_TOPICS
-from provider.sim.region import SimConfig
 from replay.archive import layout
 from replay.archive.export import write_events_file, write_typed_files
 from replay.fold import Fold, LineKey
@@ -33,11 +32,11 @@ from replay.rule_file import SHIPPED, load_rule, shipped_rule_path
 from replay.sql import ParquetMonth, SqlReplay, parquet_relations
 from schemas.errors import Origin
 from schemas.events import Envelope
+from sim.region import SimConfig
 from spotcap.config import Settings
-from spotcap.demo import run_demo
-from spotcap.stores import open_ledger
-from spotcap.wiring import make_codec, open_log
+from spotcap.wiring import make_codec, open_log, stores
 from streams.merged import MergedHistory
+from tests.home import run_demo
 
 RULES = [load_rule(shipped_rule_path(n)) for n in SHIPPED]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # builds a 30-day history first
@@ -135,7 +134,9 @@ def test_the_engines_agree_to_the_micro_euro_over_30_days(
     python = month.by_python[name]
     assert month.events > 50_000
     assert len({k[0] for k in python}) >= 35 and len({k[1] for k in python}) >= 30
-    sql = SqlReplay(open_ledger(month.settings), parquet_relations(as_archived(month, form)))
+    sql = SqlReplay(
+        stores(month.settings).open_ledger(), parquet_relations(as_archived(month, form))
+    )
     assert differing_lines(python, sql.run(RULES[SHIPPED.index(name)], None, None)) == {}
     assert sql.cards_from_integrals == (form in ("typed", "halves"))
     if name != "recorded":

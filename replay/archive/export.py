@@ -11,6 +11,7 @@ archived in order; a month is written once (with Object Lock it could not be rep
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,13 +25,16 @@ import pyarrow.parquet as pq
 from contracts.signing import Signer
 from projections.eventtime import iso
 from projections.ledger.store import LedgerStore
-from projections.ledger.writer import LINES_SCHEMA
+from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA, envelope_head
+from projections.stores import Stores
 from replay.archive import layout
 from replay.archive.merkle import Extension, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
+from streams.log import EventLog
+from streams.merged import MergedHistory
 
 BATCH_ROWS = 50_000
 Positioned = tuple[Origin, Envelope]
@@ -46,6 +50,18 @@ class Exported:
     chain_size: int
     manifest_sha256: str
     seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "month": self.month,
+            "events": self.events,
+            "cost_lines": self.cost_lines,
+            "merkle_root": self.root,
+            "chain_size": self.chain_size,
+            "manifest_sha256": self.manifest_sha256,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
@@ -92,15 +108,7 @@ class _EventsFile:
         self.last_us = e.occurred_at
         self.rows.append(
             (
-                e.event_id,
-                e.event_type,
-                e.occurred_at,
-                e.recorded_at,
-                e.region,
-                e.key,
-                e.causation_id,
-                e.correlation_id,
-                e.producer,
+                *envelope_head(e),
                 origin.topic,
                 origin.partition,
                 origin.offset,
@@ -355,3 +363,40 @@ def export_month(
         layout.sha256_hex(manifest_bytes),
         time.monotonic() - started,
     )
+
+
+def export_from_log(
+    storage: ArchiveStorage,
+    signer: Signer,
+    *,
+    log: EventLog,
+    codec: Codec,
+    region: str,
+    stores: Stores,
+    month: str,
+    on_step: Callable[[str], None] | None = None,
+) -> Exported:
+    """`export_month` of `region`'s `month` from the log: the ledger is brought up to date
+    first (so the month's cost lines are complete), then the history is read in its merged
+    order. `on_step` hears what is being done, in words."""
+    from projections.catchup import catch_up, open_writer  # the catch-up's libraries
+
+    say = on_step or (lambda _: None)
+    say("bringing the ledger up to date")
+    catch_up(log, codec, region, open_writer(stores, "ledger"))
+    lines = month_cost_lines(stores.open_ledger(), month)
+    say(f"reading the history for {month}")
+    history = MergedHistory(
+        log, codec, region, LEDGER_TOPICS, poll_records=2000, buffer_per_partition=4000
+    )
+    with tempfile.TemporaryDirectory(prefix="spotcap-export-") as tmp:
+        return export_month(
+            storage,
+            signer,
+            region=region,
+            month=month,
+            history=((d.origin, d.envelope) for d in history),
+            cost_lines=lines,
+            workdir=Path(tmp),
+            on_event=lambda n: say(f"archiving {month}: {n:,} events"),
+        )

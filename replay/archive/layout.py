@@ -34,6 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from projections.ledger.writer import EVENTS_SCHEMA as LEDGER_EVENTS_SCHEMA
+
 FORMAT = "spotcap-archive/3"
 """Format 2 added the typed files (rate_cards, usage and checkpoints .parquet); a month of
 format 1 has none, and is read (and verified) as it was written. Format 3 added to
@@ -61,24 +63,9 @@ LEAF = "SHA-256(0x00 || event id as 16 bytes || event bytes as in the avro colum
 
 _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
-EVENTS_SCHEMA = pa.schema(
-    [
-        ("event_id", pa.string()),
-        ("event_type", pa.string()),
-        ("occurred_at", pa.timestamp("us", tz="UTC")),
-        ("recorded_at", pa.timestamp("us", tz="UTC")),
-        ("region", pa.string()),
-        ("key", pa.string()),
-        ("causation_id", pa.string()),
-        ("correlation_id", pa.string()),
-        ("producer", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.uint32()),
-        ("offset", pa.uint64()),
-        ("payload", pa.string()),
-        ("avro", pa.binary()),
-    ]
-)
+# The ledger's events table's columns (the envelope's fields first), and each event's encoded
+# bytes, which the Merkle tree's leaves hash.
+EVENTS_SCHEMA = LEDGER_EVENTS_SCHEMA.append(pa.field("avro", pa.binary()))
 
 
 # The typed files: the event's id and time, then the payload's fields under their own names.

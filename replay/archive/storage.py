@@ -96,3 +96,13 @@ class LocalStorage:
 
     def describe(self) -> str:
         return f"the local archive at {self.root}"
+
+
+def open_storage(where: str, *, create: bool = False) -> ArchiveStorage:
+    """The archive at `where`: ``s3://BUCKET/PREFIX`` (with Object Lock; the bucket made when
+    `create` and it is missing) or a local directory."""
+    if where.startswith("s3://"):
+        from replay.archive.s3 import S3Storage  # boto3 loads slowly; a local archive needs none
+
+        return S3Storage(where, create=create)
+    return LocalStorage(Path(where))

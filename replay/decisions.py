@@ -1,12 +1,13 @@
-"""`spotcap replay decisions`: the recorded demo run decided again with other settings.
+"""Re-deciding history: the recorded demo run decided again with other settings (`spotcap
+replay decisions`, docs/replay-decisions.md).
 
 In closed loop the history depends on the decisions: a pool the deciders keep using is a pool
 the region reclaims from, a fallback is a guaranteed instance that is billed, and the work a
 loss wastes depends on where the work ran. So the recorded inputs (the seed's demand, market,
 reclaims and waves, the catalogue, every knob of the simulation, recorded beside the log by
-`spotcap.demo_record`) are simulated again, driven by the deciders with the changed settings
-(or by the baseline stand-in), exactly as `spotcap demo` drives them (`spotcap.loop`), into a
-scratch log that is deleted afterwards.
+`sim.record`) are simulated again, driven by the deciders with the changed settings (or by the
+baseline stand-in), exactly as `spotcap demo` drives them (`sim.loop`), into a scratch log that
+is deleted afterwards.
 
 Both histories, the recorded log and the scratch one, are then read the same way (the merged
 history, `streams.merged`) and counted by the same `OutcomeCounter`: exclusions, placements,
@@ -27,8 +28,6 @@ from typing import Any
 
 from projections.ledger.rule import CAUSES, COST_CAUSES
 from projections.money import eur_string
-from provider.sim.clock import DAY_US
-from provider.sim.region import RegionSim
 from replay.fold import Fold
 from replay.ledgers import day_date, net_saving
 from replay.rule import Rule
@@ -48,12 +47,12 @@ from schemas.events import (
     ReplacementRequested,
     WorkWasted,
 )
-from spotcap.config import Settings
-from spotcap.demo import BASELINE, ORCHESTRATORS, write_run
-from spotcap.demo_fresh import current_ends, recorded_ends
-from spotcap.demo_record import RecordedRun, RunRecordError
-from spotcap.loop import owned_by
-from spotcap.wiring import describe_log, make_codec, open_log
+from sim.clock import DAY_US
+from sim.demo import BASELINE, ORCHESTRATORS, write_run
+from sim.fresh import current_ends, recorded_ends
+from sim.loop import owned_by
+from sim.record import RecordedRun, RunRecordError
+from sim.region import RegionSim
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.settings_keys import as_data, differences
 from streams.embedded import EmbeddedLog
@@ -205,16 +204,16 @@ def read_outcome(
     return counter.outcome()
 
 
-def check_log_is_the_run(settings: Settings, log: EventLog, region: str) -> None:
+def check_log_is_the_run(log: EventLog, runs_dir: Path, region: str) -> None:
     """RunRecordError unless the log's topics of `region` end where the recorded run left them
     (anything written since would be counted as if the run had made it)."""
-    recorded = recorded_ends(settings, region)
+    recorded = recorded_ends(runs_dir, region)
     now = current_ends(log, region)
     if recorded is None or recorded != now:
         held = sum(sum(parts.values()) for parts in now.values())
         left = sum(sum(parts.values()) for parts in (recorded or {}).values())
         raise RunRecordError(
-            f"the log ({describe_log(settings)}) holds {held:,} records of region {region}, "
+            f"the log ({log.describe()}) holds {held:,} records of region {region}, "
             f"not the {left:,} the recorded demo run left: something else wrote to it since, "
             "so its history is not the recorded run's",
             "run the demo again (--fresh) to record a history to re-decide",
@@ -231,56 +230,55 @@ def rerun(
     """The recorded simulation driven by `orchestrator` (the deciders with `deciders`), written
     to a new embedded log under `scratch`; returns the log and the misbehaving pools."""
     config = run.config
-    settings = Settings(home=scratch, region=config.region)
-    log = EmbeddedLog(settings.log_dir)
+    log = EmbeddedLog(scratch / "log")
     log.apply_topics(region_topics(config.region))
     sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config, deciders))
     days = config.days
-    write_run(sim, log, settings, lambda done: on_progress(min(done, days), days))
+    write_run(sim, log, Codec(), lambda done: on_progress(min(done, days), days))
     return log, sim.misbehaving_pool_ids
 
 
 def what_if(
-    settings: Settings,
+    log: EventLog,
+    codec: Codec,
     run: RecordedRun,
     deciders: DeciderSettings,
     orchestrator: str,
     *,
+    runs_dir: Path,
+    scratch_parent: Path,
     first_day: int | None,
     last_day: int | None,
     on_simulate: Progress,
     on_read_recorded: Progress,
     on_read_rerun: Progress,
 ) -> dict[str, Any]:
-    """The recorded run and its re-run under `orchestrator` / `deciders`, compared (plain
-    JSON-able data; nothing in it depends on the clock, so the same inputs give the same
-    bytes)."""
+    """The recorded run in `log` (its records written with `codec`, its record and end offsets
+    in `runs_dir`) and its re-run under `orchestrator` / `deciders` in a scratch log under
+    `scratch_parent`, compared (plain JSON-able data; nothing in it depends on the clock, so the
+    same inputs give the same bytes)."""
     rule = load_rule(RECORDED_RULE)
     region = run.config.region
-    log = open_log(settings)
-    try:
-        check_log_is_the_run(settings, log, region)
-        with tempfile.TemporaryDirectory(prefix=".replay-decisions-", dir=settings.home) as tmp:
-            scratch, misbehaving = rerun(run, orchestrator, deciders, Path(tmp), on_simulate)
-            try:
-                recorded = read_outcome(
-                    log,
-                    make_codec(settings),
-                    region,
-                    OutcomeCounter(misbehaving, rule, first_day, last_day),
-                    on_read_recorded,
-                )
-                again = read_outcome(
-                    scratch,
-                    Codec(),
-                    region,
-                    OutcomeCounter(misbehaving, rule, first_day, last_day),
-                    on_read_rerun,
-                )
-            finally:
-                scratch.close()
-    finally:
-        log.close()
+    check_log_is_the_run(log, runs_dir, region)
+    with tempfile.TemporaryDirectory(prefix=".replay-decisions-", dir=scratch_parent) as tmp:
+        scratch, misbehaving = rerun(run, orchestrator, deciders, Path(tmp), on_simulate)
+        try:
+            recorded = read_outcome(
+                log,
+                codec,
+                region,
+                OutcomeCounter(misbehaving, rule, first_day, last_day),
+                on_read_recorded,
+            )
+            again = read_outcome(
+                scratch,
+                Codec(),
+                region,
+                OutcomeCounter(misbehaving, rule, first_day, last_day),
+                on_read_rerun,
+            )
+        finally:
+            scratch.close()
     return _report(
         run,
         deciders,
