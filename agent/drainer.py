@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -310,7 +309,3 @@ class Drainer:
             metrics.unverified.inc()
         if outcome.signal_latency_s is not None:
             metrics.notice_to_signal.observe(outcome.signal_latency_s)
-
-
-def now_mono_s() -> float:
-    return time.monotonic()

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from agent.bundle import BundleStore
 from agent.clock import Clock, WallClock
@@ -25,6 +28,7 @@ from agent.metrics import AgentMetrics
 from agent.records import Recorder
 from agent.spool import Spool
 from agent.spool_writer import SpoolWriter
+from contracts.bundles import Bundle
 from schemas.events import DrainPath, NoticeReceived, UsageInterval
 from schemas.notices import Delivery, Notice
 
@@ -235,3 +239,52 @@ class Agent:
                 cause=f"{self.config.instance_id}@{start_us}",
             )
             start_us = end_us
+
+
+def check(config: AgentConfig) -> tuple[Bundle | None, dict[str, Any]]:
+    """What the agent would do with `config`, as `run` would load it: the bundle that verifies
+    (None: none does, and the node could not drain by its contract) and a report of it, its
+    drain paths, notice channels, spool and warnings."""
+    bundle = BundleStore(config.bundle, config.state_dir).load()
+    k8s = config.kubernetes
+    warning = inhibit_delay_warning(k8s.kubelet_config, k8s.logind_conf) if k8s.node_name else None
+    paths = (("kubernetes", k8s.node_name), ("slurm", config.slurm.node_name), ("local", True))
+    return bundle, {
+        "instance_id": config.instance_id,
+        "region": config.region,
+        "bundle": bundle.model_dump(mode="json") if bundle else None,
+        "paths": [p for p, on in paths if on],
+        "nats": list(config.notices.nats),
+        "metadata_url": config.notices.metadata_url,
+        "poll_interval_s": config.notices.poll_interval_s,
+        "spool_dir": str(config.spool_dir),
+        "warnings": [warning] if warning else [],
+    }
+
+
+async def run_until_stopped(
+    config: AgentConfig, beside: Callable[[threading.Event], None] | None = None
+) -> None:
+    """Run the agent until SIGTERM or SIGINT (SIGHUP reloads the bundle, as `systemctl reload`
+    does); `beside`, if given, runs in a thread of its own until the agent stops and is told so
+    by its event (the embedded shipper, `agent.ship.ship_forever`)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    beside_stop = threading.Event()
+    thread = None
+    async with Agent(config) as node:
+        loop.add_signal_handler(signal.SIGHUP, node.bundles.load)
+        if node.metrics_port is not None:
+            host = config.metrics_listen.rpartition(":")[0] if config.metrics_listen else ""
+            log.info("metrics on http://%s:%s/metrics", host, node.metrics_port)
+        if beside is not None:
+            thread = threading.Thread(
+                target=beside, args=(beside_stop,), name="beside", daemon=True
+            )
+            thread.start()
+        await stop.wait()
+    beside_stop.set()
+    if thread is not None:
+        thread.join(10.0)

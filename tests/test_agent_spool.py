@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
+from agent.ship import SpoolShipper
 from agent.spool import DROPPABLE, LineEncoder, ShippedPosition, Spool, read_lines, segments
 from agent.spool_writer import SpoolWriter
 from schemas.avro_json import AvroJsonForm
 from schemas.codec import Codec
 from schemas.events import DrainCompleted, Envelope, UsageInterval
 from schemas.ids import derived_event_id
-from spotcap.spool_ship import SpoolShipper
 from streams.embedded import EmbeddedLog
 from streams.reader import SeenEvents
 from streams.topics import region_topics, topic_name

@@ -1,8 +1,9 @@
 """The embedded shipper: an agent's spool into the event log, what Vector does in production.
 
-It lives in the composition root because it joins two parts that must not know each other: the
-agent (which writes the spool and never imports `streams`) and the log (`streams.EventWriter`).
-Semantics, as Vector's file source to Kafka with acks=all:
+It is the one module of the agent that imports the log (`streams.EventWriter`): the agent's own
+modules (intake, drains, the spool) never do, so a node acts without it; the shipper runs beside
+the agent (`spotcap agent run --ship`) or alone (`spotcap agent ship`). Semantics, as Vector's
+file source to Kafka with acks=all:
 
 - at least once: lines are written and the producer flushed (acknowledged) before the read
   position is saved (``shipped.json`` in the spool folder, written atomically and fsync'd); a
@@ -16,8 +17,9 @@ Semantics, as Vector's file source to Kafka with acks=all:
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,14 +106,6 @@ class SpoolShipper:
             self.counts.batches - before[2],
         )
 
-    def follow(self, interval_s: float, stop: Iterator[bool]) -> None:
-        """Ship, then again every `interval_s`, while `stop` yields False."""
-        for done in stop:
-            if done:
-                return
-            self.ship_once()
-            time.sleep(interval_s)
-
     def close(self) -> None:
         self._writer.close()
         self._dead_producer.close()
@@ -151,3 +145,17 @@ class SpoolShipper:
         self._dead_producer.flush()
         position.save(self.spool_dir)
         self.counts.batches += 1
+
+
+def ship_until(
+    shipper: SpoolShipper, stop: threading.Event, interval_s: float = 1.0, retry_s: float = 5.0
+) -> None:
+    """Ship every `interval_s` until `stop` is set. A failure (the log away) is logged and tried
+    again after `retry_s`: the spool keeps every line meanwhile."""
+    while not stop.is_set():
+        try:
+            shipper.ship_once()
+        except Exception:
+            logging.getLogger(__name__).exception("shipping the spool failed; retrying in 5 s")
+            stop.wait(retry_s)
+        stop.wait(interval_s)
