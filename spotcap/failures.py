@@ -1,7 +1,7 @@
 """What a failure nobody caught says to a person: one sentence and its fix, never a traceback.
 
 Commands stop through `spotcap.fail.fail` where they know what went wrong. What escapes them
-anyway comes here, at the root of the command (`spotcap.cli_root.SpotcapGroup.invoke`): an
+anyway comes here, at the root of the command (`spotcap.cli.root.SpotcapGroup.invoke`): an
 operating-system error (a read-only or full disk, a permission, a busy port), a log that cannot
 be reached, a Ctrl-C. Anything else is a bug in spotcap: its traceback goes to a file the
 sentence names, so nothing is lost for the report, and ``SPOTCAP_TRACEBACK=1`` shows it

@@ -49,7 +49,8 @@ def test_help_imports_no_subcommand_module() -> None:
         "import sys\n"
         "from spotcap.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('pyarrow', 'psycopg', 'nats', 'spotcap.demo', 'spotcap.cli_query')"
+        "heavy = [m for m in ('pyarrow', 'psycopg', 'nats', 'sim', 'spotcap.cli.demo',"
+        " 'spotcap.cli.query', 'projections', 'streams')"
         " if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )

@@ -17,7 +17,7 @@ from contracts.signing import key_id_of, load_public_key
 from schemas.codec import Codec
 from schemas.errors import EncodeError
 from schemas.events import ContractPublished
-from spotcap.cli_contracts import contracts
+from spotcap.cli.contracts import contracts
 from spotcap.config import Settings
 from streams.embedded import EmbeddedLog
 from streams.log import LogError

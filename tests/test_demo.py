@@ -12,10 +12,10 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from provider.sim import SimConfig, simulate
 from schemas.codec import Codec
+from sim import SimConfig, simulate
+from spotcap.cli.demo import demo
 from spotcap.config import Settings
-from spotcap.demo import demo
 from streams.embedded import EmbeddedLog
 from streams.topics import EVENT_TOPICS, topic_name
 

@@ -24,7 +24,7 @@ from schemas.codec import Codec
 from schemas.events import Envelope
 from spotcap.cli import main
 from spotcap.config import Settings
-from spotcap.stores import stop_embedded_postgres
+from spotcap.wiring import stores
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
 from streams.log import CORRUPT_HEADER, EventLog, Record
@@ -76,7 +76,7 @@ def runs_demo(tmp_path: Path) -> Iterator[None]:
     """For a test that runs `spotcap demo` in its tmp home: the embedded PostgreSQL the demo
     starts outlives the command (until `spotcap db stop`), so the test stops it after."""
     yield
-    stop_embedded_postgres(Settings(home=tmp_path))
+    stores(Settings(home=tmp_path)).stop_embedded_postgres()
 
 
 def flip_framing(home: Path) -> tuple[Path, int, range]:

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from provider.sim import SimConfig
 from schemas.codec import Codec
 from schemas.events import Envelope
+from sim import SimConfig
+from sim.loop import LOOP_RUNTIME, owned_by
 from spotcap.config import Settings
-from spotcap.demo import run_demo
-from spotcap.loop import LOOP_RUNTIME, owned_by
 from streams.embedded import EmbeddedLog
 from streams.runtime.core import DERIVED_PREFIX
 from streams.runtime.embedded import EmbeddedRunner, ListSink
 from streams.topics import topic_name
+from tests.home import run_demo
 
 REGION = "loop"
 CONFIG = SimConfig(seed=1, days=1.0, region=REGION)

@@ -1,64 +1,47 @@
-"""``spotcap contracts``: compile, sign and verify interruption contracts (ADR-01..04).
-
-    spotcap contracts compile DIR --out BUNDLES (--pools FILE | --unchecked)
-                                  (--key KEYFILE | --transit-key N | --unsigned)
-                                  [--publish] [--json]
-    spotcap contracts verify BUNDLE --pubkey FILE [--json]
-    spotcap contracts keygen --out KEYFILE [--json]
+"""`spotcap contracts`: compile, sign and verify interruption contracts (docs/contracts.md).
 
 ``compile`` writes nothing unless every contract is accepted, so a broken change can never
 withdraw a published workload from admission; it exits 1 and prints each error as
-``file:line: field: what is wrong (fix: how)``. Without the pool catalogue it cannot check
-rules (c) and (d), so it writes nothing unless ``--unchecked`` says that is intended; without a
-signer (``--key``, ``--transit-key``) it writes nothing unless ``--unsigned`` says that is
-intended, and neither ``--unchecked`` nor ``--unsigned`` contracts are ever published. Everything
-that can still fail (signing, encoding and publishing the events) happens before the first
-file is written. The command reads the clock once, for the events' time (``--published-at`` to
-fix it); the compiler itself never does.
+``file:line: field: what is wrong (fix: how)``. Neither ``--unchecked`` nor ``--unsigned``
+contracts are ever published. Everything that can still fail (signing, encoding and publishing
+the events) happens before the first file is written. The command reads the clock once, for
+the events' time (``--published-at`` to fix it); the compiler itself never does.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from contracts.bundles import BundleError, verify_bundle
-from contracts.compiler import CompileResult, compile_contracts
+from contracts.compiler import CompileResult, compile_contracts, contract_files
 from contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
 from contracts.output import render_outputs, write_rendered
 from contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
 from contracts.published import DEFAULT_NAMESPACE
 from contracts.signing import (
-    FileSigner,
-    Signer,
     SigningError,
-    TransitSigner,
     generate_key_pem,
     key_id_of,
     load_private_key,
-    load_public_key,
     raw_public_bytes,
 )
 from schemas.contracts.model import to_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
+from spotcap.cli.options import open_signer, read_public_key, signer_options
+from spotcap.cli.output import console, emit_json, say, table
 from spotcap.config import ConfigError, Settings
 from spotcap.fail import fail
 
 if TYPE_CHECKING:
     from schemas.codec import Codec
-
-console = Console()
-err_console = Console(stderr=True)
-CONTRACT_SUFFIXES = (".yaml", ".yml")
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -70,22 +53,6 @@ def _settings(ctx: click.Context) -> Settings:
         return Settings.load()
     except ConfigError as error:
         fail(str(error))
-
-
-def contract_files(directory: Path) -> dict[Path, bytes]:
-    """Every ``*.yaml``/``*.yml`` under `directory` (hidden folders skipped), path -> bytes.
-
-    Bytes, not text: the compiler hashes the file exactly as written (``source_sha256``) and
-    reports a file that is not UTF-8 at its line.
-    """
-    files: dict[Path, bytes] = {}
-    for path in sorted(directory.rglob("*")):
-        relative = path.relative_to(directory)
-        if any(part.startswith(".") for part in relative.parts):
-            continue
-        if path.is_file() and path.suffix in CONTRACT_SUFFIXES:
-            files[path] = path.read_bytes()
-    return files
 
 
 def _positive_size_bytes(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
@@ -101,32 +68,10 @@ def _positive_size_bytes(_ctx: click.Context, _param: click.Parameter, value: st
 
 @click.group("contracts")
 def contracts() -> None:
-    """Compile, sign and verify interruption contracts (ADR-01..04)."""
+    """Compile, sign and verify interruption contracts (docs/contracts.md)."""
 
 
 # -- compile ----------------------------------------------------------------------------------
-
-
-def _signer(key_file: Path | None, transit_key: str | None, transit_mount: str) -> Signer | None:
-    if key_file is not None and transit_key is not None:
-        fail("give --key or --transit-key, not both", usage=True)
-    if key_file is not None:
-        try:
-            return FileSigner(load_private_key(key_file.read_bytes()))
-        except SigningError as error:
-            fail(f"{key_file}: {error}", "create a key with `spotcap contracts keygen --out FILE`")
-    if transit_key is not None:
-        import hvac
-
-        address = os.environ.get("BAO_ADDR") or os.environ.get("VAULT_ADDR")
-        token = os.environ.get("BAO_TOKEN") or os.environ.get("VAULT_TOKEN")
-        if not address or not token:
-            fail("--transit-key needs BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or VAULT_TOKEN)")
-        try:
-            return TransitSigner(hvac.Client(url=address, token=token), transit_key, transit_mount)
-        except SigningError as error:
-            fail(str(error))
-    return None
 
 
 def _checked_codec(settings: Settings, result: CompileResult, publish: bool) -> Codec:
@@ -150,75 +95,36 @@ def _checked_codec(settings: Settings, result: CompileResult, publish: bool) -> 
 
 
 def _publish(settings: Settings, result: CompileResult, codec: Codec) -> int:
-    """Write the events through `EventWriter` (the one write path: it routes each event to its
-    type's topic and publishes its writer schema on the schemas topic first); return how many."""
+    """Write the events through the one write path (`streams.writer`: each event to its type's
+    topic, the writer schema on the schemas topic first); return how many."""
     from spotcap.wiring import describe_log, open_log
     from streams.log import LogError
-    from streams.topics import region_topics, topic_name
-    from streams.writer import EventWriter
+    from streams.writer import publish
 
-    region = settings.region
-    wanted = {topic_name(region, "schemas")} | {
-        topic_name(region, type(envelope.payload).TOPIC) for envelope in result.events
-    }
     try:
         log = open_log(settings)
         try:
-            log.apply_topics([spec for spec in region_topics(region) if spec.name in wanted])
-            writer = EventWriter(log, codec, region)
-            try:
-                for envelope in result.events:
-                    writer.write(envelope)
-                writer.flush()
-            finally:
-                writer.close()
+            return publish(log, codec, settings.region, result.events)
         finally:
             log.close()
     except LogError as error:
         fail(f"publishing to {describe_log(settings)} failed: {error}; nothing was written")
-    return writer.written
 
 
 def _table(result: CompileResult) -> Table:
-    table = Table(title="interruption contracts")
-    table.add_column("file", overflow="fold")
-    for column in ("workload", "tier", "scheduler", "result"):
-        table.add_column(column)
     accepted = {c.path: c for c in result.accepted}
+    rows: list[tuple[str, ...]] = []
     for path in sorted({*accepted, *result.refused}):
         compiled = accepted.get(path)
         if compiled is not None:
             c = compiled.contract
-            table.add_row(path.as_posix(), c.workload, c.tier, c.scheduler, "[green]accepted[/]")
+            rows.append((path.as_posix(), c.workload, c.tier, c.scheduler, "[green]accepted[/]"))
         else:
             count = len(result.errors_for(path))
-            table.add_row(path.as_posix(), "", "", "", f"[red]refused[/] ({count} errors)")
-    return table
-
-
-def _result_json(
-    result: CompileResult, written: list[Path], published: int | None
-) -> dict[str, Any]:
-    return {
-        "ok": result.ok,
-        "accepted": [
-            {
-                "file": c.path.as_posix(),
-                "workload_id": c.contract.workload,
-                "contract_version": c.contract.version,
-                "tier": c.contract.tier,
-                "scheduler": c.contract.scheduler,
-                "contract_sha256": c.bundle_sha256,
-                "event_id": c.event.event_id,
-            }
-            for c in result.accepted
-        ],
-        "refused": [p.as_posix() for p in result.refused],
-        "errors": [e.to_json() for e in result.errors],
-        "unchecked_rules": list(result.unchecked_rules),
-        "written": [p.as_posix() for p in written],
-        "published": published,
-    }
+            rows.append((path.as_posix(), "", "", "", f"[red]refused[/] ({count} errors)"))
+    out = table("interruption contracts", ("file", "workload", "tier", "scheduler", "result"), rows)
+    out.columns[0].overflow = "fold"
+    return out
 
 
 def _published_at_us(published_at: str | None) -> int:
@@ -258,92 +164,45 @@ def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> Non
         )
 
 
+# fmt: off
 @contracts.command("compile")
-@click.argument(
-    "contract_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR"
-)
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Bundle directory: <workload>.bundle.json and the admission lists are written here.",
-)
-@click.option(
-    "--pools",
-    "pools_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Pool catalogue file (format spotcap.pools/v1, YAML or JSON, e.g. "
-    "examples/region/demo-region.yaml) for rules (c) and (d). Required unless --unchecked.",
-)
-@click.option(
-    "--unchecked",
-    is_flag=True,
-    help="Without --pools, write the bundles anyway with rules (c) floor-within-committed and "
-    "(d) rate-diversifiable not checked (recorded in published-contracts.json): for trying "
-    "contracts out before a pool catalogue exists.",
-)
-@click.option(
-    "--key",
-    "key_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Ed25519 signing key: PEM private key or a raw 32-byte seed.",
-)
-@click.option(
-    "--transit-key",
-    help="Sign with this OpenBao/Vault transit key (type ed25519) instead; address and token "
-    "from BAO_ADDR/VAULT_ADDR and BAO_TOKEN/VAULT_TOKEN.",
-)
-@click.option(
-    "--transit-mount",
-    default="transit",
-    show_default=True,
-    help="Mount point of OpenBao's transit engine holding --transit-key.",
-)
-@click.option(
-    "--unsigned",
-    is_flag=True,
-    help="Without --key or --transit-key, write the bundles unsigned (every node refuses them) "
-    "and the admission lists anyway: for trying contracts out. Never published.",
-)
-@click.option(
-    "--store-throughput",
-    default="50 MB",
-    metavar="SIZE",
-    callback=_positive_size_bytes,
-    show_default=True,
-    help="Checkpoint store write throughput of one writer, per second (bytes or e.g. '50 MB'; "
-    "more than 0).",
-)
+@click.argument("contract_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                metavar="DIR")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Bundle directory: <workload>.bundle.json and the admission lists are "
+              "written here.")
+@click.option("--pools", "pools_file",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Pool catalogue file (format spotcap.pools/v1, YAML or JSON, e.g. "
+              "examples/region/demo-region.yaml) for rules (c) and (d). Required unless "
+              "--unchecked.")
+@click.option("--unchecked", is_flag=True,
+              help="Without --pools, write the bundles anyway with rules (c) "
+              "floor-within-committed and (d) rate-diversifiable not checked (recorded in "
+              "published-contracts.json): for trying contracts out before a pool catalogue "
+              "exists.")
+@signer_options
+@click.option("--unsigned", is_flag=True,
+              help="Without --key or --transit-key, write the bundles unsigned (every node "
+              "refuses them) and the admission lists anyway: for trying contracts out. Never "
+              "published.")
+@click.option("--store-throughput", default="50 MB", metavar="SIZE", callback=_positive_size_bytes,
+              show_default=True,
+              help="Checkpoint store write throughput of one writer, per second (bytes or e.g. "
+              "'50 MB'; more than 0).")
 @click.option("--publish", is_flag=True, help="Write contract_published events to the log.")
 @click.option("--published-at", help="Event time (ISO 8601 with timezone); default: now.")
 @click.option("--source-commit", help="Commit of the contract repository the files come from.")
-@click.option(
-    "--namespace",
-    default=DEFAULT_NAMESPACE,
-    show_default=True,
-    help="Namespace of the spotcap-published-contracts ConfigMap.",
-)
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+              help="Namespace of the spotcap-published-contracts ConfigMap.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def compile_command(
-    ctx: click.Context,
-    *,
-    contract_dir: Path,
-    out_dir: Path,
-    pools_file: Path | None,
-    unchecked: bool,
-    key_file: Path | None,
-    transit_key: str | None,
-    transit_mount: str,
-    unsigned: bool,
-    store_throughput: int,
-    publish: bool,
-    published_at: str | None,
-    source_commit: str | None,
-    namespace: str,
-    as_json: bool,
-) -> None:
+def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path,
+                    pools_file: Path | None, unchecked: bool, key_file: Path | None,
+                    transit_key: str | None, transit_mount: str, unsigned: bool,
+                    store_throughput: int, publish: bool, published_at: str | None,
+                    source_commit: str | None, namespace: str, as_json: bool) -> None:
+    # fmt: on
     """Check every contract in DIR, then write signed bundles and admission lists to --out.
 
     Rules (c) and (d) need the pool catalogue, so --pools is required; --unchecked writes
@@ -388,16 +247,15 @@ def compile_command(
         source_commit=source_commit,
     )
     for rule in result.unchecked_rules:
-        err_console.print(
+        say(
             f"[yellow]warning:[/] rule {rule} was not checked ({RULES[rule]}): --unchecked "
             "without --pools; published-contracts.json records it",
-            highlight=False,
-            soft_wrap=True,
+            err=True,
         )
     written: list[Path] = []
     published: int | None = None
     if result.ok:
-        signer = _signer(key_file, transit_key, transit_mount)
+        signer = open_signer(key_file, transit_key, transit_mount)
         if signer is None and not unsigned:
             fail(
                 "no --key or --transit-key: bundles must be signed for nodes and admission to "
@@ -407,11 +265,10 @@ def compile_command(
                 usage=True,
             )
         if signer is None:
-            err_console.print(
+            say(
                 "[yellow]warning:[/] --unsigned: bundles are written unsigned and every node "
                 "agent will refuse them",
-                highlight=False,
-                soft_wrap=True,
+                err=True,
             )
         # Everything that can still fail happens before the first file is written.
         try:
@@ -422,20 +279,17 @@ def compile_command(
         if publish:
             published = _publish(settings, result, codec)
         written = write_rendered(out_dir, rendered)
-    report = _result_json(result, written, published) if as_json else None
+    report = result.as_json(written, published) if as_json else None
     if report is not None and result.ok:
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        emit_json(report)
     elif report is None:
         console.print(_table(result))
         for refusal in result.errors:
-            err_console.print(str(refusal), highlight=False, soft_wrap=True)
+            say(str(refusal), markup=False, err=True)
         if result.ok:
-            console.print(f"wrote {len(written)} files to {out_dir}", highlight=False)
+            say(f"wrote {len(written)} files to {out_dir}")
         if published is not None:
-            console.print(
-                f"published {published} contract_published events to {settings.region}.demand",
-                highlight=False,
-            )
+            say(f"published {published} contract_published events to {settings.region}.demand")
     if not result.ok:
         fail(
             f"{len(result.refused)} contracts refused; nothing was written",
@@ -459,10 +313,7 @@ def compile_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
     """Check a bundle's signature as a node does; exit 1 if it must not be used."""
-    try:
-        public_key = load_public_key(pubkey_file.read_bytes())
-    except SigningError as error:
-        fail(f"{pubkey_file}: {error}")
+    public_key = read_public_key(pubkey_file)
     try:
         bundle = verify_bundle(bundle_file.read_bytes(), public_key)
     except BundleError as error:
@@ -472,15 +323,11 @@ def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
             json_report=report if as_json else None,
         )
     if as_json:
-        click.echo(
-            json.dumps({"ok": True, "bundle": bundle.model_dump(mode="json")}, sort_keys=True)
-        )
+        emit_json({"ok": True, "bundle": bundle.model_dump(mode="json")}, indent=None)
         return
-    console.print(
-        f"[green]ok[/]: {bundle_file} is signed by {key_id_of(public_key)}", highlight=False
-    )
+    say(f"[green]ok[/]: {bundle_file} is signed by {key_id_of(public_key)}")
     for name, value in bundle.model_dump(mode="json").items():
-        console.print(f"  {name}: {value}", highlight=False, soft_wrap=True)
+        say(f"  {name}: {value}", markup=False)
 
 
 @contracts.command("keygen")
@@ -506,12 +353,13 @@ def keygen_command(key_file: Path, as_json: bool) -> None:
     public_key = load_private_key(private_pem).public_key()
     key_id = key_id_of(public_key)
     if as_json:
-        report = {
-            "private_key_file": key_file.as_posix(),
-            "public_key_file": public_file.as_posix(),
-            "public_key": base64.b64encode(raw_public_bytes(public_key)).decode("ascii"),
-            "key_id": key_id,
-        }
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        emit_json(
+            {
+                "private_key_file": key_file.as_posix(),
+                "public_key_file": public_file.as_posix(),
+                "public_key": base64.b64encode(raw_public_bytes(public_key)).decode("ascii"),
+                "key_id": key_id,
+            }
+        )
         return
-    console.print(f"wrote {key_file} and {public_file} (key {key_id})", highlight=False)
+    say(f"wrote {key_file} and {public_file} (key {key_id})", markup=False)

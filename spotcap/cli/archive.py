@@ -9,58 +9,26 @@ settings (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from contracts.signing import SigningError, load_public_key
+from contracts.signing import SigningError
 from projections.ledger.store import LedgerError
-from projections.ledger.writer import LEDGER_TOPICS
+from projections.stores import StoreError
 from replay.archive import layout
-from replay.archive.export import export_month, month_cost_lines
+from replay.archive.export import export_from_log
 from replay.archive.proof import check_proof, prove
-from replay.archive.s3 import S3Storage
-from replay.archive.storage import ArchiveError, ArchiveStorage, LocalStorage
-from replay.archive.verify import MonthReport, PublicKey, verify_archive
-from spotcap.cli_contracts import _signer as contract_signer
+from replay.archive.storage import ArchiveError
+from replay.archive.verify import MonthReport, verify_archive
+from spotcap.cli.options import archive_option, open_signer, read_public_key, signer_options
+from spotcap.cli.output import console, emit_json, say, spinner, table
 from spotcap.config import Settings
 from spotcap.fail import fail
-from spotcap.projecting import catch_up, open_writer
-from spotcap.stores import StoreError, open_ledger
-from spotcap.wiring import make_codec, open_log
+from spotcap.wiring import make_codec, open_archive, open_log, stores
 from streams.log import LogError
-from streams.merged import MergedHistory
 
-console = Console()
-err = Console(stderr=True)
-
-
-def archive_location(settings: Settings, location: str | None) -> str:
-    return location or os.environ.get("SPOTCAP_ARCHIVE") or str(settings.home / "archive")
-
-
-def open_archive(
-    settings: Settings, location: str | None, *, create: bool = False
-) -> ArchiveStorage:
-    where = archive_location(settings, location)
-    if where.startswith("s3://"):
-        return S3Storage(where, create=create)
-    return LocalStorage(Path(where))
-
-
-archive_option = click.option(
-    "--archive",
-    "location",
-    default=None,
-    metavar="DIR|s3://BUCKET/PREFIX",
-    help="Where the archive is (default $SPOTCAP_ARCHIVE, else <home>/archive).",
-)
 public_key_option = click.option(
     "--public-key",
     "public_key_file",
@@ -68,13 +36,6 @@ public_key_option = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The signer's public key (PEM, 32 raw bytes or their base64): the one key you trust.",
 )
-
-
-def read_public_key(path: Path) -> PublicKey:
-    try:
-        return load_public_key(path.read_bytes())
-    except SigningError as error:
-        fail(f"{path}: {error}", "give the .pub file written by `spotcap contracts keygen`")
 
 
 def _month(value: str) -> str:
@@ -89,42 +50,16 @@ def archive() -> None:
     """The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/accounting.md)."""
 
 
-# -- export ---------------------------------------------------------------------------------
-
-
+# fmt: off
 @archive.command("export")
 @click.option("--month", required=True, help="The month to archive, YYYY-MM (UTC).")
 @archive_option
-@click.option(
-    "--key",
-    "key_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Sign with this Ed25519 key file (`spotcap contracts keygen`).",
-)
-@click.option(
-    "--transit-key",
-    default=None,
-    help="Sign with this OpenBao/Vault transit key (type ed25519) instead; address "
-    "and token from BAO_ADDR/BAO_TOKEN (or VAULT_*).",
-)
-@click.option(
-    "--transit-mount",
-    default="transit",
-    show_default=True,
-    help="Where the transit secrets engine is mounted in OpenBao/Vault (with --transit-key).",
-)
+@signer_options
 @click.option("--json", "as_json", is_flag=True, help="Print what was archived as JSON.")
 @click.pass_obj
-def export_command(
-    settings: Settings,
-    *,
-    month: str,
-    location: str | None,
-    key_file: Path | None,
-    transit_key: str | None,
-    transit_mount: str,
-    as_json: bool,
-) -> None:
+def export_command(settings: Settings, *, month: str, location: str | None, key_file: Path | None,
+                   transit_key: str | None, transit_mount: str, as_json: bool) -> None:
+    # fmt: on
     """Archive one month: its events and cost lines as Parquet, a manifest with every file's
     SHA-256, the Merkle tree head over the events signed and chained to the previous month,
     written with Object Lock (compliance mode, 7 years) when the archive is on S3.
@@ -132,80 +67,43 @@ def export_command(
     The ledger is brought up to date with the log first, so the cost lines are complete.
     """
     month = _month(month)
-    signer = contract_signer(key_file, transit_key, transit_mount)
+    signer = open_signer(key_file, transit_key, transit_mount)
     if signer is None:
         fail(
             "the archive's tree heads are signed: give --key KEYFILE or --transit-key NAME",
             "create a key with `spotcap contracts keygen --out FILE`",
             usage=True,
         )
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=as_json,
-    )
     try:
         storage = open_archive(settings, location, create=True)
         log = open_log(settings)
         try:
-            with progress:
-                task = progress.add_task("bringing the ledger up to date", total=None)
-                catch_up(settings, log, open_writer(settings, "ledger"))
-                lines = month_cost_lines(open_ledger(settings), month)
-                progress.update(task, description=f"reading the history for {month}")
-                history = MergedHistory(
-                    log,
-                    make_codec(settings),
-                    settings.region,
-                    LEDGER_TOPICS,
-                    poll_records=2000,
-                    buffer_per_partition=4000,
+            with spinner("", quiet=as_json) as step:
+                task = step.add_task("starting", total=None)
+                done = export_from_log(
+                    storage,
+                    signer,
+                    log=log,
+                    codec=make_codec(settings),
+                    region=settings.region,
+                    stores=stores(settings),
+                    month=month,
+                    on_step=lambda s: step.update(task, description=s),
                 )
-
-                def show(n: int) -> None:
-                    progress.update(task, description=f"archiving {month}: {n:,} events")
-
-                with tempfile.TemporaryDirectory(prefix="spotcap-export-") as tmp:
-                    done = export_month(
-                        storage,
-                        signer,
-                        region=settings.region,
-                        month=month,
-                        history=((d.origin, d.envelope) for d in history),
-                        cost_lines=lines,
-                        workdir=Path(tmp),
-                        on_event=show,
-                    )
         finally:
             log.close()
     except (ArchiveError, StoreError, LedgerError, LogError, SigningError) as error:
         fail(str(error))
-    report = {
-        "region": done.region,
-        "month": done.month,
-        "events": done.events,
-        "cost_lines": done.cost_lines,
-        "merkle_root": done.root,
-        "chain_size": done.chain_size,
-        "manifest_sha256": done.manifest_sha256,
-        "archive": storage.describe(),
-        "seconds": round(done.seconds, 3),
-        "signed_by": signer.key_id,
-    }
     if as_json:
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        emit_json({**done.as_json(), "archive": storage.describe(), "signed_by": signer.key_id})
         return
     locked = " with Object Lock until " + layout.retain_until(month).strftime("%Y-%m-%d")
-    console.print(
+    say(
         f"archived {month} of region {done.region} to {storage.describe()}"
         f"{locked if storage.enforces_retention else ''}: {done.events:,} events and "
         f"{done.cost_lines:,} cost lines in {done.seconds:,.1f} s; tree head "
         f"{done.root[:16]}... signed by {signer.key_id}, chain of {done.chain_size:,} events",
-        highlight=False,
-        soft_wrap=True,
+        markup=False,
     )
 
 
@@ -230,24 +128,16 @@ def verify_command(
     Object Lock retention. Exit 1 and name exactly what is wrong if anything is."""
     public_key = read_public_key(public_key_file)
     month = _month(month) if month else None
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=as_json,
-    )
     try:
         storage = open_archive(settings, location)
-        with progress:
-            task = progress.add_task("verifying", total=None)
+        with spinner("", quiet=as_json) as step:
+            task = step.add_task("verifying", total=None)
             reports = verify_archive(
                 storage,
                 public_key,
                 settings.region,
                 month,
-                on_month=lambda m: progress.update(task, description=f"verifying {m}"),
+                on_month=lambda m: step.update(task, description=f"verifying {m}"),
             )
     except ArchiveError as error:
         fail(str(error))
@@ -261,26 +151,28 @@ def verify_command(
         }
         if not ok:
             fail(_verify_failed(reports), json_report=report)
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        emit_json(report)
         return
-    table = Table(title=f"{storage.describe()}, region {settings.region}")
-    table.add_column("month")
-    table.add_column("events", justify="right")
-    table.add_column("result")
-    for r in reports:
-        errors = [f for f in r.findings if f.error]
-        table.add_row(
-            r.month,
-            f"{r.events:,}",
-            "[green]verified[/]"
-            if not errors
-            else f"[red]{len(errors)} problem{'s' if len(errors) > 1 else ''}[/]",
+
+    def result(r: MonthReport) -> str:
+        errors = sum(1 for f in r.findings if f.error)
+        return (
+            f"[red]{errors} problem{'s' if errors > 1 else ''}[/]"
+            if errors
+            else "[green]verified[/]"
         )
-    console.print(table)
+
+    console.print(
+        table(
+            f"{storage.describe()}, region {settings.region}",
+            ("month", "events", "result"),
+            ((r.month, f"{r.events:,}", result(r)) for r in reports),
+            right=("events",),
+        )
+    )
     for r in reports:
         for f in r.findings:
-            mark = "[red]problem[/]" if f.error else "[dim]note[/]"
-            console.print(f"{mark} {f}", highlight=False, soft_wrap=True)
+            say(f"{'[red]problem[/]' if f.error else '[dim]note[/]'} {f}")
     if not ok:
         fail(_verify_failed(reports), "each problem above names the file and what changed")
 
@@ -321,7 +213,7 @@ def prove_command(
         click.echo(text, nl=False)
     else:
         out.write_text(text, encoding="utf-8")
-        err.print(f"wrote the proof of {event_id} to {out}", highlight=False)
+        say(f"wrote the proof of {event_id} to {out}", markup=False, err=True)
 
 
 @archive.command("check-proof")
@@ -341,12 +233,10 @@ def check_proof_command(proof_file: Any, public_key_file: Path, as_json: bool) -
         report = {"ok": result.ok, "message": result.message, "event": result.event}
         if not result.ok:
             fail(result.message, json_report=report)
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        emit_json(report)
     elif result.ok:
         what = result.event
         extra = f" ({what['event_type']} at {what['occurred_at']})" if what.get("decoded") else ""
-        console.print(
-            f"[green]proof holds[/]: {result.message}{extra}", highlight=False, soft_wrap=True
-        )
+        say(f"[green]proof holds[/]: {result.message}{extra}")
     else:
         fail(f"the proof fails: {result.message}", "ask for a new proof with `archive prove`")

@@ -1,20 +1,18 @@
 """`spotcap replay decisions`: the recorded demo run decided again with changed settings, and
-what would have differed (docs/replay-decisions.md)."""
+what would have differed (`replay.decisions`, docs/replay-decisions.md)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from projections.money import eur_text
 from replay.ledgers import day_number
+from spotcap.cli.output import console, emit_json, err_console, say, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from streams.deciders.settings import DeciderSettings
@@ -34,55 +32,28 @@ def _day(value: datetime | None) -> int | None:
     return None if value is None else day_number(value.date())
 
 
+# fmt: off
 @click.command("decisions")
-@click.option(
-    "--set",
-    "assignments",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Change one decider setting for the re-run, e.g. exclusion.rate_factor=5 or "
-    "min_pools=6 (repeat for more; --list-settings shows every key and its range).",
-)
-@click.option(
-    "--orchestrator",
-    type=click.Choice(ORCHESTRATOR_CHOICES),
-    default="deciders",
-    show_default=True,
-    help="What drives the re-run: the deciders (with --set), or the simulator's baseline "
-    "stand-in, to compare the recorded run with.",
-)
-@click.option(
-    "--from",
-    "first",
-    type=click.DateTime(["%Y-%m-%d"]),
-    default=None,
-    help="First UTC day counted (YYYY-MM-DD; default: the run's first). The whole run is "
-    "simulated again either way.",
-)
-@click.option(
-    "--to",
-    "last",
-    type=click.DateTime(["%Y-%m-%d"]),
-    default=None,
-    help="Last UTC day counted, inclusive (default: the run's last).",
-)
-@click.option(
-    "--list-settings",
-    is_flag=True,
-    help="Print every settable key, its default and its range, and stop.",
-)
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
+              help="Change one decider setting for the re-run, e.g. exclusion.rate_factor=5 or "
+              "min_pools=6 (repeat for more; --list-settings shows every key and its range).")
+@click.option("--orchestrator", type=click.Choice(ORCHESTRATOR_CHOICES), default="deciders",
+              show_default=True,
+              help="What drives the re-run: the deciders (with --set), or the simulator's "
+              "baseline stand-in, to compare the recorded run with.")
+@click.option("--from", "first", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="First UTC day counted (YYYY-MM-DD; default: the run's first). The whole run "
+              "is simulated again either way.")
+@click.option("--to", "last", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="Last UTC day counted, inclusive (default: the run's last).")
+@click.option("--list-settings", is_flag=True,
+              help="Print every settable key, its default and its range, and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_obj
-def decisions(
-    settings: Settings,
-    *,
-    assignments: tuple[str, ...],
-    orchestrator: str,
-    first: datetime | None,
-    last: datetime | None,
-    list_settings: bool,
-    as_json: bool,
-) -> None:
+def decisions(settings: Settings, *, assignments: tuple[str, ...], orchestrator: str,
+              first: datetime | None, last: datetime | None, list_settings: bool, as_json: bool
+             ) -> None:
+    # fmt: on
     """Re-run the deciders over the recorded run with changed settings and compare.
 
     The recorded demo run (its seed, catalogue and configuration, recorded beside the log) is
@@ -108,13 +79,32 @@ def decisions(
     if first_day is not None and last_day is not None and first_day > last_day:
         fail("--from is after --to", usage=True)
 
+    report = _what_if(settings, values, orchestrator, first_day, last_day, quiet=as_json)
+    if as_json:
+        emit_json(report)
+    else:
+        print_what_if(report)
+
+
+def _what_if(
+    settings: Settings,
+    values: dict[str, int | float],
+    orchestrator: str,
+    first_day: int | None,
+    last_day: int | None,
+    *,
+    quiet: bool,
+) -> dict[str, Any]:
+    """`replay.decisions.what_if` of the recorded run with `values` set, with progress."""
     # Imported here: the simulator and the fold are what `--help` must not load.
-    from spotcap.decisions_whatif import base_settings, what_if
-    from spotcap.demo_record import RunRecordError, load_run
+    from replay.decisions import base_settings, what_if
+    from sim.record import RunRecordError, load_run
+    from spotcap.wiring import make_codec, open_log, runs_dir
     from streams.log import LogError
 
+    demo = f"spotcap demo --home {settings.home} --region {settings.region} --fresh"
     try:
-        run = load_run(settings, settings.region)
+        run = load_run(runs_dir(settings), settings.region, demo)
     except RunRecordError as error:
         fail(str(error), error.hint)
     try:
@@ -126,10 +116,11 @@ def decisions(
         BarColumn(),
         TextColumn("{task.fields[done]}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=err_console,
         transient=True,
-        disable=as_json,
+        disable=quiet,
     )
+    log = open_log(settings)
     with progress:
         sim = progress.add_task(
             f"simulating again ({orchestrator})", total=run.config.days, done=""
@@ -150,11 +141,14 @@ def decisions(
             return update
 
         try:
-            report = what_if(
-                settings,
+            return what_if(
+                log,
+                make_codec(settings),
                 run,
                 deciders,
                 orchestrator,
+                runs_dir=runs_dir(settings),
+                scratch_parent=settings.home,
                 first_day=first_day,
                 last_day=last_day,
                 on_simulate=days(sim),
@@ -167,10 +161,8 @@ def decisions(
         except LogError as error:
             progress.stop()
             fail(str(error))
-    if as_json:
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        print_what_if(report, Console())
+        finally:
+            log.close()
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -189,7 +181,7 @@ def _value(value: float, unit: str, *, signed: bool = False) -> str:
     return f"{sign}{int(value):,}"
 
 
-def print_what_if(report: dict[str, Any], console: Console) -> None:
+def print_what_if(report: dict[str, Any]) -> None:
     span = f"{report['from'] or 'the start'} to {report['to'] or 'the end'}"
     rerun = report["rerun"]
     changed = rerun["settings_changed"]
@@ -199,29 +191,29 @@ def print_what_if(report: dict[str, Any], console: Console) -> None:
         else "the recorded settings"
     )
     who = rerun["orchestrator"] if rerun["orchestrator"] == "baseline" else f"deciders, {what}"
-    table = Table(
-        title=f"region {report['region']} (seed {report['seed']}, {_days(report['sim_days'])}, "
+    title = (
+        f"region {report['region']} (seed {report['seed']}, {_days(report['sim_days'])}, "
         f"{report['workloads']} workloads), {span}: recorded ({report['recorded']['orchestrator']})"
-        f" against a re-run ({who})",
-        caption=f"money: the ledger under {report['rule']}, in EUR",
+        f" against a re-run ({who})"
     )
-    for column in ("", "figure", "recorded", "re-run", "delta"):
-        table.add_column(column, justify="left" if column in ("", "figure") else "right")
+    values = ("recorded", "re-run", "delta")
+    shown = table(title, ("", "figure", *values), (), right=values,
+                  caption=f"money: the ledger under {report['rule']}, in EUR")  # fmt: skip
     group = ""
     for row in report["figures"]:
         head = row["group"] if row["group"] != group else ""
         if head and group:
-            table.add_section()
+            shown.add_section()
         group = row["group"]
         unit = f" ({row['unit']})" if row["unit"] and row["unit"] != "EUR" else ""
-        table.add_row(
+        shown.add_row(
             head,
             row["label"] + unit,
             _value(row["recorded"], row["unit"]),
             _value(row["rerun"], row["unit"]),
             _value(row["delta"], row["unit"], signed=True) if row["delta"] else "0",
         )
-    console.print(table)
+    console.print(shown)
     ex = report["exclusions"]
     lines = [
         ("excluded in both runs", ex["excluded_in_both"]),
@@ -230,26 +222,19 @@ def print_what_if(report: dict[str, Any], console: Console) -> None:
     ]
     for label, pools in lines:
         marked = [f"{p} (misbehaving)" if p in ex["misbehaving_pools"] else p for p in pools]
-        console.print(
-            f"{label}: {escape(', '.join(marked)) if marked else 'none'}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(f"{label}: {escape(', '.join(marked)) if marked else 'none'}")
     if report["identical"]:
-        console.print(
+        say(
             f"no difference: the re-run decides as the recorded run did "
-            f"({report['recorded']['events']:,} events each)",
-            highlight=False,
+            f"({report['recorded']['events']:,} events each)"
         )
     else:
         saving = next(r for r in report["figures"] if r["key"] == "ledger_net_saving")
-        console.print(
+        say(
             f"net saving {eur_text(saving['recorded'])} recorded, {eur_text(saving['rerun'])} "
             f"re-run ({_value(saving['delta'], 'EUR', signed=True)}); "
             f"{report['recorded']['events']:,} events recorded, "
-            f"{rerun['events']:,} re-run",
-            highlight=False,
-            soft_wrap=True,
+            f"{rerun['events']:,} re-run"
         )
 
 
@@ -259,15 +244,11 @@ def _print_settings(as_json: bool) -> None:
         {"key": key, "default": defaults[key], "allowed": allowed(key)} for key in settable_keys()
     ]
     if as_json:
-        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        emit_json(rows)
         return
-    table = Table(
-        title="decider settings --set may change (the recorded run's values are the base)"
-    )
-    for column in ("key", "default", "allowed"):
-        table.add_column(
-            column, justify="right" if column == "default" else "left", no_wrap=column == "key"
-        )
-    for row in rows:
-        table.add_row(str(row["key"]), f"{row['default']:g}", str(row["allowed"]))
-    Console().print(table)
+    title = "decider settings --set may change (the recorded run's values are the base)"
+    shown = table(title, ("key", "default", "allowed"),
+                  ((str(r["key"]), f"{r['default']:g}", str(r["allowed"])) for r in rows),
+                  right=("default",))  # fmt: skip
+    shown.columns[0].no_wrap = True
+    console.print(shown)

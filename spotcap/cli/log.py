@@ -8,27 +8,24 @@ import json
 import logging
 import re
 import time
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from schemas.events import DeadLettered, Envelope
+from schemas.errors import Origin
+from schemas.events import Envelope
+from spotcap.cli.output import emit_json, err_console, say
 from spotcap.config import Settings
 from spotcap.fail import fail
-from streams.log import Consumer, EventLog, Headers, LogError, Record, TopicPartition
-from streams.reader import Decoded, DecodingReader
+from streams.browse import LogStalledError, Undecodable, Wanted, browse
+from streams.log import EventLog, LogError
 
-console = Console()
-err_console = Console(stderr=True)
 # With nothing queued, `cat` waits this long for Kafka to assign partitions and deliver.
 _KAFKA_IDLE_S = 30.0
 _EMBEDDED_IDLE_S = 2.0
@@ -114,7 +111,10 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
     log = _embedded(settings, "verify")
     topics = _topics(settings, log, topic_names)
     started = time.perf_counter()
-    progress = _progress(as_json, "checking")
+    progress = Progress(
+        TextColumn("[bold]checking[/] {task.description}"), BarColumn(), DownloadColumn(),
+        TimeRemainingColumn(), console=err_console, transient=True, disable=as_json,
+    )  # fmt: skip
     with progress, _quiet_damage_warnings():
         task = progress.add_task("segments", total=total_bytes(log, topics))
         checked = check(log, topics, lambda n: progress.advance(task, n))
@@ -123,18 +123,10 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
     parts = "part" if found == 1 else "parts"
     repair = "readers go on past damage; `spotcap log repair` moves the damaged parts aside"
     if as_json:
-        report = {
-            "log": str(settings.log_dir),
-            "segments": checked.segments,
-            "blocks": checked.blocks,
-            "records": checked.records,
-            "bytes": checked.bytes,
-            "writer_active": checked.writer_active,
-            "damage": [d.as_json() for d in checked.damage],
-        }
+        report = {"log": str(settings.log_dir), **checked.as_json()}
         if found:
             fail(f"{found:,} damaged {parts}", repair, json_report=report)
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        emit_json(report)
         return
     summary = (
         f"checked {checked.segments:,} segments, {checked.blocks:,} blocks, "
@@ -144,21 +136,17 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
     if checked.writer_active:
         summary += "; another process is writing: the newest bytes of each partition not judged"
     if not checked.damage:
-        console.print(
-            f"[green]ok[/]: {escape(summary)}: no damage", highlight=False, soft_wrap=True
-        )
+        say(f"[green]ok[/]: {escape(summary)}: no damage")
         return
-    console.print(f"[bold red]{found:,} damaged {parts}[/] of the embedded log:")
+    say(f"[bold red]{found:,} damaged {parts}[/] of the embedded log:")
     for d in checked.damage:
-        console.print(
+        say(
             f"  [bold]{escape(f'{d.topic}[{d.partition}]')}[/] "
             f"{escape(str(d.path.relative_to(settings.log_dir)))}\n"
             f"      bytes {d.start:,}-{max(d.start, d.end - 1):,}, offsets {d.offsets} "
-            f"({d.kind}): {escape(d.what)}",
-            highlight=False,
-            soft_wrap=True,
+            f"({d.kind}): {escape(d.what)}"
         )
-    console.print(summary, markup=False, highlight=False, soft_wrap=True)
+    say(summary, markup=False)
     fail(f"the embedded log has {found:,} damaged {parts}", repair)
 
 
@@ -186,84 +174,28 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
     except LogError as error:
         fail(str(error))
     if as_json:
-        rows = [
-            {
-                "file": str(r.path),
-                "start_byte": r.start,
-                "end_byte": r.end,
-                "offsets": r.offsets,
-                "what": r.what,
-                "moved_to": str(r.moved_to) if r.moved_to else None,
-            }
-            for r in done
-        ]
-        click.echo(json.dumps({"dry_run": dry_run, "actions": rows}, indent=2, sort_keys=True))
+        emit_json({"dry_run": dry_run, "actions": [r.as_json() for r in done]})
         return
     if not done:
-        console.print("[green]nothing to repair[/]: no damage found", highlight=False)
+        say("[green]nothing to repair[/]: no damage found")
         return
     verb = "would move" if dry_run else "moved"
-    parts = "part" if len(done) == 1 else "parts"
-    console.print(f"{verb} {len(done):,} {parts} of the embedded log:", highlight=False)
+    say(f"{verb} {len(done):,} {'part' if len(done) == 1 else 'parts'} of the embedded log:")
     for r in done:
         span = f"bytes {r.start:,}-{max(r.start, r.end - 1):,}" if r.end > r.start else "new"
         moved = f"\n      -> {r.moved_to.relative_to(settings.log_dir)}" if r.moved_to else ""
-        console.print(
-            f"  {r.path.relative_to(settings.log_dir)}: {span}, offsets {r.offsets}: "
-            f"{r.what}{moved}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        where = r.path.relative_to(settings.log_dir)
+        say(f"  {where}: {span}, offsets {r.offsets}: {r.what}{moved}", markup=False)
+    first = next((r.moved_to for r in done if r.moved_to), None)
     if dry_run:
-        console.print("nothing was changed (--dry-run)")
-    else:
-        first = next((r.moved_to for r in done if r.moved_to), None)
-        if first is not None:
-            quarantine = settings.log_dir / "_quarantine"
-            readme = quarantine / first.relative_to(quarantine).parts[0] / "README"
-            console.print(
-                f"what was moved and why: {readme}", markup=False, highlight=False, soft_wrap=True
-            )
-
-
-def _progress(disabled: bool, verb: str) -> Progress:
-    return Progress(
-        TextColumn(f"[bold]{verb}[/] {{task.description}}"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
-        disable=disabled,
-    )
+        say("nothing was changed (--dry-run)")
+    elif first is not None:
+        quarantine = settings.log_dir / "_quarantine"
+        readme = quarantine / first.relative_to(quarantine).parts[0] / "README"
+        say(f"what was moved and why: {readme}", markup=False)
 
 
 # -- cat and tail ------------------------------------------------------------------------------
-
-
-class _Undecodable:
-    """Takes the dead letters of a reading command instead of writing them to the log:
-    `cat` and `tail` only read, and print what they could not decode."""
-
-    def __init__(self) -> None:
-        self.letters: list[bytes] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: Headers = (),
-        timestamp_ms: int | None = None,
-    ) -> None:
-        self.letters.append(value or b"")
-
-    def flush(self, timeout_s: float = 30.0) -> list[Record]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def _since_ms(text: str | None) -> int | None:
@@ -338,11 +270,8 @@ def cat(
     """
     _print_events(
         settings,
-        name=topic,
-        from_offset=from_offset,
-        since=since,
-        key=key,
-        event_type=event_type,
+        topic,
+        Wanted(from_offset or 0, _since_ms(since), key, event_type),
         as_json=as_json,
         follow=False,
     )
@@ -367,183 +296,77 @@ def tail(
     """
     _print_events(
         settings,
-        name=topic,
-        from_offset=from_offset,
-        since=since,
-        key=key,
-        event_type=event_type,
+        topic,
+        Wanted(from_offset or 0, _since_ms(since), key, event_type),
         as_json=as_json,
         follow=True,
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Wanted:
-    """Which events `cat` and `tail` print."""
-
-    from_offset: int
-    since_ms: int | None
-    key: str | None
-    event_type: str | None
-
-    def __call__(self, decoded: Decoded) -> bool:
-        envelope = decoded.envelope
-        return (
-            decoded.origin.offset >= self.from_offset
-            and (self.since_ms is None or envelope.occurred_at // 1000 >= self.since_ms)
-            and (self.key is None or envelope.key == self.key)
-            and (self.event_type is None or envelope.event_type == self.event_type)
-        )
-
-
 def _print_events(
-    settings: Settings,
-    *,
-    name: str,
-    from_offset: int | None,
-    since: str | None,
-    key: str | None,
-    event_type: str | None,
-    as_json: bool,
-    follow: bool,
+    settings: Settings, name: str, wanted: Wanted, *, as_json: bool, follow: bool
 ) -> None:
     from schemas.catalogue import event_types
     from spotcap.wiring import make_codec, open_log
-    from streams.schema_store import SchemaStore
 
-    wanted = _Wanted(from_offset or 0, _since_ms(since), key, event_type)
-    if event_type is not None and event_type not in {t.name for t in event_types()}:
+    if wanted.event_type is not None and wanted.event_type not in {t.name for t in event_types()}:
         fail(
-            f"there is no event type {event_type!r}",
+            f"there is no event type {wanted.event_type!r}",
             "`spotcap events` lists them (e.g. notice_received, instance_lost)",
         )
     topic = _physical(settings, name)
-    try:
-        log = open_log(settings)
-        ends = log.end_offsets(topic)
-        group = f"spotcap-log-{uuid.uuid4().hex[:12]}"  # a throwaway group, never committed
-        start = _StartAt(from_offset) if from_offset else None
-        consumer = log.consumer(group, [topic], listener=start)
-    except LogError as error:
-        fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
-    codec = make_codec(settings)
-    undecodable = _Undecodable()
     region = topic.partition(".")[0] if "." in topic else settings.region
-    reader = DecodingReader(
-        consumer,
-        codec,
-        undecodable,
-        region,
-        "spotcap log",
-        schema_store=SchemaStore(log, region, codec),
-    )
+    idle_s = _KAFKA_IDLE_S if settings.kafka_bootstrap else _EMBEDDED_IDLE_S
+    log = open_log(settings)
+    printed = 0
     try:
         with _quiet_damage_warnings():  # damage is printed as undecodable records
-            printed = _print_until(
-                settings, reader, undecodable, wanted, ends, as_json, follow=follow
-            )
+            for item in browse(
+                log, make_codec(settings), topic, region, wanted, follow=follow, idle_s=idle_s
+            ):
+                if isinstance(item, Undecodable):
+                    _print_undecodable(item, as_json)
+                else:
+                    _print_event(item.origin, item.envelope, as_json)
+                    printed += 1
+    except LogStalledError as error:
+        fail(str(error), "check that the log is reachable, then run the command again")
+    except LogError as error:
+        fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
     except KeyboardInterrupt:
         printed = -1
     finally:
-        consumer.close()
         log.close()
     if not as_json and not follow and printed >= 0:
         noun = "event" if printed == 1 else "events"
         err_console.print(f"[dim]{printed:,} {noun} from {topic}[/]", highlight=False)
 
 
-def _print_until(  # noqa: PLR0917 (the reading loop's parts)
-    settings: Settings,
-    reader: DecodingReader,
-    undecodable: _Undecodable,
-    wanted: _Wanted,
-    ends: Mapping[int, int],
-    as_json: bool,
-    *,
-    follow: bool,
-) -> int:
-    """Print wanted events until every partition reached its end offset (or, following, until
-    Ctrl-C); returns how many were printed."""
-    from spotcap.wiring import describe_log
-
-    positions = dict.fromkeys(ends, wanted.from_offset)
-    idle_s = _KAFKA_IDLE_S if settings.kafka_bootstrap else _EMBEDDED_IDLE_S
-    printed = 0
-    last_progress = time.monotonic()
-    while follow or any(positions[p] < end for p, end in ends.items()):
-        batch = reader.poll(max_records=1000, timeout_s=1.0)
-        for (_, partition), position in batch.positions.items():
-            positions[partition] = max(positions[partition], position)
-            last_progress = time.monotonic()
-        for decoded in filter(wanted, batch.events):
-            origin = decoded.origin
-            _print_event(origin.topic, origin.partition, origin.offset, decoded.envelope, as_json)
-            printed += 1
-        _print_undecodable(reader.codec, undecodable, as_json)
-        if not follow and time.monotonic() - last_progress > idle_s:
-            fail(
-                f"{describe_log(settings)} delivered nothing for {idle_s:g} s before reaching "
-                "the end offsets it had when the command started",
-                "check that the log is reachable, then run the command again",
-            )
-    return printed
+def _print_undecodable(item: Undecodable, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"undecodable": item.where, "reason": item.reason}))
+    else:
+        say(f"[yellow]undecodable[/] {escape(item.where)}: {escape(item.reason)}", err=True)
 
 
-class _StartAt:
-    """Starts every partition at one offset, as it is assigned (`--from`)."""
-
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-
-    def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        for topic, partition in partitions:
-            consumer.seek(topic, partition, self.offset)
-
-    def on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        pass
-
-
-def _print_undecodable(codec: Any, undecodable: _Undecodable, as_json: bool) -> None:
-    for letter in undecodable.letters:
-        payload = codec.decode(letter).payload
-        assert isinstance(payload, DeadLettered)
-        where = f"{payload.origin_topic}[{payload.origin_partition}]@{payload.origin_offset}"
-        if as_json:
-            click.echo(json.dumps({"undecodable": where, "reason": payload.reason}))
-        else:
-            err_console.print(
-                f"[yellow]undecodable[/] {escape(where)}: {escape(payload.reason)}",
-                highlight=False,
-                soft_wrap=True,
-            )
-    undecodable.letters.clear()
-
-
-def _print_event(
-    topic: str, partition: int, offset: int, envelope: Envelope, as_json: bool
-) -> None:
+def _print_event(origin: Origin, envelope: Envelope, as_json: bool) -> None:
     payload = envelope.payload.to_avro()
     if as_json:
         data = {
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "event_id": envelope.event_id,
-            "event_type": envelope.event_type,
-            "occurred_at": envelope.occurred_at,
-            "recorded_at": envelope.recorded_at,
-            "region": envelope.region,
-            "key": envelope.key,
-            "causation_id": envelope.causation_id,
-            "correlation_id": envelope.correlation_id,
-            "producer": envelope.producer,
+            "topic": origin.topic,
+            "partition": origin.partition,
+            "offset": origin.offset,
+            **{name: getattr(envelope, name) for name in Envelope.HEAD},
             "payload": payload,
         }
         click.echo(json.dumps(data, default=_json_default, sort_keys=True))
         return
     when = datetime.fromtimestamp(envelope.occurred_at / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
     fields = json.dumps(payload, default=_json_default, separators=(",", ":"))
-    head = f"{partition:>3} {offset:>10,}  {when}  {envelope.event_type:<26} {envelope.key:<36}"
+    head = (
+        f"{origin.partition:>3} {origin.offset:>10,}  {when}  {envelope.event_type:<26} "
+        f"{envelope.key:<36}"
+    )
     click.echo(f"{head} {fields}"[:400])
 
 

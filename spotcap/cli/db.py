@@ -1,0 +1,99 @@
+"""`spotcap db`: the fleet-state database (PostgreSQL): migrations, status, the embedded server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from projections.postgres.connection import FleetDatabaseError, connect, redact
+from projections.postgres.migrate import MigrationStatus, migrate, status
+from projections.stores import StoreError
+from spotcap.cli.options import postgres_option, with_postgres
+from spotcap.cli.output import console, emit_json, table
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.wiring import stores
+
+
+@click.group()
+def db() -> None:
+    """The fleet-state database (PostgreSQL): migrations and the embedded server."""
+
+
+@db.command("migrate")
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
+@click.pass_obj
+def db_migrate(settings: Settings, postgres_dsn: str | None, as_json: bool) -> None:
+    """Apply the SQL migrations not yet applied (idempotent: a second run applies nothing)."""
+    try:
+        dsn = stores(with_postgres(settings, postgres_dsn)).fleet_dsn()
+        with connect(dsn) as conn:
+            applied = migrate(conn)
+            states = status(conn)
+    except (StoreError, FleetDatabaseError) as error:
+        fail(str(error))
+    if as_json:
+        emit_json(
+            {
+                "database": redact(dsn),
+                "applied": [f"{m.version:04d}_{m.name}" for m in applied],
+                "migrations": _migrations(states),
+            }
+        )
+        return
+    if applied:
+        for m in applied:
+            console.print(f"applied {m.version:04d}_{m.name}")
+    else:
+        console.print(f"up to date: {len(states)} migrations applied")
+    console.print(f"[dim]{redact(dsn)}[/]")
+
+
+@db.command("status")
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_obj
+def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> None:
+    """Which migrations are applied, and whether the embedded server runs."""
+    where = stores(with_postgres(settings, postgres_dsn))
+    try:
+        with connect(where.fleet_dsn()) as conn:
+            states = status(conn)
+        embedded = None if where.postgres_dsn else where.embedded_postgres_status()
+    except (StoreError, FleetDatabaseError) as error:
+        fail(str(error))
+    if as_json:
+        emit_json({"embedded": embedded, "migrations": _migrations(states)})
+        return
+    console.print(
+        table(
+            "fleet-state migrations",
+            ("version", "name", "applied"),
+            ((f"{s.version:04d}", s.name, "yes" if s.applied else "[yellow]no[/]") for s in states),
+            right=("version",),
+        )
+    )
+    if embedded is not None:
+        address, log = embedded.get("address", "?"), embedded.get("log_path")
+        console.print(f"embedded PostgreSQL at {address} (log {log})")
+
+
+@db.command("stop")
+@click.pass_obj
+def db_stop(settings: Settings) -> None:
+    """Stop the home's embedded PostgreSQL (the next command that needs it starts it again)."""
+    where = stores(settings)
+    try:
+        stopped = where.stop_embedded_postgres()
+    except StoreError as error:
+        fail(str(error))
+    if stopped:
+        console.print(f"stopped the embedded PostgreSQL under {where.postgres_dir}")
+    else:
+        console.print(f"no embedded PostgreSQL runs under {where.postgres_dir}")
+
+
+def _migrations(states: list[MigrationStatus]) -> list[dict[str, Any]]:
+    return [{"version": s.version, "name": s.name, "applied": s.applied} for s in states]

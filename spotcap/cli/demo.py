@@ -1,0 +1,269 @@
+"""`spotcap demo`: the deciders drive a simulated region (`sim.demo`); every event goes to the
+log, then the projections are materialised (`sim.materialise`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from schemas.events import EVENT_CLASSES
+from schemas.pools import PoolCatalogue, PoolCatalogueError
+from sim.demo import (
+    BASELINE,
+    DEFAULT_ORCHESTRATOR,
+    ORCHESTRATORS,
+    DemoRefusedError,
+    holds_contract_files,
+    run_demo,
+    write_contract_files,
+)
+from sim.region import SimConfig
+from sim.report import comparison_rows, decision_rows, exclusion_rows, figure_rows
+from spotcap.cli.options import FiniteFloatRange
+from spotcap.cli.output import console, emit_json, err_console, say, table
+from spotcap.cli.projections import show_progress
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.failures import unwritable_directory
+from spotcap.wiring import describe_log, make_codec, open_log, runs_dir, stores
+from streams.log import LogError
+
+
+def _checked_config(
+    config: SimConfig, catalogue: Path | None, contracts_out: Path | None
+) -> SimConfig:
+    """The run's configuration with its catalogue, once every input is known to be usable:
+    a bad catalogue or an unusable --contracts-out stops the command before anything runs."""
+    if catalogue is not None:
+        try:
+            loaded = PoolCatalogue.load(catalogue)
+        except PoolCatalogueError as error:
+            fail(str(error), "fix the catalogue file named above")
+        config = replace(config, catalogue=loaded)
+    if contracts_out is not None and holds_contract_files(contracts_out):
+        fail(
+            f"{contracts_out} already holds contract files; the simulated ones would mix with them",
+            "choose an empty --contracts-out directory",
+        )
+    if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
+        fail(f"--contracts-out: {problem[0]}", "choose a --contracts-out directory you may write")
+    return config
+
+
+# fmt: off
+@click.command("demo")
+@click.option("--days", type=FiniteFloatRange(min=0, min_open=True, max=400), default=7.0,
+              show_default=True, help="Sim days to run.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of every random choice.")
+@click.option("--workloads", type=click.IntRange(min=0), default=220, show_default=True,
+              help="Workloads.")
+@click.option("--catalogue", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Pool catalogue file (default: the demo region generated from the seed).")
+@click.option("--contracts-out", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write each simulated workload's contract file (YAML) under this "
+              "directory, for `spotcap contracts compile`.")
+@click.option("--orchestrator", type=click.Choice(sorted(ORCHESTRATORS)),
+              default=DEFAULT_ORCHESTRATOR, show_default=True,
+              help="What places, replaces and scales down the region's capacity: the deciders "
+              "(exclusion, ranking, placement, replacement, fallback, the actuator), or the "
+              "simulator's baseline stand-in.")
+@click.option("--compare/--no-compare", default=True, show_default=True,
+              help="Also simulate the same seed with the baseline (nothing written) and compare "
+              "wasted work, shortfall and spend.")
+@click.option("--fresh", is_flag=True,
+              help="Replace the region's events from an earlier run (embedded log only).")
+@click.option("--projections/--no-projections", default=True, show_default=True,
+              help="Materialise the fleet state (PostgreSQL) and the ledger (ClickHouse) from "
+              "the log.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_obj
+def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogue: Path | None,
+         contracts_out: Path | None, orchestrator: str, compare: bool, fresh: bool,
+         projections: bool, as_json: bool) -> None:
+    # fmt: on
+    """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
+
+    Deterministic: the same seed and options write the same log, byte for byte.
+    """
+    config = _checked_config(
+        SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads),
+        catalogue,
+        contracts_out,
+    )
+    bar = Progress(
+        TextColumn("[bold]simulating[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.1f}/{task.total:.0f} sim-days"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=as_json,
+    )
+    log = open_log(settings)
+    try:
+        with bar:
+            task = bar.add_task(f"region {settings.region} ({orchestrator})", total=days)
+            baseline_task = (
+                bar.add_task("the baseline, to compare", total=days, start=False)
+                if compare and orchestrator != BASELINE
+                else None
+            )
+
+            def baseline_progress(done: float) -> None:
+                if baseline_task is not None:
+                    bar.start_task(baseline_task)
+                    bar.update(baseline_task, completed=done)
+
+            try:
+                report = run_demo(
+                    log,
+                    make_codec(settings),
+                    runs_dir(settings),
+                    config,
+                    lambda d: bar.update(task, completed=d),
+                    fresh=fresh,
+                    orchestrator=orchestrator,
+                    compare=compare,
+                    on_baseline_progress=baseline_progress,
+                    say=lambda text: say(text, markup=False, err=True),
+                )
+            except DemoRefusedError as error:
+                bar.stop()
+                fail(str(error), error.hint)
+            except LogError as error:
+                bar.stop()
+                fail(str(error))
+    finally:
+        log.close()  # the embedded log's writer lock goes with it, before the projections read
+    report["log"] = describe_log(settings)
+    if projections:
+        report["projections"] = _materialise(settings, rebuild=fresh, quiet=as_json)
+    if contracts_out is not None:
+        files = write_contract_files(config, contracts_out)
+        report["contracts_out"] = {"dir": str(contracts_out), "files": files}
+    if as_json:
+        emit_json(report)
+        return
+    print_report(report, settings, projections=projections)
+    if contracts_out is not None:
+        pools = catalogue or Path("examples/region/demo-region.yaml")
+        note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
+        say(
+            f"wrote {report['contracts_out']['files']} contract files under {contracts_out}; "
+            f"check them with `spotcap contracts compile {contracts_out} --out BUNDLES "
+            f"--pools {pools} --unsigned` (or --key KEYFILE to sign){note}",
+            markup=False,
+        )
+
+
+def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
+    # Imported here: the stores' libraries (pyarrow, psycopg) weigh ~50 MiB of memory that a
+    # run without projections does not need.
+    from projections.ledger.store import LedgerError
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.stores import StoreError
+    from sim.materialise import materialise
+
+    log = open_log(settings)
+    try:
+        return materialise(
+            log,
+            make_codec(settings),
+            settings.region,
+            stores(settings),
+            rebuild=rebuild,
+            show=show_progress(rebuild, quiet),
+        )
+    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+        fail(str(error), "or run the demo with --no-projections")
+    finally:
+        log.close()
+
+
+# -- the report for people ------------------------------------------------------------------
+
+
+def print_report(report: dict[str, Any], settings: Settings, *, projections: bool) -> None:
+    """The run, the deciders' decisions, the baseline comparison and the projections."""
+    print_summary(report)
+    if report["orchestrator"] != BASELINE:
+        print_decisions(report["decisions"])
+    if "comparison" in report:
+        print_comparison(report["comparison"], report["seed"])
+    if projections:
+        print_projections(
+            report["projections"], f" --home {settings.home} --region {settings.region}"
+        )
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    """Events by type, the run's figures, the waves and the misbehaving pools."""
+    by_count = sorted(report["events_by_type"].items(), key=lambda kv: -kv[1])
+    events = ((name, EVENT_CLASSES[name].TOPIC, f"{n:,}") for name, n in by_count)
+    title = f"{report['events']:,} events written to {report['log']}"
+    console.print(table(title, ("event type", "topic", "events"), events, right=("events",)))
+    title = f"region {report['region']}, seed {report['seed']}"
+    rows: Sequence[tuple[str, ...]] = figure_rows(report)
+    console.print(table(title, ("figure", "value"), rows, right=("value",), show_header=False))
+    waves = report["waves"]
+    if waves:
+        sizes = [w["instances_lost"] for w in waves]
+        title = f"{len(waves)} hall-wide waves ({min(sizes)}-{max(sizes)} instances lost each)"
+        rows = [(w["wave_id"], w["hall"], str(w["instances_lost"])) for w in waves]
+        columns: tuple[str, ...] = ("wave", "hall", "instances lost")
+        console.print(table(title, columns, rows, right=("instances lost",)))
+    else:
+        console.print("no hall-wide wave in this run")
+    columns = ("pool", "expected", "observed", "reclaims", "inst-hours")
+    rows = [
+        (p["pool_id"], f"{p['expected_per_instance_h']:.4f}", f"{p['observed_per_instance_h']:.4f}",
+         str(p["reclaims"]), f"{p['instance_h']:,.0f}")
+        for p in report["misbehaving_pools"]
+    ]  # fmt: skip
+    title = "misbehaving pools: reclaimed far above their record and price"
+    caption = "expected and observed: reclaims per instance-hour"
+    pools = table(title, columns, rows, right=columns[1:], caption=caption)
+    pools.columns[0].no_wrap = True
+    console.print(pools)
+
+
+def print_decisions(decisions: dict[str, Any]) -> None:
+    """The decisions of a run for people: exclusions, placements, replacements, fallbacks."""
+    columns: tuple[str, ...] = ("decision", "count", "detail")
+    rows: Sequence[tuple[str, ...]] = decision_rows(decisions)
+    title = "what the deciders decided"
+    console.print(table(title, columns, rows, right=("count",), show_header=False))
+    if decisions["exclusions"]:
+        title = "exclusions (time from the first and from the last evidence to the exclusion)"
+        columns = ("pool", "rule", "evidence", "first", "last", "observed/h", "expected/h")
+        rows = exclusion_rows(decisions)
+        console.print(table(title, columns, rows, right=columns[2:]))
+
+
+def print_comparison(compared: dict[str, Any], seed: int) -> None:
+    title = f"against the baseline stand-in on the same seed ({seed})"
+    columns = ("figure", "deciders", "baseline", "change")
+    console.print(table(title, columns, comparison_rows(compared), right=columns[1:]))
+
+
+def print_projections(report: dict[str, Any], home_args: str) -> None:
+    """The savings the projections hold, and `why` commands a person can paste."""
+    from projections.money import eur_text
+
+    money = report["savings_micros"]
+    share = money["net_saving"] / money["counterfactual"] if money["counterfactual"] else 0.0
+    say(
+        f"net saving {eur_text(money['net_saving'])} of a {eur_text(money['counterfactual'])} "
+        f"counterfactual ({share:.1%}), after {eur_text(money['cost'])} of costs; per workload: "
+        f"spotcap{home_args} report savings",
+        markup=False,
+    )
+    if report["why_examples"]:
+        say("ask why something happened:", markup=False)
+        for command in report["why_examples"]:
+            say(f"  {command.replace('spotcap', 'spotcap' + home_args, 1)}", markup=False)

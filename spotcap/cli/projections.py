@@ -1,0 +1,119 @@
+"""`spotcap project` and `spotcap rebuild`: materialise the projections from the log
+(`projections.catchup`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import click
+
+from projections.catchup import ShowProgress, Which, run_projections
+from projections.ledger.store import LedgerError
+from projections.postgres.connection import FleetDatabaseError
+from projections.stores import StoreError
+from spotcap.cli.options import postgres_option, with_postgres
+from spotcap.cli.output import emit_json, progress, say
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.wiring import describe_log, make_codec, open_log, stores
+from streams.log import LogError
+
+CHOICES: dict[str, tuple[Which, ...]] = {
+    "fleet": ("fleet",),
+    "postgres": ("fleet",),
+    "ledger": ("ledger",),
+    "clickhouse": ("ledger",),
+    "all": ("fleet", "ledger"),
+}
+LABEL = {"fleet": "fleet state (PostgreSQL)", "ledger": "ledger (ClickHouse)"}
+
+
+def show_progress(fresh: bool, quiet: bool) -> ShowProgress:
+    """A progress bar per group of projections read together."""
+
+    @contextmanager
+    def bar(which: Sequence[Which]) -> Iterator[Callable[[Any], None]]:
+        label = " and ".join(LABEL[w] for w in which)
+        with progress(
+            f"[bold]{'rebuilding' if fresh else 'projecting'}[/] {label}", quiet=quiet
+        ) as shown:
+            task = shown.add_task(label, total=None)
+            yield lambda p: shown.update(task, completed=p.records_read, total=p.records_total)
+
+    def factory(which: Sequence[Which]) -> AbstractContextManager[Callable[[Any], None]]:
+        return bar(which)
+
+    return factory
+
+
+def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
+    log = open_log(settings)
+    try:
+        reports = run_projections(
+            log,
+            make_codec(settings),
+            settings.region,
+            stores(settings),
+            CHOICES[what],
+            fresh=fresh,
+            show=show_progress(fresh, as_json),
+        )
+    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+        fail(str(error))
+    finally:
+        log.close()
+    if as_json:
+        emit_json(
+            [
+                {
+                    "projection": r.projection,
+                    "events": r.events,
+                    "seconds": round(r.seconds, 3),
+                    "events_per_s": round(r.events_per_s),
+                    "unpriced": r.unpriced,
+                }
+                for r in reports
+            ],
+            sort_keys=False,
+        )
+        return
+    verb = "rebuilt" if fresh else "brought up to date"
+    for r in reports:
+        extra = f"; {r.unpriced:,} events could not be priced (dead-lettered)" if r.unpriced else ""
+        say(
+            f"{LABEL[r.projection]} {verb}: {r.events:,} events in {r.seconds:,.1f} s "
+            f"({r.events_per_s:,.0f} events/s) from the {describe_log(settings)}{extra}"
+        )
+
+
+_which = click.argument("what", type=click.Choice(sorted(CHOICES)), default="all", required=False)
+
+
+@click.command("project")
+@_which
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
+@click.pass_obj
+def project(settings: Settings, what: str, postgres_dsn: str | None, as_json: bool) -> None:
+    """Bring the projections up to date with the log (from the offsets they stored).
+
+    WHAT is fleet (PostgreSQL), ledger (ClickHouse) or all (the default).
+    """
+    _run(with_postgres(settings, postgres_dsn), what, fresh=False, as_json=as_json)
+
+
+@click.command("rebuild")
+@_which
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was rebuilt as JSON.")
+@click.pass_obj
+def rebuild(settings: Settings, what: str, postgres_dsn: str | None, as_json: bool) -> None:
+    """Drop a projection and rebuild it from the log through the merged history.
+
+    WHAT is postgres, clickhouse or all (the default). The rebuilt tables equal the
+    incrementally built ones, row for row. The outbox's send marks are lost with the tables:
+    its actions are sent again, recognisably (same action ids).
+    """
+    _run(with_postgres(settings, postgres_dsn), what, fresh=True, as_json=as_json)

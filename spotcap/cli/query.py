@@ -1,0 +1,319 @@
+"""`spotcap query`, `spotcap why` and `spotcap report savings`: the read side for people
+(aligned tables, units, thousands separators) and for machines (`--json`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from projections.ledger.rule import CAUSES
+from projections.ledger.store import LedgerError
+from projections.money import eur_text
+from projections.postgres.connection import FleetDatabaseError
+from projections.postgres.lifecycle import STATES
+from projections.read import fleet as fq
+from projections.read.lag import read_lag
+from projections.read.rows import json_row
+from projections.read.savings import savings
+from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
+from projections.read.why import NotFoundError, why
+from projections.stores import StoreError
+from spotcap.cli.options import postgres_option, with_postgres
+from spotcap.cli.output import console, emit_json, say
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.wiring import open_log, stores
+
+Column = tuple[str, str, Callable[[Any], str], bool]  # label, key, format, right-aligned
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def _int(v: Any) -> str:
+    return "" if v is None else f"{v:,}"
+
+
+def _eur(v: Any) -> str:
+    return "" if v is None else eur_text(int(v))
+
+
+def _time(v: Any) -> str:
+    return "" if v is None else v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _float(v: Any) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
+def _yes(v: Any) -> str:
+    return "" if v is None else ("yes" if v else "no")
+
+
+def emit(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, as_json: bool
+) -> None:
+    if as_json:
+        emit_json([json_row(r) for r in rows])
+        return
+    table = Table(title=f"{title} ({len(rows):,} rows)")
+    for label, _, _, right in columns:
+        table.add_column(label, justify="right" if right else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
+    console.print(table)
+
+
+def _since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_moment(value)
+    except ValueError:
+        fail(f"--since {value!r} is not a date or time", f"write it as {MOMENT_FORMS}", usage=True)
+
+
+def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:
+    try:
+        return stores(with_postgres(settings, postgres_dsn)).open_fleet()
+    except (StoreError, FleetDatabaseError) as error:
+        fail(str(error))
+
+
+common = [
+    postgres_option,
+    click.option(
+        "--limit",
+        type=click.IntRange(min=1),
+        default=fq.DEFAULT_LIMIT,
+        show_default=True,
+        help="At most this many rows.",
+    ),
+    click.option("--json", "as_json", is_flag=True, help="Print rows as JSON."),
+]
+
+
+def with_common(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(common):
+        f = option(f)
+    return f
+
+
+@click.group()
+def query() -> None:
+    """SRE queries over the fleet state: pools, rankings, exclusions, instances, workloads, lag."""
+
+
+def _query(settings: Settings, read: Callable[..., Any], columns: Sequence[Column], title: str,
+           options: dict[str, Any]) -> None:  # fmt: skip
+    """`read` over the fleet state with the command's filters, printed with `columns`."""
+    dsn, as_json = options.pop("postgres_dsn"), options.pop("as_json")
+    if "since" in options:
+        options["since"] = _since(options["since"])
+    emit(read(_fleet(settings, dsn), **options), columns, title, as_json)
+
+
+_PRICE: Column = ("€/vCPU-h", "price_per_vcpu_h_eur_micros",
+                  lambda v: "" if v is None else f"€{v / 1e6:.4f}", True)  # fmt: skip
+POOLS: Sequence[Column] = (
+    ("rank", "rank", _int, True), ("pool", "pool_id", _text, False),
+    ("hall", "hall", _text, False), ("model", "purchase_model", _text, False),
+    ("score", "score", _float, True), _PRICE,
+    ("forward vCPU", "forward_available_vcpu", _int, True),
+    ("capacity vCPU", "capacity_vcpu", _int, True), ("excluded", "excluded", _yes, False),
+)  # fmt: skip
+RANKINGS: Sequence[Column] = (
+    ("at", "occurred_at", _time, False), ("rank", "rank", _int, True),
+    ("pool", "pool_id", _text, False), ("score", "score", _float, True),
+    ("available vCPU", "available_vcpu", _int, True),
+    ("interruptions/h", "observed_interruption_per_h", _float, True),
+    ("price", "price_per_vcpu_h_eur_micros", _eur, True), ("inputs", "inputs", _int, True),
+)  # fmt: skip
+EXCLUSIONS: Sequence[Column] = (
+    ("excluded at", "excluded_at", _time, False), ("pool", "pool_id", _text, False),
+    ("reason", "reason", _text, False),
+    ("observed/h", "observed_interruption_per_h", _float, True),
+    ("expected/h", "expected_interruption_per_h", _float, True),
+    ("reclaims", "reclaimed_instances", _int, True),
+    ("evidence", "evidence_event_ids", lambda v: f"{len(v or ()):,} events", True),
+    ("readmitted at", "readmitted_at", _time, False), ("event", "event_id", _text, False),
+)  # fmt: skip
+INSTANCES: Sequence[Column] = (
+    ("instance", "instance_id", _text, False), ("state", "state", _text, False),
+    ("workload", "workload_id", _text, False), ("pool", "pool_id", _text, False),
+    ("vCPU", "vcpu", _int, True), ("launched", "launched_at", _time, False),
+    ("noticed", "noticed_at", _time, False), ("drain", "drain_path", _text, False),
+    ("verified", "drain_verified", _yes, False), ("lost", "lost_at", _time, False),
+)  # fmt: skip
+WORKLOADS: Sequence[Column] = (
+    ("workload", "workload_id", _text, False), ("tier", "tier", _text, False),
+    ("owner", "owner", _text, False), ("target vCPU", "target_vcpu", _int, True),
+    ("floor vCPU", "floor_vcpu", _int, True), ("live vCPU", "live_vcpu", _int, True),
+    ("lost", "lost_instances", _int, True), ("cap/day", "spend_cap_eur_micros", _eur, True),
+    ("approver", "approver", _text, False),
+)  # fmt: skip
+LAG: Sequence[Column] = (
+    ("projection", "projection", _text, False), ("topic", "topic", _text, False),
+    ("partition", "partition", _int, True), ("log end", "end_offset", _int, True),
+    ("applied up to", "next_offset", _int, True), ("lag (records)", "lag", _int, True),
+)  # fmt: skip
+_POOL = click.option("--pool", default=None, help="Only this pool.")
+_WORKLOAD = click.option("--workload", default=None, help="Only this workload.")
+
+
+@query.command("pools")
+@_POOL
+@click.option("--excluded/--admitted", default=None, help="Only excluded (or admitted) pools.")
+@with_common
+@click.pass_obj
+def query_pools(settings: Settings, /, **options: Any) -> None:
+    """Pools by rank: rate, forward capacity, exclusion."""
+    _query(settings, fq.pools, POOLS, "pools", options)
+
+
+@query.command("rankings")
+@click.option("--pool", default=None, help="This pool's rankings (else the latest ranking).")
+@click.option("--since", default=None, help="Rankings since this time (UTC), e.g. 2026-11-02.")
+@with_common
+@click.pass_obj
+def query_rankings(settings: Settings, /, **options: Any) -> None:
+    """The latest ranking of the region's pools (or a pool's history), with its inputs."""
+    _query(settings, fq.rankings, RANKINGS, "rankings", options)
+
+
+@query.command("exclusions")
+@_POOL
+@click.option("--active", is_flag=True, help="Only exclusions in force.")
+@click.option("--since", default=None, help="Exclusions since this time (UTC).")
+@with_common
+@click.pass_obj
+def query_exclusions(settings: Settings, /, **options: Any) -> None:
+    """Exclusions with their evidence (event ids) and readmission."""
+    _query(settings, fq.exclusions, EXCLUSIONS, "exclusions", options)
+
+
+@query.command("instances")
+@_WORKLOAD
+@_POOL
+@click.option(
+    "--state",
+    type=click.Choice(STATES),
+    default=None,
+    help="Only instances in this state of their lifecycle.",
+)
+@click.option("--since", default=None, help="Touched since this time (UTC).")
+@with_common
+@click.pass_obj
+def query_instances(settings: Settings, /, **options: Any) -> None:
+    """Instances by state, most recently touched first."""
+    _query(settings, fq.instances, INSTANCES, "instances", options)
+
+
+@query.command("workloads")
+@_WORKLOAD
+@with_common
+@click.pass_obj
+def query_workloads(settings: Settings, /, **options: Any) -> None:
+    """Workloads: their contract and the capacity live for them now."""
+    _query(settings, fq.workloads, WORKLOADS, "workloads", options)
+
+
+@query.command("lag")
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON.")
+@click.pass_obj
+def query_lag(settings: Settings, *, postgres_dsn: str | None, as_json: bool) -> None:
+    """How far each projection is behind the log, per partition."""
+    conn = _fleet(settings, postgres_dsn)
+    log = open_log(settings)
+    try:
+        rows = read_lag(log, settings.region, conn, stores(with_postgres(settings, postgres_dsn)))
+    finally:
+        log.close()
+    emit(rows, LAG, "projection lag", as_json)
+
+
+@click.command("why")
+@click.argument("ident", metavar="ID")
+@postgres_option
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+@click.pass_obj
+def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_json: bool) -> None:
+    """Why did this happen? The chain of causes behind an instance, a workload or an event, in
+    plain sentences, oldest first, each with its time and event id."""
+    try:
+        answer = why(_fleet(settings, postgres_dsn), ident)
+    except NotFoundError as error:
+        fail(str(error))
+    if as_json:
+        emit_json(answer.as_json(), sort_keys=False)
+        return
+    console.print(
+        f"[bold]why {answer.kind} {answer.subject}[/] ({len(answer.steps)} events, oldest first)"
+    )
+    for s in answer.steps:  # one line per step: ids stay whole for copying
+        say(f"{_time(s.at)}  {escape(s.sentence)}  [dim]{s.event_id}[/]")
+
+
+@click.group()
+def report() -> None:
+    """Reports for finance: the net saving per workload (docs/accounting.md)."""
+
+
+def _day(value: str | None, name: str) -> date | None:
+    if value is None:
+        return None
+    try:
+        return parse_day(value)
+    except ValueError:
+        fail(f"{name} {value!r} is not a date", f"write it as {DAY_FORM}", usage=True)
+
+
+@report.command("savings")
+@click.option("--from", "first", default=None, help="First UTC day (inclusive), e.g. 2026-11-02.")
+@click.option("--to", "last", default=None, help="Last UTC day (inclusive).")
+@click.option("--workload", default=None, help="Only this workload.")
+@click.option("--json", "as_json", is_flag=True, help="Money as decimal strings in euros.")
+@click.pass_obj
+def report_savings(
+    settings: Settings, *, first: str | None, last: str | None, workload: str | None, as_json: bool
+) -> None:
+    """Per workload, every cost line and the net saving, with totals (from the ledger)."""
+    first_day, last_day = _day(first, "--from"), _day(last, "--to")
+    try:
+        check_span(first_day, last_day)
+    except ValueError as error:
+        fail(str(error), usage=True)
+    try:
+        result = savings(
+            stores(settings).open_ledger(),
+            first_day=first_day,
+            last_day=last_day,
+            workload=workload,
+        )
+    except (LedgerError, StoreError) as error:
+        fail(str(error))
+    if as_json:
+        emit_json(result.as_json())
+        return
+    span = f"{first or 'the start'} to {last or 'the end'}"
+    table = Table(title=f"net saving per workload, {span} (rate-card saving, ADR-26)")
+    table.add_column("workload")
+    for cause in CAUSES:
+        table.add_column(cause.replace("_", " "), justify="right")
+    table.add_column("net saving", justify="right")
+    for w in [*result.workloads, result.total]:
+        style = "bold" if w.workload_id == "total" else None
+        table.add_row(
+            w.workload_id,
+            *(eur_text(w.by_cause[c]) for c in CAUSES),
+            eur_text(w.net_saving),
+            style=style,
+        )
+    console.print(table)

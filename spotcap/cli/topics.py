@@ -1,0 +1,115 @@
+"""`spotcap topics`: the region's topics on Kafka or in the embedded log, and whether the last
+run writing the region finished (`streams.runs`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from spotcap.cli.output import console, emit_json, say, table
+from spotcap.config import Settings
+from spotcap.fail import fail
+
+
+@click.group("topics")
+def topics() -> None:
+    """Create and inspect the region's topics (on Kafka or in the embedded log)."""
+
+
+@topics.command("apply")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+@click.pass_obj
+def topics_apply(settings: Settings, as_json: bool) -> None:
+    """Create missing topics and bring existing ones to their configuration; idempotent."""
+    from spotcap.wiring import describe_log, open_log
+    from streams.log import LogError
+    from streams.topics import region_topics
+
+    specs = {s.name: s for s in region_topics(settings.region)}
+    log = open_log(settings)
+    try:
+        changes = log.apply_topics(specs.values())
+    except LogError as error:
+        fail(str(error))
+    finally:
+        log.close()
+    if as_json:
+        emit_json([{"topic": c.name, "action": c.action, "detail": c.detail} for c in changes])
+        return
+    rows = []
+    for change in changes:
+        spec = specs[change.name]
+        retention = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000} d"
+        cleanup = "compact" if spec.compacted else "delete"
+        rows.append(
+            (change.name, str(spec.partitions), retention, cleanup, change.action, change.detail)
+        )
+    console.print(
+        table(
+            f"topics of region {settings.region} ({describe_log(settings)})",
+            ("topic", "partitions", "retention", "cleanup", "action", "detail"),
+            rows,
+        )
+    )
+
+
+@topics.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the topics as JSON.")
+@click.pass_obj
+def topics_list(settings: Settings, as_json: bool) -> None:
+    """Show the region's topics: partitions, end offsets (the next offset each partition
+    writes; their sum is the records written) and whether the last run writing the region
+    finished. Damage inside the files does not show here: `spotcap log verify` finds it."""
+    from spotcap.wiring import describe_log, open_log, runs_dir
+    from streams.log import LogError
+    from streams.runs import last_run
+    from streams.topics import region_end_offsets
+
+    run = last_run(runs_dir(settings), settings.region)
+    run_json = None if run is None else {**asdict(run), "state": run.state}
+    log = open_log(settings)
+    try:
+        ends_of = region_end_offsets(log, settings.region)
+        rows: list[dict[str, Any]] = [
+            {
+                "topic": topic,
+                "exists": ends is not None,
+                "partitions": len(ends or {}),
+                "records": sum((ends or {}).values()),
+                "end_offsets": {str(p): o for p, o in (ends or {}).items()},
+                "last_run": run_json,
+            }
+            for topic, ends in ends_of.items()
+        ]
+    except LogError as error:
+        fail(str(error))
+    finally:
+        log.close()
+    if as_json:
+        emit_json(rows)
+        return
+    shown = [
+        (
+            topic,
+            str(len(ends)),
+            f"{sum(ends.values()):,}",
+            " ".join(f"{o:,}" for o in ends.values()),
+        )
+        if ends is not None
+        else (topic, "-", "missing: run `spotcap topics apply`", "")
+        for topic, ends in ends_of.items()
+    ]
+    columns = ("topic", "partitions", "end offsets (sum)", "end offset per partition")
+    title = f"topics of region {settings.region} ({describe_log(settings)})"
+    console.print(table(title, columns, shown, right=columns[1:3]))
+    if run is None:
+        say(f"no run has written region {settings.region} from this home yet")
+    elif run.state == "killed":
+        say(f"[bold red]unfinished run[/]: {escape(run.describe())}")
+    elif run.state == "failed":
+        say(f"[yellow]failed run[/]: {escape(run.describe())}")
+    else:
+        say(run.describe(), markup=False)
