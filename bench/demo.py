@@ -38,7 +38,7 @@ RSS_TARGET_RATIO = 1.5
 # The reference child: the same simulation, its events counted and dropped.
 _SIM_ALONE = """
 import sys
-from provider.sim import RegionSim, SimConfig
+from sim import RegionSim, SimConfig
 config = SimConfig(seed=int(sys.argv[2]), days=float(sys.argv[1]), region="bench")
 print(sum(len(batch) for batch in RegionSim(config).run()))
 """
@@ -46,9 +46,10 @@ print(sum(len(batch) for batch in RegionSim(config).run()))
 
 def speed(days: float, seed: int, profile: bool) -> None:
     # Imported here, after the RSS children ran: they must not inherit this process's size.
-    from provider.sim import RegionSim, SimConfig
-    from spotcap.config import Settings
-    from spotcap.demo import run_demo
+    from schemas.codec import Codec
+    from sim import RegionSim, SimConfig
+    from sim.demo import run_demo
+    from streams.embedded import EmbeddedLog
 
     config = SimConfig(seed=seed, days=days, region="bench")
     start = time.perf_counter()
@@ -57,14 +58,15 @@ def speed(days: float, seed: int, profile: bool) -> None:
     print(f"simulation alone: {count:,} events in {sim_s:.1f} s ({count / sim_s:,.0f} events/s)")
 
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-") as home:
-        settings = Settings(home=Path(home), region="bench")
+        log = EmbeddedLog(Path(home) / "log")
         profiler = cProfile.Profile() if profile else None
         start = time.perf_counter()
         if profiler:
             profiler.enable()
-        report = run_demo(settings, config)
+        report = run_demo(log, Codec(), Path(home) / "log" / "_runs", config)
         if profiler:
             profiler.disable()
+        log.close()
         wall_s = time.perf_counter() - start
         log_bytes = sum(p.stat().st_size for p in Path(home).rglob("*.avro"))
     events = report["events"]

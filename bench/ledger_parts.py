@@ -42,13 +42,12 @@ from bench.projections import (
     read_records,
     stat_cpu_s,
 )
+from projections.catchup import BATCH_EVENTS
 from projections.ledger.store import ChdbStore, LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
-from spotcap.config import Settings
-from spotcap.projecting import BATCH_EVENTS
 from streams.embedded import EmbeddedLog
 
 Batch = list[tuple[Origin, Envelope]]
@@ -156,8 +155,7 @@ def main() -> None:
     if not marker.exists():
         parser.error(f"no region under {args.home}: run bench/projections.py --days "
                      f"{args.days:g} --rounds 0 --no-rebuild --home {args.home} first")  # fmt: skip
-    settings = Settings(home=args.home, region="bench")
-    log = EmbeddedLog(settings.log_dir)
+    log = EmbeddedLog(args.home / "log")
     codec = Codec()
     records = read_records(log, "bench", LEDGER_TOPICS)
     log.close()

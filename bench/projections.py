@@ -55,21 +55,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyarrow as pa
 
 from infra import servers
+from projections.catchup import BATCH_EVENTS, run_projections
 from projections.eventtime import ts
 from projections.ledger.store import ChdbStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
 from projections.postgres.connection import connect
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.stores import Stores
 from projections.write_behind import WriteBehind
-from provider.sim.region import SimConfig
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
-from spotcap.cli_projections import run_projections
-from spotcap.config import Settings
-from spotcap.demo import run_demo
-from spotcap.projecting import BATCH_EVENTS
+from sim.demo import run_demo
+from sim.region import SimConfig
 from streams.embedded import EmbeddedLog
 from streams.log import Record
 from streams.topics import topic_name
@@ -173,8 +172,10 @@ def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int, seri
 def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timing:
     conn = connect(dsn, "bench")
     conn.execute("DROP TABLE IF EXISTS bare_events")
-    conn.execute("CREATE TABLE bare_events (event_id uuid PRIMARY KEY, event_type text,"
-                 " occurred_at timestamptz, key text, payload jsonb)")  # fmt: skip
+    conn.execute(
+        "CREATE TABLE bare_events (event_id uuid PRIMARY KEY, event_type text,"
+        " occurred_at timestamptz, key text, payload jsonb)"
+    )
     clock = Clock(conn.info.backend_pid)
     clock.start()
     for i in range(0, len(records), size):
@@ -184,8 +185,15 @@ def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timi
             cur.copy("COPY bare_events FROM STDIN") as copy,
         ):
             for _, e in decoded(codec, records[i : i + size]):
-                copy.write_row((e.event_id, e.event_type, ts(e.occurred_at), e.key,
-                                json.dumps(e.payload.to_avro())))  # fmt: skip
+                copy.write_row(
+                    (
+                        e.event_id,
+                        e.event_type,
+                        ts(e.occurred_at),
+                        e.key,
+                        json.dumps(e.payload.to_avro()),
+                    )
+                )
     timing = clock.stop()
     conn.execute("DROP TABLE bare_events")
     conn.close()
@@ -210,20 +218,29 @@ def project_ledger(
 def create_bare_events(store: ChdbStore) -> None:
     """The bare loop's table: five columns, a plain MergeTree."""
     store.command("DROP TABLE IF EXISTS bare_events")
-    store.command("CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
-                  " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
-                  " ENGINE = MergeTree ORDER BY (event_type, occurred_at)")  # fmt: skip
+    store.command(
+        "CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
+        " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
+        " ENGINE = MergeTree ORDER BY (event_type, occurred_at)"
+    )
 
 
 def insert_bare_events(store: ChdbStore, rows: list[tuple[Origin, Envelope]]) -> None:
     """The bare loop's batch: one Arrow insert of its events' five columns."""
-    store.insert("bare_events", pa.table({
-        "event_id": [e.event_id for _, e in rows],
-        "event_type": [e.event_type for _, e in rows],
-        "occurred_at": pa.array([e.occurred_at for _, e in rows], pa.timestamp("us", tz="UTC")),
-        "key": [e.key for _, e in rows],
-        "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
-    }))  # fmt: skip
+    store.insert(
+        "bare_events",
+        pa.table(
+            {
+                "event_id": [e.event_id for _, e in rows],
+                "event_type": [e.event_type for _, e in rows],
+                "occurred_at": pa.array(
+                    [e.occurred_at for _, e in rows], pa.timestamp("us", tz="UTC")
+                ),
+                "key": [e.key for _, e in rows],
+                "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
+            }
+        ),
+    )
 
 
 def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> Timing:
@@ -250,23 +267,27 @@ def ratio_span(values: list[float]) -> str:
     return f"{mid:.2f}" if len(values) == 1 else f"{mid:.2f} ({spread})"
 
 
-def simulate(settings: Settings, days: float, workloads: int) -> None:
-    """The region into the embedded log, unless `settings.home` holds it already."""
-    marker = settings.home / f"bench-{days:g}d-{workloads}w"
+def simulate(home: Path, days: float, workloads: int) -> None:
+    """The region into the embedded log under `home`, unless it holds it already."""
+    marker = home / f"bench-{days:g}d-{workloads}w"
     if marker.exists():
-        print(f"reusing the simulated {days:g} days under {settings.home}")
+        print(f"reusing the simulated {days:g} days under {home}")
         return
     t0 = time.perf_counter()
     config = SimConfig(days=days, workloads=workloads, region="bench")
-    run_demo(settings, config, fresh=True, compare=False)
+    log = EmbeddedLog(home / "log")
+    try:
+        run_demo(log, Codec(), home / "log" / "_runs", config, fresh=True, compare=False)
+    finally:
+        log.close()
     marker.touch()
     print(f"simulated {days:g} days into the embedded log in {time.perf_counter() - t0:,.1f} s")
 
 
-def measure(settings: Settings, dsn: str, chdb_path: Path, args: argparse.Namespace) -> Rounds:
+def measure(home: Path, dsn: str, chdb_path: Path, args: argparse.Namespace) -> Rounds:
     """Rounds of each projection and its bare loop over the region's records (with
     `args.serial`, the projection written serially too, against the same round's bare loop)."""
-    log = EmbeddedLog(settings.log_dir)
+    log = EmbeddedLog(home / "log")
     codec = Codec()
     fleet_records = read_records(log, "bench", FLEET_TOPICS)
     ledger_records = read_records(log, "bench", LEDGER_TOPICS)
@@ -305,14 +326,18 @@ def measure(settings: Settings, dsn: str, chdb_path: Path, args: argparse.Namesp
 
 
 def report(times: Rounds) -> None:
-    print(f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>18}"
-          f"{'CPU s':>11}{'bare CPU s':>12}{'CPU ratio':>18}")  # fmt: skip
+    print(
+        f"\n{'path':<27}{'events':>9}{'events/s':>14}{'bare events/s':>15}{'ratio':>18}"
+        f"{'CPU s':>11}{'bare CPU s':>12}{'CPU ratio':>18}"
+    )
     for label, (n, rounds) in times.items():
-        print(f"{label:<27}{n:>9,}{span([n / p[0] for p, _ in rounds]):>14}"
-              f"{span([n / b[0] for _, b in rounds]):>15}"
-              f"{ratio_span([b[0] / p[0] for p, b in rounds]):>18}"
-              f"{span([p[1] for p, _ in rounds], 1):>11}{span([b[1] for _, b in rounds], 1):>12}"
-              f"{ratio_span([b[1] / p[1] for p, b in rounds]):>18}")  # fmt: skip
+        print(
+            f"{label:<27}{n:>9,}{span([n / p[0] for p, _ in rounds]):>14}"
+            f"{span([n / b[0] for _, b in rounds]):>15}"
+            f"{ratio_span([b[0] / p[0] for p, b in rounds]):>18}"
+            f"{span([p[1] for p, _ in rounds], 1):>11}{span([b[1] for _, b in rounds], 1):>12}"
+            f"{ratio_span([b[1] / p[1] for p, b in rounds]):>18}"
+        )
 
 
 def main() -> None:
@@ -345,15 +370,23 @@ def main() -> None:
         pg = servers.start_postgres(root / "pg") if need_pg else None
         try:
             dsn = pg.address if pg is not None else ""
-            settings = Settings(home=home, region="bench", postgres_dsn=dsn or None)
-            simulate(settings, args.days, args.workloads)
+            simulate(home, args.days, args.workloads)
             if args.rounds:
-                times = measure(settings, dsn, root / "chdb", args)
+                times = measure(home, dsn, root / "chdb", args)
             if not args.no_rebuild:
+                log = EmbeddedLog(home / "log")
                 clock = Clock()
                 clock.start()
-                reports = run_projections(settings, ("fleet", "ledger"), fresh=True, quiet=True)
+                reports = run_projections(
+                    log,
+                    Codec(),
+                    "bench",
+                    Stores(home, dsn or None),
+                    ("fleet", "ledger"),
+                    fresh=True,
+                )
                 rebuild_s, rebuild_cpu_s = clock.stop()
+                log.close()
         finally:
             if pg is not None:
                 servers.stop(pg)
@@ -361,9 +394,11 @@ def main() -> None:
         report(times)
     if not args.no_rebuild:
         events = sum(r.events for r in reports)
-        print(f"\nrebuild all ({args.days:g} days, {events:,} events applied over both "
-              f"projections, the history read once): {rebuild_s:,.1f} s, "
-              f"{rebuild_cpu_s:,.1f} s of this process's CPU")  # fmt: skip
+        print(
+            f"\nrebuild all ({args.days:g} days, {events:,} events applied over both "
+            f"projections, the history read once): {rebuild_s:,.1f} s, "
+            f"{rebuild_cpu_s:,.1f} s of this process's CPU"
+        )
 
 
 if __name__ == "__main__":

@@ -53,15 +53,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fastavro
 import pyarrow.parquet as pq
-from click.testing import CliRunner
 
 from bench.projections import read_records
-from contracts.signing import FileSigner, generate_key_pem
+from contracts.signing import FileSigner, generate_key_pem, load_public_key
+from projections.catchup import catch_up, open_writer
 from projections.ledger.store import ChdbStore, LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS
-from provider.sim.region import SimConfig
+from projections.stores import Stores
 from replay.archive import layout
 from replay.archive.export import (
+    export_from_log,
     export_month,
     month_cost_lines,
     with_card_integrals,
@@ -69,18 +70,15 @@ from replay.archive.export import (
 )
 from replay.archive.read import archive_history
 from replay.archive.storage import LocalStorage
+from replay.archive.verify import verify_archive
 from replay.fold import DAY_US
 from replay.rule_file import load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
 from replay.sql import LEDGER_RELATIONS, ParquetMonth, parquet_relations
-from schemas.codec import strip_logical_types
+from schemas.codec import Codec, strip_logical_types
 from schemas.events import Envelope
-from spotcap.cli import main as cli
-from spotcap.config import Settings
-from spotcap.demo import run_demo
-from spotcap.projecting import catch_up, open_writer
-from spotcap.stores import open_ledger
-from spotcap.wiring import make_codec, open_log
+from sim.demo import run_demo
+from sim.region import SimConfig
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog
 from streams.merged import MergedHistory
@@ -106,31 +104,39 @@ def row(what: str, events: int, seconds: float, bare_s: float | None = None) -> 
 # -- the 30-day history ---------------------------------------------------------------------
 
 
-def prepare(home: Path, ledger: bool = True) -> Settings:
-    settings = Settings.load(home=home, region=REGION)
+def prepare(home: Path, ledger: bool = True) -> Stores:
+    """The 30-day region under `home` (simulated once), its ledger up to date unless not
+    `ledger`; its stores."""
+    stores = Stores(home)
     if not (home / "log").exists():
         say("simulating 30 days of the default region (once) ...")
         started = time.monotonic()
-        run_demo(settings, SimConfig(seed=1, days=30, region=REGION))
+        log = EmbeddedLog(home / "log")
+        try:
+            run_demo(
+                log, Codec(), home / "log" / "_runs", SimConfig(seed=1, days=30, region=REGION)
+            )
+        finally:
+            log.close()
         say(f"  {time.monotonic() - started:.0f} s")
     if not ledger:
-        return settings
+        return stores
     say("bringing the ledger up to date with the log (once) ...")
     started = time.monotonic()
-    log = open_log(settings)
+    log = EmbeddedLog(home / "log")
     try:
-        catch_up(settings, log, open_writer(settings, "ledger"))
+        catch_up(log, Codec(), REGION, open_writer(stores, "ledger"))
     finally:
         log.close()
     say(f"  {time.monotonic() - started:.0f} s")
-    return settings
+    return stores
 
 
-def merged_history(log: EventLog, settings: Settings) -> MergedHistory:
+def merged_history(log: EventLog) -> MergedHistory:
     """The ledger topics in event-time order, as `replay` and `archive export` read them."""
     return MergedHistory(
         log,
-        make_codec(settings),
+        Codec(),
         REGION,
         LEDGER_TOPICS,
         poll_records=2000,
@@ -138,26 +144,26 @@ def merged_history(log: EventLog, settings: Settings) -> MergedHistory:
     )
 
 
-def python_engine(settings: Settings) -> tuple[int, float]:
+def python_engine(stores: Stores) -> tuple[int, float]:
     rule = load_rule(shipped_rule_path("recorded"))
-    log = open_log(settings)
+    log = EmbeddedLog(stores.home / "log")
     try:
-        history = merged_history(log, settings)
+        history = merged_history(log)
         result = replay_python([rule], (d.envelope for d in history))[0]
     finally:
         log.close()
     return result.events, result.seconds
 
 
-def python_bare(settings: Settings) -> tuple[int, float]:
+def python_bare(stores: Stores) -> tuple[int, float]:
     """Read, decode with fastavro to dicts, price usage at the latest card, sum in a dict."""
     started = time.monotonic()
-    log = EmbeddedLog(settings.home / "log")
+    log = EmbeddedLog(stores.home / "log")
     try:
         records = read_records(log, REGION, LEDGER_TOPICS)
     finally:
         log.close()
-    schema = fastavro.parse_schema(strip_logical_types(dict(make_codec(settings).schema)))
+    schema = fastavro.parse_schema(strip_logical_types(dict(Codec().schema)))
     guaranteed: dict[str, int] = {}
     sums: dict[tuple[str, int], float] = defaultdict(float)
     for r in records:
@@ -176,7 +182,7 @@ def python_bare(settings: Settings) -> tuple[int, float]:
 # -- the archive ----------------------------------------------------------------------------
 
 
-def export_only(settings: Settings, where: Path) -> tuple[int, float, float, float]:
+def export_only(stores: Stores, where: Path) -> tuple[int, float, float, float]:
     """`export_month` of MONTH from the log (the merged history, as `archive export` reads it)
     with the ledger's lines of the month as they stand, without bringing the ledger up to date
     first (that is the projection's cost, docs/performance.md); then `archive verify`. Returns
@@ -184,11 +190,11 @@ def export_only(settings: Settings, where: Path) -> tuple[int, float, float, flo
     private_pem, public_pem = generate_key_pem()
     (where.parent / "k").write_bytes(private_pem)
     (where.parent / "k.pub").write_bytes(public_pem)
-    log = open_log(settings)
+    log = EmbeddedLog(stores.home / "log")
     try:
         started, cpu = time.monotonic(), time.process_time()
-        lines = month_cost_lines(open_ledger(settings), MONTH)
-        history = merged_history(log, settings)
+        lines = month_cost_lines(stores.open_ledger(), MONTH)
+        history = merged_history(log)
         with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
             done = export_month(
                 LocalStorage(where),
@@ -207,41 +213,40 @@ def export_only(settings: Settings, where: Path) -> tuple[int, float, float, flo
         f" stands; {export_s:.1f} s, {export_cpu:.1f} s of CPU time)"
     )
     started, cpu = time.monotonic(), time.process_time()
-    checked = CliRunner().invoke(
-        cli,
-        ["--home", str(settings.home), "--region", REGION, "archive", "verify", "--archive",
-         str(where), "--public-key", str(where.parent / "k.pub"), "--json"],
-        catch_exceptions=False,
-    )  # fmt: skip
+    verify(where, public_pem)
     verify_s = time.monotonic() - started
-    assert checked.exit_code == 0, checked.output
     cpu_s("verify", time.process_time() - cpu)
     return done.events, export_s, export_cpu, verify_s
 
 
-def export_and_verify(settings: Settings, where: Path) -> tuple[int, float, float]:
+def verify(where: Path, public_pem: bytes) -> None:
+    """`archive verify` of the month: every file, signature, tree and the chain."""
+    reports = verify_archive(LocalStorage(where), load_public_key(public_pem), REGION, None)
+    problems = [str(f) for r in reports for f in r.findings if f.error]
+    assert not problems and reports, problems
+
+
+def export_and_verify(stores: Stores, where: Path) -> tuple[int, float, float]:
+    """`archive export` (the ledger brought up to date first) and `archive verify`."""
     private_pem, public_pem = generate_key_pem()
-    (where.parent / "k").write_bytes(private_pem)
-    (where.parent / "k.pub").write_bytes(public_pem)
-    base = ["--home", str(settings.home), "--region", REGION]
     started = time.monotonic()
-    done = CliRunner().invoke(
-        cli,
-        [*base, "archive", "export", "--month", MONTH, "--archive", str(where), "--key",
-         str(where.parent / "k"), "--json"],
-        catch_exceptions=False,
-    )  # fmt: skip
+    log = EmbeddedLog(stores.home / "log")
+    try:
+        export_from_log(
+            LocalStorage(where),
+            FileSigner.from_bytes(private_pem),
+            log=log,
+            codec=Codec(),
+            region=REGION,
+            stores=stores,
+            month=MONTH,
+        )
+    finally:
+        log.close()
     export_s = time.monotonic() - started
-    assert done.exit_code == 0, done.output
     started = time.monotonic()
-    checked = CliRunner().invoke(
-        cli,
-        [*base, "archive", "verify", "--archive", str(where), "--public-key",
-         str(where.parent / "k.pub"), "--json"],
-        catch_exceptions=False,
-    )  # fmt: skip
+    verify(where, public_pem)
     verify_s = time.monotonic() - started
-    assert checked.exit_code == 0, checked.output
     rows = pq.ParquetFile(where / layout.key(REGION, MONTH, layout.EVENTS)).metadata.num_rows
     return rows, export_s, verify_s
 
@@ -418,30 +423,30 @@ def main() -> None:
     )
     args = parser.parse_args()
     # The long history needs no ledger: chdb runs the queries over the Parquet files.
-    settings = prepare(args.home, ledger=not (args.long_only or args.archive_only))
+    stores = prepare(args.home, ledger=not (args.long_only or args.archive_only))
     if args.archive_only:
         with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
-            rows, export_s, _, verify_s = export_only(settings, Path(tmp) / "archive")
+            rows, export_s, _, verify_s = export_only(stores, Path(tmp) / "archive")
         row(f"archive export {MONTH} (ledger not caught up)", rows, export_s)
         row(f"archive verify {MONTH}", rows, verify_s)
         return
     # The long history needs no ledger: a scratch chdb, so that a run beside another bench
     # (which holds the ledger's path) does not wait on it.
     scratch = tempfile.TemporaryDirectory(prefix="bench-replay-chdb-")
-    store = ChdbStore(Path(scratch.name)) if args.long_only else open_ledger(settings)
+    store = ChdbStore(Path(scratch.name)) if args.long_only else stores.open_ledger()
 
     month_file = args.home / MONTH / layout.EVENTS
     if args.long_only:
         long(args, store, month_file)
         return
     say("\n30 days of the default region (recorded rule)")
-    bare = python_bare(settings)
-    events, seconds = python_engine(settings)
+    bare = python_bare(stores)
+    events, seconds = python_engine(stores)
     row("python engine (log, merged history, fold)", events, seconds, bare[1])
 
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         where = Path(tmp) / "archive"
-        rows, export_s, verify_s = export_and_verify(settings, where)
+        rows, export_s, verify_s = export_and_verify(stores, where)
         row(f"archive export {MONTH}", rows, export_s)
         row(f"archive verify {MONTH}", rows, verify_s)
         month_file.parent.mkdir(exist_ok=True)

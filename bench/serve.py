@@ -30,15 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import generate_latest
 
+from console.access import ReadAccess
+from console.metrics import registry_for
 from projections.postgres.connection import connect
 from projections.read import fleet as fq
 from projections.read.rows import json_row
 from projections.read.savings import savings
 from projections.read.why import why
-from spotcap.config import Settings
-from spotcap.serve.access import ReadAccess
-from spotcap.serve.metrics import registry_for
-from spotcap.stores import fleet_dsn, open_ledger, stop_embedded_postgres
+from projections.stores import Stores
+from streams.embedded import EmbeddedLog
 
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 
@@ -97,8 +97,8 @@ def main() -> None:
         print("making a demo home (spotcap demo --days 1) ...", flush=True)
         subprocess.run([SPOTCAP, "--home", str(home), "demo", "--days", "1"], check=True,
                        env=child_env(), stdout=subprocess.DEVNULL)  # fmt: skip
-    settings = Settings.load(home=home, region="dev")
-    dsn = fleet_dsn(settings)
+    stores = Stores(home)
+    dsn = stores.fleet_dsn()
     with connect(dsn) as conn:
         lost = fq.instances(conn, state="lost", limit=1)[0]["instance_id"]
         workload = fq.workloads(conn, limit=1)[0]["workload_id"]
@@ -111,13 +111,14 @@ def main() -> None:
         return call
 
     def ledger_read() -> Any:
-        store = open_ledger(settings)
+        store = stores.open_ledger()
         try:
             return json.dumps(savings(store, workload=workload).as_json())
         finally:
             store.close()
 
-    registry = registry_for(ReadAccess(settings))  # the collector: the same reads, no HTTP
+    # The collector: the same reads, no HTTP.
+    registry = registry_for(ReadAccess(stores, "dev", lambda: EmbeddedLog(home / "log")))
     cases: list[tuple[str, Callable[[], Any]]] = [
         ("/api/v1/pools?limit=200", fleet_read(lambda c: [json_row(r) for r in fq.pools(c)])),
         ("/api/v1/instances?limit=200",
@@ -154,7 +155,7 @@ def main() -> None:
         print(f"{shown:<52} {ms(s):>16} {ms(b):>16} "
               f"{statistics.median(b) / statistics.median(s):>10.2f}x")  # fmt: skip
     if args.home is None:
-        stop_embedded_postgres(settings)
+        stores.stop_embedded_postgres()
 
 
 if __name__ == "__main__":
