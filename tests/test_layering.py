@@ -11,7 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.layering import PROJECT, RULES, check_source, check_tree, rule_for
+from tests.layering import (
+    ARCHITECTURE_PAGE,
+    PRODUCT,
+    PROJECT,
+    RULES,
+    check_source,
+    check_tree,
+    dependency_matrix,
+    drawn_matrix,
+    part_edges,
+    rule_for,
+    with_matrix,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,8 +59,23 @@ PLANTED = (
         ("contracts/up.py", "import provider.base\n", "contracts/ may import only"),
         ("provider/side.py", "from agent import drain\n", "provider/ may import only"),
         ("streams/side.py", "from projections import fleet\n", "streams/ may import only"),
-        ("projections/up.py", "from replay import engine\n", "projections/ may import only"),
+        ("projections/above.py", "from replay import engine\n", "projections/ may import only"),
         ("replay/up.py", "import spotcap.cli\n", "replay/ may import only"),
+        # The parts added by the house move, each kept in its place.
+        ("replay/above.py", "from console import app\n", "replay/ may import only"),
+        ("sim/up.py", "from replay.decisions import what_if\n", "sim/ may import only"),
+        ("sim/side.py", "from agent.spool import Spool\n", "sim/ may import only"),
+        ("provider/sim.py", "from sim import RegionSim\n", "provider/ may import only"),
+        ("console/up.py", "from spotcap.wiring import stores\n", "console/ may import only"),
+        ("console/side.py", "import sim.demo\n", "console/ may import only"),
+        ("projections/up.py", "from sim.demo import run_demo\n", "projections/ may import only"),
+        ("streams/up.py", "from projections.catchup import catch_up\n", "streams/ may import only"),
+        ("agent/drain/up.py", "from streams.log import Record\n", "agent/ may import only"),
+        ("spotcap/cli/x.py", "import fastapi\n", "fastapi is not on spotcap/"),
+        ("spotcap/cli/y.py", "from projections.catchup import _Together\n", "public names"),
+        ("spotcap/cli/z.py", "from sim import _private\n", "public names"),
+        ("bench/x.py", "from spotcap.wiring import open_log\n", "bench/ may import only"),
+        ("bench/y.py", "import spotcap.cli\n", "bench/ may import only"),
         ("schemas/kafka.py", "import confluent_kafka\n", "confluent_kafka is not on schemas/"),
         ("provider/pg.py", "from psycopg import sql\n", "psycopg is not on provider/"),
         ("infra/servers/x.py", "from schemas.codec import Codec\n", "infra/ may import only infra"),
@@ -162,6 +189,12 @@ def test_what_the_rule_allows_passes(tmp_path: Path) -> None:
         "provider/a.py": "from contracts import bundle_for\nimport openstack\n",
         "replay/a.py": "from streams.log import Record\nfrom projections import x\n",
         "spotcap/a.py": "import click\nfrom replay import y\nfrom streams.kafka import KafkaLog\n",
+        "agent/ship.py": "from streams.writer import EventWriter\nfrom agent.spool import Spool\n",
+        "sim/a.py": "from projections.catchup import run_projections\nfrom provider import base\n",
+        "replay/b.py": "from sim.demo import write_run\nfrom projections.stores import Stores\n",
+        "console/a.py": "import fastapi\nfrom replay.run import replay_log\nimport jinja2\n",
+        "projections/a.py": "from streams.merged import MergedHistory\nimport pyarrow\n",
+        "bench/b.py": "from sim.demo import run_demo\nfrom console.access import ReadAccess\n",
         "infra/a.py": "import subprocess\nfrom infra.servers import process\n",
         "bench/a.py": "from infra.servers import start_kafka\nfrom tests.factories import notice\n",
         "tests/a.py": "import pytest\nfrom spotcap.cli import main\nimport chdb\n",
@@ -180,3 +213,28 @@ def test_what_the_rule_allows_passes(tmp_path: Path) -> None:
     }
     for relative, source in allowed.items():
         assert check_source(Path(relative), source) == [], relative
+
+
+def test_the_architecture_page_draws_the_parts_as_they_import_each_other() -> None:
+    """docs/architecture.md's matrix is the code's (regenerate: python -m tests.layering
+    --write), and the parts' order keeps every import pointing down."""
+    edges = part_edges(REPO)
+    page = (REPO / ARCHITECTURE_PAGE).read_text(encoding="utf-8")
+    assert drawn_matrix(page) == dependency_matrix(edges), "run: python -m tests.layering --write"
+    for part, imported in edges.items():
+        below = set(PRODUCT[: PRODUCT.index(part)])
+        assert imported <= below, f"{part} imports {sorted(imported - below)}, above or beside it"
+    assert all(f"**`{part}`**" in page for part in PRODUCT), "a part without its paragraph"
+
+
+def test_the_matrix_shows_a_planted_import(tmp_path: Path) -> None:
+    plant(tmp_path, "schemas/a.py", "x = 1\n")
+    plant(tmp_path, "contracts/b.py", "from schemas import a\n")
+    edges = part_edges(tmp_path)
+    assert edges["contracts"] == {"schemas"} and edges["schemas"] == set()
+    matrix = dependency_matrix(edges).splitlines()
+    assert matrix[-2].split()[1:3] == ["contracts", "x"]
+    assert (
+        drawn_matrix(with_matrix("<!-- parts:begin -->\n```\nold\n```\n<!-- parts:end -->", "new"))
+        == "new"
+    )
