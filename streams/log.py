@@ -52,6 +52,11 @@ class TopicSpec:
             "retention.ms": str(self.retention_ms),
             "cleanup.policy": "compact" if self.compacted else "delete",
         }
+        if not self.compacted:
+            # Producers stamp a record with its event time; retention measures from the time
+            # the broker appended it, so a history written late (a replay, a backfill, a demo
+            # of a past month) is kept `retention_ms` from its writing, not deleted at once.
+            config["message.timestamp.type"] = "LogAppendTime"
         config.update(self.extra_config)
         return config
 

@@ -120,3 +120,49 @@ def test_every_event_topic_of_the_catalogue_is_a_region_topic() -> None:
     assert {t.name for t in LOGICAL_TOPICS if t.events} == TOPICS
     assert {"schemas", "audit"} == LOGICAL_NAMES - TOPICS
     assert {t.topic for t in event_types()} <= LOGICAL_NAMES
+
+
+def test_a_history_older_than_its_retention_stays_on_kafka(kafka: Server) -> None:
+    """Records stamped with an event time long past the topic's retention (a replay, a backfill,
+    a demo of a past month) are kept: retention counts from when the broker appended them. A
+    topic left on CreateTime, written the same way, loses them at the broker's next retention
+    check (every 5 s on the test broker), which shows the check would catch a regression."""
+    from streams.kafka import KafkaLog
+    from streams.log import TopicSpec
+
+    log = KafkaLog(kafka.address)
+    region = f"t{uuid.uuid4().hex[:8]}"
+    day_ms = 86_400_000
+    ours = TopicSpec(f"{region}.old-history", 1, 30 * day_ms)
+    control = TopicSpec(f"{region}.create-time", 1, 30 * day_ms,
+                        extra_config={"message.timestamp.type": "CreateTime"})  # fmt: skip
+    try:
+        log.apply_topics([ours, control])
+        producer = log.producer()
+        long_ago_ms = int(time.time() * 1000) - 60 * day_ms
+        for spec in (ours, control):
+            for n in range(20):
+                producer.produce(spec.name, b"x", key=b"k", timestamp_ms=long_ago_ms + n)
+        producer.flush(30.0)
+        producer.close()
+        deadline = time.monotonic() + 120
+        while log.end_offsets(control.name) != {0: 20} or _low(kafka, control.name) < 20:
+            assert time.monotonic() < deadline, "the CreateTime topic was never cleaned up"
+            time.sleep(1.0)
+        # The control lost its records to retention; ours, written the same way, keeps them.
+        assert log.end_offsets(ours.name) == {0: 20} and _low(kafka, ours.name) == 0
+    finally:
+        log.close()
+
+
+def _low(kafka: Server, topic: str) -> int:
+    """The first offset partition 0 of `topic` still holds (its low watermark)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka.address, "group.id": f"w-{uuid.uuid4()}",
+                         "logger": logging.getLogger("tests")})  # fmt: skip
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        return int(low)
+    finally:
+        consumer.close()

@@ -144,6 +144,8 @@ def _kafka_properties(data_dir: Path, broker_port: int, controller_port: int) ->
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Retention checked every 5 s (default 5 min), so a test sees what retention deletes.
+        "log.retention.check.interval.ms": "5000",
     }
     lines = ["# written by infra.servers; ports are chosen afresh on every start"]
     lines += [f"{k}={v}" for k, v in props.items()]
