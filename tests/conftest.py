@@ -8,7 +8,9 @@ at the end. A server that cannot start fails the tests that need it (never skips
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -26,6 +28,33 @@ from infra.servers.process import STATE_FILE  # noqa: E402
 from projections.ledger.store import ChdbStore  # noqa: E402
 from projections.postgres.connection import Connection, connect  # noqa: E402
 from projections.postgres.migrate import drop, migrate  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Without --basetemp, the session's temporary folder is one of its own (not under pytest's
+    shared ``pytest-of-<user>``, whose mode every other pytest session on the machine sets back to
+    0700 when it starts: the embedded PostgreSQL, which runs as an unprivileged user with its data
+    under a test's folder, then loses its own files and panics). Removed at the end of a session
+    that passed; kept for a look after one that failed."""
+    if config.option.basetemp is None:
+        root = Path(tempfile.mkdtemp(prefix="spotcap-tests-"))
+        root.chmod(0o755)
+        config.option.basetemp = str(root / "tmp")
+        config.stash[_OWN_BASETEMP] = root
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_PASSED] = exitstatus == 0
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(_OWN_BASETEMP, None)
+    if root is not None and config.stash.get(_PASSED, False):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[Path]()
+_PASSED = pytest.StashKey[bool]()
 
 
 def _serve(
