@@ -1,6 +1,6 @@
 # A newcomer runs two commands (README.md): `make demo` and `make test`.
 # Downloads are cached under the home directory: pip in ~/.cache/pip, Maven in ~/.m2,
-# the Kafka jars, promtool, the versitygw binary and the browser tests' npm packages in
+# the Kafka jars, the versitygw binary and the browser tests' npm packages in
 # ~/.cache/spotcap.
 PYTHON ?= python3
 VENV := .venv
@@ -23,7 +23,7 @@ demo: install
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers/.
-## promtool (which lints /metrics) is built once from the Go module proxy (~12 min of CPU).
+## promtool (which lints /metrics) comes with Debian's prometheus package.
 test: install kafka-jars promtool versitygw system-packages browser-tools
 	$(BIN)/pytest
 
@@ -60,6 +60,9 @@ kafka-jars: install
 	$(BIN)/python -m infra.servers fetch-kafka
 
 promtool: install
+	@command -v promtool >/dev/null || { \
+		echo "installing prometheus (for its promtool) from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 	$(BIN)/python -m infra.servers fetch-promtool
 
 ## The S3 server of the archive's Object Lock tests, built once with go install (~8 min of CPU).

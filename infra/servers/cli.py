@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         description=(
             "Fetch and run spotcap's real servers on 127.0.0.1 (free ports).\n\n"
             "  fetch-kafka                fetch Kafka's jars from Maven Central (cached)\n"
-            "  fetch-promtool             build Prometheus's promtool with go install (cached)\n"
+            "  fetch-promtool             find promtool (from Debian's prometheus package)\n"
             "  fetch-versitygw            build the versitygw S3 server with go install (cached)\n"
             "  SERVER start               start; prints {name, address, pid} as JSON\n"
             "  SERVER stop                stop cleanly (idempotent)\n"
@@ -93,4 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if status["running"] else 3
     except ServerError as exc:
         print(str(exc), file=sys.stderr)
+        return 1
+    except OSError as exc:  # a folder that cannot be written (read-only, full, not ours)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{where}{exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""Build a Go command once with ``go install`` into the project's cache (promtool, versitygw).
+"""Build a Go command once with ``go install`` into the project's cache (versitygw).
 
 No package registry ships these binaries; the Go module proxy does ship their sources. A build
 runs under a file lock (two test processes never build the same binary at once), goes to a

@@ -1,39 +1,30 @@
-"""promtool, Prometheus's own linter, built from the Go module proxy and cached.
+"""promtool, Prometheus's own linter, from Debian's ``prometheus`` package.
 
 ``promtool check metrics`` reads a metrics exposition on stdin and says what breaks the naming
 conventions (a gauge named ``..._total``, a counter without it, units that are not base units);
-the tests run it over ``spotcap serve``'s ``/metrics``. No package registry ships the binary, so
-it is built once with ``go install`` (about 12 minutes of CPU on 2 cores) into
-``<cache>/promtool-<version>/promtool``, the cache being ``$SPOTCAP_CACHE`` (default
-``~/.cache/spotcap``), like the Kafka jars. ``go`` is ``$SPOTCAP_GO``, else ``go`` on PATH.
+``promtool check rules`` checks alerting and recording rules. The tests run both. Debian 12
+ships promtool 2.42 with the ``prometheus`` package (``make system-packages`` installs it, in
+about 15 s); building it from the Go module proxy took about 12 minutes of CPU on a fresh
+machine, which ``make test`` no longer pays. ``$SPOTCAP_PROMTOOL`` names another binary.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
-from infra.servers.gobuild import GoCommand, fetch_go_command
-from infra.servers.process import cache_dir
+from infra.servers.process import ServerError
 
-PROMTOOL_VERSION = "v0.316.0"  # the Prometheus 3.x module, as the Go module proxy names it
-PROMTOOL_MODULE = "github.com/prometheus/prometheus/cmd/promtool"
-BUILD_TIMEOUT_S = 3600  # ~12 min of CPU on an idle 2-core machine; a shared one is slower
-
-
-def promtool_path() -> Path:
-    return cache_dir() / f"promtool-{PROMTOOL_VERSION}" / "promtool"
+DEBIAN_PACKAGE = "prometheus"
 
 
 def fetch_promtool() -> Path:
-    """Return the path of promtool, building it with ``go install`` if it is not cached."""
-    return fetch_go_command(
-        GoCommand(
-            "promtool",
-            PROMTOOL_MODULE,
-            PROMTOOL_VERSION,
-            promtool_path(),
-            env={"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
-            go_fix="install Go 1.23+ (apt-get install golang) or set SPOTCAP_GO",
-            timeout_s=BUILD_TIMEOUT_S,
+    """The path of promtool: $SPOTCAP_PROMTOOL, else promtool on PATH (Debian's)."""
+    chosen = os.environ.get("SPOTCAP_PROMTOOL") or shutil.which("promtool")
+    if not chosen or not Path(chosen).is_file():
+        raise ServerError(
+            "promtool is not installed: run `make system-packages` (it installs Debian's "
+            f"`{DEBIAN_PACKAGE}` package, which ships promtool), or set SPOTCAP_PROMTOOL"
         )
-    )
+    return Path(chosen)
