@@ -31,6 +31,14 @@ from projections.ledger.writer import (
 from projections.postgres.connection import Connection, FleetUnavailableError
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.provenance import (
+    check_log,
+    check_region,
+    fleet_topics,
+    hold_fleet_topics,
+    hold_ledger_topics,
+    ledger_topics,
+)
 from projections.stores import Stores
 from projections.write_behind import WriteBehind
 from schemas.codec import Codec
@@ -94,6 +102,38 @@ class Writer:
         assert self.ledger is not None
         return self.ledger.stored_offsets()
 
+    @property
+    def label(self) -> str:
+        return "fleet state" if self.which == "fleet" else "ledger"
+
+    def held_topics(self) -> dict[str, str | None]:
+        """The topics this projection has consumed, with their identities then."""
+        if self.fleet is not None:
+            return fleet_topics(self.fleet.conn, self.fleet.projection)
+        assert self.ledger is not None
+        return ledger_topics(self.ledger.store, self.ledger.projection)
+
+    def hold_topics(self, ids: Mapping[str, str | None]) -> None:
+        if self.fleet is not None:
+            hold_fleet_topics(self.fleet.conn, self.fleet.projection, ids)
+        else:
+            assert self.ledger is not None
+            hold_ledger_topics(self.ledger.store, self.ledger.projection, ids)
+
+    def check_log(self, log: EventLog, region: str) -> None:
+        """Refuse a log that is not the one this projection was built from, or another region
+        than the one it holds (`projections.provenance`); then hold this log's topics."""
+        held = self.held_topics()
+        check_region(held, region, f"the {self.label}")
+        physical = [topic_name(region, t) for t in self.topics]
+        current = {t: log.topic_id(t) for t in physical}
+        ends = {t: log.end_offsets(t) for t in physical}
+        rebuild = f"spotcap --region {region} rebuild {self.which}"
+        check_log(held, current, self.stored_offsets(), ends, projection=self.label,
+                  rebuild=rebuild)  # fmt: skip
+        if held != current:
+            self.hold_topics(current)
+
     def write(
         self, events: list[tuple[Origin, Envelope]], positions: dict[TopicPartition, int]
     ) -> list[tuple[Origin, str]]:
@@ -153,6 +193,8 @@ def catch_up_together(
     +>``. Each report's seconds are its own writes plus the shared reading that the writes did
     not hide."""
     assert writers, "no writer to catch up"
+    for writer in writers:
+        writer.check_log(log, region)
     topics, start = writers[0].topics, writers[0].stored_offsets()
     for other in writers[1:]:
         if other.topics != topics or other.stored_offsets() != start:
@@ -372,7 +414,9 @@ def fleet_processor(
     log: EventLog, codec: Codec, region: str, writer: FleetWriter
 ) -> Processor[Positioned]:
     """A processor that keeps the fleet state up to date, partition by partition (Kafka groups
-    can spread it over several processes: the state rows do not depend on order)."""
+    can spread it over several processes: the state rows do not depend on order). Refuses a
+    log that is not the one the state was built from (`Writer.check_log`)."""
+    Writer("fleet", fleet=writer.conn).check_log(log, region)
     dead_letters = DeadLetters(OnDemandProducer(log), codec, region, "projection/fleet")
     factory = SeekingFactory(
         writer, Decoder(codec), DeadLetterGuard(dead_letters, DeadLetterPolicy())

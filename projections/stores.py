@@ -46,6 +46,9 @@ class Stores:
     home: Path
     postgres_dsn: str | None = None
     clickhouse_url: str | None = None
+    region: str | None = None
+    """The region this home's stores hold: opening a store that holds another refuses it
+    (`projections.provenance.RegionMismatchError`); None opens whatever they hold."""
 
     @property
     def postgres_dir(self) -> Path:
@@ -66,11 +69,13 @@ class Stores:
         folder = self.postgres_dir
         done = _servers("start", folder)
         if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no output"])[0]
+            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            why = lines[-1].strip() if lines else "no output"  # the last line says what failed
+            log = folder / "postgres.log"
+            where = f"read its log {log}, or point" if log.is_file() else "point"
             raise StoreError(
-                f"the embedded PostgreSQL under {folder} did not start ({first}); read its log "
-                f"{folder / 'postgres.log'}, or point --postgres / SPOTCAP_POSTGRES_DSN at a "
-                "server"
+                f"the embedded PostgreSQL under {folder} did not start ({why}); {where} "
+                "--postgres / SPOTCAP_POSTGRES_DSN at a server"
             )
         return str(json.loads(done.stdout)["address"])
 
@@ -87,6 +92,8 @@ class Stores:
         """A connection to the fleet state, its migrations applied unless `migrated` is False."""
         from projections.postgres.connection import FleetDatabaseError, connect
         from projections.postgres.migrate import migrate
+        from projections.postgres.writer import FLEET_PROJECTION
+        from projections.provenance import check_region, fleet_topics
 
         try:
             conn = connect(self.fleet_dsn())
@@ -94,6 +101,9 @@ class Stores:
                 migrate(conn)
         except FleetDatabaseError as error:
             raise StoreError(str(error)) from error
+        if migrated and self.region is not None:
+            held = fleet_topics(conn, FLEET_PROJECTION)
+            check_region(held, self.region, f"the fleet state ({self.describe_fleet()})")
         return conn
 
     def stop_embedded_postgres(self) -> bool:
@@ -105,6 +115,12 @@ class Stores:
             raise StoreError(f"the embedded PostgreSQL did not stop: {done.stderr.strip()[:300]}")
         return True
 
+    def check_region(self) -> None:
+        """Open both stores (the embedded PostgreSQL started if need be) and close them:
+        `RegionMismatchError` if either holds another region than `region`."""
+        self.open_fleet().close()
+        self.open_ledger().close()
+
     def ledger_location(self) -> tuple[Path, str]:
         """Where the embedded ledger lives: (chdb path, database)."""
         shared = os.environ.get("SPOTCAP_CHDB_PATH")
@@ -115,11 +131,18 @@ class Stores:
 
     def open_ledger(self) -> LedgerStore:
         from projections.ledger.store import ChdbStore, ServerStore
+        from projections.ledger.writer import LEDGER_PROJECTION
+        from projections.provenance import check_region, ledger_topics
 
         if self.clickhouse_url:
-            return ServerStore(self.clickhouse_url, LEDGER_DATABASE)
-        path, database = self.ledger_location()
-        return ChdbStore(path, database)
+            store: LedgerStore = ServerStore(self.clickhouse_url, LEDGER_DATABASE)
+        else:
+            path, database = self.ledger_location()
+            store = ChdbStore(path, database)
+        if self.region is not None:
+            held = ledger_topics(store, LEDGER_PROJECTION)
+            check_region(held, self.region, f"the ledger ({store.describe()})")
+        return store
 
 
 def _servers(action: str, folder: Path) -> subprocess.CompletedProcess[str]:

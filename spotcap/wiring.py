@@ -40,7 +40,7 @@ def describe_log(settings: Settings) -> str:
 
 def stores(settings: Settings) -> Stores:
     """The fleet state and the ledger: the configured servers, else embedded under home."""
-    return Stores(settings.home, settings.postgres_dsn, settings.clickhouse_url)
+    return Stores(settings.home, settings.postgres_dsn, settings.clickhouse_url, settings.region)
 
 
 def runs_dir(settings: Settings) -> Path:

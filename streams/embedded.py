@@ -2,7 +2,7 @@
 
 Layout under ``<home>/log``::
 
-    <topic>/topic.json                     partitions, retention, compaction
+    <topic>/topic.json                     partitions, retention, compaction, identity
     <topic>/<partition>/<base offset>.avro segments (Avro object container files)
     _groups/<group>.json                   committed next offsets of a consumer group
     _quarantine/<run>/...                  bytes moved aside (torn writes, repairs), README
@@ -23,11 +23,13 @@ partitioner, records without a key to partition 0.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,7 @@ class EmbeddedLog:
             }
             if path.exists():
                 current = json.loads(path.read_text())
+                identity = current.pop("id", None)
                 if current == wanted:
                     changes.append(TopicChange(spec.name, "unchanged"))
                     continue
@@ -98,10 +101,12 @@ class EmbeddedLog:
                     wanted["partitions"] = current["partitions"]
                 action = "updated"
             else:
-                action = "created"
+                action, identity = "created", None
             for number in range(wanted["partitions"]):
                 (path.parent / f"{number:04d}").mkdir(parents=True, exist_ok=True)
-            _write_json(path, wanted)
+            # The topic's identity tells it from a topic of the same name made after it was
+            # deleted (a projection built from the first must not go on with the second).
+            _write_json(path, {**wanted, "id": identity or uuid.uuid4().hex})
             changes.append(TopicChange(spec.name, action))
         return changes
 
@@ -131,6 +136,16 @@ class EmbeddedLog:
 
     def topics(self) -> list[str]:
         return sorted(p.parent.name for p in self.root.glob("*/topic.json"))
+
+    def topic_id(self, topic: str) -> str | None:
+        """The identity the topic was given when it was made (None: made before identities)."""
+        path = self._topic_file(topic)
+        if not path.exists():
+            raise UnknownTopicError(
+                f"topic {topic!r} does not exist in the embedded log at {self.root}"
+            )
+        found = json.loads(path.read_text()).get("id")
+        return str(found) if found else None
 
     def partitions_for(self, topic: str) -> int:
         path = self._topic_file(topic)
@@ -295,11 +310,17 @@ class EmbeddedConsumer:
         self.poll_errors = 0  # the embedded log has no transient errors; kept for the seam
         self._listener = listener
         lock_path = log.root / "_groups" / f"{group}.lock"
-        self._lock = _exclusive_lock(
-            lock_path,
-            f"consumer group {group!r} already has a member (the embedded log allows one per "
-            f"group; see {lock_path}): close it first or use another group",
-        )
+        self._closed = False
+        try:
+            self._lock: Any = _exclusive_lock(
+                lock_path,
+                f"consumer group {group!r} already has a member (the embedded log allows one per "
+                f"group; see {lock_path}): close it first or use another group",
+            )
+        except OSError as error:
+            if error.errno not in CANNOT_WRITE:
+                raise
+            self._lock = None  # a log this process cannot write: read it, commit nothing
         self._partitions: list[TopicPartition] = [
             (topic, n) for topic in topics for n in range(log.partitions_for(topic))
         ]
@@ -358,6 +379,11 @@ class EmbeddedConsumer:
     ) -> None:
         # One fsynced file rename: bounded by the disk, not by a peer, so `timeout_s` is not
         # needed here.
+        if self._lock is None:
+            raise LogError(
+                f"the embedded log at {self._log.root} cannot be written by this process "
+                f"(read-only): consumer group {self.group!r} cannot store its positions"
+            )
         self._log.commit(self.group, positions)
 
     def committed(self) -> dict[TopicPartition, int]:
@@ -391,8 +417,9 @@ class EmbeddedConsumer:
         return sorted(self._paused)
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        if self._lock.closed:
+        if self._closed:
             return
+        self._closed = True
         try:
             if self._listener is not None and self._assigned:
                 self._listener.on_revoke(self, list(self._assigned))
@@ -400,8 +427,14 @@ class EmbeddedConsumer:
             self._assigned = []
             self._positions = {}
             self._paused.clear()
-            fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
-            self._lock.close()
+            if self._lock is not None:
+                fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+                self._lock.close()
+
+
+CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM)
+"""What opening a lock file says in a log this process cannot write (a read-only copy of a home,
+another user's files)."""
 
 
 def _exclusive_lock(path: Path, held_elsewhere: str) -> Any:

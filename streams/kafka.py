@@ -172,6 +172,21 @@ class KafkaLog:
                 if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise LogError(f"could not delete topic {name}: {error}") from error
 
+    def topic_id(self, topic: str) -> str | None:
+        from confluent_kafka import TopicCollection
+
+        self._metadata()  # an unreachable broker is one sentence, as for every question
+        future = self._admin.describe_topics(TopicCollection([topic]))[topic]
+        try:
+            described = future.result(timeout=_ADMIN_TIMEOUT_S)
+        except KafkaException as error:
+            if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise UnknownTopicError(
+                    f"topic {topic!r} does not exist on {self.bootstrap}"
+                ) from error
+            raise LogError(f"could not describe topic {topic}: {error}") from error
+        return str(described.topic_id) if described.topic_id is not None else None
+
     def partitions_for(self, topic: str) -> int:
         found = self._metadata().topics.get(topic)
         if found is None or found.error is not None:

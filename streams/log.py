@@ -220,6 +220,11 @@ class EventLog(Protocol):
 
     def partitions_for(self, topic: str) -> int: ...
 
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's identity, given when it was made: a topic deleted and made again under
+        its name has another (None where the log cannot say)."""
+        ...
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The next offset to be written, per partition."""
         ...

@@ -23,9 +23,10 @@ def test_db_migrate_starts_the_homes_server_and_is_idempotent(tmp_path: Path) ->
             "0002_views",
             "0003_rankings_journal",
             "0004_instance_events_view",
+            "0005_consumed_topics",
         ]
         second = runner.invoke(main, [*home, "db", "migrate"])
-        assert second.exit_code == 0 and "up to date: 4 migrations applied" in second.output
+        assert second.exit_code == 0 and "up to date: 5 migrations applied" in second.output
         status = runner.invoke(main, [*home, "db", "status", "--json"])
         assert json.loads(status.output)["embedded"]["running"] is True
     finally:

@@ -114,6 +114,9 @@ class Reshuffled:
     def describe(self) -> str:
         return self.inner.describe()
 
+    def topic_id(self, topic: str) -> str | None:
+        return self.inner.topic_id(topic)
+
     def apply_topics(self, specs: Iterable[TopicSpec]) -> list[TopicChange]:
         return self.inner.apply_topics(specs)
 

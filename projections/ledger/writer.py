@@ -63,7 +63,14 @@ def drop_all(store: LedgerStore) -> None:
     """Drop every ledger table and view (for rebuilds)."""
     for name in ("net_saving", "ledger_by_cause", "rankings_from_events", "rate_cards_from_events"):
         store.command(f"DROP VIEW IF EXISTS {name}")
-    for name in ("events", "rankings", "rate_cards", "ledger_lines", "consumed_offsets"):
+    for name in (
+        "events",
+        "rankings",
+        "rate_cards",
+        "ledger_lines",
+        "consumed_offsets",
+        "consumed_topics",
+    ):
         store.command(f"DROP TABLE IF EXISTS {name}")
 
 
