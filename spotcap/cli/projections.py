@@ -13,10 +13,11 @@ from projections.catchup import ShowProgress, Which, run_projections
 from projections.ledger.store import LedgerError
 from projections.postgres.connection import FleetDatabaseError
 from projections.stores import StoreError
-from spotcap.cli.options import postgres_option, with_postgres
+from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.cli.output import emit_json, progress, say
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
 from spotcap.wiring import describe_log, make_codec, open_log, stores
 from streams.log import LogError
 
@@ -49,6 +50,8 @@ def show_progress(fresh: bool, quiet: bool) -> ShowProgress:
 
 
 def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
+    need_home(settings, log=True)
+    hold_home(settings, exclusive=fresh)  # a rebuild drops the tables others read
     log = open_log(settings)
     try:
         reports = run_projections(

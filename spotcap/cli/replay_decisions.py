@@ -12,16 +12,15 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from projections.money import eur_text
 from replay.ledgers import day_number
-from spotcap.cli.output import console, emit_json, err_console, say, table
+from spotcap.cli.options import need_home
+from spotcap.cli.output import emit_json, err_console, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
-from streams.deciders.settings import DeciderSettings
+from spotcap.home import hold_home
 from streams.deciders.settings_keys import (
     SettingError,
-    allowed,
-    as_data,
     parse_assignments,
-    settable_keys,
+    settings_table,
     with_values,
 )
 
@@ -79,6 +78,8 @@ def decisions(settings: Settings, *, assignments: tuple[str, ...], orchestrator:
     if first_day is not None and last_day is not None and first_day > last_day:
         fail("--from is after --to", usage=True)
 
+    need_home(settings, log=True)
+    hold_home(settings)
     report = _what_if(settings, values, orchestrator, first_day, last_day, quiet=as_json)
     if as_json:
         emit_json(report)
@@ -213,7 +214,7 @@ def print_what_if(report: dict[str, Any]) -> None:
             _value(row["rerun"], row["unit"]),
             _value(row["delta"], row["unit"], signed=True) if row["delta"] else "0",
         )
-    console.print(shown)
+    show(shown)
     ex = report["exclusions"]
     lines = [
         ("excluded in both runs", ex["excluded_in_both"]),
@@ -239,10 +240,7 @@ def print_what_if(report: dict[str, Any]) -> None:
 
 
 def _print_settings(as_json: bool) -> None:
-    defaults = as_data(DeciderSettings())
-    rows = [
-        {"key": key, "default": defaults[key], "allowed": allowed(key)} for key in settable_keys()
-    ]
+    rows = settings_table()
     if as_json:
         emit_json(rows)
         return
@@ -251,4 +249,4 @@ def _print_settings(as_json: bool) -> None:
                   ((str(r["key"]), f"{r['default']:g}", str(r["allowed"])) for r in rows),
                   right=("default",))  # fmt: skip
     shown.columns[0].no_wrap = True
-    console.print(shown)
+    show(shown)

@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from spotcap.cli.options import postgres_option, read_public_key, with_postgres
+from spotcap.cli.options import need_home, postgres_option, read_public_key, with_postgres
 from spotcap.cli.output import say
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
 
 
 # fmt: off
@@ -51,7 +52,8 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     from replay.archive.storage import ArchiveError
     from spotcap.wiring import open_archive, open_log, stores
 
-    settings = with_postgres(settings, postgres_dsn)
+    settings = need_home(with_postgres(settings, postgres_dsn), log=True, fleet=True, ledger=True)
+    hold_home(settings)
     key = read_public_key(public_key_file) if public_key_file else None
     try:
         desk = ArchiveDesk(open_archive(settings, location), settings.region, key)
