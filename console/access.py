@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
-from projections.ledger.store import LedgerError, LedgerStore
+from projections.ledger.store import LedgerError, LedgerFolderError, LedgerStore
 from projections.postgres.connection import Connection, FleetDatabaseError, connect, redact
 from projections.postgres.migrate import migrate
 from projections.read.errors import fleet_unavailable_on_error
@@ -162,6 +162,8 @@ class ReadAccess:
                 "that --clickhouse / SPOTCAP_CLICKHOUSE_URL names it",
             )
         path, _ = self.stores.ledger_location()
+        if isinstance(error, LedgerFolderError):
+            return StoreUnavailableError("ledger", str(error))
         return StoreUnavailableError(
             "ledger",
             f"the embedded ledger at {path} cannot be opened now, most likely because another "

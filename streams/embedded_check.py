@@ -11,6 +11,7 @@ past every offset the damaged bytes can have held, so no acknowledged offset is 
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.damage import Damage
-from streams.embedded import EmbeddedLog
+from streams.embedded import CANNOT_WRITE, EmbeddedLog
 from streams.log import CORRUPT_HEADER, LogError, Record
 from streams.partition import FRAME, Extent, Partition, SegmentView, quarantine
 from streams.segment import encode_block, fsync_dir, header_bytes, new_segment
@@ -84,6 +85,13 @@ def _writer_if_free(log: EmbeddedLog) -> Iterator[bool]:
         log.acquire_writer()
     except LogError:
         yield False
+        return
+    except OSError as error:
+        if error.errno not in CANNOT_WRITE:
+            raise
+        # On a read-only file system nothing can append: every byte is final. Files this
+        # process may not write may still be appended to by their owner.
+        yield error.errno == errno.EROFS
         return
     try:
         yield True

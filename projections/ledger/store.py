@@ -95,7 +95,14 @@ def _chdb_session(path: Path) -> Any:
                 f"one data path per process, so {path} cannot be opened here: run it in "
                 "another process, or share one path with one database per ledger"
             )
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a read-only or unwritable home
+            raise LedgerFolderError(
+                f"the embedded ledger's folder {path} cannot be made: "
+                f"{error.strerror or error}; choose a writable --home, or configure a ClickHouse "
+                "server with --clickhouse / SPOTCAP_CLICKHOUSE_URL"
+            ) from error
         try:
             session: Any = chdb.session.Session(str(path))  # type: ignore[no-untyped-call]
         except Exception as error:  # chdb raises RuntimeError with ClickHouse's text
@@ -105,6 +112,10 @@ def _chdb_session(path: Path) -> Any:
             ) from error
         _chdb_path = path
         return session
+
+
+class LedgerFolderError(LedgerError):
+    """The embedded ledger's folder cannot be made (a read-only or unwritable home)."""
 
 
 class ChdbStore:

@@ -122,3 +122,23 @@ def open_signer(
         except SigningError as error:
             fail(str(error))
     return None
+
+
+def need_home(settings: Settings, *, log: bool = False, fleet: bool = False,
+              ledger: bool = False) -> Settings:  # fmt: skip
+    """The settings of a command that reads the home's embedded `log`, `fleet` state or
+    `ledger`; a sentence instead when the home does not exist (a reading command never creates
+    one: a typo'd --home must not answer "0 rows"). What is configured elsewhere (Kafka, a
+    PostgreSQL DSN, a ClickHouse URL) needs no home."""
+    embedded = (
+        (log and not settings.kafka_bootstrap)
+        or (fleet and not settings.postgres_dsn)
+        or (ledger and not settings.clickhouse_url)
+    )
+    if embedded and not settings.home.is_dir():
+        fail(
+            f"there is no spotcap home at {settings.home}: this command reads a home and does "
+            "not make one",
+            "check --home (or SPOTCAP_HOME); `spotcap demo` makes a home with a history in it",
+        )
+    return settings
