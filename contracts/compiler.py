@@ -29,7 +29,7 @@ from contracts.feasibility import (
     check_contract,
     check_floors,
 )
-from contracts.source import LoadedYaml, YamlSourceError, load_yaml_with_lines
+from contracts.source import LoadedYaml, YamlSourceError, decode_utf8, load_yaml_with_lines
 from schemas.contracts.errors import ContractError, ContractFindingsError
 from schemas.contracts.model import Contract, ContractDocument
 from schemas.contracts.resolve import resolve
@@ -133,17 +133,9 @@ class _File:
 def _decode(path: Path, data: bytes) -> str | ContractError:
     """The UTF-8 text of `data`, or an error at the line of the first byte that is not UTF-8."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        return ContractError(
-            path,
-            line,
-            "(encoding)",
-            f"byte 0x{data[error.start]:02x} at offset {error.start} is not UTF-8",
-            "save the file as UTF-8 (a contract file is UTF-8 text)",
-            "yaml",
-        )
+        return decode_utf8(data)
+    except YamlSourceError as error:
+        return ContractError(path, error.line, error.field, error.message, error.fix, "yaml")
 
 
 def _read(path: Path, source: str | bytes) -> _File:

@@ -106,13 +106,28 @@ def _field_on_line(text: str, line: int) -> str:
     return "(document)"
 
 
+def decode_utf8(data: bytes, kind: str = "contract") -> str:
+    """The UTF-8 text of a `kind` file's bytes; `YamlSourceError` at the line of the first byte
+    that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise YamlSourceError(
+            data[: error.start].count(b"\n") + 1,
+            "(encoding)",
+            f"byte 0x{data[error.start]:02x} at offset {error.start} is not UTF-8",
+            f"save the file as UTF-8 (a {kind} file is UTF-8 text)",
+        ) from error
+
+
 class _ContractLoader(CheckedLoader):
     """The checked loader (real dates, bounded nesting), refusing anchors and aliases where
     they are written."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, kind: str) -> None:
         super().__init__(text)
         self.text = text
+        self.kind = kind
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -125,13 +140,13 @@ class _ContractLoader(CheckedLoader):
             raise YamlSourceError(
                 line,
                 _field_on_line(self.text, line),
-                f"{what}: anchors and aliases are not allowed in a contract",
+                f"{what}: anchors and aliases are not allowed in a {self.kind} file",
                 "write the value out in full where it applies, and remove the '&' anchor",
             )
         return super().compose_node(parent, index)
 
 
-def _single_document(loader: yaml.SafeLoader) -> yaml.Node | None:
+def _single_document(loader: yaml.SafeLoader, kind: str) -> yaml.Node | None:
     """`get_single_node`, but a second document is refused at its own line, not a key's."""
     if not loader.check_node():  # drops the stream start; False when the stream is empty
         return None
@@ -142,17 +157,18 @@ def _single_document(loader: yaml.SafeLoader) -> yaml.Node | None:
         raise YamlSourceError(
             mark.line + 1 if mark is not None else 1,
             "(document)",
-            "a second YAML document starts here; a contract file holds one document",
-            "keep one contract per file: move this document to a file of its own, or delete "
+            f"a second YAML document starts here; a {kind} file holds one document",
+            f"keep one {kind} per file: move this document to a file of its own, or delete "
             "the '---' line",
         )
     return node
 
 
-def load_yaml_with_lines(text: str) -> LoadedYaml:
-    """Parse one YAML document; raise `YamlSourceError` naming the line of a syntax error."""
+def load_yaml_with_lines(text: str, kind: str = "contract") -> LoadedYaml:
+    """Parse one YAML document of a `kind` file (a contract, an accounting rule); raise
+    `YamlSourceError` naming the line of a syntax error."""
     try:
-        loader = _ContractLoader(text)
+        loader = _ContractLoader(text, kind)
     except yaml.reader.ReaderError as error:
         line = text[: error.position].count("\n") + 1
         raise YamlSourceError(
@@ -162,7 +178,7 @@ def load_yaml_with_lines(text: str) -> LoadedYaml:
             "remove the control character from this line",
         ) from error
     try:
-        node = _single_document(loader)
+        node = _single_document(loader, kind)
         lines: dict[KeyPath, int] = {}
         if node is None:
             return LoadedYaml(data=None, lines=lines)
@@ -174,7 +190,7 @@ def load_yaml_with_lines(text: str) -> LoadedYaml:
         fix = (
             "write a date that exists, e.g. 2026-12-01T06:00:00Z"
             if isinstance(error, DateError)
-            else "write the value flat: a contract nests a few levels at most"
+            else f"write the value flat: a {kind} nests a few levels at most"
         )
         raise YamlSourceError(line, _field_on_line(text, line), str(error.problem), fix) from error
     except yaml.MarkedYAMLError as error:
@@ -187,7 +203,7 @@ def load_yaml_with_lines(text: str) -> LoadedYaml:
             _field_on_line(text, line),
             f"YAML syntax error: {problem}{context}",
             "fix the YAML on this line (indentation, a missing ':' or an unclosed quote), "
-            "and keep one contract per file",
+            f"and keep one {kind} per file",
         ) from error
     except yaml.YAMLError as error:
         raise YamlSourceError(

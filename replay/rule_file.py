@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from contracts.source import LoadedYaml, YamlSourceError, load_yaml_with_lines
+from contracts.source import LoadedYaml, YamlSourceError, decode_utf8, load_yaml_with_lines
 from projections.ledger.rule import (
     CHECKPOINT_STORAGE,
     COUNTERFACTUAL,
@@ -81,7 +81,7 @@ def shipped_rule_path(name: str) -> Path:
 def load_rule(path: Path) -> Rule:
     """Read and check one rule file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as error:
         raise RuleError(
             str(path),
@@ -90,12 +90,16 @@ def load_rule(path: Path) -> Rule:
             f"cannot be read: {error.strerror or error}",
             "give the path of a rule file, e.g. replay/rules/recorded.yaml",
         ) from error
+    try:
+        text = decode_utf8(data, "rule")
+    except YamlSourceError as error:
+        raise RuleError(str(path), error.line, error.field, error.message, error.fix) from error
     return parse_rule(text, str(path))
 
 
 def parse_rule(text: str, source: str) -> Rule:
     try:
-        loaded = load_yaml_with_lines(text)
+        loaded = load_yaml_with_lines(text, "rule")
     except YamlSourceError as error:
         raise RuleError(source, error.line, error.field, error.message, error.fix) from error
     return _Reader(loaded, source).rule()

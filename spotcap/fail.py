@@ -19,6 +19,7 @@ from rich.markup import escape
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 _stderr = Console(stderr=True)
 
@@ -29,6 +30,7 @@ def fail(
     *,
     usage: bool = False,
     json_report: Mapping[str, Any] | None = None,
+    exit_code: int | None = None,
 ) -> NoReturn:
     """Report `message` (one sentence) and `hint` (how to fix it), then exit.
 
@@ -42,7 +44,7 @@ def fail(
         _stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         if hint:
             _stderr.print(f"[dim]{escape(hint)}[/]", highlight=False, soft_wrap=True)
-    sys.exit(EXIT_USAGE if usage else EXIT_FAILURE)
+    sys.exit(exit_code if exit_code is not None else EXIT_USAGE if usage else EXIT_FAILURE)
 
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "fail"]
+__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_USAGE", "fail"]

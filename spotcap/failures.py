@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from spotcap.fail import fail
+from spotcap.fail import EXIT_INTERRUPTED, fail
 
 # errno -> (what it means in words, what a person can do about it)
 _OS_ERRORS: dict[int, tuple[str, str]] = {
@@ -88,14 +88,16 @@ def crash_report(error: BaseException) -> Path:
 
 def fail_on(error: BaseException) -> None:
     """Stop with a sentence for `error` (returns only for exits, which pass through)."""
+    from projections.provenance import LogReplacedError, RegionMismatchError
     from schemas.registry import RegistryError
     from streams.log import LogError
 
     if isinstance(error, (SystemExit, GeneratorExit)):
         return
     if isinstance(error, KeyboardInterrupt):
-        fail("interrupted (Ctrl-C); what was acknowledged before it is kept")
-    if isinstance(error, (LogError, RegistryError)):
+        fail("interrupted (Ctrl-C); what was acknowledged before it is kept",
+             exit_code=EXIT_INTERRUPTED)  # fmt: skip
+    if isinstance(error, (LogError, RegistryError, LogReplacedError, RegionMismatchError)):
         fail(str(error))
     if isinstance(error, OSError):
         message, fix = explain_os_error(error)

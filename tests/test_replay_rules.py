@@ -111,3 +111,28 @@ def test_the_cli_says_what_is_wrong_in_one_sentence(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
     missing = CliRunner().invoke(main, ["--home", str(tmp_path), "replay"])
     assert missing.exit_code == 2 and "--rules FILE" in missing.output
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"\x00\x01\x02\xff\xfe binary", "byte 0xff at offset 3 is not UTF-8"),
+        ("name: caf\u00e9\n".encode("latin-1"), "byte 0xe9 at offset 9 is not UTF-8"),
+        (b"name: a\n---\nname: b\n", "keep one rule per file"),
+        (b"name: [unclosed\n", "keep one rule per file"),
+    ],
+    ids=["binary", "latin-1", "two documents", "syntax"],
+)
+def test_a_rule_file_that_is_not_a_rule_is_one_sentence(
+    tmp_path: Path, content: bytes, words: str
+) -> None:
+    """Not UTF-8 (a binary, a Latin-1 file) or not one YAML document: a sentence naming the file
+    and the line, about a rule file (not a contract), never the crash handler."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+    with pytest.raises(RuleError, match=words):
+        load_rule(bad)
+    result = CliRunner().invoke(main, ["--home", str(tmp_path), "replay", "--rules", str(bad)])
+    assert result.exit_code == 1 and "bad.yaml:" in result.output and words in result.output
+    assert "contract" not in result.output and "Traceback" not in result.output
+    assert "bug in spotcap" not in result.output

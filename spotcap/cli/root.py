@@ -69,7 +69,8 @@ def _add_global_options(command: click.Command, options: Sequence[GlobalOption])
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             _add_global_options(sub, options)
-        return
+        if not command.invoke_without_command:
+            return  # a group that is a command too (`replay`) takes them as well
     taken = {opt for param in command.params for opt in getattr(param, "opts", ())}
     if getattr(command, "_spotcap_globals", False):
         return
