@@ -9,7 +9,7 @@ from typing import Any
 from projections.ledger.rule import CAUSES, COST_CAUSES
 from projections.money import eur_string
 from replay.fold import LineKey
-from replay.ledgers import by_workload, day_date, diff, net_saving
+from replay.ledgers import DiffRow, by_workload, day_date, diff, net_saving
 from replay.run import Replayed
 
 
@@ -64,19 +64,25 @@ def replay_report(
         report["diff"] = {
             "identical": not changed,
             "workloads_compared": len({r.workload_id for r in rows}),
-            "rows": [
-                {
-                    "workload_id": r.workload_id,
-                    "line": r.cause,
-                    "recorded_micros": r.recorded_micros,
-                    "what_if_micros": r.what_if_micros,
-                    "delta_micros": r.delta_micros,
-                }
-                for r in changed
-            ],
-            "totals": totals,
+            "rows": [_diff_row(r) for r in changed],
+            "totals": {cause: {**t, **_eur(t)} for cause, t in totals.items()},
         }
     return report
+
+
+def _diff_row(row: DiffRow) -> dict[str, Any]:
+    micros = {
+        "recorded_micros": row.recorded_micros,
+        "what_if_micros": row.what_if_micros,
+        "delta_micros": row.delta_micros,
+    }
+    return {"workload_id": row.workload_id, "line": row.cause, **micros, **_eur(micros)}
+
+
+def _eur(micros: dict[str, Any]) -> dict[str, str]:
+    """Each ``*_micros`` amount also as a decimal string in euros (``*_eur``): the one money
+    format of every ``--json``, the micro-euros beside it for machines that add them up."""
+    return {k.removesuffix("_micros") + "_eur": eur_string(int(v)) for k, v in micros.items()}
 
 
 __all__ = ["replay_report", "with_totals"]

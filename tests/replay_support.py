@@ -34,7 +34,10 @@ class History:
         return result.output
 
     def json(self, *args: str, code: int = 0) -> Any:
-        return json.loads(self.cli(*args, "--json", code=code))
+        """The command's --json, from its stdout alone (a notice may go to stderr)."""
+        result = CliRunner().invoke(main, [*self.args, *args, "--json"], catch_exceptions=False)
+        assert result.exit_code == code, result.output
+        return json.loads(result.stdout)
 
 
 def small_config(region: str = "rp", days: float = 3, workloads: int = 30) -> SimConfig:

@@ -272,14 +272,16 @@ def test_tail_follows_new_events_until_ctrl_c(where: tuple[list[str], EventLog])
         wait_for(lambda: len(seen) >= len(first) + len(second), "the events written after")
     finally:
         tail.send_signal(signal.SIGINT)
-        returncode = tail.wait(timeout=30)
-    assert done.wait(timeout=10)
+        returncode = tail.wait(timeout=120)
+    assert done.wait(timeout=60), "tail's output did not end after it stopped"
     assert sorted(seen) == sorted(e.event_id for e in first + second)
     assert returncode == 0
     assert tail.stderr is not None and "Traceback" not in tail.stderr.read()
 
 
-def wait_for(condition: Any, what: str, timeout_s: float = 60.0) -> None:
+def wait_for(condition: Any, what: str, timeout_s: float = 240.0) -> None:
+    """Until `condition`, within a wait generous for a loaded machine (a Kafka consumer group's
+    first assignment alone can take tens of seconds there)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"tail did not print {what} within {timeout_s:g} s"
@@ -306,17 +308,18 @@ def test_a_killed_run_leaves_a_visible_mark(tmp_path: Path) -> None:
         [
             *(sys.executable, "-m", "spotcap.cli", "--home", str(tmp_path)),
             *("--region", "killed", "demo", "--days", "30", "--workloads", "20", "--json"),
+            "--no-projections",  # the home's projections hold region "done"
         ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240
     while not (marker.exists() and json.loads(marker.read_text())["outcome"] == "running"):
         assert time.monotonic() < deadline and run.poll() is None, "the run did not start"
         time.sleep(0.05)
     os.kill(run.pid, signal.SIGKILL)
-    run.wait(timeout=30)
+    run.wait(timeout=120)
     listed = spotcap(tmp_path, "topics", "list", region="killed")
     assert listed.exit_code == 0
     assert "did not finish" in listed.stdout and f"pid {run.pid}" in listed.stdout

@@ -37,7 +37,10 @@ class Home:
         return result.output
 
     def json(self, *args: str) -> Any:
-        return json.loads(self.cli(*args, "--json"))
+        """The command's --json, from its stdout alone (a notice may go to stderr)."""
+        result = CliRunner().invoke(main, [*self.args, *args, "--json"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
 
 
 def ledger_dump(store: ChdbStore) -> dict[str, list[Any]]:

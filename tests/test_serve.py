@@ -404,6 +404,7 @@ def test_the_server_outlives_postgresql(served: Served, home: Home) -> None:
 
 
 def test_a_busy_port_is_one_sentence_and_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = spotcap(tmp_path / "home", "serve", "--port", str(port), timeout_s=120)

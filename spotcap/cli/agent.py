@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from agent.config import AgentConfig, AgentConfigError, load_config
 from agent.spool import ShippedPosition, segments
-from spotcap.cli.output import console, emit_json, say, table
+from spotcap.cli.output import console, emit_json, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 
@@ -128,7 +128,7 @@ def check_command(config_path: Path, as_json: bool) -> None:
         f"agent {config.instance_id} ({config_path})", ("what", "value"), rows, show_header=False
     )
     shown.columns[0].style = "bold"
-    console.print(shown)
+    show(shown)
     if bundle is None:
         fail(refused, hint)
 
@@ -152,8 +152,7 @@ def spool_command(config_path: Path, as_json: bool) -> None:
             }
         )
         return
-    console.print(
-        table(
+    show(table(
             f"spool {config.spool_dir}",
             ("segment", "bytes"),
             ((name, f"{size:,}") for name, size in rows),

@@ -1,5 +1,5 @@
 """`spotcap archive`: export a month (Parquet, signed Merkle tree head, Object Lock), verify an
-archive offline, prove one event's inclusion and check such a proof (ADR-25; docs/accounting.md).
+archive offline, prove one event's inclusion and check such a proof (docs/accounting.md).
 
 Where the archive is: ``--archive`` (a directory, or ``s3://BUCKET/PREFIX``), else
 $SPOTCAP_ARCHIVE, else ``<home>/archive``. S3's endpoint and credentials come from boto3's own
@@ -22,10 +22,17 @@ from replay.archive.export import export_from_log
 from replay.archive.proof import check_proof, prove
 from replay.archive.storage import ArchiveError
 from replay.archive.verify import MonthReport, verify_archive
-from spotcap.cli.options import archive_option, open_signer, read_public_key, signer_options
-from spotcap.cli.output import console, emit_json, say, spinner, table
+from spotcap.cli.options import (
+    archive_option,
+    need_home,
+    open_signer,
+    read_public_key,
+    signer_options,
+)
+from spotcap.cli.output import emit_json, say, show, spinner, table
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
 from spotcap.wiring import make_codec, open_archive, open_log, stores
 from streams.log import LogError
 
@@ -67,6 +74,8 @@ def export_command(settings: Settings, *, month: str, location: str | None, key_
     The ledger is brought up to date with the log first, so the cost lines are complete.
     """
     month = _month(month)
+    need_home(settings, log=True, ledger=True)
+    hold_home(settings)
     signer = open_signer(key_file, transit_key, transit_mount)
     if signer is None:
         fail(
@@ -162,8 +171,7 @@ def verify_command(
             else "[green]verified[/]"
         )
 
-    console.print(
-        table(
+    show(table(
             f"{storage.describe()}, region {settings.region}",
             ("month", "events", "result"),
             ((r.month, f"{r.events:,}", result(r)) for r in reports),

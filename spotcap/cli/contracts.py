@@ -36,7 +36,7 @@ from contracts.signing import (
 from schemas.contracts.model import to_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.cli.options import open_signer, read_public_key, signer_options
-from spotcap.cli.output import console, emit_json, say, table
+from spotcap.cli.output import emit_json, say, show, table
 from spotcap.config import ConfigError, Settings
 from spotcap.fail import fail
 
@@ -283,7 +283,7 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path,
     if report is not None and result.ok:
         emit_json(report)
     elif report is None:
-        console.print(_table(result))
+        show(_table(result))
         for refusal in result.errors:
             say(str(refusal), markup=False, err=True)
         if result.ok:

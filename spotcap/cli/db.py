@@ -9,8 +9,8 @@ import click
 from projections.postgres.connection import FleetDatabaseError, connect, redact
 from projections.postgres.migrate import MigrationStatus, migrate, status
 from projections.stores import StoreError
-from spotcap.cli.options import postgres_option, with_postgres
-from spotcap.cli.output import console, emit_json, table
+from spotcap.cli.options import need_home, postgres_option, with_postgres
+from spotcap.cli.output import console, emit_json, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.wiring import stores
@@ -57,7 +57,7 @@ def db_migrate(settings: Settings, postgres_dsn: str | None, as_json: bool) -> N
 @click.pass_obj
 def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> None:
     """Which migrations are applied, and whether the embedded server runs."""
-    where = stores(with_postgres(settings, postgres_dsn))
+    where = stores(need_home(with_postgres(settings, postgres_dsn), fleet=True))
     try:
         with connect(where.fleet_dsn()) as conn:
             states = status(conn)
@@ -67,7 +67,7 @@ def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> No
     if as_json:
         emit_json({"embedded": embedded, "migrations": _migrations(states)})
         return
-    console.print(
+    show(
         table(
             "fleet-state migrations",
             ("version", "name", "applied"),

@@ -25,11 +25,12 @@ from sim.demo import (
 from sim.region import SimConfig
 from sim.report import comparison_rows, decision_rows, exclusion_rows, figure_rows
 from spotcap.cli.options import FiniteFloatRange
-from spotcap.cli.output import console, emit_json, err_console, say, table
+from spotcap.cli.output import console, emit_json, err_console, say, show, table
 from spotcap.cli.projections import show_progress
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.failures import unwritable_directory
+from spotcap.home import hold_home
 from spotcap.wiring import describe_log, make_codec, open_log, runs_dir, stores
 from streams.log import LogError
 
@@ -80,11 +81,13 @@ def _checked_config(
 @click.option("--projections/--no-projections", default=True, show_default=True,
               help="Materialise the fleet state (PostgreSQL) and the ledger (ClickHouse) from "
               "the log.")
+@click.option("--all-exclusions", is_flag=True,
+              help="List every exclusion in the summary (default: the first ten).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogue: Path | None,
          contracts_out: Path | None, orchestrator: str, compare: bool, fresh: bool,
-         projections: bool, as_json: bool) -> None:
+         projections: bool, all_exclusions: bool, as_json: bool) -> None:
     # fmt: on
     """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
 
@@ -95,6 +98,9 @@ def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogu
         catalogue,
         contracts_out,
     )
+    hold_home(settings, exclusive=fresh)  # --fresh deletes the region's history
+    if projections:
+        _check_region(settings)
     bar = Progress(
         TextColumn("[bold]simulating[/] {task.description}"),
         BarColumn(),
@@ -149,7 +155,8 @@ def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogu
     if as_json:
         emit_json(report)
         return
-    print_report(report, settings, projections=projections)
+    most = None if all_exclusions else 10
+    print_report(report, settings, projections=projections, exclusions=most)
     if contracts_out is not None:
         pools = catalogue or Path("examples/region/demo-region.yaml")
         note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
@@ -159,6 +166,22 @@ def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogu
             f"--pools {pools} --unsigned` (or --key KEYFILE to sign){note}",
             markup=False,
         )
+
+
+def _check_region(settings: Settings) -> None:
+    """Before anything runs: the home's projections hold this region (or none), so that a run
+    of another region is refused before it simulates, not after."""
+    from projections.ledger.store import LedgerError
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.provenance import RegionMismatchError
+    from projections.stores import StoreError
+
+    try:
+        stores(settings).check_region()
+    except RegionMismatchError as error:
+        fail(str(error), "run the demo of another region in a home of its own (--home)")
+    except (StoreError, FleetDatabaseError, LedgerError) as error:
+        fail(str(error), "or run the demo with --no-projections")
 
 
 def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
@@ -188,11 +211,12 @@ def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str,
 # -- the report for people ------------------------------------------------------------------
 
 
-def print_report(report: dict[str, Any], settings: Settings, *, projections: bool) -> None:
+def print_report(report: dict[str, Any], settings: Settings, *, projections: bool,
+                 exclusions: int | None) -> None:  # fmt: skip
     """The run, the deciders' decisions, the baseline comparison and the projections."""
     print_summary(report)
     if report["orchestrator"] != BASELINE:
-        print_decisions(report["decisions"])
+        print_decisions(report["decisions"], exclusions)
     if "comparison" in report:
         print_comparison(report["comparison"], report["seed"])
     if projections:
@@ -206,17 +230,17 @@ def print_summary(report: dict[str, Any]) -> None:
     by_count = sorted(report["events_by_type"].items(), key=lambda kv: -kv[1])
     events = ((name, EVENT_CLASSES[name].TOPIC, f"{n:,}") for name, n in by_count)
     title = f"{report['events']:,} events written to {report['log']}"
-    console.print(table(title, ("event type", "topic", "events"), events, right=("events",)))
+    show(table(title, ("event type", "topic", "events"), events, right=("events",)))
     title = f"region {report['region']}, seed {report['seed']}"
     rows: Sequence[tuple[str, ...]] = figure_rows(report)
-    console.print(table(title, ("figure", "value"), rows, right=("value",), show_header=False))
+    show(table(title, ("figure", "value"), rows, right=("value",), show_header=False))
     waves = report["waves"]
     if waves:
         sizes = [w["instances_lost"] for w in waves]
         title = f"{len(waves)} hall-wide waves ({min(sizes)}-{max(sizes)} instances lost each)"
         rows = [(w["wave_id"], w["hall"], str(w["instances_lost"])) for w in waves]
         columns: tuple[str, ...] = ("wave", "hall", "instances lost")
-        console.print(table(title, columns, rows, right=("instances lost",)))
+        show(table(title, columns, rows, right=("instances lost",)))
     else:
         console.print("no hall-wide wave in this run")
     columns = ("pool", "expected", "observed", "reclaims", "inst-hours")
@@ -229,26 +253,29 @@ def print_summary(report: dict[str, Any]) -> None:
     caption = "expected and observed: reclaims per instance-hour"
     pools = table(title, columns, rows, right=columns[1:], caption=caption)
     pools.columns[0].no_wrap = True
-    console.print(pools)
+    show(pools)
 
 
-def print_decisions(decisions: dict[str, Any]) -> None:
+def print_decisions(decisions: dict[str, Any], most: int | None) -> None:
     """The decisions of a run for people: exclusions, placements, replacements, fallbacks."""
     columns: tuple[str, ...] = ("decision", "count", "detail")
     rows: Sequence[tuple[str, ...]] = decision_rows(decisions)
     title = "what the deciders decided"
-    console.print(table(title, columns, rows, right=("count",), show_header=False))
+    show(table(title, columns, rows, right=("count",), show_header=False))
     if decisions["exclusions"]:
         title = "exclusions (time from the first and from the last evidence to the exclusion)"
         columns = ("pool", "rule", "evidence", "first", "last", "observed/h", "expected/h")
         rows = exclusion_rows(decisions)
-        console.print(table(title, columns, rows, right=columns[2:]))
+        if most is not None and len(rows) > most:
+            more = f"... {len(rows) - most:,} more (--all-exclusions; `spotcap query exclusions`)"
+            rows = [*rows[:most], (more, *[""] * (len(columns) - 1))]
+        show(table(title, columns, rows, right=columns[2:]))
 
 
 def print_comparison(compared: dict[str, Any], seed: int) -> None:
     title = f"against the baseline stand-in on the same seed ({seed})"
     columns = ("figure", "deciders", "baseline", "change")
-    console.print(table(title, columns, comparison_rows(compared), right=columns[1:]))
+    show(table(title, columns, comparison_rows(compared), right=columns[1:]))
 
 
 def print_projections(report: dict[str, Any], home_args: str) -> None:

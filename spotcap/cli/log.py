@@ -20,15 +20,17 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from schemas.errors import Origin
 from schemas.events import Envelope
+from spotcap.cli.options import need_home
 from spotcap.cli.output import emit_json, err_console, say
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
 from streams.browse import LogStalledError, Undecodable, Wanted, browse
 from streams.log import EventLog, LogError
 
 # With nothing queued, `cat` waits this long for Kafka to assign partitions and deliver.
-_KAFKA_IDLE_S = 30.0
-_EMBEDDED_IDLE_S = 2.0
+_KAFKA_IDLE_S = 60.0
+_EMBEDDED_IDLE_S = 10.0
 
 
 @click.group("log")
@@ -50,6 +52,7 @@ def _embedded(settings: Settings, command: str) -> Any:
         )
     if not settings.log_dir.is_dir():
         fail(f"there is no embedded log at {settings.log_dir}", "check --home")
+    hold_home(settings, exclusive=command == "repair")  # a repair rewrites segments
     return EmbeddedLog(settings.log_dir)
 
 
@@ -314,6 +317,8 @@ def _print_events(
             f"there is no event type {wanted.event_type!r}",
             "`spotcap events` lists them (e.g. notice_received, instance_lost)",
         )
+    need_home(settings, log=True)
+    hold_home(settings)
     topic = _physical(settings, name)
     region = topic.partition(".")[0] if "." in topic else settings.region
     idle_s = _KAFKA_IDLE_S if settings.kafka_bootstrap else _EMBEDDED_IDLE_S
@@ -343,8 +348,8 @@ def _print_events(
 
 
 def _print_undecodable(item: Undecodable, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({"undecodable": item.where, "reason": item.reason}))
+    if as_json:  # on stderr, as for people: stdout holds only the events
+        click.echo(json.dumps({"undecodable": item.where, "reason": item.reason}), err=True)
     else:
         say(f"[yellow]undecodable[/] {escape(item.where)}: {escape(item.reason)}", err=True)
 

@@ -11,7 +11,7 @@ from provider.notices import RelayUnavailableError
 from sim.notices import serve_region_notices
 from sim.region import SimConfig
 from spotcap.cli.options import PORT, FiniteFloatRange
-from spotcap.cli.output import emit_json, err_console, say, table
+from spotcap.cli.output import emit_json, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 
@@ -71,8 +71,7 @@ def serve(settings: Settings, *, nats_url: str | None, metadata_host: str, metad
         emit_json(dataclasses.asdict(counts), indent=None)
         return
     columns = ("notices", "advisories", "withdrawn", "relay failures")
-    err_console.print(
-        table(
+    show(table(
             f"notices served for region {settings.region}",
             columns,
             [

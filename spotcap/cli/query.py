@@ -23,10 +23,11 @@ from projections.read.savings import savings
 from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
 from projections.read.why import NotFoundError, why
 from projections.stores import StoreError
-from spotcap.cli.options import postgres_option, with_postgres
-from spotcap.cli.output import console, emit_json, say
+from spotcap.cli.options import need_home, postgres_option, with_postgres
+from spotcap.cli.output import console, emit_json, say, show
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
 from spotcap.wiring import open_log, stores
 
 Column = tuple[str, str, Callable[[Any], str], bool]  # label, key, format, right-aligned
@@ -56,18 +57,25 @@ def _yes(v: Any) -> str:
     return "" if v is None else ("yes" if v else "no")
 
 
-def emit(
-    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, as_json: bool
-) -> None:
+def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, as_json: bool,
+         limit: int | None = None) -> None:  # fmt: skip
+    """The rows as a table (or JSON); with `limit`, `rows` holds one more row than is shown
+    when the limit cut some, and a line on stderr says so and how to see them."""
+    cut = limit is not None and len(rows) > limit
+    rows = rows[:limit] if cut else rows
+    if cut:
+        say(f"[yellow]the first {limit:,} rows only[/]: more match; --limit N shows more, or "
+            "narrow the query (--pool, --workload, --since)", err=True)  # fmt: skip
     if as_json:
         emit_json([json_row(r) for r in rows])
         return
-    table = Table(title=f"{title} ({len(rows):,} rows)")
+    shown = "the first " if cut else ""
+    table = Table(title=f"{title} ({shown}{len(rows):,} rows)")
     for label, _, _, right in columns:
         table.add_column(label, justify="right" if right else "left", overflow="fold")
     for row in rows:
         table.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
-    console.print(table)
+    show(table)
 
 
 def _since(value: str | None) -> datetime | None:
@@ -80,8 +88,10 @@ def _since(value: str | None) -> datetime | None:
 
 
 def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:
+    settings = need_home(with_postgres(settings, postgres_dsn), fleet=True)
+    hold_home(settings)
     try:
-        return stores(with_postgres(settings, postgres_dsn)).open_fleet()
+        return stores(settings).open_fleet()
     except (StoreError, FleetDatabaseError) as error:
         fail(str(error))
 
@@ -113,10 +123,11 @@ def query() -> None:
 def _query(settings: Settings, read: Callable[..., Any], columns: Sequence[Column], title: str,
            options: dict[str, Any]) -> None:  # fmt: skip
     """`read` over the fleet state with the command's filters, printed with `columns`."""
-    dsn, as_json = options.pop("postgres_dsn"), options.pop("as_json")
+    dsn, as_json, limit = options.pop("postgres_dsn"), options.pop("as_json"), options.pop("limit")
     if "since" in options:
         options["since"] = _since(options["since"])
-    emit(read(_fleet(settings, dsn), **options), columns, title, as_json)
+    rows = read(_fleet(settings, dsn), limit=limit + 1, **options)  # one more: was it cut?
+    emit(rows, columns, title, as_json, limit)
 
 
 _PRICE: Column = ("€/vCPU-h", "price_per_vcpu_h_eur_micros",
@@ -230,6 +241,7 @@ def query_workloads(settings: Settings, /, **options: Any) -> None:
 @click.pass_obj
 def query_lag(settings: Settings, *, postgres_dsn: str | None, as_json: bool) -> None:
     """How far each projection is behind the log, per partition."""
+    need_home(settings, log=True, ledger=True)
     conn = _fleet(settings, postgres_dsn)
     log = open_log(settings)
     try:
@@ -285,6 +297,8 @@ def report_savings(
     settings: Settings, *, first: str | None, last: str | None, workload: str | None, as_json: bool
 ) -> None:
     """Per workload, every cost line and the net saving, with totals (from the ledger)."""
+    need_home(settings, ledger=True)
+    hold_home(settings)
     first_day, last_day = _day(first, "--from"), _day(last, "--to")
     try:
         check_span(first_day, last_day)
@@ -303,7 +317,7 @@ def report_savings(
         emit_json(result.as_json())
         return
     span = f"{first or 'the start'} to {last or 'the end'}"
-    table = Table(title=f"net saving per workload, {span} (rate-card saving, ADR-26)")
+    table = Table(title=f"net saving per workload, {span} (rate-card saving)")
     table.add_column("workload")
     for cause in CAUSES:
         table.add_column(cause.replace("_", " "), justify="right")
@@ -316,4 +330,4 @@ def report_savings(
             eur_text(w.net_saving),
             style=style,
         )
-    console.print(table)
+    show(table)

@@ -23,11 +23,12 @@ from replay.ledgers import DiffRow, day_number, diff, recorded_amounts
 from replay.report import replay_report
 from replay.rule_file import RuleError, load_rule
 from replay.run import ENGINES, Replayed, replay_archive, replay_log
-from spotcap.cli.options import archive_option
-from spotcap.cli.output import console, emit_json, progress, say, table
+from spotcap.cli.options import archive_option, need_home
+from spotcap.cli.output import emit_json, progress, say, show, table
 from spotcap.cli.replay_decisions import decisions
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
 from spotcap.wiring import make_codec, open_archive, open_log, stores
 from streams.log import LogError
 
@@ -81,7 +82,8 @@ def replay(ctx: click.Context, *, rules_file: Path | None, first: datetime | Non
     """
     if ctx.invoked_subcommand is not None:
         return
-    settings: Settings = ctx.obj
+    settings: Settings = need_home(ctx.obj, log=source != "archive", ledger=True)
+    hold_home(settings)
     if rules_file is None:
         fail(
             "give the rule to replay with: --rules FILE",
@@ -184,7 +186,7 @@ def _print_ledger(result: Replayed, report: dict[str, Any], limit: int) -> None:
     shown = table(title, ["workload", *(SHORT[c] for c in lines)], rows,
                   right=[SHORT[c] for c in lines], caption=caption)
     shown.columns[0].no_wrap = True
-    console.print(shown)
+    show(shown)
 
 
 def _print_diff(result: Replayed, rows: list[DiffRow], report: dict[str, Any], limit: int) -> None:
@@ -200,7 +202,7 @@ def _print_diff(result: Replayed, rows: list[DiffRow], report: dict[str, Any], l
                _delta(t["delta_micros"]))
               for cause, t in ((c, d["totals"][c]) for c in [*CAUSES, "net_saving"])]
     title = f"rule {result.rule.name} against the recorded ledger, {_span(report)} (EUR)"
-    console.print(table(title, ("line", *money), totals, right=money))
+    show(table(title, ("line", *money), totals, right=money))
     changed = [r for r in rows if r.delta_micros and r.cause != "net_saving"]
     title = f"{len(changed):,} workload lines differ" + (
         f" (the first {limit}; --json for all)" if len(changed) > limit else "")
@@ -209,7 +211,7 @@ def _print_diff(result: Replayed, rows: list[DiffRow], report: dict[str, Any], l
          _delta(r.delta_micros))
         for r in changed[:limit]
     ]
-    console.print(table(title, ("workload", "line", *money), lines, right=money))
+    show(table(title, ("workload", "line", *money), lines, right=money))
     saving = d["totals"]["net_saving"]
     say(f"net saving {eur_text(saving['recorded_micros'])} recorded, "
         f"{eur_text(saving['what_if_micros'])} under {result.rule.name} "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spotcap.cli.output import console, emit_json, say, table
+from spotcap.cli.output import console, emit_json, say, show, table
 from spotcap.fail import fail
 
 
@@ -42,7 +42,7 @@ def _print_catalogue(as_json: bool) -> None:
         right=("fields",),
     )
     catalogue.columns[0].style = "bold"
-    console.print(catalogue)
+    show(catalogue)
     console.print(
         f"Envelope fingerprint (CRC-64-AVRO): {Codec().fingerprint:016x}. "
         "Field-level docs: docs/events.md."

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from spotcap.cli.output import console, emit_json, say, table
+from spotcap.cli.output import emit_json, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 
@@ -47,7 +47,7 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
         rows.append(
             (change.name, str(spec.partitions), retention, cleanup, change.action, change.detail)
         )
-    console.print(
+    show(
         table(
             f"topics of region {settings.region} ({describe_log(settings)})",
             ("topic", "partitions", "retention", "cleanup", "action", "detail"),
@@ -63,9 +63,12 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     """Show the region's topics: partitions, end offsets (the next offset each partition
     writes; their sum is the records written) and whether the last run writing the region
     finished. Damage inside the files does not show here: `spotcap log verify` finds it."""
+    from spotcap.cli.options import need_home
     from spotcap.wiring import describe_log, open_log, runs_dir
     from streams.log import LogError
     from streams.runs import last_run
+
+    need_home(settings, log=True)
     from streams.topics import region_end_offsets
 
     run = last_run(runs_dir(settings), settings.region)
@@ -104,7 +107,7 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     ]
     columns = ("topic", "partitions", "end offsets (sum)", "end offset per partition")
     title = f"topics of region {settings.region} ({describe_log(settings)})"
-    console.print(table(title, columns, shown, right=columns[1:3]))
+    show(table(title, columns, shown, right=columns[1:3]))
     if run is None:
         say(f"no run has written region {settings.region} from this home yet")
     elif run.state == "killed":

@@ -183,6 +183,12 @@ def parse_value(key: str, text: str) -> int | float:
     return value
 
 
+def settings_table() -> list[dict[str, Any]]:
+    """Every settable key with its default and what it may be set to."""
+    defaults = as_data(DeciderSettings())
+    return [{"key": k, "default": defaults[k], "allowed": allowed(k)} for k in settable_keys()]
+
+
 def parse_assignments(assignments: Sequence[str]) -> dict[str, int | float]:
     """Each ``KEY=VALUE`` of `assignments` as full key -> value, each within its range (the
     last of a key wins); SettingError for the first that is not."""
