@@ -256,34 +256,27 @@ def _read_options(command: Any) -> Any:
 @log_group.command("cat")
 @_read_options
 @click.pass_obj
-def cat(
-    settings: Settings,
-    *,
-    topic: str,
-    from_offset: int | None,
-    since: str | None,
-    key: str | None,
-    event_type: str | None,
-    as_json: bool,
-) -> None:
+def cat(settings: Settings, /, **options: Any) -> None:
     """Print a topic's events from the start (or --from/--since) to the end it has now.
 
     TOPIC is a logical name (`lifecycle`, prefixed with the region) or a physical one
     (`eu-west.lifecycle`). Works on Kafka and on the embedded log.
     """
-    _print_events(
-        settings,
-        topic,
-        Wanted(from_offset or 0, _since_ms(since), key, event_type),
-        as_json=as_json,
-        follow=False,
-    )
+    _print_events(settings, follow=False, **options)
 
 
 @log_group.command("tail")
 @_read_options
 @click.pass_obj
-def tail(
+def tail(settings: Settings, /, **options: Any) -> None:
+    """Print a topic's events and follow it, printing new events as they come; Ctrl-C stops.
+
+    Starts at the beginning (or --from/--since). TOPIC as for `spotcap log cat`.
+    """
+    _print_events(settings, follow=True, **options)
+
+
+def _print_events(
     settings: Settings,
     *,
     topic: str,
@@ -292,24 +285,11 @@ def tail(
     key: str | None,
     event_type: str | None,
     as_json: bool,
-) -> None:
-    """Print a topic's events and follow it, printing new events as they come; Ctrl-C stops.
-
-    Starts at the beginning (or --from/--since). TOPIC as for `spotcap log cat`.
-    """
-    _print_events(
-        settings,
-        topic,
-        Wanted(from_offset or 0, _since_ms(since), key, event_type),
-        as_json=as_json,
-        follow=True,
-    )
-
-
-def _print_events(
-    settings: Settings, name: str, wanted: Wanted, *, as_json: bool, follow: bool
+    follow: bool,
 ) -> None:
     from schemas.catalogue import event_types
+
+    wanted = Wanted(from_offset or 0, _since_ms(since), key, event_type)
     from spotcap.wiring import make_codec, open_log
 
     if wanted.event_type is not None and wanted.event_type not in {t.name for t in event_types()}:
@@ -319,7 +299,7 @@ def _print_events(
         )
     need_home(settings, log=True)
     hold_home(settings)
-    topic = _physical(settings, name)
+    topic = _physical(settings, topic)
     region = topic.partition(".")[0] if "." in topic else settings.region
     idle_s = _KAFKA_IDLE_S if settings.kafka_bootstrap else _EMBEDDED_IDLE_S
     log = open_log(settings)
