@@ -44,10 +44,13 @@ A consumer that drops duplicates by event id sees every decision once.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import json
 import logging
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,6 +122,10 @@ class FaustConfig:
     batch_within_s: float = 0.05
     producer_linger_s: float = 0.01
     log_level: str = "warning"
+    datadir: str | None = None
+    """Faust's data directory. Its tables keep nothing there (their store is memory and their
+    state is on Kafka), but Faust makes the folder anyway: by default a fresh temporary
+    folder, never ``<app id>-data`` in the working directory."""
 
 
 class Runner(Protocol):
@@ -604,12 +611,20 @@ def raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
     )
 
 
+def _scratch_folder(app_id: str) -> str:
+    """A temporary folder for Faust's data directory, removed when the process exits."""
+    made = tempfile.mkdtemp(prefix=f"{app_id}-data-")
+    atexit.register(shutil.rmtree, made, True)
+    return made
+
+
 def build_app(config: FaustConfig) -> tuple[faust.App, dict[str, StageHost]]:
     """The Faust app of `config`'s region and its stage hosts (by stage name)."""
     t = config.topics
     app = faust.App(
         t.app_id,
         broker=f"kafka://{config.bootstrap}",
+        datadir=config.datadir or _scratch_folder(t.app_id),
         store="memory://",
         web_enabled=False,
         processing_guarantee="at_least_once",
