@@ -5,9 +5,12 @@ workload's grant), and the root of each, standing in for whoever runs the storag
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -58,6 +61,25 @@ class Workload:
     control_plane_s3: Any
     control_plane_token: str
     root_s3: Any
+    access: str
+    secret: str
+
+    def child_env(self, unit_id: str, **extra: Any) -> dict[str, str]:
+        """The environment of a workload process (`tests.checkpoint_workload`): its own
+        credentials travel in the environment, never on a command line."""
+        config = {
+            "gw": self.gw.address,
+            "access": self.access,
+            "secret": self.secret,
+            "bucket": self.bucket.name,
+            "bao": self.bao.address,
+            "token": self.token,
+            "key": self.key_name,
+            "workload": self.workload_id,
+            "unit": unit_id,
+            **extra,
+        }
+        return {**os.environ, "CKPT_TEST": json.dumps(config)}
 
     def keys(self, token: str | None = None) -> TransitKeys:
         return TransitKeys(self.bao.address, token or self.token, self.key_name)
@@ -79,6 +101,15 @@ class Workload:
             reporter=reporter,
             **kwargs,
         )
+
+
+def client_from_env() -> tuple[CheckpointClient, dict[str, Any]]:
+    """In a workload process: the client its environment describes, and that description."""
+    config: dict[str, Any] = json.loads(os.environ["CKPT_TEST"])
+    gw = servers.Server("versitygw", config["gw"], 0, Path("."), Path("."))
+    bucket = S3Bucket(s3_client(gw, config["access"], config["secret"]), config["bucket"])
+    keys = TransitKeys(config["bao"], config["token"], config["key"])
+    return CheckpointClient(config["workload"], config["unit"], bucket, keys), config
 
 
 def make_workload(gw: servers.Server, bao: servers.Server) -> Workload:
@@ -110,4 +141,6 @@ def make_workload(gw: servers.Server, bao: servers.Server) -> Workload:
         s3_client(gw, cp_access, cp_secret),
         cp_token,
         s3_client(gw, root_access, root_secret),
+        access,
+        secret,
     )

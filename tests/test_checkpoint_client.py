@@ -77,20 +77,11 @@ def test_save_list_and_restore_the_newest_generation(workload: Workload, tmp_pat
 
 
 _CHILD = """
-import json, os, sys
-from pathlib import Path
-from checkpoint import CheckpointClient, S3Bucket, TransitKeys
-from tests.checkpoint_support import s3_client
-from infra.servers.process import Server
-cfg = json.loads(os.environ["CKPT_TEST"])
-gw = Server("versitygw", cfg["gw"], 0, Path("."), Path("."))
-bucket = S3Bucket(s3_client(gw, cfg["access"], cfg["secret"]), cfg["bucket"])
-keys = TransitKeys(cfg["bao"], cfg["token"], cfg["key"])
-client = CheckpointClient(cfg["workload"], "unit-k", bucket, keys)
-fifo = open(cfg["fifo"], "rb")
-print("saving", flush=True)
+import os
+from tests.checkpoint_support import client_from_env
+client, config = client_from_env()
+fifo = open(config["fifo"], "rb")
 client.save({"a-first": os.urandom(200_000), "b-second": fifo}, step=99)
-print("saved", flush=True)
 """
 
 
@@ -101,23 +92,10 @@ def test_a_save_killed_after_its_first_part_leaves_no_generation(
     client.save({"a-first": b"one", "b-second": b"two"}, step=1)
     fifo = tmp_path / "part.fifo"
     os.mkfifo(fifo)
-    access = workload.s3._request_signer._credentials
-    cfg = {
-        "gw": workload.gw.address,
-        "access": access.access_key,
-        "secret": access.secret_key,
-        "bucket": workload.bucket.name,
-        "bao": workload.bao.address,
-        "token": workload.token,
-        "key": workload.key_name,
-        "workload": workload.workload_id,
-        "fifo": str(fifo),
-    }
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD],
-        env={**os.environ, "CKPT_TEST": json.dumps(cfg)},
+        env=workload.child_env("unit-k", fifo=str(fifo)),
         cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
     )
     writer = os.open(fifo, os.O_WRONLY)  # the child has opened it: the save is under way
     try:
