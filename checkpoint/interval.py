@@ -15,10 +15,13 @@ of work on average to each such loss, so at ``r`` of them per hour the work lost
   interruptions that come without notice, or whose final checkpoint would not fit the drain
   budget (then every one counts).
 * **The interval** is ``T = 2 L / r``: the longest that keeps the expected loss within the
-  budget on this pool; never shorter than the write takes ``1 / max_overhead`` times (a
-  checkpoint every 20 writes' time spends at most 5 % of the time writing), never longer than
-  `max_interval_s`. When the floor wins, the budget cannot be met at that overhead, and the
-  decision says so (``budget_met``).
+  budget on this pool; never longer than the contract's declared interval (the most work its
+  owner accepts losing in one loss), and never shorter than the write takes ``1 / max_overhead``
+  times (a checkpoint every 20 writes' time spends at most 5 % of the time writing). So on a
+  pool no worse than the contract tolerates the declared interval stands, and on a worse one
+  (a misbehaving pool, a wave, notices that stop coming) the interval shortens until the
+  expected loss is back within the budget. When the floor wins, the budget cannot be met at
+  that overhead, and the decision says so (``budget_met``).
 
 docs/checkpoints.md works an example through and measures the loss on a simulated wave.
 """
@@ -37,16 +40,18 @@ HOUR_S = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class LossBudget:
-    """The work a contract tolerates losing, in seconds of work per hour of running."""
+    """The work a contract tolerates losing: on average per hour of running, and at most in
+    one loss (its declared interval; None: no such bound)."""
 
     loss_s_per_h: float
+    declared_interval_s: float | None = None
 
     @classmethod
     def of_contract(
         cls, tolerated_interruptions_per_h: float, periodic_interval_s: int
     ) -> LossBudget:
         """The budget a contract declares: its tolerated rate times half its interval."""
-        return cls(tolerated_interruptions_per_h * periodic_interval_s / 2)
+        return cls(tolerated_interruptions_per_h * periodic_interval_s / 2, periodic_interval_s)
 
     @property
     def share(self) -> float:
@@ -76,7 +81,7 @@ class IntervalDecision:
     """r x interval / 2 at the chosen interval."""
     budget_met: bool
     bound_by: str
-    """``budget``, ``write overhead`` or ``maximum``."""
+    """``budget``, ``declared`` (the contract's interval), ``write overhead`` or ``maximum``."""
 
 
 def periodic_interval(
@@ -94,7 +99,10 @@ def periodic_interval(
     floor_s = max(1.0, write_s / max_overhead)
     # (s of work per hour) / (losses per hour) = s of work per loss, twice
     wanted_s = 2 * budget.loss_s_per_h / rate if rate > 0 else math.inf
-    if wanted_s > max_interval_s:
+    declared_s = budget.declared_interval_s
+    if declared_s is not None and wanted_s > declared_s and declared_s <= max_interval_s:
+        interval_s, bound = max(float(declared_s), floor_s), "declared"
+    elif wanted_s > max_interval_s:
         interval_s, bound = float(max_interval_s), "maximum"
     elif wanted_s < floor_s:
         interval_s, bound = floor_s, "write overhead"

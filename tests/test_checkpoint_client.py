@@ -265,3 +265,46 @@ def test_an_attempt_that_vanishes_after_a_restore_counts_as_a_failure(workload: 
     runner.start()  # second vanished attempt
     with pytest.raises(UnitQuarantinedError):
         runner.start()
+
+
+_ALONE = """
+import importlib.abc, json, os, sys
+BLOCKED = {
+    "contracts", "streams", "projections", "agent", "provider", "sim", "replay", "console",
+    "spotcap", "infra", "pydantic", "fastavro", "avro", "yaml", "hvac", "requests",
+    "confluent_kafka", "faust", "psycopg", "chdb", "clickhouse_connect", "pyarrow", "nats",
+    "kubernetes", "prometheus_client", "openstack", "fastapi", "uvicorn", "torch", "pyspark",
+}
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED or (
+            name.startswith("schemas.") and name != "schemas.checkpoints"
+        ):
+            raise ImportError(f"the client imported {name}")
+        return None
+sys.meta_path.insert(0, Refuse())
+import boto3
+from botocore.config import Config
+from checkpoint import CheckpointClient, S3Bucket, TransitKeys
+cfg = json.loads(os.environ["CKPT_TEST"])
+s3 = boto3.client("s3", endpoint_url=cfg["gw"], aws_access_key_id=cfg["access"],
+                  aws_secret_access_key=cfg["secret"], region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}))
+client = CheckpointClient(cfg["workload"], cfg["unit"], S3Bucket(s3, cfg["bucket"]),
+                          TransitKeys(cfg["bao"], cfg["token"], cfg["key"]))
+client.save({"state": b"alone"}, step=1)
+print(client.restore().parts["state"].decode())
+"""
+
+
+def test_the_client_works_with_nothing_of_the_control_plane_importable(workload: Workload) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ALONE],
+        env=workload.child_env("alone"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "alone"

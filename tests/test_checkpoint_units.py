@@ -109,10 +109,12 @@ def test_the_interval_keeps_the_expected_loss_within_the_contracts_budget() -> N
     # docs/checkpoints.md's worked example: a t2 contract (0.05/h tolerated, 60 min periodic)
     budget = LossBudget.of_contract(0.05, 3600)
     assert budget.loss_s_per_h == 90 and budget.share == 0.025
-    # on a pool reclaiming 0.08/h, 10 % of it without notice: 2 x 90 / 0.008 = 22,500 s
+    # on a pool reclaiming 0.08/h, 10 % of it without notice: 2 x 90 / 0.008 = 22,500 s, more
+    # than the contract's 3,600 s, which stand
     calm = periodic_interval(budget, PoolRisk(0.08, 0.10), write_s=43)
-    assert (calm.interval_s, calm.bound_by, calm.budget_met) == (22_500, "budget", True)
-    assert calm.expected_loss_s_per_h == pytest.approx(90)
+    assert (calm.interval_s, calm.bound_by, calm.budget_met) == (3_600, "declared", True)
+    assert calm.expected_loss_s_per_h == pytest.approx(14.4)
+    assert periodic_interval(LossBudget(90), PoolRisk(0.08, 0.10), write_s=43).interval_s == 22_500
     # every loss without notice (or a final checkpoint that would not fit): 2,250 s
     for decision in (
         periodic_interval(budget, PoolRisk(0.08), write_s=43),
@@ -122,7 +124,7 @@ def test_the_interval_keeps_the_expected_loss_within_the_contracts_budget() -> N
     # a pool so bad that the budget would need more than 5 % of the time spent writing
     bad = periodic_interval(budget, PoolRisk(2.0), write_s=43)
     assert (bad.interval_s, bad.bound_by, bad.budget_met) == (860, "write overhead", False)
-    quiet = periodic_interval(budget, PoolRisk(0.0), write_s=43)
+    quiet = periodic_interval(LossBudget(90), PoolRisk(0.0), write_s=43)
     assert (quiet.interval_s, quiet.bound_by) == (86_400, "maximum")
 
 
@@ -133,6 +135,7 @@ def test_the_interval_never_exceeds_the_budget_unless_it_says_so(
     budget = LossBudget.of_contract(tolerated, declared_s)
     decision = periodic_interval(budget, PoolRisk(rate, no_notice), write_s=10)
     assert decision.interval_s >= 200  # 10 s of writing is at most 5 %
+    assert decision.interval_s <= max(declared_s, 200)
     if decision.budget_met:
         assert decision.expected_loss_s_per_h <= budget.loss_s_per_h * (1 + 1e-9)
     else:
