@@ -114,11 +114,24 @@ def test_a_save_killed_after_its_first_part_leaves_no_generation(
     assert [g.generation for g in client.generations()] == [1]
     restored = client.restore()
     assert restored is not None and restored.parts == {"a-first": b"one", "b-second": b"two"}
-    # The next save skips the interrupted generation's number, and pruning removes its parts.
+    # A save killed inside a multipart upload leaves the upload open (made here by hand).
+    stale = "units/unit-k/generations/000000000002/b-second"
+    upload = workload.s3.create_multipart_upload(Bucket=workload.bucket.name, Key=stale)
+    workload.s3.upload_part(
+        Bucket=workload.bucket.name,
+        Key=stale,
+        UploadId=upload["UploadId"],
+        PartNumber=1,
+        Body=b"x" * 1024,
+    )
+    assert workload.bucket.uploads("units/unit-k/") == [(stale, upload["UploadId"])]
+    # The next save skips the interrupted generation's number; pruning removes its parts and
+    # aborts its upload.
     third = client.save({"a-first": b"1", "b-second": b"2"}, step=2)
     assert third.generation == 3
     keys = {o.key for o in workload.bucket.objects("units/unit-k/generations/")}
     assert part not in keys
+    assert workload.bucket.uploads("units/unit-k/") == []
     assert [g.generation for g in client.generations()] == [1, 3]
 
 
