@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from checkpoint.interval import LossBudget, PoolRisk, periodic_interval
 from schemas.events import InstanceLaunched, InstanceLost, UsageInterval, WorkWasted
@@ -49,9 +49,8 @@ class Tally:
 def run(config: SimConfig, intervals: dict[str, float] | None) -> tuple[dict[str, Tally], float]:
     """One run; `intervals` (workload -> s) replaces the declared ones."""
     sim = RegionSim(config)
-    workloads = sim.work._workloads  # the mapping the work side reads at every launch
     tallies: dict[str, Tally] = {}
-    for workload in list(workloads.values()):
+    for workload in sim.workloads:
         contract = workload.contract
         declared_s = contract.checkpoint.periodic_interval_s
         if contract.restart.semantics != "resume" or not declared_s:
@@ -63,8 +62,8 @@ def run(config: SimConfig, intervals: dict[str, float] | None) -> tuple[dict[str
             checkpoint = contract.checkpoint.model_copy(
                 update={"periodic_interval_s": max(1, round(tally.interval_s))}
             )
-            workloads[workload.workload_id] = replace(  # type: ignore[index]
-                workload, contract=contract.model_copy(update={"checkpoint": checkpoint})
+            sim.work.use_contract(
+                workload.workload_id, contract.model_copy(update={"checkpoint": checkpoint})
             )
     owner: dict[str, str] = {}
     vcpu: dict[str, int] = {}
@@ -94,10 +93,10 @@ def run(config: SimConfig, intervals: dict[str, float] | None) -> tuple[dict[str
 
 def derive(sim_config: SimConfig, observed: dict[str, Tally]) -> dict[str, float]:
     """Each workload's interval from its budget and the rates its first run observed."""
-    sim = RegionSim(sim_config)
+    contracts = {w.workload_id: w.contract for w in RegionSim(sim_config).workloads}
     derived = {}
     for workload_id, tally in observed.items():
-        contract = sim.work._workloads[workload_id].contract
+        contract = contracts[workload_id]
         rate = tally.losses / tally.instance_h if tally.instance_h else 0.0
         share = tally.losses_without_notice / tally.losses if tally.losses else 1.0
         write_s = contract.checkpoint.size_bytes / sim_config.checkpoint_bandwidth_bytes_per_s
