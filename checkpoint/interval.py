@@ -100,14 +100,13 @@ def periodic_interval(
     # (s of work per hour) / (losses per hour) = s of work per loss, twice
     wanted_s = 2 * budget.loss_s_per_h / rate if rate > 0 else math.inf
     declared_s = budget.declared_interval_s
-    if declared_s is not None and wanted_s > declared_s and declared_s <= max_interval_s:
-        interval_s, bound = max(float(declared_s), floor_s), "declared"
-    elif wanted_s > max_interval_s:
-        interval_s, bound = float(max_interval_s), "maximum"
-    elif wanted_s < floor_s:
-        interval_s, bound = floor_s, "write overhead"
+    if declared_s is not None and declared_s <= max_interval_s:
+        upper_s, upper_bound = float(declared_s), "declared"
     else:
-        interval_s, bound = wanted_s, "budget"
+        upper_s, upper_bound = float(max_interval_s), "maximum"
+    interval_s, bound = (upper_s, upper_bound) if wanted_s > upper_s else (wanted_s, "budget")
+    if interval_s < floor_s:
+        interval_s, bound = floor_s, "write overhead"
     loss = rate * interval_s / 2
     return IntervalDecision(
         round(interval_s, 3), rate, loss, loss <= budget.loss_s_per_h + 1e-9, bound
