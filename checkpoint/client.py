@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import io
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -324,7 +325,7 @@ class CheckpointClient:
                 raise _RefusedError(f"part {entry.name} points elsewhere ({entry.key})")
             with tempfile.TemporaryFile() as stored:
                 self.bucket.get(entry.key, stored)
-                size = stored.tell()
+                size = stored.seek(0, os.SEEK_END)
                 stored.seek(0)
                 digest = _sha256(stored)
                 if size != entry.stored_bytes or digest != entry.sha256:

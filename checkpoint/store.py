@@ -150,12 +150,16 @@ class S3Bucket:
             raise _why(error, f"put {self.name}/{key}") from None
 
     def get(self, key: str, sink: BinaryIO) -> None:
+        """Into a seekable `sink`: ranged GETs in parallel above `MULTIPART_BYTES`."""
         try:
-            answer = self._s3.get_object(Bucket=self.name, Key=key)
-            for chunk in answer["Body"].iter_chunks(1 << 20):
-                sink.write(chunk)
+            self._s3.download_fileobj(self.name, key, sink, Config=self._transfer)
         except (ClientError, BotoCoreError) as error:
             raise _why(error, f"get {self.name}/{key}") from None
+        except Exception as error:  # boto3's transfer manager wraps failures in its own
+            cause = error.__cause__ or error.__context__
+            if isinstance(cause, ClientError | BotoCoreError):
+                raise _why(cause, f"get {self.name}/{key}") from None
+            raise StoreError(f"get {self.name}/{key}: {type(error).__name__}") from None
 
     def get_bytes(self, key: str) -> bytes | None:
         try:
