@@ -48,6 +48,7 @@ def test_a_killed_training_run_resumes_with_the_same_loss_curve(
     finally:
         first.kill()
         first.wait(30)
+        seen.extend(line.decode() for line in first.stdout)  # what it printed before dying
         first.stdout.close()
     assert first.returncode == -9
     killed_at = max(_losses(seen))

@@ -65,18 +65,22 @@ def test_a_killed_streaming_query_resumes_from_the_client_and_counts_each_input_
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
         first.wait(60)
+        # what it printed before dying (on a loaded machine it may have gone a batch further)
+        seen.extend(line for line in map(json.loads, first.stdout) if "batch" in line)
         first.stdout.close()
-    assert [s["batch"] for s in seen] == [0, 1, 2]
+    last = seen[-1]["batch"]
+    assert [s["batch"] for s in seen] == list(range(last + 1)) and 2 <= last < FILES - 1
     shutil.rmtree(local)  # the reclaimed node's disk is gone
 
     second = _run(env)
     lines = [json.loads(raw) for raw in second.communicate(timeout=600)[0].splitlines()]
     assert second.returncode == 0
-    assert lines[0] == {"resumed_from": 2}
+    resumed = lines[0]["resumed_from"]
+    assert resumed in (last, last + 1)  # the kill may fall between a save and its line
     rerun = [line["batch"] for line in lines if "batch" in line]
-    # batch 2 was saved inside its foreachBatch, before Spark committed it: it runs again
-    # with the same data and batch id, and its result replaces itself
-    assert rerun == list(range(2, FILES))
+    # the newest saved batch was saved inside its foreachBatch, before Spark committed it: it
+    # runs again with the same data and batch id, and its result replaces itself
+    assert rerun == list(range(resumed, FILES))
     results = {int(k): v for k, v in lines[-1]["results"].items()}
     assert {b: r["total"] for b, r in results.items()} == expected
     assert {b: r["rows"] for b, r in results.items()} == {i: i + 1 for i in range(FILES)}
