@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format kafka-jars promtool versitygw system-packages browser-tools bench clean
+.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool versitygw system-packages browser-tools bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,15 +16,24 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+## The checkpoint client's framework integrations for their tests (torch, pyspark: large, so not
+## in `make install`); pip keeps the downloads in ~/.cache/pip.
+INTEGRATIONS_STAMP := $(VENV)/.checkpoint-integrations
+$(INTEGRATIONS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,checkpoint-integrations]'
+	touch $(INTEGRATIONS_STAMP)
+
+checkpoint-integrations: $(INTEGRATIONS_STAMP)
+
 ## Run the main job on the embedded default (everything under ./.spotcap). A rerun replaces what a
 ## demo wrote and says so; it refuses to delete anything else (contracts published by hand).
 demo: install
 	$(BIN)/spotcap demo --fresh
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
-## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS) through infra/servers/.
-## promtool (which lints /metrics) comes with Debian's prometheus package.
-test: install kafka-jars promtool versitygw system-packages browser-tools
+## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS, OpenBao, versitygw, Slurm)
+## through infra/servers/. promtool (which lints /metrics) comes with Debian's prometheus package.
+test: install checkpoint-integrations kafka-jars promtool versitygw system-packages browser-tools
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);

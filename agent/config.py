@@ -90,6 +90,8 @@ class CheckpointConfig:
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Trigger command per checkpoint method (application, spark, pytorch, slurm-requeue)."""
     timeout_s: float = 60.0
+    socket: Path | None = None
+    """The checkpoint channel's Unix socket (`agent.workloads`); None: no channel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +250,7 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
     )
     c = top.table("checkpoint")
     timeout_s = c.positive("timeout_s", 60.0)
+    channel_socket = c.path("socket", None)
     commands = {
         method: c.strings(method)
         for method in ("application", "spark", "pytorch", "slurm-requeue")
@@ -270,7 +273,7 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
         kubernetes=kubernetes,
         slurm=slurm,
         local=local,
-        checkpoint=CheckpointConfig(commands=commands, timeout_s=timeout_s),
+        checkpoint=CheckpointConfig(commands=commands, timeout_s=timeout_s, socket=channel_socket),
     )
     top.done()
     return config

@@ -23,6 +23,7 @@ from agent.config import AgentConfig
 from agent.drain.base import Deadline, DrainContext, DrainPathImpl, DrainRequest, DrainResult
 from agent.metrics import AgentMetrics
 from agent.records import Recorder
+from agent.workloads import WorkloadChannel
 from contracts.bundles import Bundle
 from schemas.events import (
     CheckpointTriggered,
@@ -56,8 +57,11 @@ class Drainer:
         recorder: Recorder,
         clock: Clock,
         metrics: AgentMetrics | None = None,
+        *,
+        channel: WorkloadChannel | None = None,
     ) -> None:
         self._config = config
+        self._channel = channel
         self._paths = paths
         self._recorder = recorder
         self._clock = clock
@@ -196,7 +200,13 @@ class Drainer:
         ctx = DrainContext(request, deadline, recorder, started_id)
         checkpoint: list[CheckpointReport | None] = [None]
         trigger = None
-        if request.checkpoint_method != "none":  # a thread only when there is a trigger
+        if self._channel is not None and self._channel.connected():
+            # The units on the node checkpoint through the client: tell them and wait for
+            # their final checkpoints before draining (the drain ends the work).
+            checkpoint[0] = self._channel.final_checkpoint(
+                request, deadline, self._config.checkpoint.timeout_s
+            )
+        elif request.checkpoint_method != "none":  # a thread only when there is a trigger
             trigger = threading.Thread(
                 target=lambda: checkpoint.__setitem__(
                     0, run_trigger(self._config.checkpoint, request, deadline)

@@ -28,6 +28,7 @@ from agent.metrics import AgentMetrics
 from agent.records import Recorder
 from agent.spool import Spool
 from agent.spool_writer import SpoolWriter
+from agent.workloads import WorkloadChannel
 from contracts.bundles import Bundle
 from schemas.events import DrainPath, NoticeReceived, UsageInterval
 from schemas.notices import Delivery, Notice
@@ -88,7 +89,19 @@ class Agent:
             on_written=self._spool_written,
         )
         self.recorder = Recorder(config.region, config.producer, self.clock, self.writer.submit)
-        self.drainer = Drainer(config, self.paths, self.recorder, self.clock, self.metrics)
+        self.channel = (
+            WorkloadChannel(
+                config.checkpoint.socket,
+                self.recorder,
+                config.instance_id,
+                lambda: self.bundles.current,
+            )
+            if config.checkpoint.socket is not None
+            else None
+        )
+        self.drainer = Drainer(
+            config, self.paths, self.recorder, self.clock, self.metrics, channel=self.channel
+        )
         self.intake = NoticeIntake(
             config.region,
             config.instance_id,
@@ -119,6 +132,8 @@ class Agent:
             if warning:
                 log.warning(warning)
         self.metrics.spool_bytes.set(self.spool.total_bytes)
+        if self.channel is not None:
+            self.channel.start()
         self.drainer.start_thread()
         await self.intake.start()
         self._tasks = [
@@ -143,6 +158,8 @@ class Agent:
         self._tasks.clear()
         await self.intake.close()
         await asyncio.to_thread(self.drainer.stop, drain_wait_s)
+        if self.channel is not None:
+            self.channel.close()
         await asyncio.to_thread(self.writer.flush, 5.0)
         self.writer.close()
         self.metrics.close()

@@ -14,10 +14,11 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
+from schemas.contracts.model import Contract
 from schemas.events import (
     CheckpointWritten,
     Envelope,
@@ -95,6 +96,12 @@ class WorkloadSide:
         bus.subscribe(ReplacementRequested.EVENT_TYPE, self._on_replacement)
         usage_us = usage_interval_s * SECOND_US
         clock.every(clock.now_us + usage_us, usage_us, self._usage_tick)
+
+    def use_contract(self, workload_id: str, contract: Contract) -> None:
+        """Instances of the workload launched from now on follow `contract` instead (a what-if
+        of another checkpoint interval, as bench/checkpoint_loss.py runs)."""
+        workload = self._workloads[workload_id]
+        self._workloads = {**self._workloads, workload_id: replace(workload, contract=contract)}
 
     # -- the instance's life ----------------------------------------------------------------
 

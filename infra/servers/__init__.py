@@ -31,7 +31,12 @@ from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 from infra.servers.slurm import slurm_conf, start_slurm
-from infra.servers.versitygw import fetch_versitygw, start_versitygw, versitygw_credentials
+from infra.servers.versitygw import (
+    fetch_versitygw,
+    start_versitygw,
+    versitygw_create_user,
+    versitygw_credentials,
+)
 
 __all__ = [
     "KAFKA_VERSION",
@@ -49,5 +54,6 @@ __all__ = [
     "start_slurm",
     "start_versitygw",
     "stop",
+    "versitygw_create_user",
     "versitygw_credentials",
 ]

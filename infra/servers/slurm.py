@@ -86,7 +86,9 @@ def _write_conf(data_dir: Path, munge_socket: Path, ctld_port: int, slurmd_port:
                 "SlurmUser=root",
                 "SlurmdUser=root",
                 "AuthType=auth/munge",
-                f"AuthInfo=socket={munge_socket}",
+                # cred_expire (default 120 s) is also how long a requeued job waits before it
+                # can start again: 15 s lets the checkpoint tests' requeued jobs resume soon.
+                f"AuthInfo=socket={munge_socket},cred_expire=15",
                 "CredType=cred/munge",
                 f"SlurmctldPort={ctld_port}",
                 f"SlurmdPort={slurmd_port}",

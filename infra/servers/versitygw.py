@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from pathlib import Path
 from infra.servers.gobuild import GoCommand, fetch_go_command
 from infra.servers.process import (
     Server,
+    ServerError,
     free_ports,
     prepare_dir,
     running,
@@ -79,6 +81,22 @@ def versitygw_credentials(server_or_data_dir: Server | Path | str) -> tuple[str,
     return str(data["access_key"]), str(data["secret_key"])
 
 
+def versitygw_create_user(
+    server: Server, access_key: str, secret_key: str, role: str = "user"
+) -> None:
+    """Create an account on the running server (its internal IAM, ``--iam-dir``) with the
+    admin CLI, authenticated as root through the environment. A ``user`` account sees only
+    the buckets it owns or that a bucket policy grants it."""
+    root_access, root_secret = versitygw_credentials(server)
+    argv = [str(fetch_versitygw()), "admin", "--endpoint-url", server.address, "create-user",
+            "--access", access_key, "--secret", secret_key, "--role", role]  # fmt: skip
+    env = {**os.environ, "ADMIN_ACCESS_KEY": root_access, "ADMIN_SECRET_KEY": root_secret}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        raise ServerError("versitygw", f"create-user {access_key} failed: {tail[0][:200]}")
+
+
 def _probe(address: str) -> Callable[[float], bool]:
     def probe(budget_s: float) -> bool:
         try:
@@ -118,8 +136,10 @@ def start_versitygw(data_dir: Path, timeout_s: float = 30) -> Server:
     access_key, secret_key = versitygw_credentials(data_dir)
     (port,) = free_ports(1)
     address = f"http://127.0.0.1:{port}"
-    argv = [str(binary), "--port", f"127.0.0.1:{port}", "posix", "--versioning-dir",
-            str(versions), str(root)]  # fmt: skip
+    iam = data_dir / "iam"  # internal accounts (versitygw_create_user), kept across restarts
+    iam.mkdir(exist_ok=True)
+    argv = [str(binary), "--port", f"127.0.0.1:{port}", "--iam-dir", str(iam), "posix",
+            "--versioning-dir", str(versions), str(root)]  # fmt: skip
     env = {"ROOT_ACCESS_KEY": access_key, "ROOT_SECRET_KEY": secret_key}
     proc = spawn(name, argv, log_path, data_dir, env=env)
     server = Server(name, address, proc.pid, data_dir, log_path)
