@@ -34,7 +34,7 @@ from infra.servers.nats import start_nats
 from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
-from infra.servers.slurm import slurm_conf, start_slurm
+from infra.servers.slurm import published_contracts, slurm_conf, start_slurm
 from infra.servers.versitygw import fetch_versitygw, start_versitygw, versitygw_credentials
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "fetch_versitygw",
     "kubeconfig",
     "openbao_token",
+    "published_contracts",
     "server_status",
     "slurm_conf",
     "start_kafka",
