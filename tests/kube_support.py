@@ -72,6 +72,23 @@ def client_with_token(server: servers.Server, token: str) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
+def write_kubeconfig(path: Path, server: servers.Server, token: str) -> Path:
+    """A kubeconfig (mode 0600) for the server with `token`: what an operator hands the intake."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {
+            "server": server.address,
+            "certificate-authority": str(server.data_dir / "pki" / "apiserver.crt")}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }  # fmt: skip
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def apply(api: k8s.ApiClient, manifest: Path) -> None:
     """Create every object of a YAML manifest; an object that exists already is left as is
     (the session's server is shared: the first test to need a manifest applies it)."""

@@ -28,6 +28,7 @@ PRODUCT = (
     "projections",
     "agent",
     "provider",
+    "intake",
     "sim",
     "replay",
     "console",
@@ -111,6 +112,8 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
+    # The scheduler intake watches the Kubernetes API with its official client (over urllib3).
+    "intake": frozenset({"kubernetes", "urllib3"}),
     # The simulated region reads pool catalogues and writes contract files (YAML).
     "sim": frozenset({"yaml"}),
     "replay": frozenset({"fastavro", "pyarrow", "boto3", "botocore", "cryptography"}),
@@ -138,6 +141,10 @@ RULES: Mapping[str, Rule] = {
     # ... but for the embedded shipper, which puts the spool on the log (what Vector does).
     "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
+    # The schedulers' demand becomes claims on the log: the intake writes events (streams), and
+    # is a part of its own because no other part's data it is (the agent acts on one node and
+    # never writes the log; the simulator's demand is simulated; the deciders are pure).
+    "intake": _rule([*_MIDDLE, "streams", "intake"], _THIRD_PARTY["intake"]),
     # The simulated region behind the provider seam, the deciders' loop over it, the demo.
     "sim": _rule([*_MIDDLE, "streams", "projections", "provider", "sim"], _THIRD_PARTY["sim"]),
     "replay": _rule([*_MIDDLE, "streams", "projections", "sim", "replay"], _THIRD_PARTY["replay"]),

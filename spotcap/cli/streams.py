@@ -1,15 +1,19 @@
 """`spotcap run streams`: the deciders on Kafka, as Faust workers beside the region's one
-sequencer (`streams.runtime.service`, docs/deciders.md)."""
+sequencer (`streams.runtime.service`, docs/deciders.md); `spotcap run intake`: claims for the
+schedulers' pending work (`intake.service.serve`, docs/operating.md)."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Any
 
 import click
 
 from schemas.codec import Codec
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.wiring import make_codec, open_log
 from streams.log import LogError
 from streams.runtime.journal import RuntimeTopics
 from streams.runtime.service import ROLES, run_streams
@@ -17,7 +21,7 @@ from streams.runtime.service import ROLES, run_streams
 
 @click.group("run")
 def run() -> None:
-    """Long-running services on Kafka."""
+    """Long-running services: the deciders on Kafka, the scheduler intake."""
 
 
 # fmt: off
@@ -85,3 +89,28 @@ def streams_command(settings: Settings, *, role: str, pool_partitions: int,
             f"the deciders of region {settings.region} on Kafka at {bootstrap} stopped: {error}",
             "check that the broker runs and that the partition counts match the existing topics",
         )
+
+
+# fmt: off
+@run.command("intake")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Watch the pods of this kubeconfig's cluster.")
+@click.option("--slurmrestd", metavar="unix:PATH", help="Poll the slurmrestd on this socket.")
+@click.option("--cluster", default="default", show_default=True,
+              help="The cluster's name in claims (Kubernetes and Slurm alike).")
+@click.option("--poll-interval-s", type=click.FloatRange(0.5, 3600), default=5.0,
+              show_default=True, help="Seconds between two polls of slurmrestd.")
+@click.pass_obj
+def intake_command(settings: Settings, /, **options: Any) -> None:
+    """Write capacity claims for pending pods and Slurm jobs with a contract, until SIGTERM."""
+    from intake.service import IntakeError, serve
+
+    event_log = open_log(settings)
+    try:
+        report = serve(event_log, make_codec(settings), settings.region, **options)
+    except IntakeError as error:
+        fail(str(error), "docs/operating.md says how to run the intake", usage=error.usage)
+    finally:
+        event_log.close()
+    click.echo(f"claims: {report.opened} opened, {report.released} released, "
+               f"{report.open_now} open")
