@@ -80,11 +80,13 @@ def _us(moment: datetime | None) -> int | None:
 
 
 def _finished_us(pod: Any) -> int | None:
+    """When the pod's last container finished, if its status says."""
+    statuses = (pod.status.container_statuses if pod.status is not None else None) or ()
     finished = [
         _us(s.state.terminated.finished_at)
-        for s in (pod.status.container_statuses or ()) if pod.status is not None
+        for s in statuses
         if s.state is not None and s.state.terminated is not None
-    ]  # fmt: skip
+    ]
     known = [f for f in finished if f is not None]
     return max(known) if known else None
 
