@@ -28,7 +28,6 @@ PRODUCT = (
     "projections",
     "agent",
     "provider",
-    "intake",
     "sim",
     "replay",
     "console",
@@ -113,7 +112,7 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
     # The scheduler intake watches the Kubernetes API with its official client (over urllib3).
-    "intake": frozenset({"kubernetes", "urllib3"}),
+    "streams/intake": frozenset({"kubernetes", "urllib3"}),
     # The simulated region reads pool catalogues and writes contract files (YAML).
     "sim": frozenset({"yaml"}),
     "replay": frozenset({"fastavro", "pyarrow", "boto3", "botocore", "cryptography"}),
@@ -134,6 +133,10 @@ RULES: Mapping[str, Rule] = {
     "contracts": _rule(_MIDDLE, _THIRD_PARTY["contracts"]),
     "streams": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams"]),
     "streams/deciders": _rule(["schemas", "streams.deciders"], [], _IO_OR_CLOCK),
+    # The schedulers' demand becomes claims on the log, which the deciders read: the intake
+    # writes events through the rest of streams, and alone in streams talks to the Kubernetes
+    # API (the agent acts on one node and never writes the log; the deciders are pure).
+    "streams/intake": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams/intake"]),
     # The catch-up, the rebuild and the live fleet processor read the log.
     "projections": _rule([*_MIDDLE, "streams", "projections"], _THIRD_PARTY["projections"]),
     # The node acts alone: nothing of the log or the control plane, ...
@@ -141,10 +144,6 @@ RULES: Mapping[str, Rule] = {
     # ... but for the embedded shipper, which puts the spool on the log (what Vector does).
     "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
-    # The schedulers' demand becomes claims on the log: the intake writes events (streams), and
-    # is a part of its own because no other part's data it is (the agent acts on one node and
-    # never writes the log; the simulator's demand is simulated; the deciders are pure).
-    "intake": _rule([*_MIDDLE, "streams", "intake"], _THIRD_PARTY["intake"]),
     # The simulated region behind the provider seam, the deciders' loop over it, the demo.
     "sim": _rule([*_MIDDLE, "streams", "projections", "provider", "sim"], _THIRD_PARTY["sim"]),
     "replay": _rule([*_MIDDLE, "streams", "projections", "sim", "replay"], _THIRD_PARTY["replay"]),

@@ -1,11 +1,11 @@
-"""The scheduler intake (`spotcap run intake`, the `intake` part): pending pods on the session's
+"""The scheduler intake (`spotcap run intake`, `streams/intake`): pending pods on the session's
 real kube-apiserver and pending jobs on its real Slurm become `capacity_claim_opened`, their end
 `capacity_released`, each once, across a SIGKILL of the intake, changes made while it was
 down, and restarts. The intake runs as a person runs it (the command, in a child process,
 writing the embedded log); the log is read back by the test.
 
-The first tests hold `intake.claims.decide` and the readers of pods and jobs to their rules
-without a server.
+The first tests hold `streams.intake.claims.decide` and the readers of pods and jobs to their
+rules without a server.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from infra import servers
-from intake.claims import Batch, Book, Sighting, Stamp, decide
-from intake.kubernetes import cpu_millis
-from intake.slurm import stage_of, workload_of
 from schemas.codec import Codec
 from schemas.events import CapacityClaimOpened, CapacityReleased, Envelope
 from streams.browse import Wanted, browse
 from streams.embedded import EmbeddedLog
+from streams.intake.claims import Batch, Book, Sighting, Stamp, decide
+from streams.intake.kubernetes import cpu_millis
+from streams.intake.slurm import stage_of, workload_of
 from streams.log import UnknownTopicError
 from streams.reader import Decoded
 from tests import kube_support as kube

@@ -1,6 +1,6 @@
 """`spotcap run streams`: the deciders on Kafka, as Faust workers beside the region's one
 sequencer (`streams.runtime.service`, docs/deciders.md); `spotcap run intake`: claims for the
-schedulers' pending work (`intake.service.serve`, docs/operating.md)."""
+schedulers' pending work (`streams.intake.service.serve`, docs/operating.md)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def streams_command(settings: Settings, *, role: str, pool_partitions: int,
 @click.pass_obj
 def intake_command(settings: Settings, /, **options: Any) -> None:
     """Write capacity claims for pending pods and Slurm jobs with a contract, until SIGTERM."""
-    from intake.service import IntakeError, serve
+    from streams.intake.service import IntakeError, serve
 
     event_log = open_log(settings)
     try:

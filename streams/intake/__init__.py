@@ -12,7 +12,9 @@ ends, on the region's demand topic.
 - ``history``: the book read back from the log at start (the intake keeps no other state).
 - ``service``: the sources in threads, one writer, ``serve`` for ``spotcap run intake``.
 
-May import ``schemas`` and ``streams`` of the project (the log it writes), and ``kubernetes``
-and ``urllib3`` (the API client). Called by the command line (``spotcap run intake``) and the
-tests; nothing else imports it.
+A sub-part of ``streams``: the claims it writes go on the log, where the deciders read them.
+May import ``schemas``, ``contracts`` and the rest of ``streams`` (the log it writes), and
+``kubernetes`` and ``urllib3`` (the API client), which nothing else in ``streams`` may
+(tests/layering.py, ``streams/intake``). Called by the command line (``spotcap run intake``) and
+the tests; nothing else imports it.
 """

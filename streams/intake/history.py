@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from intake.claims import Book
 from schemas.codec import Codec
 from schemas.events import CapacityClaimOpened, CapacityReleased
 from streams.browse import Undecodable, Wanted, browse
+from streams.intake.claims import Book
 from streams.log import EventLog
 from streams.topics import topic_name
 

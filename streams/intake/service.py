@@ -1,8 +1,8 @@
 """The intake as a service: its sources in threads of their own, one writer to the log.
 
-`run_intake` reads the book back from the log (`intake.history`), then takes the sources'
-batches one at a time: `intake.claims.decide` says what to write, the writer writes it and waits
-for the log's acknowledgement, and only then does the book take it in. A kill at any point
+`run_intake` reads the book back from the log (`history`), then takes the sources' batches one
+at a time: `claims.decide` says what to write, the writer writes it and waits for the log's
+acknowledgement, and only then does the book take it in. A kill at any point
 loses nothing and doubles nothing: what the log acknowledged is in the book the next run reads,
 and what it did not is decided again, under the same derived event ids.
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from intake.claims import Batch, Stamp, decide
-from intake.history import read_book
 from schemas.codec import Codec
 from schemas.events import CapacityClaimOpened
+from streams.intake.claims import Batch, Stamp, decide
+from streams.intake.history import read_book
 from streams.log import EventLog
 from streams.topics import region_topics, topic_name
 from streams.writer import EventWriter
@@ -156,8 +156,8 @@ def serve(
     SIGINT (call it from the main thread); logs a line per claim to stderr."""
     from kubernetes.config import ConfigException
 
-    from intake.kubernetes import KubernetesSource, api_client
-    from intake.slurm import SlurmSource
+    from streams.intake.kubernetes import KubernetesSource, api_client
+    from streams.intake.slurm import SlurmSource
 
     if kubeconfig is None and slurmrestd is None:
         raise IntakeError("the intake needs a kubeconfig, a slurmrestd, or both", usage=True)

@@ -31,7 +31,7 @@ from kubernetes import config as kube_config
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
-from intake.claims import Batch, Sighting, Stage
+from streams.intake.claims import Batch, Sighting, Stage
 
 log = logging.getLogger(__name__)
 

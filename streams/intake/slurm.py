@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from intake.claims import Batch, Sighting, Stage
+from streams.intake.claims import Batch, Sighting, Stage
 
 log = logging.getLogger(__name__)
 
