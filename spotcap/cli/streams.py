@@ -1,19 +1,23 @@
-"""`spotcap run streams`: the deciders on Kafka, as Faust workers beside the region's one
-sequencer (`streams.runtime.service`, docs/deciders.md); `spotcap run intake`: claims for the
-schedulers' pending work (`streams.intake.service.serve`, docs/operating.md)."""
+"""`spotcap run`, the long-running services of the live topology (docs/operating.md):
+`streams`, the deciders on Kafka, as Faust workers beside the region's one sequencer
+(`streams.runtime.service`, docs/deciders.md); `intake`, claims for the schedulers' pending work
+(`streams.intake.service.serve`); `projections`, the fleet state and the ledger following the
+log (`projections.follow.serve`)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
 from schemas.codec import Codec
+from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.config import Settings
 from spotcap.fail import fail
-from spotcap.wiring import make_codec, open_log
+from spotcap.home import hold_home
+from spotcap.wiring import make_codec, open_log, stores
 from streams.log import LogError
 from streams.runtime.journal import RuntimeTopics
 from streams.runtime.service import ROLES, run_streams
@@ -21,7 +25,8 @@ from streams.runtime.service import ROLES, run_streams
 
 @click.group("run")
 def run() -> None:
-    """Long-running services: the deciders on Kafka, the scheduler intake."""
+    """Long-running services: the deciders on Kafka, the scheduler intake, the projections'
+    followers."""
 
 
 # fmt: off
@@ -114,3 +119,46 @@ def intake_command(settings: Settings, /, **options: Any) -> None:
         event_log.close()
     click.echo(f"claims: {report.opened} opened, {report.released} released, "
                f"{report.open_now} open")
+
+
+_PROJECTIONS: dict[str, tuple[Literal["fleet", "ledger"], ...]] = {
+    "fleet": ("fleet",),
+    "ledger": ("ledger",),
+    "all": ("fleet", "ledger"),
+}
+
+
+# fmt: off
+@run.command("projections")
+@click.argument("what", type=click.Choice(sorted(_PROJECTIONS)), default="all", required=False)
+@postgres_option
+@click.option("--interval-s", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
+              help="Seconds between two catch-up rounds of the ledger.")
+@click.pass_obj
+def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
+                        interval_s: float) -> None:
+    # fmt: on
+    """Keep the projections up to date with the log as it grows, until SIGTERM.
+
+    WHAT is fleet (PostgreSQL, a consumer group: on Kafka several followers share it), ledger
+    (ClickHouse, a catch-up round every --interval-s: one per region) or all (the default).
+    `spotcap project` does the same once and stops.
+    """
+    from projections.follow import serve
+    from projections.ledger.store import LedgerError
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.stores import StoreError
+
+    settings = need_home(with_postgres(settings, postgres_dsn), log=True)
+    hold_home(settings)
+    event_log = open_log(settings)
+    try:
+        report = serve(event_log, make_codec(settings), settings.region, stores(settings),
+                       _PROJECTIONS[what], interval_s=interval_s)
+    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+        fail(f"the projections of region {settings.region} stopped: {error}")
+    finally:
+        event_log.close()
+    click.echo(f"fleet state: {report.fleet_events} records taken; ledger: "
+               f"{report.ledger_events} events in {report.ledger_rounds} rounds, "
+               f"{report.unpriced} unpriced")
