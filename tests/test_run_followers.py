@@ -1,10 +1,10 @@
-"""`spotcap run projections` as a person runs it: child processes
+"""`spotcap run projections` and `spotcap run relay` as a person runs them: child processes
 over a home (the embedded log, or the session's real Kafka; the home's embedded PostgreSQL and
 chdb ledger), fed while they run, stopped with SIGTERM.
 
 What is checked is what they leave: the fleet state's stored offsets and `spotcap query lag`
-at the log's end offsets after each of two feeds, and the state unchanged by a restart with
-nothing new.
+at the log's end offsets after each of two feeds, the state unchanged by a restart with nothing
+new, and every capacity action of the outbox on the audit topic once, keyed by its id.
 """
 
 from __future__ import annotations
@@ -194,3 +194,63 @@ def test_run_projections_follows_kafka_as_it_grows(
 ) -> None:
     settings, args = _home(tmp_path, f"follow-{uuid.uuid4().hex[:8]}", kafka.address)
     _follow_two_feeds(tmp_path, settings, args, services)
+
+
+def audit_records(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
+    """(key, record) of every record on the region's audit topic."""
+    log = open_log(settings)
+    consumer = log.consumer(f"check-{uuid.uuid4().hex[:8]}", [topic_name(settings.region, "audit")])
+    out: list[tuple[str, dict[str, Any]]] = []
+    try:
+        while batch := consumer.poll(10_000, timeout_s=2.0):
+            out += [((r.key or b"").decode(), json.loads(r.value or b"")) for r in batch]
+    finally:
+        consumer.close()
+        log.close()
+    return out
+
+
+def outbox(settings: Settings) -> tuple[set[str], int]:
+    """The outbox's action ids, and how many are unsent."""
+    with stores(settings).open_fleet() as conn:
+        ids = {r[0] for r in conn.execute("SELECT action_id::text FROM outbox").fetchall()}
+        row = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()
+    assert row is not None
+    return ids, int(row[0])
+
+
+def test_run_relay_sends_each_action_once_while_the_outbox_grows(
+    tmp_path: Path, services: list[Service]
+) -> None:
+    settings, args = _home(tmp_path, "demo")
+    events = region_events(settings.region)
+    half = len(events) // 2
+    try:
+        feed(settings, events[:half])
+        assert spotcap(*args, "project", "fleet", timeout_s=WAIT_S).returncode == 0
+        first, unsent = outbox(settings)
+        assert unsent == len(first) > 0
+        relay = Service([*args, "run", "relay", "--interval-s", "0.2", "--batch-size", "50"],
+                        tmp_path)  # fmt: skip
+        services.append(relay.start())
+        wait_until(lambda: outbox(settings)[1] == 0 or not relay.alive(), WAIT_S,
+                   "the first actions sent")  # fmt: skip
+        assert relay.alive(), relay.said()
+        # More history while it runs: it lets go of the log between bursts, so others write.
+        feed(settings, events[half:])
+        assert spotcap(*args, "project", "fleet", timeout_s=WAIT_S).returncode == 0
+        everything, _ = outbox(settings)
+        assert everything > first
+        wait_until(lambda: outbox(settings)[1] == 0, WAIT_S, "the later actions sent")
+        assert relay.stop() == f"audit: {len(everything)} actions sent, 0 pending"
+        records = audit_records(settings)
+        sent = Counter(key for key, _ in records)
+        assert set(sent) == everything and max(sent.values()) == 1  # all of them, once
+        assert all(key == record["action_id"] for key, record in records)
+        # Once, with nothing pending: nothing sent, and it stops by itself.
+        done = spotcap(*args, "run", "relay", "--once", timeout_s=WAIT_S)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "audit: 0 actions sent, 0 pending"
+        assert len(audit_records(settings)) == len(records)
+    finally:
+        stores(settings).stop_embedded_postgres()

@@ -48,7 +48,7 @@ LAZY_COMMANDS = {name: LazyCommand(load, short_help) for name, load, short_help 
      "Reports for finance: the net saving per workload (docs/accounting.md)."),
     ("run", lambda: import_module("spotcap.cli.streams").run,
      "Long-running services: the deciders on Kafka, the scheduler intake, the projections' "
-     "followers."),
+     "followers and the outbox relay."),
     ("schemas", lambda: import_module("spotcap.cli.schemas").schemas,
      "Check and release the event schemas (full compatibility, docs/events.md)."),
     ("serve", lambda: import_module("spotcap.cli.serve").serve,

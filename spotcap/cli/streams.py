@@ -2,7 +2,8 @@
 `streams`, the deciders on Kafka, as Faust workers beside the region's one sequencer
 (`streams.runtime.service`, docs/deciders.md); `intake`, claims for the schedulers' pending work
 (`streams.intake.service.serve`); `projections`, the fleet state and the ledger following the
-log (`projections.follow.serve`)."""
+log (`projections.follow.serve`); `relay`, the outbox's capacity actions to the audit topic
+(`projections.relay.serve`)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from streams.runtime.service import ROLES, run_streams
 @click.group("run")
 def run() -> None:
     """Long-running services: the deciders on Kafka, the scheduler intake, the projections'
-    followers."""
+    followers and the outbox relay."""
 
 
 # fmt: off
@@ -162,3 +163,42 @@ def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
     click.echo(f"fleet state: {report.fleet_events} records taken; ledger: "
                f"{report.ledger_events} events in {report.ledger_rounds} rounds, "
                f"{report.unpriced} unpriced")
+
+
+# fmt: off
+@run.command("relay")
+@postgres_option
+@click.option("--once", is_flag=True,
+              help="Send what is pending, then stop (for a timer instead of a service).")
+@click.option("--interval-s", type=click.FloatRange(0.1, 3600), default=1.0, show_default=True,
+              help="Seconds between two looks at the outbox when nothing is pending.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True,
+              help="Actions sent and marked in one transaction.")
+@click.pass_obj
+def relay_command(settings: Settings, postgres_dsn: str | None, once: bool, interval_s: float,
+                  batch_size: int) -> None:
+    # fmt: on
+    """Send the fleet state's capacity actions to the region's audit topic, until SIGTERM.
+
+    An action is marked sent once the log has acknowledged it; a relay killed in between sends
+    it again on restart, under the same action id.
+    """
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.relay import RelayError, serve
+    from projections.stores import StoreError
+
+    settings = need_home(with_postgres(settings, postgres_dsn), fleet=True)
+    hold_home(settings)
+    event_log = open_log(settings)
+    try:
+        conn = stores(settings).open_fleet()
+        try:
+            report = serve(event_log, conn, settings.region, once=once, interval_s=interval_s,
+                           batch_size=batch_size)
+        finally:
+            conn.close()
+    except (StoreError, FleetDatabaseError, RelayError, LogError) as error:
+        fail(f"the outbox relay of region {settings.region} stopped: {error}")
+    finally:
+        event_log.close()
+    click.echo(f"audit: {report.sent} actions sent, {report.pending} pending")
