@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from projections.catchup import Which, catch_up, fleet_processor, open_writer
 from projections.ledger.writer import LEDGER_TOPICS
+from projections.postgres.connection import FleetDatabaseError
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
 from projections.stores import Stores
 from schemas.codec import Codec
@@ -95,10 +96,25 @@ def _follow_fleet(
     try:
         processor = fleet_processor(event_log, codec, region, FleetWriter(conn))
         log.info("fleet state: following %s", event_log.describe())
+        lost = False
         try:
-            processor.run(stop.is_set)
+            while not stop.is_set():
+                processor.run_once()
+                # A database that did not take a batch pauses the processor (it retries); one
+                # that went away took the connection with it, and nothing retried on it can
+                # succeed: stop, so that a supervisor starts the follower again.
+                if conn.closed:
+                    lost = True
+                    raise FleetDatabaseError(
+                        f"the fleet-state database ({stores.describe_fleet()}) closed the "
+                        "connection (restarted or stopped); start the follower again once it "
+                        "answers: it resumes from the offsets stored with the rows"
+                    )
         finally:
-            processor.close()  # the chain's last batch written and committed
+            if lost:
+                processor.terminate()  # nothing held can be written; the next run reads it again
+            else:
+                processor.close()  # the chain's last batch written and committed
         return processor.processed
     finally:
         conn.close()

@@ -141,7 +141,15 @@ def caught_up(settings: Settings, global_args: Sequence[str], wanted: int) -> bo
 def _home(tmp_path: Path, region: str, kafka: str | None = None) -> tuple[Settings, list[str]]:
     settings = Settings.load(home=tmp_path / "home", region=region, kafka_bootstrap=kafka)
     args = ["--home", str(settings.home), "--region", region]
+    start_postgres(settings)
     return settings, [*args, "--kafka", kafka] if kafka else args
+
+
+def start_postgres(settings: Settings) -> None:
+    """The home's embedded PostgreSQL, started before anything else can start it: two
+    processes starting one home's server at the same moment can stop each other's (one takes
+    the other's new postmaster, not yet in its state file, for a stale one)."""
+    stores(settings).open_fleet().close()
 
 
 def _follow_two_feeds(
@@ -194,6 +202,40 @@ def test_run_projections_follows_kafka_as_it_grows(
 ) -> None:
     settings, args = _home(tmp_path, f"follow-{uuid.uuid4().hex[:8]}", kafka.address)
     _follow_two_feeds(tmp_path, settings, args, services)
+
+
+def test_a_follower_whose_database_went_away_stops_and_a_restart_resumes(
+    tmp_path: Path, services: list[Service]
+) -> None:
+    settings, args = _home(tmp_path, "demo")
+    events = region_events(settings.region)
+    half = len(events) // 2
+    feed(settings, events[:half])
+    follower = Service([*args, "run", "projections", "fleet"], tmp_path)
+    services.append(follower.start())
+    try:
+        first = ends(settings, FLEET)
+        wait_until(lambda: fleet_offsets(settings) == first or not follower.alive(), WAIT_S,
+                   "the first feed projected")  # fmt: skip
+        assert follower.alive(), follower.said()
+        assert stores(settings).stop_embedded_postgres()
+        feed(settings, events[half:])  # a batch the database cannot take
+        assert follower.proc is not None and follower.proc.wait(timeout=WAIT_S) == 1
+        said = follower.said()
+        assert "closed the connection" in said and "start the follower again" in said
+        assert "Traceback" not in said
+        # Started again with the database, it resumes where the rows stopped.
+        start_postgres(settings)
+        follower.start()
+        everything = ends(settings, FLEET)
+        wait_until(lambda: fleet_offsets(settings) == everything or not follower.alive(),
+                   WAIT_S, "the rest projected")  # fmt: skip
+        taken = sum(everything.values()) - sum(first.values())
+        assert follower.stop() == (
+            f"fleet state: {taken} records taken; ledger: 0 events in 0 rounds, 0 unpriced"
+        )
+    finally:
+        stores(settings).stop_embedded_postgres()
 
 
 def audit_records(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
