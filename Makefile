@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool versitygw system-packages browser-tools bench clean
+.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool versitygw kube-apiserver system-packages browser-tools bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,13 +31,15 @@ demo: install
 	$(BIN)/spotcap demo --fresh
 
 ## Install everything the tests need, then run the whole suite; the tests start the servers
-## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS, OpenBao, versitygw, Slurm)
-## through infra/servers/. promtool (which lints /metrics) comes with Debian's prometheus package.
-test: install checkpoint-integrations kafka-jars promtool versitygw system-packages browser-tools
+## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS, OpenBao, versitygw, Slurm,
+## kube-apiserver over etcd) through infra/servers/. promtool (which lints /metrics) comes with
+## Debian's prometheus package.
+test: install checkpoint-integrations kafka-jars promtool versitygw kube-apiserver system-packages browser-tools
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
-## slurm-wlm, slurmrestd and munge are the real one-node Slurm the agent's drain tests use.
+## slurm-wlm, slurmrestd and munge are the real one-node Slurm the agent's drain tests use;
+## etcd-server is the store of the real kube-apiserver (openssl makes its signing key).
 system-packages:
 	@command -v lua5.4 >/dev/null || { \
 		echo "installing lua5.4 from Debian (needs root)"; \
@@ -46,6 +48,10 @@ system-packages:
 		echo "installing slurm-wlm, slurmrestd and munge from Debian (needs root)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			slurm-wlm slurmrestd munge; }
+	@test -x /usr/bin/etcd -a -x /usr/bin/openssl || { \
+		echo "installing etcd-server and openssl from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			etcd-server openssl; }
 
 ## The console's browser tests: Debian's chromium (no browser download), driven by playwright-core
 ## with axe-core for accessibility, both from npm, installed once under ~/.cache/spotcap/node.
@@ -77,6 +83,11 @@ promtool: install
 ## The S3 server of the archive's Object Lock tests, built once with go install (~8 min of CPU).
 versitygw: install
 	$(BIN)/python -m infra.servers fetch-versitygw
+
+## The Kubernetes API server of the drain, intake and admission tests, built once with go build
+## in infra/kubernetes/apiserver (~10 min of CPU the first time, seconds with Go's cache warm).
+kube-apiserver: install
+	$(BIN)/python -m infra.servers fetch-kube-apiserver
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,5 +1,5 @@
-"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS, OpenBao, Slurm) from
-infra/servers/.
+"""Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS, OpenBao, Slurm,
+kube-apiserver over etcd) from infra/servers/.
 
 Each server is started once per test session under the session's temporary directory and stopped
 at the end. A server that cannot start fails the tests that need it (never skips them).
@@ -167,6 +167,15 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
     packages; ``.address`` is ``unix:<rest socket>``, ``servers.slurm_conf(slurm)`` the
     ``SLURM_CONF``. The node is ``localhost``, the partition ``batch``."""
     yield from _serve(tmp_path_factory, "slurm", servers.start_slurm)
+
+
+@pytest.fixture(scope="session")
+def kubernetes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+    """A real kube-apiserver v1.37.2 over Debian's etcd (no kubelet, no controllers; RBAC);
+    ``.address`` is ``https://127.0.0.1:PORT``, ``servers.kubeconfig(kubernetes)`` the
+    administrator's kubeconfig. Shared by the session: each test works in namespaces and on
+    nodes of its own (``tests/kube_support.py``)."""
+    yield from _serve(tmp_path_factory, "kubernetes", servers.start_kubernetes)
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,8 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
+    # The scheduler intake watches the Kubernetes API with its official client (over urllib3).
+    "streams/intake": frozenset({"kubernetes", "urllib3"}),
     # The simulated region reads pool catalogues and writes contract files (YAML).
     "sim": frozenset({"yaml"}),
     "replay": frozenset({"fastavro", "pyarrow", "boto3", "botocore", "cryptography"}),
@@ -142,6 +144,10 @@ RULES: Mapping[str, Rule] = {
     "contracts": _rule(_MIDDLE, _THIRD_PARTY["contracts"]),
     "streams": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams"]),
     "streams/deciders": _rule(["schemas", "streams.deciders"], [], _IO_OR_CLOCK),
+    # The schedulers' demand becomes claims on the log, which the deciders read: the intake
+    # writes events through the rest of streams, and alone in streams talks to the Kubernetes
+    # API (the agent acts on one node and never writes the log; the deciders are pure).
+    "streams/intake": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams/intake"]),
     # The catch-up, the rebuild and the live fleet processor read the log.
     "projections": _rule([*_MIDDLE, "streams", "projections"], _THIRD_PARTY["projections"]),
     # The node acts alone: nothing of the log or the control plane, ...

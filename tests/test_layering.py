@@ -43,6 +43,10 @@ def test_every_folder_of_python_code_has_a_rule() -> None:
         RULES["streams/deciders"],
     )
     assert rule_for(Path("streams/kafka.py")) == ("streams", RULES["streams"])
+    assert rule_for(Path("streams/intake/kubernetes.py")) == (
+        "streams/intake",
+        RULES["streams/intake"],
+    )
 
 
 def plant(root: Path, relative: str, source: str) -> list[str]:
@@ -136,6 +140,10 @@ PLANTED = (
         ("streams/deciders/u1.py", "from uuid import uuid1\n", "imports uuid.uuid1"),
         ("streams/deciders/dyn.py", "__import__('time')\n", "reads the clock"),
         ("streams/deciders/third.py", "import pydantic\n", "pydantic is not on streams/deciders/"),
+        # The intake alone in streams talks to the Kubernetes API, and stays below projections.
+        ("streams/kube.py", "from kubernetes import client\n", "kubernetes is not on streams/"),
+        ("streams/intake/up.py", "from projections import x\n", "streams/intake/ may import only"),
+        ("streams/intake/pg.py", "import psycopg\n", "psycopg is not on streams/intake/"),
     ]
     + [
         (
@@ -210,6 +218,7 @@ def test_what_the_rule_allows_passes(tmp_path: Path) -> None:
             "y = uuid.uuid5(uuid.NAMESPACE_URL, 'x')\n"
         ),
         "streams/a.py": "import confluent_kafka\nimport time\nfrom streams.deciders import maps\n",
+        "streams/intake/a.py": "import urllib3\nimport kubernetes\nfrom streams import log\n",
     }
     for relative, source in allowed.items():
         assert check_source(Path(relative), source) == [], relative

@@ -246,3 +246,31 @@ def test_a_go_build_without_go_says_how_to_get_it(
         fetch_go_command(command)
     assert "go is not on PATH" in str(info.value)
     assert "SPOTCAP_GO" in str(info.value)
+
+
+def test_kube_apiserver_answers_and_keeps_its_token_off_command_lines(
+    kubernetes: servers.Server,
+) -> None:
+    from tests import kube_support as kube
+
+    api = kube.admin(kubernetes)
+    try:
+        from kubernetes import client as k8s
+
+        assert k8s.VersionApi(api).get_code().git_version == "v1.37.2"
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    status = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "infra.servers", "kubernetes", "status",
+             "--dir", str(kubernetes.data_dir)],
+            capture_output=True, text=True, cwd=REPO_ROOT, check=True,
+        ).stdout
+    )  # fmt: skip
+    assert status["running"] and [c["name"] for c in status["companions"]] == ["etcd"]
+    token = (kubernetes.data_dir / "tokens.csv").read_text().split(",")[0]
+    for secret in ("tokens.csv", "admin.kubeconfig", "pki/sa.key"):
+        assert stat.S_IMODE((kubernetes.data_dir / secret).stat().st_mode) == 0o600, secret
+    for pid in (kubernetes.pid, status["companions"][0]["pid"]):
+        assert token not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    assert token not in kubernetes.log_path.read_text()

@@ -7,11 +7,14 @@ workers under this node's own token bucket, so 800 agents evicting their own pod
 behind one central drainer at client-go's default 5 requests/s. The eviction asks for a grace
 period that ends before the notice deadline: the agent owns the deadline.
 
-A 429 (a PodDisruptionBudget or API priority and fairness) is retried, after its Retry-After
-or a short back-off, for as long as the deadline allows; every attempt is an
-``eviction_attempted`` event. When the API does not answer within the cap (taint, list or an
-eviction), the agent stops waiting for it and drains locally (signals the workload processes,
-with the kubelet's graceful-shutdown period as the grace if it is shorter than what is left).
+A 429 (a PodDisruptionBudget or API priority and fairness) or a 5xx is retried, after its
+Retry-After or a short back-off, for as long as the deadline allows less what the local path
+needs (its grace, and the SIGKILL after it); every attempt is an ``eviction_attempted`` event.
+A pod still refused then (or refused for good: 403, 400, 422) is left to the local path, which
+signals the workload's processes, so a budget that never allows the disruption delays the drain
+but does not stop it: the node goes at the deadline anyway. When the API does not answer within
+the cap (taint, list or an eviction), the agent stops waiting for it and drains locally (the
+kubelet's graceful-shutdown period as the grace if it is shorter than the local path's own).
 Verification lists the node's pods until none of the evicted ones is left.
 """
 
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 
 TAINT_KEY = "spotcap.io/reclaim"
 _MAX_BACKOFF_S = 2.0
+_LOCAL_KILL_S = 2.0  # the local path's wait after SIGKILL (LocalDrain)
 
 
 class ApiUnresponsiveError(Exception):
@@ -77,6 +81,8 @@ def make_api_client(config: KubernetesConfig, parallelism: int) -> k8s.ApiClient
 
         configuration.api_key_prefix["authorization"] = "Bearer"
         configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]
+        # The client sends the header only for a key it already holds (then refreshes it).
+        refresh(configuration)
     configuration.retries = False  # one try per call: the 800 ms cap is the whole budget
     configuration.connection_pool_maxsize = parallelism + 2
     return k8s.ApiClient(configuration)
@@ -136,18 +142,34 @@ class KubernetesDrain:
         evicted = [p for p, ok in zip(pods, outcomes, strict=True) if ok]
         if unresponsive.is_set():
             return self._fall_back(ctx, "API stopped answering within the cap during eviction")
+        refused = sorted(str(p) for p, ok in zip(pods, outcomes, strict=True) if not ok)
+        if refused and self._local.configured:
+            return self._fall_back(
+                ctx,
+                f"{len(evicted)} of {len(pods)} pods evicted; not evicted in time: "
+                + ", ".join(refused[:5]),
+            )
         verified, left = self._verify(ctx, {str(p) for p in pods})
         detail = f"{len(evicted)} of {len(pods)} pods evicted"
         if left:
             detail += f"; still on the node: {', '.join(sorted(left)[:5])}"
         return DrainResult("kubernetes", verified, False, detail, len(evicted))
 
-    def _fall_back(self, ctx: DrainContext, why: str) -> DrainResult:
-        log.warning("node %s: %s; draining locally", self.node, why)
+    def _local_grace_s(self) -> float:
         grace = self._local.term_grace_s
         if self._kubelet_grace_s is not None:
             grace = min(grace, self._kubelet_grace_s)
-        result = self._local.drain(ctx, grace_s=grace)
+        return grace
+
+    def _eviction_window_s(self, ctx: DrainContext) -> float:
+        """Seconds left for evictions: the deadline's, less what the local path needs after
+        them (nothing when it has no processes to look for)."""
+        reserve_s = self._local_grace_s() + _LOCAL_KILL_S if self._local.configured else 0.0
+        return ctx.deadline.left_s() - reserve_s
+
+    def _fall_back(self, ctx: DrainContext, why: str) -> DrainResult:
+        log.warning("node %s: %s; draining locally", self.node, why)
+        result = self._local.drain(ctx, grace_s=self._local_grace_s())
         return DrainResult("local", result.verified, True, f"{why}; {result.detail}", 0)
 
     # -- API calls, each capped -------------------------------------------------------------
@@ -193,8 +215,8 @@ class KubernetesDrain:
     ) -> bool:
         attempt = 0
         while not unresponsive.is_set():
-            left_s = ctx.deadline.left_s()
-            if left_s <= 0 or not bucket.acquire(ctx.deadline.cap(left_s)):
+            window_s = self._eviction_window_s(ctx)
+            if window_s <= 0 or not bucket.acquire(ctx.deadline.cap(window_s)):
                 return False
             attempt += 1
             grace_s = max(1, int(min(ctx.request.drain_budget_s, ctx.deadline.left_s())))
@@ -243,8 +265,10 @@ class KubernetesDrain:
             if outcome == "timed_out":
                 unresponsive.set()
                 return False
+            if status is not None and status != 429 and status < 500:
+                return False  # refused for good (403, 400, 422): retrying cannot help
             backoff_s = retry_after_s if retry_after_s is not None else 0.1 * 2 ** (attempt - 1)
-            time.sleep(ctx.deadline.cap(min(backoff_s, _MAX_BACKOFF_S)))
+            time.sleep(max(0.0, min(backoff_s, _MAX_BACKOFF_S, self._eviction_window_s(ctx))))
         return False
 
     on_attempt: Any = None

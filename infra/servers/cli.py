@@ -1,5 +1,5 @@
-"""The command line ``python -m infra.servers``: fetch-kafka, fetch-promtool, fetch-versitygw;
-start, stop or status a server."""
+"""The command line ``python -m infra.servers``: fetch-kafka, fetch-promtool, fetch-versitygw,
+fetch-kube-apiserver; start, stop or status a server."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infra.servers.kafka import fetch_kafka, start_kafka
+from infra.servers.kubernetes import fetch_kube_apiserver, start_kubernetes
 from infra.servers.nats import start_nats
 from infra.servers.openbao import start_openbao
 from infra.servers.postgres import start_postgres
@@ -18,7 +19,7 @@ from infra.servers.promtool import fetch_promtool
 from infra.servers.slurm import start_slurm
 from infra.servers.versitygw import fetch_versitygw, start_versitygw
 
-NAMES = ("kafka", "postgres", "nats", "openbao", "slurm", "versitygw")
+NAMES = ("kafka", "postgres", "nats", "openbao", "slurm", "versitygw", "kubernetes")
 
 _STARTERS: dict[str, Callable[[Path], Server]] = {
     "kafka": start_kafka,
@@ -27,6 +28,13 @@ _STARTERS: dict[str, Callable[[Path], Server]] = {
     "openbao": start_openbao,
     "slurm": start_slurm,
     "versitygw": start_versitygw,
+    "kubernetes": start_kubernetes,
+}
+_FETCHERS: dict[str, Callable[[], Path]] = {
+    "fetch-kafka": fetch_kafka,
+    "fetch-promtool": fetch_promtool,
+    "fetch-versitygw": fetch_versitygw,
+    "fetch-kube-apiserver": fetch_kube_apiserver,
 }
 
 
@@ -39,25 +47,28 @@ def main(argv: list[str] | None = None) -> int:
             "  fetch-kafka                fetch Kafka's jars from Maven Central (cached)\n"
             "  fetch-promtool             find promtool (from Debian's prometheus package)\n"
             "  fetch-versitygw            build the versitygw S3 server with go install (cached)\n"
+            "  fetch-kube-apiserver       build kube-apiserver with go build (cached)\n"
             "  SERVER start               start; prints {name, address, pid} as JSON\n"
             "  SERVER stop                stop cleanly (idempotent)\n"
             "  SERVER status              print the state as JSON; exit 3 if not running\n"
             "\n"
-            "SERVER is kafka, postgres, nats, openbao, slurm or versitygw. OpenBao runs in dev\n"
-            "mode (in memory); Slurm is one node from Debian's packages (slurm-wlm, slurmrestd,\n"
-            "munge); OpenBao's root token is in DIR/token, versitygw's keys in\n"
-            "DIR/credentials.json.\n"
+            "SERVER is kafka, postgres, nats, openbao, slurm, versitygw or kubernetes. OpenBao\n"
+            "runs in dev mode (in memory); Slurm is one node from Debian's packages (slurm-wlm,\n"
+            "slurmrestd, munge); kubernetes is kube-apiserver over Debian's etcd. OpenBao's root\n"
+            "token is in DIR/token, versitygw's keys in DIR/credentials.json, kubernetes'\n"
+            "administrator kubeconfig in DIR/admin.kubeconfig.\n"
         ),
         epilog=(
             "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "
             "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_GO, SPOTCAP_NATS_SERVER, SPOTCAP_BAO "
-            "(bao for OpenBao). Errors go to stderr, exit code 1."
+            "(bao for OpenBao), SPOTCAP_ETCD, SPOTCAP_KUBE_APISERVER. Errors go to stderr, exit "
+            "code 1."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "server",
-        choices=[*NAMES, "fetch-kafka", "fetch-promtool", "fetch-versitygw"],
+        choices=[*NAMES, *_FETCHERS],
         help="which server",
     )
     parser.add_argument("action", nargs="?", choices=["start", "stop", "status"], help="what to do")
@@ -69,14 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        if args.server == "fetch-kafka":
-            print(json.dumps({"libs": str(fetch_kafka())}))
-            return 0
-        if args.server == "fetch-promtool":
-            print(json.dumps({"promtool": str(fetch_promtool())}))
-            return 0
-        if args.server == "fetch-versitygw":
-            print(json.dumps({"binary": str(fetch_versitygw())}))
+        if args.server in _FETCHERS:
+            what = {"fetch-kafka": "libs", "fetch-promtool": "promtool"}.get(args.server, "binary")
+            print(json.dumps({what: str(_FETCHERS[args.server]())}))
             return 0
         if args.action is None:
             parser.error("an action is required: start, stop or status")

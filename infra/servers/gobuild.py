@@ -1,4 +1,6 @@
-"""Build a Go command once with ``go install`` into the project's cache (versitygw).
+"""Build a Go command once into the project's cache: with ``go install`` (versitygw), or with
+``go build`` inside a module of the project's own (kube-apiserver, whose go.mod replaces its
+staging modules with local paths that ``go install`` cannot follow: ``infra/kubernetes/``).
 
 No package registry ships these binaries; the Go module proxy does ship their sources. A build
 runs under a file lock (two test processes never build the same binary at once), goes to a
@@ -30,13 +32,18 @@ class GoCommand:
     binary: Path
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra build environment (``CGO_ENABLED``, ``GOFLAGS``)."""
+    build_dir: Path | None = None
+    """A module of the project's own (go.mod and go.sum) in which ``go build`` builds `module`
+    (a package path, at the version that go.mod pins); None: ``go install module@version``."""
+    ldflags: str = ""
     go_fix: str = "install Go (apt-get install golang) or set SPOTCAP_GO"
     build_fix: str = "check access to the Go module proxy and the free space under ~/go"
     timeout_s: float = 3600
 
 
 def fetch_go_command(command: GoCommand) -> Path:
-    """Return `command`'s binary, building it with ``go install`` if it is not cached."""
+    """Return `command`'s binary, building it (``go install``, or ``go build`` in its
+    `build_dir`) if it is not cached."""
     binary = command.binary
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
@@ -53,17 +60,23 @@ def fetch_go_command(command: GoCommand) -> Path:
         tmp = home / f"bin.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         log_path = home / "build.log"
-        argv = [go, "install", f"{command.module}@{command.version}"]
+        built = tmp / binary.name
+        if command.build_dir is None:
+            argv = [go, "install", f"{command.module}@{command.version}"]
+            cwd = home
+        else:  # -mod=readonly: the committed go.sum is the whole truth, nothing is resolved anew
+            argv = [go, "build", "-mod=readonly", "-trimpath", "-ldflags", command.ldflags,
+                    "-o", str(built), command.module]  # fmt: skip
+            cwd = command.build_dir
         env = {**os.environ, **command.env, "GOBIN": str(tmp)}
         with log_path.open("wb") as log:
             try:
                 code = subprocess.run(
-                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home,
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                     timeout=command.timeout_s, check=False,
                 ).returncode  # fmt: skip
             except subprocess.TimeoutExpired:
                 code = -1
-        built = tmp / binary.name
         if code != 0 or not built.is_file():
             shutil.rmtree(tmp, ignore_errors=True)
             raise ServerError(

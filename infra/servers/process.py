@@ -332,11 +332,10 @@ def stop(server_or_data_dir: Server | Path | str) -> None:
         return
     name, pid = str(state.get("name", "?")), int(state.get("pid", 0))
     _run_pre_stop(state)
-    # Companion processes (Slurm's slurmrestd, slurmd and munged), stopped first, in order.
-    for companion in state.get("companions", ()):
-        other = int(companion.get("pid", 0))
-        if other > 0 and alive(other) and str(companion.get("match", data_dir)) in _cmdline(other):
-            kill(other, str(companion.get("name", name)))
+    # Companion processes (Slurm's slurmrestd, slurmd and munged), stopped first, in order;
+    # those marked "after" (kube-apiserver's etcd, which it needs to shut down) after it.
+    companions = list(state.get("companions", ()))
+    _stop_companions([c for c in companions if not c.get("after")], data_dir, name)
     if pid > 0 and owns(pid, data_dir):
         kill(pid, name)
         if alive(pid):
@@ -348,7 +347,15 @@ def stop(server_or_data_dir: Server | Path | str) -> None:
             )
     else:
         _children.pop(pid, None)
+    _stop_companions([c for c in companions if c.get("after")], data_dir, name)
     (data_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def _stop_companions(companions: list[dict[str, Any]], data_dir: Path, name: str) -> None:
+    for companion in companions:
+        other = int(companion.get("pid", 0))
+        if other > 0 and alive(other) and str(companion.get("match", data_dir)) in _cmdline(other):
+            kill(other, str(companion.get("name", name)))
 
 
 def _run_pre_stop(state: Mapping[str, Any]) -> None:

@@ -11,6 +11,12 @@ stops it without slurmdbd). See ``../shared/notes/slurm-on-this-machine.md``.
 The returned server's ``address`` is ``unix:<data_dir>/rest.sock``; ``slurm_conf(server)`` is the
 configuration file to put in ``SLURM_CONF`` for ``sbatch``, ``scontrol`` and friends. Stopping
 cancels every job first (``scancel``), then stops slurmrestd, slurmd and munged, then slurmctld.
+
+Admission (ADR-04): slurmctld loads spotcap's filter, ``infra/admission/job_submit.lua``
+(``JobSubmitPlugins=lua``, the script beside slurm.conf), with a second partition
+``reclaimable`` on the same node that the filter guards; the list of published contracts it
+reads on every submission is ``published_contracts(server)`` (empty at start: a job on
+``reclaimable`` is refused until a test writes a workload there). ``batch`` is not guarded.
 """
 
 from __future__ import annotations
@@ -39,12 +45,21 @@ from infra.servers.process import (
 )
 
 API_VERSION = "v0.0.38"
+JOB_SUBMIT_FILTER = Path(__file__).resolve().parent.parent / "admission" / "job_submit.lua"
+RECLAIMABLE_PARTITION = "reclaimable"
+PUBLISHED_CONTRACTS = "published-contracts.slurm"
 _FIX = "apt-get install -y slurm-wlm slurmrestd munge (as root; `make system-packages`)"
 _SBIN = Path("/usr/sbin")
 
 
 def slurm_conf(server: Server) -> Path:
     return server.data_dir / "slurm.conf"
+
+
+def published_contracts(server: Server) -> Path:
+    """The list of published Slurm contracts the job_submit filter reads (one
+    ``<workload id> <bundle sha256>`` a line, as ``spotcap contracts compile`` writes it)."""
+    return server.data_dir / PUBLISHED_CONTRACTS
 
 
 def rest_socket(server: Server) -> Path:
@@ -107,9 +122,12 @@ def _write_conf(data_dir: Path, munge_socket: Path, ctld_port: int, slurmd_port:
                 "KillWait=5",
                 "MpiDefault=none",
                 "SwitchType=switch/none",
+                "JobSubmitPlugins=lua",
                 "NodeName=localhost CPUs=2 RealMemory=1000 State=UNKNOWN",
                 "PartitionName=batch Nodes=localhost Default=YES MaxTime=INFINITE State=UP "
                 "PreemptMode=REQUEUE",
+                f"PartitionName={RECLAIMABLE_PARTITION} Nodes=localhost Default=NO "
+                "MaxTime=INFINITE State=UP PreemptMode=REQUEUE",
                 "",
             ]
         )
@@ -168,6 +186,11 @@ def start_slurm(data_dir: Path, timeout_s: float = 60) -> Server:
     munge_socket = munge / "munge.sock"
     ctld_port, slurmd_port = free_ports(2)
     conf = _write_conf(data_dir, munge_socket, ctld_port, slurmd_port)
+    # slurmctld reads job_submit.lua from slurm.conf's folder.
+    shutil.copyfile(JOB_SUBMIT_FILTER, data_dir / "job_submit.lua")
+    published = data_dir / PUBLISHED_CONTRACTS
+    if not published.exists():
+        published.write_text("# workload id, bundle sha256 (spotcap contracts compile)\n")
     sock = data_dir / "rest.sock"
     sock.unlink(missing_ok=True)
     env = {"SLURM_CONF": str(conf)}
@@ -189,7 +212,17 @@ def start_slurm(data_dir: Path, timeout_s: float = 60) -> Server:
         data_dir / "munged.log",
         data_dir,
     )
-    ctld = spawn(name, [str(_SBIN / "slurmctld"), "-D", "-f", str(conf)], log_path, data_dir)
+    ctld = spawn(
+        name,
+        [str(_SBIN / "slurmctld"), "-D", "-f", str(conf)],
+        log_path,
+        data_dir,
+        env={
+            **env,
+            "SPOTCAP_PUBLISHED_CONTRACTS": str(published),
+            "SPOTCAP_RECLAIMABLE_PARTITIONS": RECLAIMABLE_PARTITION,
+        },
+    )
     slurmd = spawn(
         "slurmd",
         [str(_SBIN / "slurmd"), "-D", "-N", "localhost", "-f", str(conf)],

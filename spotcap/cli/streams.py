@@ -1,15 +1,24 @@
-"""`spotcap run streams`: the deciders on Kafka, as Faust workers beside the region's one
-sequencer (`streams.runtime.service`, docs/deciders.md)."""
+"""`spotcap run`, the long-running services of the live topology (docs/operating.md):
+`streams`, the deciders on Kafka, as Faust workers beside the region's one sequencer
+(`streams.runtime.service`, docs/deciders.md); `intake`, claims for the schedulers' pending work
+(`streams.intake.service.serve`); `projections`, the fleet state and the ledger following the
+log (`projections.follow.serve`); `relay`, the outbox's capacity actions to the audit topic
+(`projections.relay.serve`)."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Any, Literal
 
 import click
 
 from schemas.codec import Codec
+from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.config import Settings
 from spotcap.fail import fail
+from spotcap.home import hold_home
+from spotcap.wiring import make_codec, open_log, stores
 from streams.log import LogError
 from streams.runtime.journal import RuntimeTopics
 from streams.runtime.service import ROLES, run_streams
@@ -17,7 +26,8 @@ from streams.runtime.service import ROLES, run_streams
 
 @click.group("run")
 def run() -> None:
-    """Long-running services on Kafka."""
+    """Long-running services: the deciders on Kafka, the scheduler intake, the projections'
+    followers and the outbox relay."""
 
 
 # fmt: off
@@ -85,3 +95,110 @@ def streams_command(settings: Settings, *, role: str, pool_partitions: int,
             f"the deciders of region {settings.region} on Kafka at {bootstrap} stopped: {error}",
             "check that the broker runs and that the partition counts match the existing topics",
         )
+
+
+# fmt: off
+@run.command("intake")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Watch the pods of this kubeconfig's cluster.")
+@click.option("--slurmrestd", metavar="unix:PATH", help="Poll the slurmrestd on this socket.")
+@click.option("--cluster", default="default", show_default=True,
+              help="The cluster's name in claims (Kubernetes and Slurm alike).")
+@click.option("--poll-interval-s", type=click.FloatRange(0.5, 3600), default=5.0,
+              show_default=True, help="Seconds between two polls of slurmrestd.")
+@click.pass_obj
+def intake_command(settings: Settings, /, **options: Any) -> None:
+    """Write capacity claims for pending pods and Slurm jobs with a contract, until SIGTERM."""
+    from streams.intake.service import IntakeError, serve
+
+    event_log = open_log(settings)
+    try:
+        report = serve(event_log, make_codec(settings), settings.region, **options)
+    except IntakeError as error:
+        fail(str(error), "docs/operating.md says how to run the intake", usage=error.usage)
+    finally:
+        event_log.close()
+    click.echo(f"claims: {report.opened} opened, {report.released} released, "
+               f"{report.open_now} open")
+
+
+_PROJECTIONS: dict[str, tuple[Literal["fleet", "ledger"], ...]] = {
+    "fleet": ("fleet",),
+    "ledger": ("ledger",),
+    "all": ("fleet", "ledger"),
+}
+
+
+# fmt: off
+@run.command("projections")
+@click.argument("what", type=click.Choice(sorted(_PROJECTIONS)), default="all", required=False)
+@postgres_option
+@click.option("--interval-s", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
+              help="Seconds between two catch-up rounds of the ledger.")
+@click.pass_obj
+def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
+                        interval_s: float) -> None:
+    # fmt: on
+    """Keep the projections up to date with the log as it grows, until SIGTERM.
+
+    WHAT is fleet (PostgreSQL, a consumer group: on Kafka several followers share it), ledger
+    (ClickHouse, a catch-up round every --interval-s: one per region) or all (the default).
+    `spotcap project` does the same once and stops.
+    """
+    from projections.follow import serve
+    from projections.ledger.store import LedgerError
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.stores import StoreError
+
+    settings = need_home(with_postgres(settings, postgres_dsn), log=True)
+    hold_home(settings)
+    event_log = open_log(settings)
+    try:
+        report = serve(event_log, make_codec(settings), settings.region, stores(settings),
+                       _PROJECTIONS[what], interval_s=interval_s)
+    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+        fail(f"the projections of region {settings.region} stopped: {error}")
+    finally:
+        event_log.close()
+    click.echo(f"fleet state: {report.fleet_events} records taken; ledger: "
+               f"{report.ledger_events} events in {report.ledger_rounds} rounds, "
+               f"{report.unpriced} unpriced")
+
+
+# fmt: off
+@run.command("relay")
+@postgres_option
+@click.option("--once", is_flag=True,
+              help="Send what is pending, then stop (for a timer instead of a service).")
+@click.option("--interval-s", type=click.FloatRange(0.1, 3600), default=1.0, show_default=True,
+              help="Seconds between two looks at the outbox when nothing is pending.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True,
+              help="Actions sent and marked in one transaction.")
+@click.pass_obj
+def relay_command(settings: Settings, postgres_dsn: str | None, once: bool, interval_s: float,
+                  batch_size: int) -> None:
+    # fmt: on
+    """Send the fleet state's capacity actions to the region's audit topic, until SIGTERM.
+
+    An action is marked sent once the log has acknowledged it; a relay killed in between sends
+    it again on restart, under the same action id.
+    """
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.relay import RelayError, serve
+    from projections.stores import StoreError
+
+    settings = need_home(with_postgres(settings, postgres_dsn), fleet=True)
+    hold_home(settings)
+    event_log = open_log(settings)
+    try:
+        conn = stores(settings).open_fleet()
+        try:
+            report = serve(event_log, conn, settings.region, once=once, interval_s=interval_s,
+                           batch_size=batch_size)
+        finally:
+            conn.close()
+    except (StoreError, FleetDatabaseError, RelayError, LogError) as error:
+        fail(f"the outbox relay of region {settings.region} stopped: {error}")
+    finally:
+        event_log.close()
+    click.echo(f"audit: {report.sent} actions sent, {report.pending} pending")

@@ -1,0 +1,198 @@
+"""The projections as long-lived followers of the log: what `spotcap run projections` runs.
+
+- **The fleet state** follows with the live processor (`catchup.fleet_processor`): the consumer
+  group ``<region>.projection.fleet``, each partition sought on assignment to the offset stored
+  with the rows (the group's own commits are only a fallback), batches written with their
+  offsets in one transaction. On Kafka several followers share the partitions (the rows do not
+  depend on order); a database that is down pauses the processor instead of failing it.
+- **The ledger** follows in rounds: every `interval_s`, a catch-up (`catchup.catch_up`: the
+  merged history, in event-time order, from the stored offsets to the end offsets of now), on a
+  thread of its own so that a long round never keeps the fleet's consumer from polling. A
+  consumer group cannot give it the event-time order across topics that pricing needs (a usage
+  interval is priced by the rate cards in force before it), so one ledger follower runs per
+  region. The ledger is opened for a round and closed after it: an embedded (chdb) ledger admits
+  one process at a time, and between rounds the read side can open it.
+
+Both refuse a log that is not the one they were built from (`Writer.check_log`), as the
+catch-up commands do. Before the region's topics exist (a region nothing has written yet)
+they wait for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from projections.catchup import Which, catch_up, fleet_processor, open_writer
+from projections.ledger.writer import LEDGER_TOPICS
+from projections.postgres.connection import FleetDatabaseError
+from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.stores import Stores
+from schemas.codec import Codec
+from streams.log import EventLog, UnknownTopicError
+from streams.topics import topic_name
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 2.0
+JOIN_TIMEOUT_S = 120.0
+"""How long a stop waits for the ledger's round in flight (a round writes a batch of at most
+`catchup.BATCH_EVENTS` events at a time, each in seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FollowReport:
+    fleet_events: int
+    """Records the fleet state's processor took from the log."""
+    ledger_events: int
+    ledger_rounds: int
+    """Catch-up rounds of the ledger that applied at least one event."""
+    unpriced: int
+    """Events the ledger could not price (dead-lettered)."""
+
+
+def follow(
+    event_log: EventLog,
+    codec: Codec,
+    region: str,
+    stores: Stores,
+    which: Sequence[Which],
+    *,
+    stop: threading.Event,
+    interval_s: float = INTERVAL_S,
+) -> FollowReport:
+    """Keep each projection of `which` up to date with the log until `stop` is set; then
+    write and commit what the fleet's processor holds, finish the ledger's round, and return."""
+    if not _wait_for_topics(event_log, region, which, stop, interval_s):
+        return FollowReport(0, 0, 0, 0)
+    ledger = _LedgerRounds(event_log, codec, region, stores, stop=stop, interval_s=interval_s)
+    thread = None
+    if "ledger" in which:
+        thread = threading.Thread(target=ledger.run, name="projection-ledger", daemon=True)
+        thread.start()
+    fleet_events = 0
+    try:
+        if "fleet" in which:
+            fleet_events = _follow_fleet(event_log, codec, region, stores, stop)
+        else:
+            while not stop.wait(1.0):  # woken by a signal's handler, or the ledger's error
+                pass
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(JOIN_TIMEOUT_S)
+    if ledger.error is not None:
+        raise ledger.error
+    return FollowReport(fleet_events, ledger.events, ledger.rounds, ledger.unpriced)
+
+
+def _follow_fleet(
+    event_log: EventLog, codec: Codec, region: str, stores: Stores, stop: threading.Event
+) -> int:
+    conn = stores.open_fleet()
+    try:
+        processor = fleet_processor(event_log, codec, region, FleetWriter(conn))
+        log.info("fleet state: following %s", event_log.describe())
+        lost = False
+        try:
+            while not stop.is_set():
+                processor.run_once()
+                # A database that did not take a batch pauses the processor (it retries); one
+                # that went away took the connection with it, and nothing retried on it can
+                # succeed: stop, so that a supervisor starts the follower again.
+                if conn.closed:
+                    lost = True
+                    raise FleetDatabaseError(
+                        f"the fleet-state database ({stores.describe_fleet()}) closed the "
+                        "connection (restarted or stopped); start the follower again once it "
+                        "answers: it resumes from the offsets stored with the rows"
+                    )
+        finally:
+            if lost:
+                processor.terminate()  # nothing held can be written; the next run reads it again
+            else:
+                processor.close()  # the chain's last batch written and committed
+        return processor.processed
+    finally:
+        conn.close()
+
+
+class _LedgerRounds:
+    """The ledger's follower: a catch-up round every interval, on its own thread."""
+
+    def __init__(self, event_log: EventLog, codec: Codec, region: str, stores: Stores, *,
+                 stop: threading.Event, interval_s: float) -> None:  # fmt: skip
+        self.event_log, self.codec, self.region = event_log, codec, region
+        self.stores, self.stop, self.interval_s = stores, stop, interval_s
+        self.events = self.rounds = self.unpriced = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        log.info("ledger: following %s every %.1f s", self.event_log.describe(), self.interval_s)
+        try:
+            while not self.stop.is_set():
+                self.round()
+                self.stop.wait(self.interval_s)
+        except BaseException as error:  # the follower stops and says why, from the main thread
+            self.error = error
+            self.stop.set()
+
+    def round(self) -> None:
+        writer = open_writer(self.stores, "ledger")
+        try:
+            report = catch_up(self.event_log, self.codec, self.region, writer)
+        finally:
+            assert writer.ledger is not None
+            writer.ledger.store.close()
+        if report.events:
+            self.events += report.events
+            self.rounds += 1
+            self.unpriced += report.unpriced
+            log.info("ledger: %d events applied (%d unpriced)", report.events, report.unpriced)
+
+
+def _wait_for_topics(
+    event_log: EventLog, region: str, which: Sequence[Which], stop: threading.Event,
+    interval_s: float,
+) -> bool:  # fmt: skip
+    """Wait until the topics the projections read exist; False if stopped first."""
+    wanted = sorted({topic_name(region, t) for w in which
+                     for t in (FLEET_TOPICS if w == "fleet" else LEDGER_TOPICS)})  # fmt: skip
+    said = False
+    while not stop.is_set():
+        missing = [t for t in wanted if not _exists(event_log, t)]
+        if not missing:
+            return True
+        if not said:
+            log.info("waiting for the region's topics (%s missing)", ", ".join(missing))
+            said = True
+        stop.wait(interval_s)
+    return False
+
+
+def _exists(event_log: EventLog, topic: str) -> bool:
+    try:
+        event_log.partitions_for(topic)
+    except UnknownTopicError:
+        return False
+    return True
+
+
+def serve(
+    event_log: EventLog,
+    codec: Codec,
+    region: str,
+    stores: Stores,
+    which: Sequence[Which],
+    *,
+    interval_s: float = INTERVAL_S,
+) -> FollowReport:
+    """`follow` until SIGTERM or SIGINT (call it from the main thread); logs to stderr."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return follow(event_log, codec, region, stores, which, stop=stop, interval_s=interval_s)
