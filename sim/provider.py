@@ -153,6 +153,12 @@ class SimProvider:
         found = [self._view(v) for v in self._live.values() if v.instance.tags.get(key) == value]
         return sorted(found, key=lambda i: i.instance_id)
 
+    def get(self, instance_id: str) -> Instance:
+        live = self._live.get(instance_id)
+        if live is None:
+            raise UnknownInstanceError(f"no live instance {instance_id} in region {self.region}")
+        return self._view(live)
+
     def reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:
         live = self._owned(request.instance_id, "reclaim")
         if live.pool.purchase_model != "reclaimable":

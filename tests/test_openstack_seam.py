@@ -154,9 +154,7 @@ def test_launch_queues_an_instance_launched_envelope_caused_by_the_request(
     launched = [e for e in provider.poll_events() if e.event_type == "instance_launched"]
     assert len(launched) == 1
     (event,) = launched
-    assert event.event_id == derived_event_id(
-        f"openstack:{REGION}:server/{NEW}", "instance_launched"
-    )
+    assert event.event_id == derived_event_id(f"{REGION}:instance/{NEW}", "instance_launched")
     assert (event.key, event.region, event.producer) == (NEW, REGION, PRODUCER)
     assert (event.occurred_at, event.recorded_at) == (T_NOW, T_NOW)
     assert (event.causation_id, event.correlation_id) == (request.causation_id, None)
@@ -231,9 +229,7 @@ def test_delete_queues_an_instance_deleted_envelope_naming_who_asked(
     provider.delete(request)
 
     (event,) = [e for e in provider.poll_events() if e.event_type == "instance_deleted"]
-    assert event.event_id == derived_event_id(
-        f"openstack:{REGION}:server/{OWNED}", "instance_deleted"
-    )
+    assert event.event_id == derived_event_id(f"{REGION}:instance/{OWNED}", "instance_deleted")
     assert (event.causation_id, event.correlation_id, event.key) == ("c4d5e6f7", "wave-7", OWNED)
     assert event.payload == InstanceDeleted(
         instance_id=OWNED,
