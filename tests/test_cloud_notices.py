@@ -7,6 +7,7 @@ the same seed and speed give the same events as the simulation run without a wal
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -160,3 +161,26 @@ def test_the_same_seed_and_speed_give_the_same_events_as_the_simulation_without_
         assert served[0] == served[1] == {
             "at_us": at_us, "events": expected.events, "digest": expected.digest}  # fmt: skip
         assert served[2]["digest"] != expected.digest  # another seed, another history
+
+
+def test_a_nats_that_does_not_answer_leaves_the_metadata_endpoint_carrying_the_notices(
+    clouds: Callable[..., ServedCloud],
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"nats://127.0.0.1:{probe.getsockname()[1]}"
+    cloud = clouds(nats_url=nowhere, speed=60.0)
+    assert not cloud.outlet.relay_connected
+    provider = adapter(cloud)
+    instance = provider.launch(LaunchRequest(POOL, "wl-a", owned_tags(OWNER, "wl-a")))
+
+    async def agent() -> Delivery:
+        board = cloud.access.metadata_url
+        async with NoticeIntake(cloud.access.region, instance.instance_id, metadata_url=board,
+                                poll_interval_s=0.05) as intake:  # fmt: skip
+            await asyncio.to_thread(provider.reclaim, ReclaimRequest(instance.instance_id, 150))
+            return await intake.get(WAIT_S)
+
+    delivery = asyncio.run(agent())
+    assert delivery.source == "metadata" and isinstance(delivery.message, Notice)
+    assert cloud.summary()["relay_failures"] == 1  # the notice NATS could not carry

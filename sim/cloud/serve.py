@@ -13,6 +13,7 @@ days are over, SIGTERM or Ctrl-C, and hands `ready` the access JSON first.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -274,12 +275,12 @@ def serve_cloud(
     port: int,
     password: str | None,
     catalogue: Path | None = None,
-    ready: Callable[[dict[str, Any]], None],
+    ready: Callable[[str], None],
     stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Serve the simulated region of these options until its days are over (or SIGTERM, or
-    Ctrl-C, which reaches the caller); `ready` gets the access JSON once it answers. The
-    summary of the run is returned."""
+    Ctrl-C, which reaches the caller); `ready` gets the access as one line of JSON once the
+    cloud answers. The summary of the run is returned."""
     sim = SimConfig(seed=seed, days=days, workloads=workloads, region=region)
     if catalogue is not None:
         loaded = PoolCatalogue.load(catalogue)
@@ -288,7 +289,7 @@ def serve_cloud(
     config = CloudConfig(sim, speed, port=port, nats_url=nats_url, credentials=credentials)
     stop = stop or threading.Event()
     with _stopped_by_sigterm(stop), ServedCloud(config) as cloud:
-        ready(cloud.access.to_json())
+        ready(json.dumps(cloud.access.to_json(), sort_keys=True))
         cloud.wait(stop)
         return cloud.summary()
 
