@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -54,6 +55,15 @@ class Request:
             raise bad("the body is not JSON") from None
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A request the cloud answered: method, path with its query, status (no header, no body)."""
+
+    method: str
+    target: str
+    status: int
+
+
 @dataclass(slots=True)
 class Response:
     status: int = 200
@@ -90,6 +100,7 @@ class CloudHTTPServer:
         host: str = "127.0.0.1",
         port: int = 0,
         around: Callable[[Callable[[], Response]], Response] = lambda call: call(),
+        calls_kept: int = 10_000,
     ) -> None:
         self._routes = list(routes)
         self._identity = identity
@@ -102,6 +113,8 @@ class CloudHTTPServer:
         self.host, self.port = str(bound_host), int(bound_port)
         self._thread: threading.Thread | None = None
         self.requests = 0
+        self.calls: deque[Call] = deque(maxlen=calls_kept)
+        """The last `calls_kept` requests answered, oldest first (what a test asserts on)."""
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -172,6 +185,7 @@ class CloudHTTPServer:
                     headers = {k.lower(): v for k, v in self.headers.items()}
                     response = server.answer(self.command, self.path, headers, raw)
                 log.debug("%s %s %d", self.command, urlsplit(self.path).path, response.status)
+                server.calls.append(Call(self.command, self.path, response.status))
                 self._send(response)
 
             def _send(self, response: Response) -> None:
