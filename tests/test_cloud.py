@@ -12,12 +12,14 @@ determinism are in tests/test_cloud_notices.py.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import requests
 from openstack.connection import Connection
+from openstack.exceptions import BadRequestException, ConflictException
 
 from provider.base import (
     OWNER_TAG,
@@ -39,8 +41,9 @@ from provider.openstack import (
 )
 from schemas.events import ForwardCapacity, RateCard
 from schemas.pools import PoolCatalogue
-from sim.clock import MINUTE_US
+from sim.clock import MINUTE_US, SECOND_US
 from sim.cloud import CloudCredentials, ServedCloud
+from sim.cloud.http import CloudHTTPServer, Request, Response, route
 from sim.cloud.region import ExternalOrchestrator
 from sim.region import RegionSim
 from tests.cloud_support import (
@@ -252,6 +255,8 @@ def test_the_committed_pool_is_a_standing_lease_and_a_new_lease_holds_its_capaci
         )
     assert isinstance(refused.value, CapacityUnavailableError) and refused.value.retryable
 
+    with pytest.raises(BadRequestException, match="not active"):
+        launch_by_lease(cloud, reservation.flavor_id)  # the lease has not started
     settle(cloud, start)
     assert {x.name: x.status for x in provider.leases()}["floor-wl-a"] == "ACTIVE"
     committed = next(h for h in provider.headroom() if h.name == COMMITTED_POOL)
@@ -260,17 +265,27 @@ def test_the_committed_pool_is_a_standing_lease_and_a_new_lease_holds_its_capaci
         launch(provider, COMMITTED_POOL)
     with pytest.raises(CapacityUnavailableError):
         launch(provider, COMMITTED_POOL)  # ... from ordinary launches
-    by_lease = connect(cloud.access).compute.create_server(
-        name="floor-1",
-        flavor_id=reservation.flavor_id,  # ... and a launch with the lease's flavor uses it
+    by_lease = launch_by_lease(cloud, reservation.flavor_id)  # ... and uses it
+    assert provider.get(by_lease).pool_id == COMMITTED_POOL
+    committed = next(h for h in provider.headroom() if h.name == COMMITTED_POOL)
+    assert (committed.resources["VCPU"].used, committed.free("VCPU")) == (32, 0)
+    for _ in range(4):
+        launch_by_lease(cloud, reservation.flavor_id)
+    with pytest.raises(ConflictException, match=r"reservation.s 5 are all in use"):
+        launch_by_lease(cloud, reservation.flavor_id)
+
+
+def launch_by_lease(cloud: ServedCloud, flavor_id: str | None) -> str:
+    """A server launched with a lease's reservation flavor (as Blazar has it used)."""
+    server = connect(cloud.access).compute.create_server(
+        name="floor",
+        flavor_id=flavor_id,
         image_id=cloud.region.names.image_id,
         networks=[{"uuid": cloud.region.names.network_id}],
         metadata={"spotcap.io:owner": OWNER, "spotcap.io:workload": "wl-a",
                   "spotcap.io:pool": COMMITTED_POOL, "spotcap.io:purchase-model": "committed"},
     )  # fmt: skip
-    assert provider.get(str(by_lease.id)).pool_id == COMMITTED_POOL
-    committed = next(h for h in provider.headroom() if h.name == COMMITTED_POOL)
-    assert (committed.resources["VCPU"].used, committed.free("VCPU")) == (32, 0)
+    return str(server.id)
 
 
 # -- the feeds ----------------------------------------------------------------------------------
@@ -304,3 +319,40 @@ def test_the_catalogue_and_the_pool_mapping_are_served_for_clients_elsewhere(
     assert catalogue == cloud.region.sim.catalogue
     spec = mapping.spec(POOL)  # the mapping boots each pool where this cloud serves it
     assert (spec.flavor, spec.availability_zone) == ("c3.8", "az-hall-a")
+
+
+# -- failures of the served cloud itself --------------------------------------------------------
+
+
+def test_a_failure_inside_the_region_stops_the_cloud_and_wait_raises_it(cloud: ServedCloud) -> None:
+    def broken() -> None:
+        raise RuntimeError("the region broke")
+
+    with cloud.region.lock:
+        cloud.region.sim.clock.at(cloud.region.sim.now_us() + SECOND_US, broken)
+    give_up = threading.Event()  # a bound on the wait, never reached when the test passes
+    patience = threading.Timer(120.0, give_up.set)
+    patience.start()
+    try:
+        with pytest.raises(RuntimeError, match="the region broke"):
+            cloud.wait(give_up)
+    finally:
+        patience.cancel()
+
+
+def test_a_bug_in_a_handler_is_a_500_and_the_server_goes_on(
+    cloud: ServedCloud, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(request: Request, match: object) -> Response:
+        raise KeyError("a bug")
+
+    server = CloudHTTPServer([route("GET", "/broken", broken, auth=False)], cloud.identity)
+    server.start()
+    try:
+        answer = requests.get(f"{server.base_url}/broken", timeout=30)
+        again = requests.get(f"{server.base_url}/elsewhere", timeout=30)
+    finally:
+        server.close()
+    assert answer.status_code == 500 and "a bug" not in answer.text
+    assert again.status_code == 404
+    assert "GET /broken failed" in caplog.text and "KeyError" in caplog.text

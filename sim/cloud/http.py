@@ -153,6 +153,10 @@ class CloudHTTPServer:
                 return self._around(partial(candidate.handler, request, match))
             except CloudError as error:
                 return Response(error.status, error.body)
+            except Exception:  # a bug of the served cloud: said as a 500, logged with its trace
+                log.exception("%s %s failed", method, path)
+                message = "The server has either erred or is incapable of performing the request."
+                return Response(500, {"error": {"code": "internal", "message": message}})
         if allowed:
             message = f"{method} is not allowed on {path}; use {', '.join(sorted(set(allowed)))}"
             return Response(405, {"error": {"code": "bad_method", "message": message}})

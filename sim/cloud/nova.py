@@ -190,6 +190,10 @@ class Nova:
         launch = LaunchRequest(pool.pool_id, instance_tags.get(WORKLOAD_TAG, ""), instance_tags)
         if lease is None and self._room(pool) < pool.size_vcpu:
             raise nova_error(409, _NO_HOST)
+        if lease is not None and not lease.active(self._region.sim.now_us()):
+            raise nova_error(400, f"Flavor {flavor_ref} belongs to a lease that is not active")
+        if lease is not None and len(lease.servers) >= lease.amount:
+            raise nova_error(409, f"{_NO_HOST} The reservation's {lease.amount} are all in use.")
         try:
             instance = self._region.sim.provider.launch(launch)
         except CapacityUnavailableError:

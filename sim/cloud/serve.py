@@ -171,6 +171,7 @@ class ServedCloud:
         )
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
+        self._failure: Exception | None = None
         self._access: CloudAccess | None = None
 
     @property
@@ -198,9 +199,12 @@ class ServedCloud:
         return self._access
 
     def wait(self, stop: threading.Event | None = None, poll_s: float = 0.5) -> None:
-        """Until the region's days are over or `stop` is set (Ctrl-C reaches the caller)."""
+        """Until the region's days are over or `stop` is set (Ctrl-C reaches the caller); what
+        stopped the region's driver, if it failed, is raised here."""
         while not self._stop.is_set() and not (stop is not None and stop.is_set()):
             self._stop.wait(poll_s)
+        if self._failure is not None:
+            raise self._failure
 
     def close(self) -> None:
         self._stop.set()
@@ -243,13 +247,17 @@ class ServedCloud:
 
     def _drive(self) -> None:
         config, region = self.config, self.region
-        while not self._stop.is_set():
-            if region.advance() >= config.sim.end_us:
-                self._stop.set()  # the days are over: `wait` returns
-                return
-            due = region.next_due_us
-            wait_s = config.max_step_s if due is None else region.clock.wall_s_until(due)
-            self._stop.wait(min(config.max_step_s, max(config.min_step_s, wait_s)))
+        try:
+            while not self._stop.is_set():
+                if region.advance() >= config.sim.end_us:
+                    return  # the days are over: `wait` returns
+                due = region.next_due_us
+                wait_s = config.max_step_s if due is None else region.clock.wall_s_until(due)
+                self._stop.wait(min(config.max_step_s, max(config.min_step_s, wait_s)))
+        except Exception as error:  # the region cannot go on: `wait` raises it
+            self._failure = error
+        finally:
+            self._stop.set()
 
     def _identity_version(self, request: Request, match: Any) -> Response:
         return Response(200, self.identity.version(request.base_url))
