@@ -24,7 +24,9 @@ def fetch_promtool() -> Path:
     chosen = os.environ.get("SPOTCAP_PROMTOOL") or shutil.which("promtool")
     if not chosen or not Path(chosen).is_file():
         raise ServerError(
-            "promtool is not installed: run `make system-packages` (it installs Debian's "
-            f"`{DEBIAN_PACKAGE}` package, which ships promtool), or set SPOTCAP_PROMTOOL"
+            "promtool",
+            "is not installed",
+            fix=f"run `make system-packages` (it installs Debian's `{DEBIAN_PACKAGE}` package, "
+            "which ships promtool), or set SPOTCAP_PROMTOOL",
         )
     return Path(chosen)
