@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from provider.actuator import (
-    TOPICS,
     ActuatorOptions,
     ActuatorService,
     ActuatorStateError,
@@ -20,28 +19,15 @@ from provider.actuator import (
     failure_id,
 )
 from provider.base import CALL_TAG, DECISION_TAG, OWNER_TAG, POOL_TAG, LaunchRequest, owned_tags
-from schemas.codec import Codec
 from schemas.events import (
     ActuationOrdered,
-    Allocation,
-    CapacityClaimOpened,
     Envelope,
-    FallbackReturned,
     InstanceDeleted,
     InstanceLaunched,
-    Payload,
-    PlacementDecided,
 )
-from schemas.ids import derived_event_id
 from sim import ReclaimSettings, RegionSim, SimConfig
-from sim.loop import owned_by
-from streams.deciders import ActuatorGuard, RegionView
-from streams.deciders.types import step
 from streams.deciders.workload import CLAIM_TAG, ROLE_TAG
-from streams.embedded import EmbeddedLog
-from streams.merged import MergedHistory
-from streams.topics import region_topics
-from streams.writer import publish
+from tests.actuator_support import CLAIM, CODEC, Decisions
 
 ME = "spotcap-test"
 CONFIG = SimConfig(
@@ -52,106 +38,37 @@ CONFIG = SimConfig(
     reclaims=ReclaimSettings(background=False, waves_per_day=0.0),
 )
 CONFIG = replace(CONFIG, orchestrator=replace(CONFIG.orchestrator, orchestrator_id=ME))
-CODEC = Codec()
 RECLAIMABLE = ("c7-amd.16.hall-a.reclaimable", "c7-amd.16.hall-b.reclaimable")
-WORKLOAD = "wl-actuated"
-CLAIM = "claim/wl-actuated/1"
 
 
 class Killed(BaseException):
     """Stands for a kill at a step (not an Exception: nothing on the way catches it)."""
 
 
-class Region:
-    """A quiet simulated region (its provider), an embedded log, and the guard's state."""
+class Region(Decisions):
+    """A quiet simulated region (its provider), and the decisions on an embedded log."""
 
     def __init__(self, root: Path) -> None:
         self.sim = RegionSim(CONFIG)
         self.provider = self.sim.provider
-        self.region = self.provider.region
-        self.log = EmbeddedLog(root / "log")
-        self.log.apply_topics(region_topics(self.region))
-        self.state = root / "actuator"
-        self.guard = ActuatorGuard(owned_by(ME))
-        self.guard_state = self.guard.initial(self.region)
-        self.seq = 0
-        self.publish(self.provider.poll_events())  # the catalogue: pools and their sizes
-
-    def decide(self, events: list[Envelope]) -> list[Envelope]:
-        """The guard's decisions on `events` (which it then knows)."""
-        decisions: list[Envelope] = []
-        for event in events:
-            if event.event_type in self.guard.inputs:
-                self.guard_state, made = step(self.guard, self.guard_state, event, RegionView())
-                decisions += made
-        return decisions
-
-    def publish(self, events: list[Envelope]) -> list[Envelope]:
-        """Write `events` and the guard's decisions on them; returns the decisions."""
-        decisions = self.decide(events)
-        publish(self.log, CODEC, self.region, [*events, *decisions])
-        return decisions
-
-    def fact(self, payload: Payload, producer: str, causation_id: str | None = None) -> Envelope:
-        self.seq += 1
-        return Envelope(
-            event_id=derived_event_id("tests/actuator", str(self.seq)),
-            event_type=payload.EVENT_TYPE,
-            occurred_at=self.provider.now_us(),
-            recorded_at=self.provider.now_us(),
-            region=self.region,
-            key=str(getattr(payload, payload.KEY)),
-            causation_id=causation_id,
-            correlation_id="incident-1",
-            producer=producer,
-            payload=payload,
-        )
+        super().__init__(root / "log", self.provider.region, ME, self.provider.now_us)
+        self.provider.poll_events()  # the catalogue the region published at its start
+        self.pools(self.sim.catalogue)
+        self.state_dir = root / "actuator"
 
     def placement(self, pools: tuple[str, ...] = RECLAIMABLE, vcpu_each: int = 32) -> Envelope:
-        claim = self.fact(
-            CapacityClaimOpened(
-                claim_id=CLAIM,
-                workload_id=WORKLOAD,
-                scheduler="kubernetes",
-                cluster="k8s-test",
-                requested_vcpu=len(pools) * vcpu_each,
-                reason="pending pods",
-            ),
-            "intake/kubernetes",
-        )
-        placed = self.fact(
-            PlacementDecided(
-                workload_id=WORKLOAD,
-                requested_vcpu=len(pools) * vcpu_each,
-                floor_vcpu=0,
-                allocations=tuple(Allocation(p, vcpu_each, "reclaimable") for p in pools),
-                cost_per_h_eur_micros=0,
-                price_first_cost_per_h_eur_micros=0,
-                premium_per_h_eur_micros=0,
-                excluded_pool_ids=(),
-                claim_id=CLAIM,
-            ),
-            "deciders/planner",
-            causation_id=claim.event_id,
-        )
-        self.publish([claim])
-        self.publish([placed])
-        return placed
-
-    def events(self) -> list[Envelope]:
-        return [d.envelope for d in MergedHistory(self.log, CODEC, self.region, TOPICS)]
+        return super().placement(pools, vcpu_each)
 
     def service(self, on_step: Callable[[str], None] | None = None) -> ActuatorService:
         service = ActuatorService(
             self.log,
             CODEC,
             self.provider,
-            self.state,
+            self.state_dir,
             orchestrator_id=ME,
             options=ActuatorOptions(snapshot_every_s=0.0, poll_s=0.05),
         )
-        if on_step is not None:
-            service.on_step = on_step
+        service.on_step = on_step
         return service
 
 
@@ -246,20 +163,7 @@ def test_a_delete_cut_short_at_any_step_happens_once(region: Region, kill_at: st
         LaunchRequest(RECLAIMABLE[0], "not-ours", owned_tags("someone-else", "not-ours"))
     )
     region.provider.poll_events()
-    region.decide([e for e in region.events() if e.event_type == "instance_launched"])
-    returned = region.fact(
-        FallbackReturned(
-            workload_id=WORKLOAD,
-            vcpu=32,
-            dwell_s=3600,
-            fallback_event_id=placed.event_id,
-            instance_ids=(mine[0], mine[1], theirs.instance_id),
-            healthy_s=3600,
-        ),
-        "deciders/fallback",
-        causation_id=placed.event_id,
-    )
-    decisions = region.publish([returned])
+    decisions = region.returned(placed, (mine[0], mine[1], theirs.instance_id))
     refused = [e for e in decisions if e.event_type == "actuation_refused"]
     assert [e.payload.instance_id for e in refused] == [theirs.instance_id]  # type: ignore[union-attr]
     with pytest.raises(Killed), region.service(_killer(region, kill_at)) as service:

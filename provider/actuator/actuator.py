@@ -53,6 +53,7 @@ from schemas.events import (
     LaunchFailed,
     Payload,
 )
+from streams.actuation import ActuationRefusedError
 
 log = logging.getLogger("spotcap.actuator")
 
@@ -162,8 +163,8 @@ class Actuator:
         self.max_age_us = round(max_age_s * US)
         self.counts = Counts()
         # told "started" (journalled, nothing sent), "called" (the provider answered, nothing
-        # written) and "answered" (the answer is in the log, the order not yet done): the
-        # crash tests stop the process there
+        # written), "answered" (the answer is in the log, the order not yet done) and "done"
+        # (nothing of it stored but the journal's line): the crash tests stop the process there
         self._on_step = on_step or (lambda step: None)
 
     # -- after a restart ---------------------------------------------------------------------
@@ -256,6 +257,7 @@ class Actuator:
             self._on_step("answered")
             self.book.finish(order.order_id)
             self.journal.done(order.order_id)
+            self._on_step("done")
         return calls
 
     def pump(self) -> int:
@@ -271,6 +273,8 @@ class Actuator:
         request = self.book.launch_request(order)
         try:
             self.provider.launch(request)
+        except ActuationRefusedError as error:  # the budget's own event says why
+            self._refused_by_budget(order, error)
         except ProviderError as error:
             log.warning("launch for order %s failed: %s", order.order_id, error)
             payload = launch_failed(self.book, order, error)
@@ -285,6 +289,8 @@ class Actuator:
         request = self.book.delete_request(order)
         try:
             self.provider.delete(request)
+        except ActuationRefusedError as error:
+            self._refused_by_budget(order, error)
         except UnknownInstanceError:
             self.counts.gone += 1  # gone already; its loss or deletion is the provider's fact
         except NotOwnedError as error:
@@ -294,6 +300,13 @@ class Actuator:
             self._refuse(order, "provider_error", str(error))
         else:
             self.counts.deleted += 1
+
+    def _refused_by_budget(self, order: Order, error: ActuationRefusedError) -> None:
+        """The regional budget at the wall clock refused the call (its breaker is open): the
+        budget wrote its ``actuation_refused``; the order is done, unsent."""
+        log.warning("order %s refused by the regional budget: %s", order.order_id, error)
+        self.counts.refused += 1
+        self.counts.by_rule["budget"] = self.counts.by_rule.get("budget", 0) + 1
 
     def _expired(self, order: Order, now_us: int) -> str:
         waited_s = (now_us - order.not_before_us) // US

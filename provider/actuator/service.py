@@ -33,6 +33,7 @@ from provider.actuator.actuator import MAX_AGE_S, Actuator, Counts, Journal
 from provider.actuator.book import OrderBook
 from provider.base import CapacityProvider
 from schemas.codec import Codec
+from schemas.events import Envelope
 from streams.log import EventLog, LogError, TopicPartition
 from streams.merged import MergedHistory
 from streams.topics import region_topics, topic_name
@@ -168,8 +169,12 @@ class ActuatorService:
         *,
         orchestrator_id: str,
         options: ActuatorOptions | None = None,
+        side_events: list[Envelope] | None = None,
     ) -> None:
+        """`side_events`: events others append (the regional budget's, on the provider's
+        calls), written to the log with the actuator's own."""
         self.options = options or ActuatorOptions()
+        self.side_events = side_events if side_events is not None else []
         self.log = log_
         self.codec = codec
         self.provider = provider
@@ -245,7 +250,9 @@ class ActuatorService:
         if self.caught_up:
             self.actuator.act()
             self.actuator.pump()
-            self.writer.flush()
+        while self.side_events:
+            self.writer.write(self.side_events.pop(0))
+        self.writer.flush()
         self._wait_s = _wait_s(self.book, self.provider, self.options.poll_s, self.caught_up)
         if time.monotonic() - self._saved_at < self.options.snapshot_every_s:
             return False
@@ -276,12 +283,19 @@ def run_actuator(
     should_stop: Callable[[], bool],
     options: ActuatorOptions | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    side_events: list[Envelope] | None = None,
 ) -> Counts:
     """Follow the provider's region's log and carry out its orders until `should_stop` says
     so (see the module's doc); `on_progress` hears after each snapshot. `LogError` when the
     log fails; `ActuatorStateError` when the state folder cannot be used."""
     service = ActuatorService(
-        log_, codec, provider, state_folder, orchestrator_id=orchestrator_id, options=options
+        log_,
+        codec,
+        provider,
+        state_folder,
+        orchestrator_id=orchestrator_id,
+        options=options,
+        side_events=side_events,
     )
     with service:
         while not should_stop():

@@ -21,6 +21,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from provider.openstack.config import FORMAT as PROVIDER_FORMAT
+from provider.openstack.config import ClockAnchor as ProviderClock
+from provider.openstack.config import ProviderFile
 from schemas.events import Advisory, InstanceDeleted, InstanceLost, NoticeReceived
 from schemas.pools import PoolCatalogue
 from sim.cloud.blazar import Leases
@@ -283,12 +288,14 @@ def serve_cloud(
     port: int,
     password: str | None,
     catalogue: Path | None = None,
+    client_dir: Path | None = None,
     ready: Callable[[str], None],
     stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Serve the simulated region of these options until its days are over (or SIGTERM, or
     Ctrl-C, which reaches the caller); `ready` gets the access as one line of JSON once the
-    cloud answers. The summary of the run is returned."""
+    cloud answers (and `client_dir`, when given, the files a client needs:
+    `write_client_files`). The summary of the run is returned."""
     sim = SimConfig(seed=seed, days=days, workloads=workloads, region=region)
     if catalogue is not None:
         loaded = PoolCatalogue.load(catalogue)
@@ -297,9 +304,39 @@ def serve_cloud(
     config = CloudConfig(sim, speed, port=port, nats_url=nats_url, credentials=credentials)
     stop = stop or threading.Event()
     with _stopped_by_sigterm(stop), ServedCloud(config) as cloud:
+        if client_dir is not None:
+            write_client_files(cloud, client_dir)
         ready(json.dumps(cloud.access.to_json(), sort_keys=True))
         cloud.wait(stop)
         return cloud.summary()
+
+
+def write_client_files(cloud: ServedCloud, folder: Path) -> Path:
+    """Write what a service needs to act on `cloud` through the OpenStack adapter into
+    `folder`: ``clouds.yaml`` (its application credential and password entries, mode 0600),
+    ``catalogue.yaml``, ``pools.yaml`` (the pool mapping) and ``provider.yaml`` (the provider
+    file, `provider.openstack.config`, with the cloud's clock anchor); returns the provider
+    file's path."""
+    access = cloud.access
+    folder.mkdir(parents=True, exist_ok=True)
+    clouds = folder / "clouds.yaml"
+    clouds.touch(mode=0o600)
+    clouds.chmod(0o600)
+    clouds.write_text(yaml.safe_dump({"clouds": access.clouds()}, sort_keys=False))
+    (folder / "catalogue.yaml").write_text(cloud.region.sim.catalogue.to_yaml())
+    (folder / "pools.yaml").write_text(cloud.region.names.pool_mapping_yaml())
+    provider = ProviderFile(
+        format=PROVIDER_FORMAT,
+        cloud=CLOUD_NAME,
+        clouds_yaml="clouds.yaml",
+        catalogue="catalogue.yaml",
+        pool_mapping="pools.yaml",
+        feed_endpoint=access.feed_endpoint,
+        clock=ProviderClock(**access.clock.to_dict()),
+    )
+    path = folder / "provider.yaml"
+    path.write_text(provider.to_yaml())
+    return path
 
 
 @contextlib.contextmanager

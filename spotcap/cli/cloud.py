@@ -1,5 +1,6 @@
 """`spotcap cloud serve`: the simulated region behind the OpenStack API subset (sim.cloud)."""
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -25,6 +26,12 @@ def cloud() -> None:
 @click.option("--nats", "nats_url", envvar="SPOTCAP_NATS_URL", help="NATS to publish notices on.")
 @click.option("--port", type=PORT, default=0, help="Port of the APIs (0: a free one).")
 @click.option("--password", envvar="SPOTCAP_CLOUD_PASSWORD", help="Keystone password (or drawn).")
+@click.option(
+    "--client-dir",
+    type=click.Path(path_type=Path),
+    help="Write clouds.yaml and the "
+    "provider file (provider.yaml) the services' --provider takes here.",
+)
 @click.pass_obj
 def serve(settings: Settings, /, **options: Any) -> None:
     """Serve until the days end or SIGTERM: the access as one JSON line first, the summary last."""

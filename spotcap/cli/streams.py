@@ -17,7 +17,7 @@ from streams.runtime.service import ROLES, run_streams
 
 @click.group("run")
 def run() -> None:
-    """Long-running services on Kafka."""
+    """The live topology's long-running services (docs/operating.md)."""
 
 
 # fmt: off
@@ -85,3 +85,13 @@ def streams_command(settings: Settings, *, role: str, pool_partitions: int,
             f"the deciders of region {settings.region} on Kafka at {bootstrap} stopped: {error}",
             "check that the broker runs and that the partition counts match the existing topics",
         )
+
+
+def _services() -> None:
+    from spotcap.cli.services import actuator, reconciler
+
+    run.add_command(actuator)
+    run.add_command(reconciler)
+
+
+_services()
