@@ -44,6 +44,7 @@ from provider.openstack import (
     PoolMapping,
     ProviderFeeds,
     ReclaimConflictError,
+    compute,
 )
 from schemas.events import (
     Advisory,
@@ -210,8 +211,21 @@ def test_list_by_tag_asks_nova_for_our_tag_and_checks_the_metadata(cloud: Served
     assert listed.launched_at == launched_at - launched_at % SECOND_US  # Nova's "created"
     assert (
         sent(cloud, f"{NOVA}/servers", since)
-        == [("GET", f"{NOVA}/servers/detail?tags=spotcap.io%3Aowner%3D{OWNER}")] * 2
+        == [("GET", f"{NOVA}/servers/detail?tags=spotcap.io%3Aowner%3D{OWNER}&limit=1000")] * 2
     )
+
+
+def test_list_by_tag_follows_novas_pages(
+    cloud: ServedCloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = adapter(cloud)
+    launched = sorted(provider.launch(launch_request()).instance_id for _ in range(5))
+    monkeypatch.setattr(compute, "LIST_PAGE", 2)
+    since = len(cloud.http.calls)
+    assert [i.instance_id for i in provider.list_by_tag(OWNER_TAG, OWNER)] == launched
+    pages = sent(cloud, f"{NOVA}/servers", since)
+    assert len(pages) == 3 and all("limit=2" in target for _, target in pages)
+    assert [("marker=" in target) for _, target in pages] == [False, True, True]
 
 
 def test_delete_of_an_owned_server_checks_ownership_then_deletes(cloud: ServedCloud) -> None:

@@ -6,10 +6,13 @@ state that the log projected."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from infra import servers
@@ -24,10 +27,12 @@ from provider.reconcile.reconciler import live_instances
 from schemas.codec import Codec
 from schemas.events import DriftDetected, Envelope, InstanceLaunched, InstanceLost
 from sim.cloud import ServedCloud
+from sim.cloud.serve import write_client_files
 from streams.embedded import EmbeddedLog
 from streams.merged import MergedHistory
 from streams.topics import region_topics
 from streams.writer import EventWriter
+from tests.cli_support import assert_one_sentence, spotcap
 from tests.cloud_support import (
     OWNER,
     POOL,
@@ -215,3 +220,28 @@ def _instance_history(conn: Connection) -> list[tuple[object, ...]]:
         "SELECT instance_id, state, workload_id, pool_id, vcpu FROM instances"
     ).fetchall()
     return sorted(tuple(r) for r in rows)
+
+
+def test_rebuild_postgres_from_provider_on_the_command_line(
+    region: Region, tmp_path: Path, postgres: servers.Server
+) -> None:
+    """`spotcap rebuild postgres --from-provider FILE` in a child process: the instances the
+    provider runs are in the fresh fleet state, and a rebuild of the ledger is refused there."""
+    ours = region.launch(3)
+    region.writer.close()  # the log as a crash left it: written, nobody writing
+    provider_file = write_client_files(region.cloud, tmp_path / "client")
+    database = f"d_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(region.postgres.address, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    dsn = str(psycopg.conninfo.make_conninfo(region.postgres.address, dbname=database))
+    home = ["--home", str(tmp_path), "--region", REGION]
+    done = spotcap(*home, "rebuild", "postgres", "--from-provider", str(provider_file),
+                   "--orchestrator-id", OWNER, "--postgres", dsn, "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["instances"] == 3
+    conn = connect(dsn)
+    assert sorted(live_instances(conn)) == sorted(ours)
+    conn.close()
+    refused = spotcap(*home, "rebuild", "all", "--from-provider", str(provider_file),
+                      "--postgres", dsn)  # fmt: skip
+    assert_one_sentence(refused, "--from-provider rebuilds the fleet state only")

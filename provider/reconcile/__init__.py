@@ -1,7 +1,7 @@
 """The provider's tags against the fleet state (ADR-10, ADR-11): the reconciler, level-triggered
 on a clock (`reconciler`, `spotcap run reconciler`), its pure comparison (`compare`), and the
 read-only rebuild of the fleet from the provider's tags and the log's tail (`rebuild`,
-`spotcap rebuild fleet --from-provider`).
+`spotcap rebuild postgres --from-provider`).
 
 What it may import: `schemas`, `contracts`, `streams` (the log), `projections` (the fleet
 state), `provider` (the seam: list, get; never a mutating call). Who calls it: the command line.
@@ -15,7 +15,12 @@ from provider.reconcile.compare import (
     StateInstance,
     compare,
 )
-from provider.reconcile.rebuild import RebuildReport, launched_fact, rebuild_from_provider
+from provider.reconcile.rebuild import (
+    RebuildReport,
+    launched_fact,
+    rebuild_fleet,
+    rebuild_from_provider,
+)
 from provider.reconcile.reconciler import (
     GRACE_S,
     Reconciler,
@@ -39,6 +44,7 @@ __all__ = [
     "kinds",
     "launched_fact",
     "live_instances",
+    "rebuild_fleet",
     "rebuild_from_provider",
     "run_reconciler",
 ]

@@ -25,7 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from projections.postgres.connection import Connection
+from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
+from projections.stores import Stores
 from provider.base import OWNER_TAG, CapacityProvider, Instance, instance_fact_id
 from schemas.codec import Codec
 from schemas.errors import Origin
@@ -104,6 +106,25 @@ def rebuild_from_provider(
         applied += writer.write(batch, {}).applied
         progress("applied", applied)
     return RebuildReport(len(instances), tail_events, applied, listed_s, time.monotonic() - started)
+
+
+def rebuild_fleet(
+    stores: Stores,
+    provider: CapacityProvider,
+    log: EventLog,
+    codec: Codec,
+    *,
+    on_progress: Callable[[str, int], None] | None = None,
+) -> RebuildReport:
+    """`spotcap rebuild postgres --from-provider`: drop the fleet state's tables, make them
+    anew and rebuild the instances from the provider (`rebuild_from_provider`)."""
+    conn = stores.open_fleet(migrated=False)
+    try:
+        drop(conn)
+        migrate(conn)
+        return rebuild_from_provider(provider, conn, log, codec, on_progress=on_progress)
+    finally:
+        conn.close()
 
 
 def _tail(log: EventLog, codec: Codec, region: str, records: int) -> MergedHistory:

@@ -49,7 +49,7 @@ LAZY_COMMANDS = {name: LazyCommand(load, short_help) for name, load, short_help 
     ("report", lambda: import_module("spotcap.cli.query").report,
      "Reports for finance: the net saving per workload (docs/accounting.md)."),
     ("run", lambda: import_module("spotcap.cli.streams").run,
-     "Long-running services on Kafka."),
+     "The live topology's long-running services (docs/operating.md)."),
     ("schemas", lambda: import_module("spotcap.cli.schemas").schemas,
      "Check and release the event schemas (full compatibility, docs/events.md)."),
     ("serve", lambda: import_module("spotcap.cli.serve").serve,

@@ -33,8 +33,9 @@ provider_option = click.option(
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="The provider file: which cloud, its pools, its feeds (docs/providers.md); "
     "`spotcap cloud serve --client-dir DIR` writes DIR/provider.yaml.")  # fmt: skip
+OWNER = DeciderSettings().actuator.orchestrator_id
 owner_option = click.option(
-    "--orchestrator-id", default=DeciderSettings().actuator.orchestrator_id, show_default=True,
+    "--orchestrator-id", default=OWNER, show_default=True,
     help="The owner tag of spotcap's instances (actuator.orchestrator_id).")  # fmt: skip
 
 
@@ -45,8 +46,12 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _provider(settings: Settings, path: Path, owner: str, events: list[Envelope]) -> Any:
-    provider = open_provider(settings, path, owner, events.append)
+def provider_for(
+    settings: Settings, path: Path, owner: str = OWNER, events: list[Envelope] | None = None
+) -> Any:
+    """The provider of the file at `path`; fails unless it is the region's."""
+    on_event = (events if events is not None else []).append
+    provider = open_provider(settings, path, owner, on_event)
     if provider.region != settings.region:
         fail(f"{path} is the provider of region {provider.region}, not of {settings.region}.",
              f"pass --region {provider.region}, or {settings.region}'s provider file")  # fmt: skip
@@ -81,7 +86,7 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
     side: list[Envelope] = []
     stop = _stop_on_signals()
     try:
-        provider = _provider(settings, provider_file, orchestrator_id, side)
+        provider = provider_for(settings, provider_file, orchestrator_id, side)
         counts = run_actuator(
             open_log(settings, service=True), make_codec(settings), provider,
             state or settings.home / "actuator" / settings.region,
@@ -132,7 +137,7 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
     settings = need_home(with_postgres(settings, postgres_dsn), log=True, fleet=True)
     stop = _stop_on_signals()
     try:
-        provider = _provider(settings, provider_file, orchestrator_id, [])
+        provider = provider_for(settings, provider_file, orchestrator_id, [])
         log = open_log(settings, service=True)
         writer = EventWriter(log, make_codec(settings), settings.region)
         with stores(settings).open_fleet() as conn:
