@@ -21,7 +21,10 @@ that asked for it), so the cause chain survives the provider call.
 
 Tags are the reconstruction key (ADR-11): every instance the orchestrator launches carries
 ``spotcap.io/owner = <orchestrator id>``, and `delete` refuses (`NotOwnedError`) anything that
-does not, whoever asks. `list_by_tag` rebuilds the fleet from the provider alone.
+does not, whoever asks. `list_by_tag` rebuilds the fleet from the provider alone. The actuator
+also tags each launch with its decision (``spotcap.io/decision``) and its order
+(``spotcap.io/call``): `list_by_tag` on the order finds what a call launched although the
+answer was lost, so a call is carried out once (`instance_fact_id` names its fact).
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from schemas.events import DeletionInitiator, Envelope, PurchaseModel
+from schemas.ids import derived_event_id
 
 OWNER_TAG = "spotcap.io/owner"
 WORKLOAD_TAG = "spotcap.io/workload"
 POOL_TAG = "spotcap.io/pool"
+DECISION_TAG = "spotcap.io/decision"  # the decision an instance was launched for
+CALL_TAG = "spotcap.io/call"  # the order (actuation_ordered) whose call launched it
 MIN_NOTICE_S = 120
 
 InstanceState = Literal["active", "noticed", "gone"]
@@ -47,6 +53,14 @@ def owned_tags(
     tags = {OWNER_TAG: orchestrator_id, WORKLOAD_TAG: workload_id}
     tags.update(extra or {})
     return tags
+
+
+def instance_fact_id(region: str, instance_id: str, event_type: str) -> str:
+    """The id of a lifecycle fact a provider call causes (``instance_launched``,
+    ``instance_deleted``): one of each per instance ever, so whoever writes it (the adapter's
+    answer, or the actuator finding the instance by its call tag after a crash) writes the
+    same event."""
+    return derived_event_id(f"{region}:instance/{instance_id}", event_type)
 
 
 # -- requests and results ---------------------------------------------------------------------
@@ -183,6 +197,12 @@ class CapacityProvider(Protocol):
 
     def list_by_tag(self, key: str, value: str) -> list[Instance]:
         """Live instances carrying tag `key` = `value`, ordered by instance id."""
+        ...
+
+    def get(self, instance_id: str) -> Instance:
+        """One instance as the provider has it, ours or not (read-only: the reconciler asks
+        about an instance the state knows and the owner listing lacks);
+        `UnknownInstanceError` when it has no live instance of that id."""
         ...
 
     def reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:

@@ -1997,6 +1997,121 @@ class CheckpointTriggered:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ActuationOrdered:
+    """The actuator guard allowed one mutating provider call that a decision implies, and says
+    when it may go out (ADR-11, ADR-12). The actuator carries out each order once: a launch is
+    tagged with this event's id (spotcap.io/call), which finds it again after a crash. Its
+    cause is the decision (or the fact) the call carries out.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "actuation_ordered"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.ActuationOrdered"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "region"
+
+    call: ActuationCall
+    """The kind of call ordered."""
+    call_index: int
+    """The call's place among the calls its cause implies, from 0."""
+    not_before_at: int
+    """Event time at which the call may go out: the cause's own time, or later when the token
+    budget delayed it (then an actuation_throttled says why).
+    """
+    pool_id: str | None = None
+    """The pool to launch in, for a launch."""
+    instance_id: str | None = None
+    """The instance to delete, for a delete."""
+    workload_id: str | None = None
+    """The workload the call is for."""
+    orderly: bool = False
+    """A scale-down delete (a released claim's instance): paced under the termination breaker
+    instead of tripping it.
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "call_index": self.call_index,
+            "not_before_at": self.not_before_at,
+            "pool_id": self.pool_id,
+            "instance_id": self.instance_id,
+            "workload_id": self.workload_id,
+            "orderly": self.orderly,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            call=d["call"],
+            call_index=d["call_index"],
+            not_before_at=d["not_before_at"],
+            pool_id=d["pool_id"],
+            instance_id=d["instance_id"],
+            workload_id=d["workload_id"],
+            orderly=d["orderly"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DriftDetected:
+    """The reconciler found the provider and the fleet state disagreeing about an instance
+    (ADR-10, ADR-11): the provider's tags are the truth, the state is brought to them, and
+    nothing that is not tagged as the orchestrator's own is ever deleted.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "drift_detected"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.DriftDetected"
+    TOPIC: ClassVar[str] = "lifecycle"
+    KEY: ClassVar[str] = "instance_id"
+
+    kind: str
+    """unknown_instance (the provider runs an instance tagged as the orchestrator's own that the
+    state does not know), missing_instance (the state has a live instance the provider no
+    longer lists) or owner_changed (an instance the state knows as the orchestrator's own is
+    now tagged with another owner).
+    """
+    instance_id: str
+    """The instance."""
+    pool_id: str | None
+    """Its pool, from the state or the provider's tags."""
+    workload_id: str | None
+    """Its workload, from the state or the provider's tags."""
+    state_says: str
+    """What the fleet state holds about it (its state and owner tag, or that it does not know
+    it).
+    """
+    provider_says: str
+    """What the provider lists (its owner tag, or that it does not list it)."""
+    action: str
+    """What the reconciler did about it: adopted (an instance_launched for it follows), lost (an
+    instance_lost follows), or left alone (and why).
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "instance_id": self.instance_id,
+            "pool_id": self.pool_id,
+            "workload_id": self.workload_id,
+            "state_says": self.state_says,
+            "provider_says": self.provider_says,
+            "action": self.action,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            kind=d["kind"],
+            instance_id=d["instance_id"],
+            pool_id=d["pool_id"],
+            workload_id=d["workload_id"],
+            state_says=d["state_says"],
+            provider_says=d["provider_says"],
+            action=d["action"],
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -2032,6 +2147,8 @@ Payload: TypeAlias = (
     | CapacityReleased
     | EvictionAttempted
     | CheckpointTriggered
+    | ActuationOrdered
+    | DriftDetected
 )
 """Any event payload: one of the event record classes."""
 
@@ -2071,6 +2188,8 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.CapacityReleased": CapacityReleased,
         "spotcap.events.EvictionAttempted": EvictionAttempted,
         "spotcap.events.CheckpointTriggered": CheckpointTriggered,
+        "spotcap.events.ActuationOrdered": ActuationOrdered,
+        "spotcap.events.DriftDetected": DriftDetected,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -2111,6 +2230,8 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "capacity_released": CapacityReleased,
         "eviction_attempted": EvictionAttempted,
         "checkpoint_triggered": CheckpointTriggered,
+        "actuation_ordered": ActuationOrdered,
+        "drift_detected": DriftDetected,
     }
 )
 """Event classes by event type (``notice_received``)."""

@@ -4,12 +4,13 @@ What it owns: a deterministic discrete-event simulator of a region (the provider
 time, the guaranteed tenants that reclaim capacity, the market feeds, the workloads and their
 work, waves), the orchestrator seam it is driven through with the baseline stand-in
 (`orchestration`, `orchestrator`), the deciders in the loop (`loop`), the demo's run, record and
-report (`demo`, `record`, `fresh`, `report`, `materialise`) and live notices for real agents
-(`notices`). Entry point: `RegionSim(SimConfig(...))`; `simulate(config)` yields every event.
+report (`demo`, `record`, `fresh`, `report`, `materialise`), live notices for real agents
+(`notices`), and the region served behind the OpenStack API subset the adapter uses (`cloud`).
+Entry point: `RegionSim(SimConfig(...))`; `simulate(config)` yields every event.
 
 What it may import: `schemas`, `contracts`, `streams`, `projections` (the demo materialises
 them), `provider` (the seam it implements); PyYAML. Who calls it: replay (a re-decided run),
-the command line (`spotcap demo`, `notices serve`), the benchmarks and tests.
+the command line (`spotcap demo`, `notices serve`, `cloud serve`), the benchmarks and tests.
 """
 
 from sim.clock import EPOCH_US

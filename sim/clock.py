@@ -73,3 +73,8 @@ class Scheduler:
     @property
     def pending(self) -> int:
         return len(self._heap)
+
+    @property
+    def next_due_us(self) -> int | None:
+        """When the next scheduled action is due (None: nothing is scheduled)."""
+        return self._heap[0][0] if self._heap else None

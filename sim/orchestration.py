@@ -139,6 +139,10 @@ class SimOrchestratorProvider:
         self._host.check_acting("list_by_tag")
         return self._provider.list_by_tag(key, value)
 
+    def get(self, instance_id: str) -> Instance:
+        self._host.check_acting("get")
+        return self._provider.get(instance_id)
+
     def reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:
         self._host.check_acting("reclaim")
         return self._provider.reclaim(request)

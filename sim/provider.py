@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import random
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from provider.base import (
     MIN_NOTICE_S,
@@ -132,29 +133,44 @@ class SimProvider:
 
     def delete(self, request: DeleteRequest) -> Instance:
         live = self._owned(request.instance_id, "delete")
-        self._remove(live)
-        self._bus.emit(
-            InstanceDeleted(
-                instance_id=live.instance.instance_id,
-                pool_id=live.pool.pool_id,
-                workload_id=live.instance.workload_id,
-                deleted_by=request.deleted_by,
-                principal=f"appcred/{self._orchestrator_id}",
-                reason=request.reason,
-            ),
-            PROVIDER,
-            causation_id=request.causation_id,
-            correlation_id=request.correlation_id,
-            discriminator=request.instance_id,
-        )
-        return self._view(live, "gone")
+        return self._delete(live, request, f"appcred/{self._orchestrator_id}")
 
     def list_by_tag(self, key: str, value: str) -> list[Instance]:
         found = [self._view(v) for v in self._live.values() if v.instance.tags.get(key) == value]
         return sorted(found, key=lambda i: i.instance_id)
 
+    def get(self, instance_id: str) -> Instance:
+        live = self._live.get(instance_id)
+        if live is None:
+            raise UnknownInstanceError(f"no live instance {instance_id} in region {self.region}")
+        return self._view(live)
+
     def reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:
-        live = self._owned(request.instance_id, "reclaim")
+        return self._schedule_reclaim(self._owned(request.instance_id, "reclaim"), request)
+
+    def poll_events(self, max_events: int = 10_000) -> list[Envelope]:
+        return self._bus.drain(max_events)
+
+    # -- the cloud's own calls (sim.cloud: any instance of the project, whoever tagged it) -----
+
+    def remove(self, request: DeleteRequest, principal: str) -> Instance:
+        """Delete a live instance whoever owns it: the cloud API's delete, which knows projects,
+        not orchestrators (`UnknownInstanceError` if it is not live)."""
+        return self._delete(self._live_instance(request.instance_id), request, principal)
+
+    def schedule_reclaim(self, request: ReclaimRequest) -> ReclaimScheduled:
+        """`reclaim` without the owner check: the provider's reclaim API, which the project's
+        exercise job calls (the owner check is the caller's, ADR-33)."""
+        return self._schedule_reclaim(self._live_instance(request.instance_id), request)
+
+    def retag(self, instance_id: str, tags: Mapping[str, str]) -> Instance:
+        """Replace a live instance's tags (the cloud's metadata API): who owns it, which claim
+        it serves, and so what may be deleted, follow the new tags."""
+        live = self._live_instance(instance_id)
+        live.instance = replace(live.instance, tags=dict(tags))
+        return self._view(live)
+
+    def _schedule_reclaim(self, live: _Live, request: ReclaimRequest) -> ReclaimScheduled:
         if live.pool.purchase_model != "reclaimable":
             raise NotReclaimableError(
                 f"instance {request.instance_id} is {live.pool.purchase_model} capacity "
@@ -180,9 +196,6 @@ class SimProvider:
             notice_at + request.notice_s * SECOND_US,
             request.correlation_id,
         )
-
-    def poll_events(self, max_events: int = 10_000) -> list[Envelope]:
-        return self._bus.drain(max_events)
 
     # -- what the rest of the simulation sees -----------------------------------------------
 
@@ -291,10 +304,32 @@ class SimProvider:
 
     # -- bookkeeping ------------------------------------------------------------------------
 
-    def _owned(self, instance_id: str, action: str) -> _Live:
+    def _delete(self, live: _Live, request: DeleteRequest, principal: str) -> Instance:
+        self._remove(live)
+        self._bus.emit(
+            InstanceDeleted(
+                instance_id=live.instance.instance_id,
+                pool_id=live.pool.pool_id,
+                workload_id=live.instance.workload_id,
+                deleted_by=request.deleted_by,
+                principal=principal,
+                reason=request.reason,
+            ),
+            PROVIDER,
+            causation_id=request.causation_id,
+            correlation_id=request.correlation_id,
+            discriminator=request.instance_id,
+        )
+        return self._view(live, "gone")
+
+    def _live_instance(self, instance_id: str) -> _Live:
         live = self._live.get(instance_id)
         if live is None:
             raise UnknownInstanceError(f"no live instance {instance_id} in region {self.region}")
+        return live
+
+    def _owned(self, instance_id: str, action: str) -> _Live:
+        live = self._live_instance(instance_id)
         if not live.instance.owned_by(self._orchestrator_id):
             owner = live.instance.tags.get(OWNER_TAG, "nobody")
             raise NotOwnedError(

@@ -5,23 +5,35 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from projections.stores import Stores
 from replay.archive.storage import ArchiveStorage, open_storage
 from schemas.codec import Codec
+from schemas.events import Envelope
 from schemas.registry import HttpSchemaRegistry
 from spotcap.config import Settings
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
 from streams.log import EventLog
 
+if TYPE_CHECKING:  # openstacksdk loads slowly: only the commands that act import it
+    from provider.openstack import OpenStackProvider
 
-def open_log(settings: Settings) -> EventLog:
-    """Kafka when bootstrap servers are configured, else the embedded log under home."""
+
+SERVICE_WRITE_WAIT_S = 120.0
+"""How long a service of the live topology waits for another writer of the embedded log."""
+
+
+def open_log(settings: Settings, *, service: bool = False) -> EventLog:
+    """Kafka when bootstrap servers are configured, else the embedded log under home; a
+    `service` shares the embedded log's writer lock with the other services (per flush)."""
     if settings.kafka_bootstrap:
         return KafkaLog(settings.kafka_bootstrap)
-    return EmbeddedLog(settings.log_dir)
+    return EmbeddedLog(settings.log_dir, share_writes_s=SERVICE_WRITE_WAIT_S if service else None)
 
 
 def make_codec(settings: Settings) -> Codec:
@@ -60,3 +72,21 @@ def open_archive(
     settings: Settings, location: str | None, *, create: bool = False
 ) -> ArchiveStorage:
     return open_storage(archive_location(settings, location), create=create)
+
+
+def open_provider(
+    settings: Settings, path: Path, orchestrator_id: str, on_event: Callable[[Envelope], None]
+) -> OpenStackProvider:
+    """The OpenStack adapter of the provider file at `path`, its mutating calls drawn from the
+    actuator's regional budget at the wall clock (`streams.actuation.BudgetHook`), whose
+    events go to `on_event`. `ProviderConfigError` names what is wrong with the file."""
+    from provider.openstack.config import open_openstack
+    from streams.actuation import BudgetHook
+    from streams.deciders import ActuatorGuard, DeciderSettings
+
+    defaults = DeciderSettings()
+    guard = ActuatorGuard(
+        replace(defaults, actuator=replace(defaults.actuator, orchestrator_id=orchestrator_id))
+    )
+    hook = BudgetHook(guard, settings.region, max_wait_s=3600.0, on_event=on_event)
+    return open_openstack(path, orchestrator_id=orchestrator_id, acquire=hook)

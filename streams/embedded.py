@@ -15,7 +15,10 @@ next writer of that partition cuts it back to the last whole block and says so; 
 rest is reported, dead-lettered and read past, never cut (`streams.partition`). Commits of
 consumer offsets are written to a temporary file, fsynced and renamed into place.
 
-One process appends at a time (an exclusive `flock`); any number of processes read. Each
+One process appends at a time (an exclusive `flock`); any number of processes read. A command
+takes the lock for its whole run and refuses to start while another holds it; the services of
+the live topology (actuator, reconciler, intake) open the log with `share_writes_s` and take it
+for each flush only, waiting up to that long for it, so several of them write one home. Each
 consumer group has one member, which reads every partition of its topics: the embedded log is
 for one machine, so it needs no rebalancing. Keys go to partitions by Kafka's murmur2
 partitioner, records without a key to partition 0.
@@ -30,7 +33,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +63,15 @@ _POLL_INTERVAL_S = 0.01
 class EmbeddedLog:
     """The event log in files under `root` (normally ``<home>/log``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, share_writes_s: float | None = None) -> None:
+        """`share_writes_s`: hold the writer lock only while a flush writes, waiting up to
+        that long for another writer to let go (None: hold it from the first producer on)."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "_groups").mkdir(exist_ok=True)
         self._partitions: dict[TopicPartition, Partition] = {}
         self._lock_handle: Any = None
+        self.share_writes_s = share_writes_s
 
     def describe(self) -> str:
         return f"embedded log at {self.root}"
@@ -193,8 +200,31 @@ class EmbeddedLog:
         self._partitions.clear()
 
     def producer(self) -> EmbeddedProducer:
-        self.acquire_writer()
+        if self.share_writes_s is None:
+            self.acquire_writer()
         return EmbeddedProducer(self)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """The writer lock while the block runs: held already, or (sharing) taken for it."""
+        if self._lock_handle is not None or self.share_writes_s is None:
+            self.acquire_writer()
+            yield
+            return
+        handle = _waited_lock(
+            self.root / ".writer.lock",
+            self.share_writes_s,
+            f"another process held the embedded log at {self.root} for "
+            f"{self.share_writes_s:g} s; find it with `fuser {self.root}/.writer.lock`",
+        )
+        try:
+            # Another writer may have appended since this process last wrote.
+            for partition in self._partitions.values():
+                partition.forget_writing()
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            handle.close()
 
     def consumer(
         self, group: str, topics: Sequence[str], *, listener: PartitionListener | None = None
@@ -262,6 +292,8 @@ class EmbeddedProducer:
 
     def flush(self, timeout_s: float = 30.0) -> list[Record]:
         queued, self._queue = self._queue, []
+        if not queued:
+            return []
         by_partition: dict[TopicPartition, list[int]] = {}
         for i, item in enumerate(queued):
             by_partition.setdefault((item[0], item[1]), []).append(i)
@@ -270,21 +302,32 @@ class EmbeddedProducer:
         # checked before each one.
         deadline = time.monotonic() + timeout_s
         try:
-            for (topic, number), indexes in by_partition.items():
-                if time.monotonic() >= deadline:
-                    unwritten = sum(1 for r in delivered if r is None)
-                    raise FlushTimeoutError(
-                        f"embedded log flush: {unwritten} of {len(queued)} records not written "
-                        f"within {timeout_s} s (partitions written before the limit keep "
-                        "theirs: a retry writes those again, recognisable by event_id)"
-                    )
-                rows = [queued[i][2:] for i in indexes]
-                written = self._log.partition(topic, number).append(rows)
-                for i, record in zip(indexes, written, strict=True):
-                    delivered[i] = record
+            with self._log.writing():
+                self._append(queued, by_partition, delivered, deadline, timeout_s)
         except OSError as error:
             raise DeliveryError(f"embedded log write failed: {error}") from error
         return [r for r in delivered if r is not None]
+
+    def _append(
+        self,
+        queued: list[tuple[str, int, bytes | None, bytes | None, Headers, int]],
+        by_partition: dict[TopicPartition, list[int]],
+        delivered: list[Record | None],
+        deadline: float,
+        timeout_s: float,
+    ) -> None:
+        for (topic, number), indexes in by_partition.items():
+            if time.monotonic() >= deadline:
+                unwritten = sum(1 for r in delivered if r is None)
+                raise FlushTimeoutError(
+                    f"embedded log flush: {unwritten} of {len(queued)} records not written "
+                    f"within {timeout_s} s (partitions written before the limit keep "
+                    "theirs: a retry writes those again, recognisable by event_id)"
+                )
+            rows = [queued[i][2:] for i in indexes]
+            written = self._log.partition(topic, number).append(rows)
+            for i, record in zip(indexes, written, strict=True):
+                delivered[i] = record
 
     def close(self) -> None:
         if self._queue:
@@ -435,6 +478,21 @@ class EmbeddedConsumer:
 CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM)
 """What opening a lock file says in a log this process cannot write (a read-only copy of a home,
 another user's files)."""
+
+
+def _waited_lock(path: Path, wait_s: float, held_too_long: str) -> Any:
+    """An open file holding an exclusive flock on `path`, waiting up to `wait_s` for it;
+    LogError(`held_too_long`) when it stays taken."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.005
+    while True:
+        try:
+            return _exclusive_lock(path, held_too_long)
+        except LogError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
 
 def _exclusive_lock(path: Path, held_elsewhere: str) -> Any:

@@ -160,6 +160,21 @@ class MergedHistory:
         """Every partition read to its end and every event given out (never when tailing)."""
         return not self._tailing and not self._heap and not self._empty
 
+    def resume_positions(self) -> dict[TopicPartition, int]:
+        """Where each partition must be read again from (``start``) to give out every event
+        not given out yet: a follower that stores these with the state it folded so far
+        resumes exactly after it."""
+        return {
+            tp: p.buffer[0].origin.offset if p.buffer else p.position
+            for tp, p in self._partitions.items()
+        }
+
+    def reached(self, ends: Mapping[TopicPartition, int]) -> bool:
+        """Every event before `ends` (end offsets taken earlier) has been given out: a
+        follower has read what the log held when it took them."""
+        positions = self.resume_positions()
+        return all(positions.get(tp, 0) >= end for tp, end in ends.items())
+
     def __iter__(self) -> Iterator[Decoded]:
         try:
             while not self.finished:

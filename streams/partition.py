@@ -520,6 +520,10 @@ class Partition:
                 f"{self._next:,}",
             )
 
+    def forget_writing(self) -> None:
+        """Another writer may have appended since: look again before the next append."""
+        self._writer_ready = False
+
     def next_offset(self) -> int:
         """The offset a writer appends at next: past every record the partition holds or its
         damaged bytes can have held (a torn tail, never acknowledged, does not count)."""

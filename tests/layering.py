@@ -155,6 +155,11 @@ RULES: Mapping[str, Rule] = {
     # ... but for the embedded shipper, which puts the spool on the log (what Vector does).
     "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
+    "provider/actuator": _rule([*_MIDDLE, "streams", "provider"], _THIRD_PARTY["provider"]),
+    "provider/reconcile": _rule(
+        [*_MIDDLE, "streams", "projections", "provider"],
+        _THIRD_PARTY["provider"] | _THIRD_PARTY["projections"],
+    ),
     # The simulated region behind the provider seam, the deciders' loop over it, the demo.
     "sim": _rule([*_MIDDLE, "streams", "projections", "provider", "sim"], _THIRD_PARTY["sim"]),
     "replay": _rule([*_MIDDLE, "streams", "projections", "sim", "replay"], _THIRD_PARTY["replay"]),

@@ -7,10 +7,13 @@ implementation declares which of the five commitments' events its `poll_events` 
 
 * `SimHarness`: a quiet simulated region (no background reclaims, no workloads) at sim time;
   foreign instances are launched with another owner's tags, time passes with `run_until`.
-* `OpenStackHarness`: the adapter through the real SDK against the recorded exchanges
-  (tests/recordings/openstack/, ``provider_contract.json`` first: the server the suite
-  launches, lists, deletes and reclaims, and the feed's notices of that reclaim). Time passing
-  is the recording's: the feed answers as it would after it, and the adapter's clock moves on.
+* `ServedCloudHarness`: the OpenStack adapter, through the real openstacksdk and keystoneauth,
+  against the same kind of quiet region served as a cloud (`sim.cloud`: Keystone, Nova,
+  Placement, Blazar and the provider feeds on a real HTTP server on a free port), whose clock
+  runs at a declared speed-up of wall time; foreign servers are created by hand through Nova,
+  and time passes as the cloud's clock does. The adapter's clock is the cloud's. (The recorded
+  exchanges of tests/recordings/openstack/ stay for what the served cloud cannot show: Nova's
+  and the feeds' failures, and bodies that break the feeds' shape.)
 
 Neither harness passes a token budget: the suite holds the provider to the seam alone.
 """
@@ -26,17 +29,17 @@ from provider.openstack import OpenStackProvider
 from schemas.events import Envelope
 from sim import ReclaimSettings, RegionSim, SimConfig
 from sim.clock import SECOND_US
-from tests.test_openstack import (
-    FOREIGN,
-    GONE,
-    GUARANTEED,
-    OWNER,
+from sim.cloud import ServedCloud
+from tests.cloud_support import (
+    GUARANTEED_POOL,
     POOL,
-    T_NOW,
-    UNTAGGED,
-    pool_mapping,
+    SMALL_POOL,
+    adapter,
+    clock_of,
+    connect,
+    create_server,
+    settle,
 )
-from tests.test_openstack_replay import ReplayServer, connect
 
 COMMITMENT_EVENTS = frozenset(
     {
@@ -180,30 +183,17 @@ class SimHarness:
         self.sim.run_until(until_us)
 
 
-# -- the OpenStack adapter over recorded exchanges ----------------------------------------------
+# -- the OpenStack adapter on the served cloud --------------------------------------------------
 
-OPENSTACK_RECORDINGS = (
-    "provider_contract",
-    "discovery",
-    "nova_flavors",
-    "nova_servers",
-    "nova_errors",
-    "feeds",
-)
+SERVED_ME = "orch-contract"
 
 
-class OpenStackHarness:
-    def __init__(self, replay: ReplayServer) -> None:
-        self.replay = replay
-        self.now_us = T_NOW
-        self._provider = OpenStackProvider(
-            connect(replay),
-            orchestrator_id=OWNER,
-            pools=pool_mapping(),
-            feed_endpoint=f"{replay.base_url}/feed",
-            timeout_s=5.0,
-            clock=lambda: self.now_us,
-        )
+class ServedCloudHarness:
+    def __init__(self, cloud: ServedCloud) -> None:
+        self.cloud = cloud
+        self._provider: OpenStackProvider = adapter(cloud, SERVED_ME)
+        self._clock = clock_of(cloud.access)
+        self._by_hand = connect(cloud.access, application_credential=False)
 
     @property
     def provider(self) -> CapacityProvider:
@@ -219,33 +209,42 @@ class OpenStackHarness:
 
     @property
     def commitment_events(self) -> frozenset[str]:
-        # Not yet: the loss at the deadline (the adapter does not read losses from Nova), and
-        # reservations as events (Blazar leases are read with `leases()`).
+        # Not yet: the loss at the deadline (the adapter does not read losses from Nova; the
+        # served cloud forgets the server then, which test_cloud.py shows), and reservations
+        # as events (Blazar leases are read with `leases()`).
         return COMMITMENT_EVENTS - {"instance_lost", "reservation_committed"}
 
     def request_without_room(self) -> LaunchRequest:
-        # nova_errors.json: Nova refuses this workload's create for the project's core quota.
-        return LaunchRequest(POOL, "wl-quota", owned_tags(OWNER, "wl-quota", EXTRA_TAGS))
+        filler = LaunchRequest(SMALL_POOL, "wl-filler", owned_tags(SERVED_ME, "wl-filler"))
+        self._provider.launch(filler)
+        self._provider.launch(filler)  # the pool holds two
+        return LaunchRequest(SMALL_POOL, WORKLOAD, owned_tags(SERVED_ME, WORKLOAD, EXTRA_TAGS))
 
     def foreign_instance_ids(self) -> list[str]:
-        return [FOREIGN, UNTAGGED]
+        theirs = {"spotcap.io:owner": "another-orchestrator", "spotcap.io:workload": "wl-theirs",
+                  "spotcap.io:purchase-model": "reclaimable"}  # fmt: skip
+        return [
+            create_server(self.cloud, self._by_hand, POOL, theirs,
+                          ["spotcap.io:owner=another-orchestrator"]),
+            create_server(self.cloud, self._by_hand, POOL, {"team": "someone-else"}),
+        ]  # fmt: skip
 
     def guaranteed_instance_id(self) -> str:
-        return GUARANTEED
+        request = LaunchRequest(GUARANTEED_POOL, WORKLOAD, owned_tags(SERVED_ME, WORKLOAD))
+        return self._provider.launch(request).instance_id
 
     def gone_instance_id(self) -> str:
-        return GONE
+        return "00000000-0000-4000-8000-000000000000"
 
     def settle(self, until_us: int) -> None:
-        self.now_us = max(self.now_us, until_us)
+        settle(self.cloud, until_us)
 
 
 __all__ = [
     "COMMITMENT_EVENTS",
-    "OPENSTACK_RECORDINGS",
     "SECOND_US",
-    "OpenStackHarness",
     "ProviderHarness",
+    "ServedCloudHarness",
     "SimHarness",
     "launch_request",
     "poll_all",

@@ -175,3 +175,25 @@ def read_raw(log: EmbeddedLog, topic: str) -> list[Record]:
     records = consumer.poll(1000, timeout_s=0)
     consumer.close()
     return records
+
+
+def test_services_share_the_writer_lock_flush_by_flush(tmp_path: Path) -> None:
+    """Two writers opened with share_writes_s take turns: each flush lands after the other's,
+    offsets run on without a gap or a reuse, and neither holds the lock between flushes."""
+    first = EmbeddedLog(tmp_path, share_writes_s=30.0)
+    first.apply_topics(region_topics(REGION))
+    second = EmbeddedLog(tmp_path, share_writes_s=30.0)
+    offsets: list[int] = []
+    for turn in range(6):
+        log = first if turn % 2 == 0 else second
+        offsets += [r.offset for r in write(log, range(turn * 10, turn * 10 + 10))]
+    assert offsets == list(range(60))
+    assert read_all(EmbeddedLog(tmp_path), "shared") == list(range(60))
+    # Between flushes the lock is free: a command can take it, and then a sharer waits for it.
+    command = EmbeddedLog(tmp_path)
+    command.acquire_writer()
+    patient = EmbeddedLog(tmp_path, share_writes_s=0.3)
+    with pytest.raises(LogError, match="held the embedded log"):
+        write(patient, range(60, 61))
+    command.close()
+    assert [r.offset for r in write(patient, range(60, 61))] == [60]

@@ -1,11 +1,12 @@
-"""The OpenStack adapter behind the provider seam, in what is its own.
+"""The OpenStack adapter behind the provider seam, in what is its own, on recorded exchanges.
 
-The seam's contract (launch with tags, list, delete of our own only, unknown pools, no room,
-reclaim, the commitments' facts) is the shared suite, tests/test_provider_contract.py, run on
-the simulator and on this adapter. Here, through the real SDK HTTP stack against the replay
-server (tests/test_openstack_replay.py): the mapped Nova request is the one recorded, a refused
-call sends nothing and draws no token, the adapter's event ids do not change, and
-`poll_events` reads the feeds once, past failing feeds and bad elements.
+The seam's contract is the shared suite (tests/test_provider_contract.py), and the adapter's
+own behaviour (the requests it sends, the tokens it draws, its events and their ids, reading
+the feeds once) runs on the simulated region served as a cloud (tests/test_openstack_served.py).
+What stays here is what a served cloud cannot show, through the real SDK HTTP stack against the
+replay server (tests/test_openstack_replay.py): a feed that fails while the others answer, notice
+pages with elements that break the contract and a page that breaks the feed's shape, Nova's
+quota and busy answers, the default wall clock; and the pool mapping file, with no server.
 """
 
 from __future__ import annotations
@@ -18,11 +19,7 @@ import pytest
 from provider.base import (
     AlreadyReclaimingError,
     CapacityUnavailableError,
-    DeleteRequest,
-    Instance,
-    NotOwnedError,
     ProviderError,
-    ReclaimRequest,
     UnknownInstanceError,
     UnknownPoolError,
 )
@@ -32,48 +29,29 @@ from provider.openstack import (
     ConflictError,
     FeedFormatError,
     FeedPosition,
-    InstanceNotFoundError,
-    LeaseRequest,
-    MappingMismatchError,
-    NoCapacityError,
     OpenStackProvider,
     PoolMapping,
     PoolMappingError,
     QuotaExceededError,
-    ReclaimConflictError,
     ServiceError,
     wall_clock_us,
 )
 from provider.openstack.errors import error_for_status
 from schemas.events import (
-    Advisory,
     DeadLettered,
-    ForwardCapacity,
-    InstanceDeleted,
-    InstanceLaunched,
-    NoticeReceived,
-    RateCard,
 )
 from schemas.ids import derived_event_id
 from schemas.pools import PoolCatalogue
 from tests.test_openstack import (
     BUSY,
     CATALOGUE,
-    FLAVOR_ID,
-    FOREIGN,
-    GONE,
     IMAGE,
     MAPPING_FILE,
     NET,
-    NEW,
-    NOVA,
-    OWNED,
     OWNED2,
     OWNER,
     POOL,
     T_NOW,
-    UNTAGGED,
-    Budget,
     _pool,
     delete_request,
     launch_request,
@@ -83,9 +61,6 @@ from tests.test_openstack import (
 from tests.test_openstack_replay import REGION, ReplayServer, connect, replay_servers
 
 T0 = 1_796_022_000_000_000  # the feeds' published_at
-ADVISORY_ID = "0f1e2d3c-4b5a-4969-8877-665544332211"  # the feed's own ids (feeds.json)
-NOTICE_ID = "1a2b3c4d-5e6f-4a8b-9c0d-1e2f3a4b5c6d"
-USER_ID = "3f1e9a6c2b8d4f07a5c1e2d3b4a59687"  # the Keystone user of discovery.json's token
 
 
 @pytest.fixture
@@ -106,235 +81,10 @@ def test_now_us_reads_the_wall_clock_by_default(replays: Callable[..., ReplaySer
 # -- launch -----------------------------------------------------------------------------------
 
 
-def test_launch_sends_the_mapped_flavor_image_network_zone_and_tags(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "nova_flavors", "nova_servers")
-    budget = Budget()
-    provider = provider_for(replay, budget)
-    request = launch_request()
-    instance = provider.launch(request)
-
-    tags = {
-        "spotcap.io/owner": OWNER,
-        "spotcap.io/workload": "wl-render",
-        "spotcap.io/pool": POOL,
-        "spotcap.io/purchase-model": "reclaimable",
-        "team": "vfx",
-    }
-    assert instance == Instance(NEW, POOL, "wl-render", 8, "reclaimable", tags, T_NOW, "active")
-    assert instance.owned_by(OWNER)
-    assert budget.drawn == ["launch"]
-    (create,) = [c for c in replay.calls if c.method == "POST" and c.path.startswith(NOVA)]
-    server = create.body["server"]
-    assert server["flavorRef"] == FLAVOR_ID  # c3 at 8 vCPU -> flavor c3.2xlarge -> its id
-    assert server["imageRef"] == IMAGE
-    assert server["networks"] == [{"uuid": NET}]
-    assert server["availability_zone"] == "az-hall2"  # hall2 -> az-hall2
-    assert server["metadata"] == {k.replace("/", ":"): v for k, v in tags.items()}
-    assert server["tags"] == [f"spotcap.io:owner={OWNER}"]
-    assert server["name"].startswith("wl-render-")
-
-    # The flavor is looked up once (reads draw no token), not on every launch.
-    provider.launch(request)
-    assert replay.requests(f"{NOVA}/flavors") == [
-        ("GET", f"{NOVA}/flavors/c3.2xlarge"),
-        ("GET", f"{NOVA}/flavors/detail?is_public=None"),
-    ]
-
-
-def test_launch_queues_an_instance_launched_envelope_caused_by_the_request(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "nova_flavors", "nova_servers", "feeds")
-    provider = provider_for(replay)
-    request = launch_request()
-    provider.launch(request)
-
-    launched = [e for e in provider.poll_events() if e.event_type == "instance_launched"]
-    assert len(launched) == 1
-    (event,) = launched
-    assert event.event_id == derived_event_id(
-        f"openstack:{REGION}:server/{NEW}", "instance_launched"
-    )
-    assert (event.key, event.region, event.producer) == (NEW, REGION, PRODUCER)
-    assert (event.occurred_at, event.recorded_at) == (T_NOW, T_NOW)
-    assert (event.causation_id, event.correlation_id) == (request.causation_id, None)
-    assert event.payload == InstanceLaunched(
-        instance_id=NEW,
-        pool_id=POOL,
-        workload_id="wl-render",
-        vcpu=8,
-        purchase_model="reclaimable",
-        tags={
-            "spotcap.io/owner": OWNER,
-            "spotcap.io/pool": POOL,
-            "spotcap.io/purchase-model": "reclaimable",
-            "spotcap.io/workload": "wl-render",
-            "team": "vfx",
-        },
-    )
-
-
-def test_launch_of_a_pool_not_in_the_catalogue_sends_nothing(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery")
-    budget = Budget()
-    with pytest.raises(UnknownPoolError, match=r"c3\.8\.hall9\.reclaimable"):
-        provider_for(replay, budget).launch(launch_request(pool_id="c3.8.hall9.reclaimable"))
-    assert replay.calls == [] and budget.drawn == []
-
-
-def test_a_mapped_flavor_whose_vcpu_is_not_the_pools_is_refused_before_the_create(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "nova_flavors")
-    wrong = MAPPING_FILE.read_text().replace("8: c3.2xlarge", "8: c3.4xlarge")
-    budget = Budget()
-    provider = provider_for(replay, budget, pools=PoolMapping.from_yaml(wrong, CATALOGUE))
-    with pytest.raises(MappingMismatchError, match="16 vCPU, the pool 8") as caught:
-        provider.launch(launch_request())
-    assert isinstance(caught.value, ProviderError) and not caught.value.retryable
-    assert budget.drawn == []
-    assert not [c for c in replay.calls if c.method == "POST" and c.path.startswith(NOVA)]
-
-
 # -- delete -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("server", "found"), [(FOREIGN, "owner tag 'orch-us1'"), (UNTAGGED, "no owner tag")]
-)
-def test_delete_of_a_server_not_ours_raises_the_seams_not_owned_error_and_sends_no_delete(
-    replays: Callable[..., ReplayServer], server: str, found: str
-) -> None:
-    replay = replays("discovery", "nova_servers")
-    budget = Budget()
-    provider = provider_for(replay, budget)
-    with pytest.raises(NotOwnedError) as caught:
-        provider.delete(delete_request(server))
-
-    assert type(caught.value) is NotOwnedError  # provider.base's own, not a look-alike
-    assert server in str(caught.value) and found in str(caught.value)
-    assert budget.drawn == []
-    assert replay.requests(f"{NOVA}/servers") == [("GET", f"{NOVA}/servers/{server}")]
-    assert not [c for c in replay.calls if c.method == "DELETE"]
-
-
-def test_delete_queues_an_instance_deleted_envelope_naming_who_asked(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "nova_servers", "feeds")
-    provider = provider_for(replay)
-    request = DeleteRequest(OWNED, "return from fallback", "orchestrator", "c4d5e6f7", "wave-7")
-    provider.delete(request)
-
-    (event,) = [e for e in provider.poll_events() if e.event_type == "instance_deleted"]
-    assert event.event_id == derived_event_id(
-        f"openstack:{REGION}:server/{OWNED}", "instance_deleted"
-    )
-    assert (event.causation_id, event.correlation_id, event.key) == ("c4d5e6f7", "wave-7", OWNED)
-    assert event.payload == InstanceDeleted(
-        instance_id=OWNED,
-        pool_id=POOL,
-        workload_id="wl-render",
-        deleted_by="orchestrator",
-        principal=f"user/{USER_ID}",
-        reason="return from fallback",
-    )
-
-
 # -- poll_events ------------------------------------------------------------------------------
-
-
-def test_poll_events_gives_each_feed_fact_once_as_an_envelope(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "feeds")
-    provider = provider_for(replay)
-
-    first = provider.poll_events()
-    second = provider.poll_events()
-
-    assert [type(e.payload) for e in first] == [
-        Advisory,
-        RateCard,
-        RateCard,
-        ForwardCapacity,
-        ForwardCapacity,
-        NoticeReceived,
-    ]  # oldest first: the advisory and the snapshots at T0, the notice 300 s later
-    assert second == []
-    assert all(
-        (e.region, e.producer, e.recorded_at, e.causation_id) == (REGION, PRODUCER, T_NOW, None)
-        for e in first
-    )
-    advisory, card, _, forecast, _, notice = first
-    assert (advisory.event_id, advisory.occurred_at, advisory.key) == (ADVISORY_ID, T0, OWNED)
-    assert advisory.payload == Advisory(OWNED, POOL, T0 + 600_000_000)
-    assert (notice.event_id, notice.occurred_at) == (NOTICE_ID, T0 + 300_000_000)
-    assert notice.payload == NoticeReceived(OWNED, POOL, "wl-render", T0 + 420_000_000, "metadata")
-    assert card.event_id == derived_event_id(
-        f"openstack:{REGION}:rate-cards@{T0}", "rate_card", POOL
-    )
-    assert (card.occurred_at, card.key) == (T0, POOL)
-    assert forecast.event_id == derived_event_id(
-        f"openstack:{REGION}:forward-capacity@{T0}", "forward_capacity", f"{POOL}/3600"
-    )
-    assert provider.position == FeedPosition("c-000043", T0, T0)
-    assert provider.feed_errors == ()
-    assert replay.requests("/feed/") == [
-        ("GET", "/feed/v1/notices?limit=500"),
-        ("GET", "/feed/v1/rate-cards"),
-        ("GET", "/feed/v1/forward-capacity"),
-        ("GET", "/feed/v1/notices?limit=500&after=c-000043"),
-        ("GET", "/feed/v1/rate-cards"),
-        ("GET", "/feed/v1/forward-capacity"),
-    ]
-
-
-def test_two_providers_reading_the_same_feed_give_the_same_event_ids(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    one = provider_for(replays("discovery", "feeds")).poll_events()
-    other = provider_for(replays("discovery", "feeds")).poll_events()
-    assert [e.event_id for e in one] == [e.event_id for e in other]
-    assert one == other  # the same clock in both: the envelopes are equal throughout
-    assert len({e.event_id for e in one}) == len(one) == 6
-
-
-def test_a_provider_resumed_from_a_position_repeats_nothing(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "feeds")
-    first = provider_for(replay)
-    first.poll_events()
-    resumed = OpenStackProvider(
-        connect(replay),  # the same cloud, a new adapter (a restart)
-        orchestrator_id=OWNER,
-        pools=pool_mapping(),
-        feed_endpoint=f"{replay.base_url}/feed",
-        position=first.position,
-        clock=lambda: T_NOW,
-    )
-    assert resumed.poll_events() == []
-
-
-def test_poll_events_hands_out_at_most_max_events_and_keeps_the_rest(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "feeds")
-    provider = provider_for(replay)
-    head = provider.poll_events(max_events=2)
-    rest = provider.poll_events()
-    assert [type(e.payload) for e in head] == [Advisory, RateCard]
-    assert [type(e.payload) for e in rest] == [
-        RateCard,
-        ForwardCapacity,
-        ForwardCapacity,
-        NoticeReceived,
-    ]
 
 
 def test_a_failing_feed_does_not_hold_back_the_others_and_is_read_again(
@@ -441,54 +191,24 @@ def test_a_notice_page_that_is_not_the_feeds_shape_holds_the_cursor(
     )
 
 
-def test_a_noticed_instance_is_listed_as_noticed(replays: Callable[..., ReplayServer]) -> None:
-    replay = replays("discovery", "nova_servers", "feeds")
-    provider = provider_for(replay)
-    assert {i.instance_id: i.state for i in provider.list_by_tag("spotcap.io/owner", OWNER)} == {
-        OWNED: "active",
-        OWNED2: "active",
-    }
-    provider.poll_events()
-    assert {i.instance_id: i.state for i in provider.list_by_tag("spotcap.io/owner", OWNER)} == {
-        OWNED: "noticed",
-        OWNED2: "active",
-    }
-
-
 # -- errors are the seam's --------------------------------------------------------------------
 
 
-def test_cloud_answers_that_mean_a_seam_error_are_that_seam_error(
+def test_nova_failures_that_mean_a_seam_error_are_that_seam_error(
     replays: Callable[..., ReplayServer],
 ) -> None:
-    replay = replays("discovery", "nova_flavors", "nova_errors", "nova_servers", "feeds")
+    """A quota and a busy server: answers the served cloud never gives (it answers the seam's
+    own, gone, already reclaiming and no room, in tests/test_openstack_served.py)."""
+    replay = replays("discovery", "nova_flavors", "nova_errors")
     provider = provider_for(replay)
 
     with pytest.raises(CapacityUnavailableError) as quota:
         provider.launch(launch_request("wl-quota"))
     assert isinstance(quota.value, QuotaExceededError) and quota.value.retryable
 
-    with pytest.raises(UnknownInstanceError) as gone:
-        provider.delete(delete_request(GONE))
-    assert isinstance(gone.value, InstanceNotFoundError) and not gone.value.retryable
-
     with pytest.raises(ConflictError) as busy:  # a task runs: retry, but not a seam error
         provider.delete(delete_request(BUSY))
     assert not isinstance(busy.value, CapacityUnavailableError | UnknownInstanceError)
-
-    with pytest.raises(AlreadyReclaimingError) as twice:
-        provider.reclaim(ReclaimRequest(OWNED, correlation_id="exercise-twice"))
-    assert isinstance(twice.value, ReclaimConflictError) and not twice.value.retryable
-
-
-def test_a_blazar_lease_without_room_is_capacity_unavailable(
-    replays: Callable[..., ReplayServer],
-) -> None:
-    replay = replays("discovery", "blazar_leases")
-    request = LeaseRequest("floor-too-big", None, 1_801_440_000_000_000, 500, 4, 16384, 40)
-    with pytest.raises(CapacityUnavailableError) as caught:
-        provider_for(replay).create_lease(request)
-    assert isinstance(caught.value, NoCapacityError) and caught.value.retryable
 
 
 @pytest.mark.parametrize(

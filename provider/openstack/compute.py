@@ -15,16 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from openstack import exceptions as sdk_exceptions
+from openstack import utils as sdk_utils
 from openstack.compute.v2.server import Server as SdkServer
 from openstack.connection import Connection
 
 from provider.base import NotOwnedError
 from provider.openstack import tags as spot_tags
-from provider.openstack._calls import translated
+from provider.openstack._calls import raise_for_response, translated
 from provider.openstack._time import iso_to_us
 from provider.openstack.budget import Acquire, unbounded
 from provider.openstack.errors import MappingMismatchError
 from provider.openstack.mapping import ServerSpec
+
+LIST_PAGE = 1000
+"""Servers per page of a listing (Nova's default maximum)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +146,50 @@ class NovaInstances:
         """Servers whose owner server tag *and* metadata name ``owner_id``, by id.
 
         Nova filters on the server tag; the metadata is checked here, so a server whose server
-        tag and metadata disagree is not taken for the owner's.
+        tag and metadata disagree is not taken for the owner's. The pages are read through the
+        SDK's authenticated session as JSON: building the SDK's ``Server`` resource costs about
+        6 ms of CPU per server (profiled: 50,000 servers would take five minutes in it alone).
         """
         server_tag = spot_tags.owner_server_tag(owner_id)
-        with translated("nova.list_servers", f"servers tagged {server_tag}"):
-            found = list(self._conn.compute.servers(details=True, tags=server_tag))
-        servers = [_server(s) for s in found]
+        target = f"servers tagged {server_tag}"
+        compute = self._conn.compute
+        with translated("nova.list_servers", target):
+            version = sdk_utils.maximum_supported_microversion(compute, SdkServer._max_microversion)
+        path: str | None = "/servers/detail"
+        params: dict[str, Any] | None = {"tags": server_tag, "limit": LIST_PAGE}
+        servers: list[Server] = []
+        while path is not None:
+            with translated("nova.list_servers", target):
+                response = compute.get(path, params=params, microversion=version, raise_exc=False)
+            raise_for_response("nova.list_servers", target, response)
+            body = response.json()
+            servers += (_server_json(s) for s in body.get("servers", ()))
+            path, params = _next_page(body.get("servers_links", ())), None
         return sorted((s for s in servers if s.owner_id == owner_id), key=lambda s: s.server_id)
+
+
+def _next_page(links: Any) -> str | None:
+    """The next page's address (absolute, as Nova gives it), or None on the last page."""
+    for link in links or ():
+        if isinstance(link, Mapping) and link.get("rel") == "next" and link.get("href"):
+            return str(link["href"])
+    return None
+
+
+def _server_json(raw: Mapping[str, Any]) -> Server:
+    """A server from Nova's JSON (a listing's page)."""
+    flavor = raw.get("flavor")
+    vcpus = flavor.get("vcpus") if isinstance(flavor, Mapping) else None
+    created = raw.get("created")
+    return Server(
+        server_id=str(raw["id"]),
+        name=str(raw.get("name", "")),
+        status=str(raw.get("status", "")),
+        tags=spot_tags.from_metadata(raw.get("metadata") or {}),
+        vcpus=int(vcpus) if vcpus is not None else None,
+        availability_zone=raw.get("OS-EXT-AZ:availability_zone") or None,
+        created_at_us=iso_to_us(created) if created else None,
+    )
 
 
 def _server(server: SdkServer) -> Server:

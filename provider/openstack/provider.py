@@ -37,6 +37,7 @@ from provider.base import (
     ProviderError,
     ReclaimRequest,
     ReclaimScheduled,
+    instance_fact_id,
     owned_tags,
 )
 from provider.openstack import tags as spot_tags
@@ -48,7 +49,6 @@ from provider.openstack.feeds import ProviderFeeds, check_notice
 from provider.openstack.mapping import PoolMapping
 from provider.openstack.placement import PlacementHeadroom, ProviderHeadroom
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, PurchaseModel
-from schemas.ids import derived_event_id
 
 log = logging.getLogger(__name__)
 
@@ -256,11 +256,10 @@ class OpenStackProvider:
         correlation_id: str | None,
     ) -> None:
         # One launch and one delete per server ever: the server id names the fact.
-        cause = f"openstack:{self.region}:server/{payload.instance_id}"
         self._outbox.append(
             envelope(
                 payload,
-                event_id=derived_event_id(cause, payload.EVENT_TYPE),
+                event_id=instance_fact_id(self.region, payload.instance_id, payload.EVENT_TYPE),
                 occurred_at=at_us,
                 recorded_at=at_us,
                 region=self.region,

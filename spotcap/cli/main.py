@@ -21,6 +21,8 @@ LAZY_COMMANDS = {name: LazyCommand(load, short_help) for name, load, short_help 
      "The node agent: notices in, drains out, every step in the spool."),
     ("archive", lambda: import_module("spotcap.cli.archive").archive,
      "The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/accounting.md)."),
+    ("cloud", lambda: import_module("spotcap.cli.cloud").cloud,
+     "The simulated region served as a cloud: Keystone, Nova, Placement, Blazar, the feeds."),
     ("contracts", lambda: import_module("spotcap.cli.contracts").contracts,
      "Compile, sign and verify interruption contracts (docs/contracts.md)."),
     ("db", lambda: import_module("spotcap.cli.db").db,
@@ -47,8 +49,7 @@ LAZY_COMMANDS = {name: LazyCommand(load, short_help) for name, load, short_help 
     ("report", lambda: import_module("spotcap.cli.query").report,
      "Reports for finance: the net saving per workload (docs/accounting.md)."),
     ("run", lambda: import_module("spotcap.cli.streams").run,
-     "Long-running services: the deciders on Kafka, the scheduler intake, the projections' "
-     "followers and the outbox relay."),
+     "The live topology's long-running services (docs/operating.md)."),
     ("schemas", lambda: import_module("spotcap.cli.schemas").schemas,
      "Check and release the event schemas (full compatibility, docs/events.md)."),
     ("serve", lambda: import_module("spotcap.cli.serve").serve,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -111,12 +112,51 @@ def project(settings: Settings, what: str, postgres_dsn: str | None, as_json: bo
 @_which
 @postgres_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was rebuilt as JSON.")
+@click.option(
+    "--from-provider", "provider_file", metavar="FILE",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="postgres only: the instances from the provider's tags (the provider file) and the "
+    "log's tail, read-only, in minutes; `spotcap project fleet` then fills in the rest.",
+)  # fmt: skip
+@click.option("--orchestrator-id", default=None, metavar="ID",
+              help="With --from-provider: the owner tag of spotcap's instances.")  # fmt: skip
 @click.pass_obj
-def rebuild(settings: Settings, what: str, postgres_dsn: str | None, as_json: bool) -> None:
+def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_json: bool,
+            provider_file: Path | None, orchestrator_id: str | None) -> None:  # fmt: skip
     """Drop a projection and rebuild it from the log through the merged history.
 
     WHAT is postgres, clickhouse or all (the default). The rebuilt tables equal the
     incrementally built ones, row for row. The outbox's send marks are lost with the tables:
-    its actions are sent again, recognisably (same action ids).
+    its actions are sent again, recognisably (same action ids). After a loss of PostgreSQL,
+    --from-provider rebuilds what runs before anything acts (docs/operating.md).
     """
-    _run(with_postgres(settings, postgres_dsn), what, fresh=True, as_json=as_json)
+    settings = with_postgres(settings, postgres_dsn)
+    if provider_file is None:
+        _run(settings, what, fresh=True, as_json=as_json)
+        return
+    if CHOICES[what] != ("fleet",):
+        fail(f"--from-provider rebuilds the fleet state only, not {what}",
+             "run `spotcap rebuild postgres --from-provider FILE`, then "
+             "`spotcap rebuild clickhouse`")  # fmt: skip
+    from provider.reconcile import rebuild_fleet
+    from spotcap.cli.services import OWNER, PROBLEMS, provider_for
+
+    need_home(settings, log=True)
+    hold_home(settings, exclusive=True)
+    log = open_log(settings)
+    try:
+        provider = provider_for(settings, provider_file, orchestrator_id or OWNER)
+        report = rebuild_fleet(stores(settings), provider, log, make_codec(settings))
+    except PROBLEMS as error:
+        fail(f"the rebuild from the provider stopped: {error}")
+    finally:
+        log.close()
+    if as_json:
+        emit_json({"instances": report.instances, "tail_events": report.tail_events,
+                   "applied": report.applied, "list_s": round(report.list_s, 3),
+                   "apply_s": round(report.apply_s, 3)}, sort_keys=False)  # fmt: skip
+        return
+    say(f"fleet state rebuilt from the provider: {report.instances:,} instances listed in "
+        f"{report.list_s:,.1f} s, {report.tail_events:,} events of the log's tail; "
+        f"{report.applied:,} applied in {report.apply_s:,.1f} s. Next: `spotcap project fleet`"
+        " fills in the rest from the log.")  # fmt: skip

@@ -26,8 +26,7 @@ from streams.runtime.service import ROLES, run_streams
 
 @click.group("run")
 def run() -> None:
-    """Long-running services: the deciders on Kafka, the scheduler intake, the projections'
-    followers and the outbox relay."""
+    """The live topology's long-running services (docs/operating.md)."""
 
 
 # fmt: off
@@ -111,7 +110,7 @@ def intake_command(settings: Settings, /, **options: Any) -> None:
     """Write capacity claims for pending pods and Slurm jobs with a contract, until SIGTERM."""
     from streams.intake.service import IntakeError, serve
 
-    event_log = open_log(settings)
+    event_log = open_log(settings, service=True)
     try:
         report = serve(event_log, make_codec(settings), settings.region, **options)
     except IntakeError as error:
@@ -202,3 +201,13 @@ def relay_command(settings: Settings, postgres_dsn: str | None, once: bool, inte
     finally:
         event_log.close()
     click.echo(f"audit: {report.sent} actions sent, {report.pending} pending")
+
+
+def _services() -> None:
+    from spotcap.cli.services import actuator, reconciler
+
+    run.add_command(actuator)
+    run.add_command(reconciler)
+
+
+_services()

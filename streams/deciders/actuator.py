@@ -13,6 +13,7 @@ claim, tagged ``spotcap.io/claim``, are deleted), `pool_registered` (instance si
 `instance_launched` (which instances carry the orchestrator's owner tag and which claim they
 serve, and that the provider answers; an instance that lands for a claim already released is
 deleted), `instance_lost`, `instance_deleted` and `launch_failed`. Outputs:
+`actuation_ordered` for every allowed call (what the actuator service carries out, and when),
 `actuation_throttled` for every delayed call, `actuation_refused` for every refused one,
 `breaker_tripped`, `breaker_reset`.
 
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from schemas.events import (
     ActuationCall,
+    ActuationOrdered,
     ActuationRefused,
     ActuationThrottled,
     BreakerReset,
@@ -310,7 +312,11 @@ class ActuatorGuard:
 
     def _stamp(
         self,
-        payload: ActuationThrottled | ActuationRefused | BreakerTripped | BreakerReset,
+        payload: ActuationOrdered
+        | ActuationThrottled
+        | ActuationRefused
+        | BreakerTripped
+        | BreakerReset,
         call: Call,
         at_us: int,
         what: str,
@@ -367,13 +373,6 @@ class ActuatorGuard:
             "delete", cause, index, instance_id=instance_id, workload_id=workload_id, orderly=True
         )
 
-    def verdicts(self, state: GuardState, event: Input) -> tuple[Verdict, ...]:
-        """What the I/O side may do for `event`: each call's verdict (none for a tick). The
-        state must be the one `step` decides on (the key's timers due by then fired)."""
-        if isinstance(event, Tick) or event.event_type not in CALL_CAUSES:
-            return ()
-        return self.judge(state, event).verdicts
-
     def judge(self, state: GuardState, event: Input) -> Judged:
         """The guard's answer to an input: what the I/O side may do, and the events."""
         last = self._last
@@ -394,7 +393,23 @@ class ActuatorGuard:
             state = judged.state
             verdicts += judged.verdicts
             events += judged.events
+            for verdict in judged.verdicts:
+                if verdict.not_before_us is not None:
+                    events.append(self._order(verdict.call, verdict.not_before_us, event))
         return Judged(state, tuple(verdicts), tuple(events))
+
+    def _order(self, call: Call, not_before_us: int, event: Envelope) -> Envelope:
+        """The order to carry out an allowed call: what the actuator service acts on."""
+        ordered = ActuationOrdered(
+            call=call.kind,
+            call_index=call.index,
+            not_before_at=not_before_us,
+            pool_id=call.pool_id,
+            instance_id=call.instance_id,
+            workload_id=call.workload_id,
+            orderly=call.orderly,
+        )
+        return self._stamp(ordered, call, event.occurred_at, "ordered")
 
     def _observe(self, state: GuardState, event: Envelope) -> GuardState:
         p = event.payload

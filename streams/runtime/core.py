@@ -53,7 +53,6 @@ from streams.deciders import (
     Scorer,
     all_deciders,
 )
-from streams.deciders.actuator import Verdict
 from streams.deciders.types import Decider, Tick, step
 from streams.deciders.workload import workload_of
 
@@ -395,45 +394,12 @@ class WorkloadStage:
             stage.restore(data[stage.decider.name])
 
 
-class GuardStage(KeyedStage[Any]):
-    """The actuator guard's keyed state, which can also say, for each input it steps, which
-    provider calls may go out and when (`Verdict`): what a runtime that acts (the simulator's
-    loop) carries out. Collecting them changes no decision (`step` fires the key's due timers
-    first either way, and the guard judges an input once: `ActuatorGuard.judge` keeps it)."""
-
-    def __init__(self, guard: ActuatorGuard) -> None:
-        super().__init__(guard)
-        self.guard = guard
-        self.verdicts: list[Verdict] | None = None  # None: not collected (nothing acts)
-
-    def step(self, key: str, event: Envelope | Tick, view: RegionView) -> list[Envelope]:
-        if self.verdicts is None or not isinstance(event, Envelope):
-            return super().step(key, event, view)
-        at = event.occurred_at
-        fired = super().step(key, Tick(at, at), view)  # the timers due by the input, first
-        self.verdicts.extend(self.guard.verdicts(self.states[key], event))
-        return fired + super().step(key, event, view)
-
-
 class ActuatorStage:
     """The actuator guard (key region): facts and clocks, then the workload decisions."""
 
     def __init__(self, settings: DeciderSettings) -> None:
-        self.guard = GuardStage(ActuatorGuard(settings))
+        self.guard = KeyedStage(ActuatorGuard(settings))
         self._empty = RegionView()  # the guard reads no view
-
-    def collect_verdicts(self) -> None:
-        """From now on, keep the verdicts of every call the guard judges (`take_verdicts`)."""
-        if self.guard.verdicts is None:
-            self.guard.verdicts = []
-
-    def take_verdicts(self) -> list[Verdict]:
-        """The verdicts collected since the last call, in the order they were judged."""
-        taken = self.guard.verdicts
-        if taken is None:
-            return []
-        self.guard.verdicts = []
-        return taken
 
     def apply(self, item: Item) -> list[Envelope]:
         if isinstance(item, Clock):

@@ -1,0 +1,164 @@
+"""`spotcap run actuator` and `spotcap run reconciler`: the services of the live topology that
+talk to the provider (`provider.actuator`, `provider.reconcile`; docs/operating.md)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from projections.postgres.connection import FleetDatabaseError
+from projections.stores import StoreError
+from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
+from provider.base import ProviderError
+from provider.openstack.config import ProviderConfigError
+from provider.reconcile import GRACE_S, Reconciler, kinds, run_reconciler
+from schemas.events import Envelope
+from spotcap.cli.options import need_home, postgres_option, with_postgres
+from spotcap.cli.output import emit_json, say
+from spotcap.config import Settings
+from spotcap.fail import fail
+from spotcap.wiring import make_codec, open_log, open_provider, stores
+from streams.deciders import DeciderSettings
+from streams.log import LogError
+from streams.writer import EventWriter
+
+PROBLEMS = (ProviderConfigError, ProviderError, ActuatorStateError, LogError, StoreError,
+            FleetDatabaseError, OSError)  # fmt: skip
+provider_option = click.option(
+    "--provider", "provider_file", required=True, metavar="FILE",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="The provider file: which cloud, its pools, its feeds (docs/providers.md); "
+    "`spotcap cloud serve --client-dir DIR` writes DIR/provider.yaml.")  # fmt: skip
+OWNER = DeciderSettings().actuator.orchestrator_id
+owner_option = click.option(
+    "--orchestrator-id", default=OWNER, show_default=True,
+    help="The owner tag of spotcap's instances (actuator.orchestrator_id).")  # fmt: skip
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def provider_for(
+    settings: Settings, path: Path, owner: str = OWNER, events: list[Envelope] | None = None
+) -> Any:
+    """The provider of the file at `path`; fails unless it is the region's."""
+    on_event = (events if events is not None else []).append
+    provider = open_provider(settings, path, owner, on_event)
+    if provider.region != settings.region:
+        fail(f"{path} is the provider of region {provider.region}, not of {settings.region}.",
+             f"pass --region {provider.region}, or {settings.region}'s provider file")  # fmt: skip
+    return provider
+
+
+@click.command("actuator")
+@provider_option
+@owner_option
+@click.option(
+    "--state",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Its state folder (default <home>/actuator/<region>): one actuator each.",
+)
+@click.option(
+    "--max-age-s",
+    type=click.FloatRange(1.0),
+    default=MAX_AGE_S,
+    show_default=True,
+    help="An order older than this when it could go out is refused as stale.",
+)
+@click.pass_obj
+def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
+             state: Path | None, max_age_s: float) -> None:  # fmt: skip
+    """Carry out the deciders' orders through the provider, each once, until SIGTERM.
+
+    Reads the region's log (Kafka with --kafka, else the home's embedded log), launches and
+    deletes as the actuator guard ordered, and writes the provider's answers to the log.
+    """
+    need_home(settings, log=True)
+    side: list[Envelope] = []
+    stop = _stop_on_signals()
+    try:
+        provider = provider_for(settings, provider_file, orchestrator_id, side)
+        counts = run_actuator(
+            open_log(settings, service=True), make_codec(settings), provider,
+            state or settings.home / "actuator" / settings.region,
+            orchestrator_id=orchestrator_id, should_stop=stop.is_set,
+            options=ActuatorOptions(max_age_s=max_age_s), side_events=side,
+            on_progress=lambda p: say(
+                f"actuator: {p.events:,} events read, {p.open_orders:,} orders open; "
+                f"launched {p.counts.launched:,}, deleted {p.counts.deleted:,}, "
+                f"failed {p.counts.failed:,}, refused {p.counts.refused:,}", err=True),
+        )  # fmt: skip
+    except PROBLEMS as error:
+        fail(f"the actuator of region {settings.region} stopped: {error}")
+    say(f"actuator stopped: launched {counts.launched:,}, deleted {counts.deleted:,}, launch "
+        f"failed {counts.failed:,}, refused {counts.refused:,}, recovered after a restart "
+        f"{counts.recovered:,}")  # fmt: skip
+
+
+@click.command("reconciler")
+@provider_option
+@owner_option
+@postgres_option
+@click.option(
+    "--every-s",
+    type=click.FloatRange(1.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds between two rounds.",
+)
+@click.option(
+    "--grace-s",
+    type=click.FloatRange(0.0),
+    default=GRACE_S,
+    show_default=True,
+    help="An instance launched more recently is not judged yet.",
+)
+@click.option("--once", is_flag=True, help="One round: print what differs and stop.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: the drifts as JSON.")
+@click.pass_obj
+def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str, *,
+               postgres_dsn: str | None, every_s: float, grace_s: float, once: bool,
+               as_json: bool) -> None:  # fmt: skip
+    """Compare the provider's tags with the fleet state on a clock, and write what differs.
+
+    Lists what the provider runs tagged as spotcap's, reads the fleet state's live instances,
+    and writes drift_detected events (an adopted instance's launch, a vanished one's loss)
+    to the log. It never deletes anything.
+    """
+    settings = need_home(with_postgres(settings, postgres_dsn), log=True, fleet=True)
+    stop = _stop_on_signals()
+    try:
+        provider = provider_for(settings, provider_file, orchestrator_id, [])
+        log = open_log(settings, service=True)
+        writer = EventWriter(log, make_codec(settings), settings.region)
+        with stores(settings).open_fleet() as conn:
+            rec = Reconciler(provider, conn, writer.write, writer.flush, grace_s=grace_s)
+            if once:
+                report = rec.round()
+            else:
+                run_reconciler(rec, every_s=every_s, should_stop=stop.is_set, on_round=lambda r:
+                    say(f"reconciler: {r.owned:,} at the provider, {r.state:,} in the state, "
+                        f"drifts {kinds(r.drifts) or 'none'}", err=True))  # fmt: skip
+                return
+        writer.close()
+    except PROBLEMS as error:
+        fail(f"the reconciler of region {settings.region} stopped: {error}")
+    drifts = [{"kind": d.kind, "instance_id": d.instance_id, "state": d.state_says,
+               "provider": d.provider_says, "action": d.action} for d in report.drifts]  # fmt: skip
+    if as_json:
+        emit_json({"owned": report.owned, "state": report.state, "drifts": drifts})
+        return
+    say(f"{report.owned:,} instances at the provider, {report.state:,} live in the state; "
+        f"{len(drifts)} differ")  # fmt: skip
+    for d in drifts:
+        say(f"  {d['kind']} {d['instance_id']}: state {d['state']}; provider {d['provider']}; "
+            f"{d['action']}")  # fmt: skip
