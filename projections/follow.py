@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from projections.catchup import Which, catch_up, fleet_processor, open_writer
+from projections.ledger.store import LedgerError, LedgerFolderError
 from projections.ledger.writer import LEDGER_TOPICS
 from projections.postgres.connection import FleetDatabaseError
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
@@ -129,6 +130,7 @@ class _LedgerRounds:
         self.stores, self.stop, self.interval_s = stores, stop, interval_s
         self.events = self.rounds = self.unpriced = 0
         self.error: BaseException | None = None
+        self.held = False  # the embedded ledger was held by another process at the last round
 
     def run(self) -> None:
         log.info("ledger: following %s every %.1f s", self.event_log.describe(), self.interval_s)
@@ -141,7 +143,18 @@ class _LedgerRounds:
             self.stop.set()
 
     def round(self) -> None:
-        writer = open_writer(self.stores, "ledger")
+        try:
+            writer = open_writer(self.stores, "ledger")
+        except LedgerFolderError:
+            raise
+        except LedgerError as error:  # another process reads it now (an embedded ledger)
+            if not self.held:
+                log.warning("ledger: %s; trying again every %.1f s", error, self.interval_s)
+            self.held = True
+            return
+        if self.held:
+            log.info("ledger: open again; following")
+        self.held = False
         try:
             report = catch_up(self.event_log, self.codec, self.region, writer)
         finally:

@@ -152,8 +152,8 @@ class NovaInstances:
         """
         server_tag = spot_tags.owner_server_tag(owner_id)
         target = f"servers tagged {server_tag}"
-        compute = self._conn.compute
-        with translated("nova.list_servers", target):
+        with translated("nova.list_servers", target):  # the proxy authenticates when made
+            compute = self._conn.compute
             version = sdk_utils.maximum_supported_microversion(compute, SdkServer._max_microversion)
         path: str | None = "/servers/detail"
         params: dict[str, Any] | None = {"tags": server_tag, "limit": LIST_PAGE}
