@@ -69,19 +69,7 @@ def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
     finally:
         log.close()
     if as_json:
-        emit_json(
-            [
-                {
-                    "projection": r.projection,
-                    "events": r.events,
-                    "seconds": round(r.seconds, 3),
-                    "events_per_s": round(r.events_per_s),
-                    "unpriced": r.unpriced,
-                }
-                for r in reports
-            ],
-            sort_keys=False,
-        )
+        emit_json([r.as_json() for r in reports], sort_keys=False)
         return
     verb = "rebuilt" if fresh else "brought up to date"
     for r in reports:
