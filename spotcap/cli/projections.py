@@ -140,9 +140,7 @@ def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_js
     finally:
         log.close()
     if as_json:
-        emit_json({"instances": report.instances, "tail_events": report.tail_events,
-                   "applied": report.applied, "list_s": round(report.list_s, 3),
-                   "apply_s": round(report.apply_s, 3)}, sort_keys=False)  # fmt: skip
+        emit_json(report.as_json(), sort_keys=False)
         return
     say(f"fleet state rebuilt from the provider: {report.instances:,} instances listed in "
         f"{report.list_s:,.1f} s, {report.tail_events:,} events of the log's tail; "
