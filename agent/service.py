@@ -284,7 +284,7 @@ async def run_until_stopped(
 ) -> None:
     """Run the agent until SIGTERM or SIGINT (SIGHUP reloads the bundle, as `systemctl reload`
     does); `beside`, if given, runs in a thread of its own until the agent stops and is told so
-    by its event (the embedded shipper, `agent.ship.ship_forever`)."""
+    by its event (the embedded shipper, `agent.ship.ship_beside`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

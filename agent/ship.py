@@ -20,6 +20,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,21 @@ def ship_until(
             logging.getLogger(__name__).exception("shipping the spool failed; retrying in 5 s")
             stop.wait(retry_s)
         stop.wait(interval_s)
+
+
+def ship_beside(
+    spool_dir: Path, open_log: Callable[[], EventLog], codec: Codec, region: str
+) -> Callable[[threading.Event], None]:
+    """The embedded shipper as a thread's work beside the agent (`agent.service.run_until_stopped`):
+    it opens the log, ships until its event is set, then closes the shipper and the log."""
+
+    def ship(stop: threading.Event) -> None:
+        log = open_log()
+        shipper = SpoolShipper(spool_dir, log, codec, region)
+        try:
+            ship_until(shipper, stop)
+        finally:
+            shipper.close()
+            log.close()
+
+    return ship

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import errno
 import functools
 import json
@@ -57,6 +58,19 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
             if match:
                 found.append((int(match.group(1)), Path(entry.path)))
     return sorted(found)
+
+
+def spool_status(directory: Path) -> dict[str, Any]:
+    """The spool's segments (name, bytes), their total and how far the embedded shipper got
+    (`ShippedPosition`, None before its first batch): what `spotcap agent spool` shows."""
+    found = [(path.name, path.stat().st_size) for _, path in segments(directory)]
+    shipped = ShippedPosition.load(directory)
+    return {
+        "dir": str(directory),
+        "segments": [{"name": name, "bytes": size} for name, size in found],
+        "total_bytes": sum(size for _, size in found),
+        "shipped": dataclasses.asdict(shipped) if shipped else None,
+    }
 
 
 def _fsync_dir(directory: Path) -> None:

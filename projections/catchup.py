@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from projections.ledger.store import LedgerStore
 from projections.ledger.writer import (
@@ -78,6 +78,16 @@ class RunReport:
     @property
     def events_per_s(self) -> float:
         return self.events / self.seconds if self.seconds else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        """What `spotcap project --json` prints per projection (seconds to the millisecond)."""
+        return {
+            "projection": self.projection,
+            "events": self.events,
+            "seconds": round(self.seconds, 3),
+            "events_per_s": round(self.events_per_s),
+            "unpriced": self.unpriced,
+        }
 
 
 class Writer:

@@ -8,13 +8,19 @@ dead-letter topic.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from schemas.codec import Codec
-from schemas.events import DeadLettered
+from schemas.errors import Origin
+from schemas.events import DeadLettered, Envelope
 from streams.log import Consumer, EventLog, Headers, LogError, Record, TopicPartition
 from streams.reader import Decoded, DecodingReader
 from streams.schema_store import SchemaStore
@@ -137,4 +143,61 @@ class _StartAt:
         pass
 
 
-__all__ = ["LogStalledError", "Undecodable", "Wanted", "browse"]
+def since_ms(text: str, now: datetime | None = None) -> int:
+    """`text` as milliseconds since the epoch: an ISO 8601 time (UTC when it names no zone) or
+    a duration back from `now` (default: the wall clock) such as ``2h``, ``30m`` or ``7d``;
+    ValueError when it is neither."""
+    relative = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text.strip())
+    if relative:
+        seconds = float(relative[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[relative[2]]
+        return int(((now or datetime.now(UTC)) - timedelta(seconds=seconds)).timestamp() * 1000)
+    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def event_json(origin: Origin, envelope: Envelope) -> str:
+    """One event as one line of JSON: its position, the envelope's fields and the payload
+    (bytes in base64), keys sorted."""
+    data = {
+        "topic": origin.topic,
+        "partition": origin.partition,
+        "offset": origin.offset,
+        **{name: getattr(envelope, name) for name in Envelope.HEAD},
+        "payload": envelope.payload.to_avro(),
+    }
+    return json.dumps(data, default=_json_default, sort_keys=True)
+
+
+def event_line(origin: Origin, envelope: Envelope, width: int = 400) -> str:
+    """One event as a line for people: partition, offset, event time (UTC), type, key and the
+    payload as compact JSON, cut at `width` characters."""
+    when = datetime.fromtimestamp(envelope.occurred_at / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    fields = json.dumps(envelope.payload.to_avro(), default=_json_default, separators=(",", ":"))
+    head = (
+        f"{origin.partition:>3} {origin.offset:>10,}  {when}  {envelope.event_type:<26} "
+        f"{envelope.key:<36}"
+    )
+    return f"{head} {fields}"[:width]
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+__all__ = [
+    "LogStalledError",
+    "Undecodable",
+    "Wanted",
+    "browse",
+    "event_json",
+    "event_line",
+    "since_ms",
+]

@@ -23,7 +23,8 @@ import logging
 import os
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -690,3 +691,15 @@ class _ReplacedError(Exception):
     def __init__(self, segment: _Segment) -> None:
         super().__init__(str(segment.path))
         self.segment = segment
+
+
+@contextmanager
+def quiet_damage_warnings() -> Iterator[None]:
+    """Hold back the readers' warnings about damage while a caller reports it itself (`spotcap
+    log verify`, `repair`, `cat`): errors still show."""
+    level = _LOG.level
+    _LOG.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        _LOG.setLevel(level)

@@ -23,6 +23,7 @@ __all__ = [
     "LOGICAL_NAMES",
     "LOGICAL_TOPICS",
     "LogicalTopic",
+    "physical_name",
     "region_end_offsets",
     "region_topics",
     "topic_name",
@@ -42,6 +43,12 @@ def region_topics(region: str, partitions_scale: float = 1.0) -> list[TopicSpec]
         )
         for topic in LOGICAL_TOPICS
     ]
+
+
+def physical_name(region: str, name: str) -> str:
+    """A topic's physical name: a logical name (`lifecycle`) gets `region`'s prefix; any other
+    name is taken as physical already."""
+    return topic_name(region, name) if name in LOGICAL_NAMES else name
 
 
 def region_end_offsets(log: EventLog, region: str) -> dict[str, dict[int, int] | None]:

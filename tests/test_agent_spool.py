@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from agent.ship import SpoolShipper
-from agent.spool import DROPPABLE, LineEncoder, ShippedPosition, Spool, read_lines, segments
+from agent.ship import SpoolShipper, ship_beside
+from agent.spool import (
+    DROPPABLE,
+    LineEncoder,
+    ShippedPosition,
+    Spool,
+    read_lines,
+    segments,
+    spool_status,
+)
 from agent.spool_writer import SpoolWriter
 from schemas.avro_json import AvroJsonForm
 from schemas.codec import Codec
@@ -332,6 +341,33 @@ def test_the_shipper_ships_at_least_once_and_event_ids_de_duplicate(tmp_path: Pa
     # Ordered per key (partition), not across: compare as sets, and the events themselves.
     assert sorted(e.event_id for e in unique) == sorted(_envelope(n).event_id for n in range(35))
     assert _envelope(0) in unique
+
+
+def test_the_spool_status_and_the_shipper_beside_the_agent(tmp_path: Path) -> None:
+    spool_dir, log_dir = tmp_path / "spool", tmp_path / "log"
+    spool = Spool(spool_dir, segment_bytes=4096, max_bytes=1 << 20)
+    spool.append([(LineEncoder().line(_envelope(n)), False) for n in range(30)])
+    spool.close()
+    before = spool_status(spool_dir)
+    assert before["shipped"] is None and len(before["segments"]) >= 1
+    assert before["total_bytes"] == sum(p.stat().st_size for _, p in segments(spool_dir))
+    assert before["segments"][0]["name"] == segments(spool_dir)[0][1].name
+    log = EmbeddedLog(log_dir)
+    log.apply_topics(region_topics(REGION))
+    log.close()
+    stop = threading.Event()
+    ship = ship_beside(spool_dir, lambda: EmbeddedLog(log_dir), Codec(), REGION)
+    thread = threading.Thread(target=ship, args=(stop,), daemon=True)
+    thread.start()
+    for _ in range(600):  # at most a minute: the shipper ships within its first second
+        if spool_status(spool_dir)["shipped"] is not None:
+            break
+        thread.join(0.1)
+    stop.set()
+    thread.join(10.0)
+    assert not thread.is_alive()  # it stops when told, having closed the log
+    assert spool_status(spool_dir)["shipped"] is not None
+    assert len(_log_events(log_dir)) == 30
 
 
 # -- Vector's configuration ---------------------------------------------------------------------

@@ -8,6 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from infra import servers
+from projections.catchup import RunReport
+from projections.postgres.migrate import MigrationStatus
 from spotcap.cli import main
 
 
@@ -50,3 +52,15 @@ def test_an_unreachable_database_is_one_sentence(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "cannot connect to PostgreSQL at postgresql://u:***@127.0.0.1:1/x" in result.output
     assert "Traceback" not in result.output
+
+
+def test_what_project_and_db_print_as_json() -> None:
+    assert MigrationStatus(3, "outbox", applied=False).as_json() == {
+        "version": 3,
+        "name": "outbox",
+        "applied": False,
+    }
+    report = RunReport("ledger", events=1_000, seconds=0.12345, unpriced=2).as_json()
+    assert report == {"projection": "ledger", "events": 1_000, "seconds": 0.123,
+                      "events_per_s": 8100, "unpriced": 2}  # fmt: skip
+    assert RunReport("fleet", events=0, seconds=0.0).as_json()["events_per_s"] == 0

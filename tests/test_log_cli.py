@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,16 @@ import pytest
 from click.testing import CliRunner, Result
 
 from schemas.codec import Codec
+from schemas.errors import Origin
 from schemas.events import Envelope
 from spotcap.cli import main
 from spotcap.config import Settings
 from spotcap.wiring import stores
+from streams.browse import event_json, event_line, since_ms
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
 from streams.log import CORRUPT_HEADER, EventLog, Record
-from streams.topics import region_topics, topic_name
+from streams.topics import physical_name, region_topics, topic_name
 from streams.writer import EventWriter
 from tests.factories import notice
 
@@ -325,3 +328,30 @@ def test_a_killed_run_leaves_a_visible_mark(tmp_path: Path) -> None:
     assert "did not finish" in listed.stdout and f"pid {run.pid}" in listed.stdout
     rows = json.loads(spotcap(tmp_path, "topics", "list", "--json", region="killed").stdout)
     assert {row["last_run"]["state"] for row in rows} == {"killed"}
+
+
+def test_since_takes_a_time_or_a_duration_back_from_now() -> None:
+    now = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    at_8 = int(now.timestamp() * 1000)
+    assert since_ms("2026-12-01T08:00:00Z") == at_8
+    assert since_ms("2026-12-01 08:00") == at_8  # no zone: UTC
+    assert since_ms("2026-12-01T09:00:00+01:00") == at_8
+    assert since_ms("2h", now) == at_8 - 2 * 3_600_000
+    assert since_ms(" 1.5 d", now) == at_8 - 36 * 3_600_000
+    for bad in ("5x", "yesterday", ""):
+        with pytest.raises(ValueError):
+            since_ms(bad, now)
+
+
+def test_an_event_prints_with_its_position_as_json_or_one_line() -> None:
+    event, origin = notice("cat", 7), Origin("cat.lifecycle", 2, 1234)
+    data = json.loads(event_json(origin, event))
+    assert (data["topic"], data["partition"], data["offset"]) == ("cat.lifecycle", 2, 1234)
+    assert data["event_id"] == event.event_id and data["key"] == "i-00007"
+    assert data["payload"] == json.loads(json.dumps(event.payload.to_avro(), default=str))
+    line = event_line(origin, event)
+    assert line.split()[:2] == ["2", "1,234"]
+    assert "notice_received" in line and "i-00007" in line
+    assert len(event_line(origin, event, width=60)) == 60
+    assert physical_name("cat", "lifecycle") == "cat.lifecycle"
+    assert physical_name("cat", "other.lifecycle") == "other.lifecycle"

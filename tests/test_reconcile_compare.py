@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from provider.base import OWNER_TAG, Instance
 from provider.reconcile import MISSING, OWNER_CHANGED, UNKNOWN, StateInstance, compare
+from provider.reconcile.rebuild import RebuildReport
 
 ME = "spotcap"
 NOW = 10_000_000_000
@@ -43,6 +44,16 @@ def test_each_kind_of_drift_and_what_is_not() -> None:
     state = [known("a"), known("c"), known("d")]
     others = {"c": None, "d": instance("d", owner="someone-else")}
     assert judge(owned, state, others) == [(UNKNOWN, "b"), (MISSING, "c"), (OWNER_CHANGED, "d")]
+
+
+def test_a_drift_and_a_rebuild_as_json() -> None:
+    (drift,) = compare([instance("b")], {}, {}, orchestrator_id=ME, now_us=NOW, grace_us=GRACE)
+    assert drift.as_json() == {"kind": UNKNOWN, "instance_id": "b", "state": drift.state_says,
+                               "provider": drift.provider_says, "action": drift.action}  # fmt: skip
+    assert set(drift.as_json()) == {"kind", "instance_id", "state", "provider", "action"}
+    report = RebuildReport(instances=5, tail_events=7, applied=3, list_s=1.23456, apply_s=0.0004)
+    assert report.as_json() == {"instances": 5, "tail_events": 7, "applied": 3,
+                                "list_s": 1.235, "apply_s": 0.0}  # fmt: skip
 
 
 def test_what_is_younger_than_the_grace_is_not_judged() -> None:

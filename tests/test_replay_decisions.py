@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from replay.decisions import RECORDED_RULE, OutcomeCounter, read_outcome
+from replay.decisions_text import exclusion_lines, what_if_rows, what_if_summary, what_if_title
 from replay.rule_file import load_rule
 from sim.clock import DAY_US, EPOCH_US
 from sim.pools import demo_region
@@ -184,6 +185,43 @@ def test_settings_that_break_a_check_across_fields_are_one_sentence(recorded: Re
     assert_one_sentence(result, "--set exclusion.readmission_factor=5", "hysteresis", code=2)
     result = spotcap(*args, "--set", "pool_cap_share=0.5")
     assert_one_sentence(result, "pool_cap_share <= group_cap_share", code=2)
+
+
+def test_the_comparison_in_words_groups_figures_and_marks_misbehaving_pools() -> None:
+    def figure(key: str, group: str, unit: str, recorded: float, rerun: float) -> dict[str, Any]:
+        return {"key": key, "group": group, "label": key.replace("_", " "), "unit": unit,
+                "recorded": recorded, "rerun": rerun, "delta": rerun - recorded}  # fmt: skip
+
+    report: dict[str, Any] = {
+        "region": "wd", "seed": 1, "sim_days": 1.0, "workloads": 20, "from": None,
+        "to": "2026-11-02", "recorded": {"orchestrator": "deciders", "events": 1200},
+        "rerun": {"orchestrator": "deciders", "events": 1100, "settings_changed": [
+            {"key": "exclusion.rate_factor", "recorded": 3.0, "rerun": 1000.0}]},
+        "figures": [figure("exclusions", "exclusions", "", 4, 0),
+                    figure("pools_excluded", "exclusions", "", 2, 2),
+                    figure("wasted_vcpu_h", "outcome", "vCPU-h", 10.25, 12.5),
+                    figure("ledger_net_saving", "ledger", "EUR", 3_000_000, 2_500_000)],
+        "exclusions": {"misbehaving_pools": ["p1"], "excluded_in_both": [],
+                       "excluded_only_recorded": ["p1", "p2"], "excluded_only_rerun": []},
+        "identical": False,
+    }  # fmt: skip
+    assert what_if_title(report) == (
+        "region wd (seed 1, 1 day, 20 workloads), the start to 2026-11-02: recorded (deciders) "
+        "against a re-run (deciders, exclusion.rate_factor 3 -> 1000)"
+    )
+    assert [row[0] for row in what_if_rows(report)] == ["exclusions", "", "outcome", "ledger"]
+    assert what_if_rows(report)[0][2:] == ("4", "0", "-4")
+    assert what_if_rows(report)[1][4] == "0"
+    assert what_if_rows(report)[2][1:] == ("wasted vcpu h (vCPU-h)", "10.2", "12.5", "+2.2")
+    assert exclusion_lines(report) == [
+        "excluded in both runs: none",
+        "excluded only in the recorded run: p1 (misbehaving), p2",
+        "excluded only in the re-run: none",
+    ]
+    assert what_if_summary(report).startswith("net saving €3.00 recorded, €2.50 re-run (-€0.50)")
+    assert what_if_summary({**report, "identical": True}) == (
+        "no difference: the re-run decides as the recorded run did (1,200 events each)"
+    )
 
 
 def test_every_setting_has_a_range_and_round_trips() -> None:

@@ -11,6 +11,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from projections.postgres.connection import (
     DEFAULT_SCHEMA,
@@ -55,6 +56,9 @@ class MigrationStatus:
     version: int
     name: str
     applied: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"version": self.version, "name": self.name, "applied": self.applied}
 
 
 def _ensure_table(conn: Connection, schema: str) -> None:

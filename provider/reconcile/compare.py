@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from provider.base import OWNER_TAG, Instance
 
@@ -53,6 +54,11 @@ class Drift:
     action: str
     instance: Instance | None = None  # the provider's, when it lists it
     known: StateInstance | None = None  # the state's, when it has it
+
+    def as_json(self) -> dict[str, Any]:
+        """What `spotcap run reconciler --once --json` prints of it."""
+        return {"kind": self.kind, "instance_id": self.instance_id, "state": self.state_says,
+                "provider": self.provider_says, "action": self.action}  # fmt: skip
 
 
 def compare(

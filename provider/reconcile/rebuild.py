@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from projections.postgres.connection import Connection
 from projections.postgres.migrate import drop, migrate
@@ -48,6 +49,12 @@ class RebuildReport:
     applied: int  # events applied (the rest were in the state already)
     list_s: float
     apply_s: float
+
+    def as_json(self) -> dict[str, Any]:
+        """What `spotcap rebuild postgres --from-provider --json` prints (seconds to the ms)."""
+        return {"instances": self.instances, "tail_events": self.tail_events,
+                "applied": self.applied, "list_s": round(self.list_s, 3),
+                "apply_s": round(self.apply_s, 3)}  # fmt: skip
 
 
 def launched_fact(region: str, instance: Instance) -> Envelope:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import sys
 import threading
@@ -18,7 +19,7 @@ import click
 from rich.markup import escape
 
 from agent.config import AgentConfig, AgentConfigError, load_config
-from agent.spool import ShippedPosition, segments
+from agent.spool import spool_status
 from spotcap.cli.output import console, emit_json, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
@@ -70,20 +71,11 @@ def run_command(ctx: click.Context, config_path: Path, ship: bool, log_level: st
 
 def _shipping(config: AgentConfig, settings: Settings) -> Any:
     """The embedded shipper, to run beside the agent until it stops."""
+    from agent.ship import ship_beside
+    from spotcap.wiring import make_codec, open_log
 
-    def ship(stop: threading.Event) -> None:
-        from agent.ship import SpoolShipper, ship_until
-        from spotcap.wiring import make_codec, open_log
-
-        log = open_log(settings)
-        shipper = SpoolShipper(config.spool_dir, log, make_codec(settings), config.region)
-        try:
-            ship_until(shipper, stop)
-        finally:
-            shipper.close()
-            log.close()
-
-    return ship
+    opened = functools.partial(open_log, settings)  # in the shipper's thread
+    return ship_beside(config.spool_dir, opened, make_codec(settings), config.region)
 
 
 @agent.command("check")
@@ -139,29 +131,21 @@ def check_command(config_path: Path, as_json: bool) -> None:
 def spool_command(config_path: Path, as_json: bool) -> None:
     """The spool's segments, their size, and how far the embedded shipper got."""
     config = _config(config_path)
-    found = segments(config.spool_dir)
-    shipped = ShippedPosition.load(config.spool_dir)
-    rows = [(path.name, path.stat().st_size) for _, path in found]
+    status = spool_status(config.spool_dir)
     if as_json:
-        emit_json(
-            {
-                "dir": str(config.spool_dir),
-                "segments": [{"name": n, "bytes": b} for n, b in rows],
-                "total_bytes": sum(b for _, b in rows),
-                "shipped": dataclasses.asdict(shipped) if shipped else None,
-            }
-        )
+        emit_json(status)
         return
     show(table(
             f"spool {config.spool_dir}",
             ("segment", "bytes"),
-            ((name, f"{size:,}") for name, size in rows),
+            ((s["name"], f"{s['bytes']:,}") for s in status["segments"]),
             right=("bytes",),
         )
     )
+    shipped = status["shipped"]
     console.print(
-        f"total {sum(b for _, b in rows):,} bytes of {config.spool.max_bytes:,}; shipped up to "
-        + (f"segment {shipped.segment} byte {shipped.offset:,}" if shipped else "nothing yet")
+        f"total {status['total_bytes']:,} bytes of {config.spool.max_bytes:,}; shipped up to "
+        + (f"segment {shipped['segment']} byte {shipped['offset']:,}" if shipped else "nothing yet")
     )
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from projections.postgres.connection import FleetDatabaseError, connect, redact
-from projections.postgres.migrate import MigrationStatus, migrate, status
+from projections.postgres.migrate import migrate, status
 from projections.stores import StoreError
 from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.cli.output import console, emit_json, show, table
@@ -39,7 +37,7 @@ def db_migrate(settings: Settings, postgres_dsn: str | None, as_json: bool) -> N
             {
                 "database": redact(dsn),
                 "applied": [f"{m.version:04d}_{m.name}" for m in applied],
-                "migrations": _migrations(states),
+                "migrations": [s.as_json() for s in states],
             }
         )
         return
@@ -65,7 +63,7 @@ def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> No
     except (StoreError, FleetDatabaseError) as error:
         fail(str(error))
     if as_json:
-        emit_json({"embedded": embedded, "migrations": _migrations(states)})
+        emit_json({"embedded": embedded, "migrations": [s.as_json() for s in states]})
         return
     show(
         table(
@@ -93,7 +91,3 @@ def db_stop(settings: Settings) -> None:
         console.print(f"stopped the embedded PostgreSQL under {where.postgres_dir}")
     else:
         console.print(f"no embedded PostgreSQL runs under {where.postgres_dir}")
-
-
-def _migrations(states: list[MigrationStatus]) -> list[dict[str, Any]]:
-    return [{"version": s.version, "name": s.name, "applied": s.applied} for s in states]

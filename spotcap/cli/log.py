@@ -3,30 +3,31 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
-import re
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from schemas.errors import Origin
-from schemas.events import Envelope
 from spotcap.cli.options import need_home
 from spotcap.cli.output import emit_json, err_console, say
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
-from streams.browse import LogStalledError, Undecodable, Wanted, browse
+from streams.browse import (
+    LogStalledError,
+    Undecodable,
+    Wanted,
+    browse,
+    event_json,
+    event_line,
+    since_ms,
+)
 from streams.log import EventLog, LogError
+from streams.partition import quiet_damage_warnings
+from streams.topics import physical_name
 
 # With nothing queued, `cat` waits this long for Kafka to assign partitions and deliver.
 _KAFKA_IDLE_S = 60.0
@@ -59,32 +60,13 @@ def _embedded(settings: Settings, command: str) -> Any:
 def _topics(settings: Settings, log: EventLog, names: tuple[str, ...]) -> list[str] | None:
     if not names:
         return None
-    topics = [_physical(settings, name) for name in names]
+    topics = [physical_name(settings.region, name) for name in names]
     for topic in topics:
         try:
             log.partitions_for(topic)
         except LogError as error:
             fail(str(error))
     return topics
-
-
-def _physical(settings: Settings, name: str) -> str:
-    """A topic's physical name: a logical name (`lifecycle`) gets the region's prefix."""
-    from streams.topics import LOGICAL_NAMES, topic_name
-
-    return topic_name(settings.region, name) if name in LOGICAL_NAMES else name
-
-
-@contextmanager
-def _quiet_damage_warnings() -> Iterator[None]:
-    """Damage is reported in the command's table; the reader's warnings would repeat it."""
-    logger = logging.getLogger("spotcap.log.embedded")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 _TOPIC_OPTION = click.option(
@@ -118,7 +100,7 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
         TextColumn("[bold]checking[/] {task.description}"), BarColumn(), DownloadColumn(),
         TimeRemainingColumn(), console=err_console, transient=True, disable=as_json,
     )  # fmt: skip
-    with progress, _quiet_damage_warnings():
+    with progress, quiet_damage_warnings():
         task = progress.add_task("segments", total=total_bytes(log, topics))
         checked = check(log, topics, lambda n: progress.advance(task, n))
     seconds = time.perf_counter() - started
@@ -172,7 +154,7 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
     log = _embedded(settings, "repair")
     topics = _topics(settings, log, topic_names)
     try:
-        with _quiet_damage_warnings():
+        with quiet_damage_warnings():
             done = fix(log, topics, dry_run=dry_run)
     except LogError as error:
         fail(str(error))
@@ -202,15 +184,11 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
 
 
 def _since_ms(text: str | None) -> int | None:
-    """`--since`: an ISO 8601 time (UTC when it names no zone) or a duration back from now."""
+    """`--since` (`streams.browse.since_ms`), or a usage error saying what it takes."""
     if text is None:
         return None
-    relative = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text.strip())
-    if relative:
-        seconds = float(relative[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[relative[2]]
-        return int((datetime.now(UTC) - timedelta(seconds=seconds)).timestamp() * 1000)
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return since_ms(text)
     except ValueError:
         fail(
             f"--since {text!r} is neither a time like 2026-12-01T08:00:00Z nor a duration "
@@ -218,9 +196,6 @@ def _since_ms(text: str | None) -> int | None:
             "give a UTC time (ISO 8601) or how far back to start",
             usage=True,
         )
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _read_options(command: Any) -> Any:
@@ -299,20 +274,21 @@ def _print_events(
         )
     need_home(settings, log=True)
     hold_home(settings)
-    topic = _physical(settings, topic)
+    topic = physical_name(settings.region, topic)
     region = topic.partition(".")[0] if "." in topic else settings.region
     idle_s = _KAFKA_IDLE_S if settings.kafka_bootstrap else _EMBEDDED_IDLE_S
     log = open_log(settings)
     printed = 0
     try:
-        with _quiet_damage_warnings():  # damage is printed as undecodable records
+        with quiet_damage_warnings():  # damage is printed as undecodable records
             for item in browse(
                 log, make_codec(settings), topic, region, wanted, follow=follow, idle_s=idle_s
             ):
                 if isinstance(item, Undecodable):
                     _print_undecodable(item, as_json)
                 else:
-                    _print_event(item.origin, item.envelope, as_json)
+                    show = event_json if as_json else event_line
+                    click.echo(show(item.origin, item.envelope))
                     printed += 1
     except LogStalledError as error:
         fail(str(error), "check that the log is reachable, then run the command again")
@@ -332,34 +308,3 @@ def _print_undecodable(item: Undecodable, as_json: bool) -> None:
         click.echo(json.dumps({"undecodable": item.where, "reason": item.reason}), err=True)
     else:
         say(f"[yellow]undecodable[/] {escape(item.where)}: {escape(item.reason)}", err=True)
-
-
-def _print_event(origin: Origin, envelope: Envelope, as_json: bool) -> None:
-    payload = envelope.payload.to_avro()
-    if as_json:
-        data = {
-            "topic": origin.topic,
-            "partition": origin.partition,
-            "offset": origin.offset,
-            **{name: getattr(envelope, name) for name in Envelope.HEAD},
-            "payload": payload,
-        }
-        click.echo(json.dumps(data, default=_json_default, sort_keys=True))
-        return
-    when = datetime.fromtimestamp(envelope.occurred_at / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    fields = json.dumps(payload, default=_json_default, separators=(",", ":"))
-    head = (
-        f"{origin.partition:>3} {origin.offset:>10,}  {when}  {envelope.event_type:<26} "
-        f"{envelope.key:<36}"
-    )
-    click.echo(f"{head} {fields}"[:400])
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")

@@ -69,19 +69,7 @@ def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
     finally:
         log.close()
     if as_json:
-        emit_json(
-            [
-                {
-                    "projection": r.projection,
-                    "events": r.events,
-                    "seconds": round(r.seconds, 3),
-                    "events_per_s": round(r.events_per_s),
-                    "unpriced": r.unpriced,
-                }
-                for r in reports
-            ],
-            sort_keys=False,
-        )
+        emit_json([r.as_json() for r in reports], sort_keys=False)
         return
     verb = "rebuilt" if fresh else "brought up to date"
     for r in reports:
@@ -152,9 +140,7 @@ def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_js
     finally:
         log.close()
     if as_json:
-        emit_json({"instances": report.instances, "tail_events": report.tail_events,
-                   "applied": report.applied, "list_s": round(report.list_s, 3),
-                   "apply_s": round(report.apply_s, 3)}, sort_keys=False)  # fmt: skip
+        emit_json(report.as_json(), sort_keys=False)
         return
     say(f"fleet state rebuilt from the provider: {report.instances:,} instances listed in "
         f"{report.list_s:,.1f} s, {report.tail_events:,} events of the log's tail; "

@@ -7,10 +7,15 @@ from datetime import datetime
 from typing import Any
 
 import click
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from projections.money import eur_text
+from replay.decisions_text import (
+    exclusion_lines,
+    settings_rows,
+    what_if_rows,
+    what_if_summary,
+    what_if_title,
+)
 from replay.ledgers import day_number
 from spotcap.cli.options import need_home
 from spotcap.cli.output import emit_json, err_console, say, show, table
@@ -169,74 +174,17 @@ def _what_if(
 # -- output ---------------------------------------------------------------------------------
 
 
-def _days(days: float) -> str:
-    return f"{days:g} day" + ("" if days == 1 else "s")
-
-
-def _value(value: float, unit: str, *, signed: bool = False) -> str:
-    sign = "+" if signed and value > 0 else ""
-    if unit == "EUR":
-        return sign + eur_text(int(value))
-    if unit == "vCPU-h":
-        return f"{sign}{value:,.1f}"
-    return f"{sign}{int(value):,}"
-
-
 def print_what_if(report: dict[str, Any]) -> None:
-    span = f"{report['from'] or 'the start'} to {report['to'] or 'the end'}"
-    rerun = report["rerun"]
-    changed = rerun["settings_changed"]
-    what = (
-        ", ".join(f"{c['key']} {c['recorded']:g} -> {c['rerun']:g}" for c in changed)
-        if changed
-        else "the recorded settings"
-    )
-    who = rerun["orchestrator"] if rerun["orchestrator"] == "baseline" else f"deciders, {what}"
-    title = (
-        f"region {report['region']} (seed {report['seed']}, {_days(report['sim_days'])}, "
-        f"{report['workloads']} workloads), {span}: recorded ({report['recorded']['orchestrator']})"
-        f" against a re-run ({who})"
-    )
     values = ("recorded", "re-run", "delta")
-    shown = table(title, ("", "figure", *values), (), right=values,
+    shown = table(what_if_title(report), ("", "figure", *values), (), right=values,
                   caption=f"money: the ledger under {report['rule']}, in EUR")  # fmt: skip
-    group = ""
-    for row in report["figures"]:
-        head = row["group"] if row["group"] != group else ""
-        if head and group:
+    for row in what_if_rows(report):
+        if row[0] and shown.row_count:
             shown.add_section()
-        group = row["group"]
-        unit = f" ({row['unit']})" if row["unit"] and row["unit"] != "EUR" else ""
-        shown.add_row(
-            head,
-            row["label"] + unit,
-            _value(row["recorded"], row["unit"]),
-            _value(row["rerun"], row["unit"]),
-            _value(row["delta"], row["unit"], signed=True) if row["delta"] else "0",
-        )
+        shown.add_row(*row)
     show(shown)
-    ex = report["exclusions"]
-    lines = [
-        ("excluded in both runs", ex["excluded_in_both"]),
-        ("excluded only in the recorded run", ex["excluded_only_recorded"]),
-        ("excluded only in the re-run", ex["excluded_only_rerun"]),
-    ]
-    for label, pools in lines:
-        marked = [f"{p} (misbehaving)" if p in ex["misbehaving_pools"] else p for p in pools]
-        say(f"{label}: {escape(', '.join(marked)) if marked else 'none'}")
-    if report["identical"]:
-        say(
-            f"no difference: the re-run decides as the recorded run did "
-            f"({report['recorded']['events']:,} events each)"
-        )
-    else:
-        saving = next(r for r in report["figures"] if r["key"] == "ledger_net_saving")
-        say(
-            f"net saving {eur_text(saving['recorded'])} recorded, {eur_text(saving['rerun'])} "
-            f"re-run ({_value(saving['delta'], 'EUR', signed=True)}); "
-            f"{report['recorded']['events']:,} events recorded, "
-            f"{rerun['events']:,} re-run"
-        )
+    for line in [*exclusion_lines(report), what_if_summary(report)]:
+        say(line, markup=False)
 
 
 def _print_settings(as_json: bool) -> None:
@@ -245,8 +193,6 @@ def _print_settings(as_json: bool) -> None:
         emit_json(rows)
         return
     title = "decider settings --set may change (the recorded run's values are the base)"
-    shown = table(title, ("key", "default", "allowed"),
-                  ((str(r["key"]), f"{r['default']:g}", str(r["allowed"])) for r in rows),
-                  right=("default",))  # fmt: skip
+    shown = table(title, ("key", "default", "allowed"), settings_rows(rows), right=("default",))
     shown.columns[0].no_wrap = True
     show(shown)

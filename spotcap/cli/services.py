@@ -152,8 +152,7 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         writer.close()
     except PROBLEMS as error:
         fail(f"the reconciler of region {settings.region} stopped: {error}")
-    drifts = [{"kind": d.kind, "instance_id": d.instance_id, "state": d.state_says,
-               "provider": d.provider_says, "action": d.action} for d in report.drifts]  # fmt: skip
+    drifts = [d.as_json() for d in report.drifts]
     if as_json:
         emit_json({"owned": report.owned, "state": report.state, "drifts": drifts})
         return
