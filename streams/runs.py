@@ -46,6 +46,10 @@ class RunMarker:
             return self.outcome
         return "running" if _alive(self) else "killed"
 
+    def as_json(self) -> dict[str, Any]:
+        """The marker as JSON, with its `state`."""
+        return {**asdict(self), "state": self.state}
+
     def describe(self) -> str:
         """One line a person reads under the topics table."""
         state = self.state
