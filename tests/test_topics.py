@@ -18,7 +18,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from infra.servers import Server
 from spotcap.cli import main
 from streams.log import TopicChange
-from streams.runs import RunMarker
+from streams.runs import RunMarker, runs_dir
 from streams.topics import (
     EVENT_RETENTION_MS,
     LOGICAL_TOPICS,
@@ -128,6 +128,13 @@ def test_every_event_topic_of_the_catalogue_is_a_region_topic() -> None:
     assert {t.name for t in LOGICAL_TOPICS if t.events} == TOPICS
     assert {"schemas", "audit"} == LOGICAL_NAMES - TOPICS
     assert {t.topic for t in event_types()} <= LOGICAL_NAMES
+
+
+def test_run_markers_live_beside_their_log(tmp_path: Path) -> None:
+    home, log_dir = tmp_path / "home", tmp_path / "home" / "log"
+    assert runs_dir(home, log_dir, None) == log_dir / "_runs"
+    kafka = runs_dir(home, log_dir, "broker-1:9092,broker-2:9092")
+    assert kafka == home / "runs" / "kafka-broker-1_9092_broker-2_9092"
 
 
 def test_the_topics_in_rows_and_json() -> None:
