@@ -117,8 +117,7 @@ def intake_command(settings: Settings, /, **options: Any) -> None:
         fail(str(error), "docs/operating.md says how to run the intake", usage=error.usage)
     finally:
         event_log.close()
-    click.echo(f"claims: {report.opened} opened, {report.released} released, "
-               f"{report.open_now} open")
+    click.echo(report.describe())
 
 
 # fmt: off
