@@ -57,6 +57,17 @@ def test_a_drift_and_a_rebuild_as_json() -> None:
                                 "list_s": 1.235, "apply_s": 0.0}  # fmt: skip
 
 
+def test_a_rebuild_from_the_provider_says_itself() -> None:
+    report = RebuildReport(
+        instances=1_500, tail_events=10_000, applied=12, list_s=3.04, apply_s=0.2
+    )
+    assert report.describe() == (
+        "fleet state rebuilt from the provider: 1,500 instances listed in 3.0 s, 10,000 events of"
+        " the log's tail; 12 applied in 0.2 s. Next: `spotcap project fleet` fills in the rest"
+        " from the log."
+    )
+
+
 def test_a_round_says_itself() -> None:
     drifts = compare([instance("b")], {"c": known("c")}, {"c": None}, orchestrator_id=ME,
                      now_us=NOW, grace_us=GRACE)  # fmt: skip

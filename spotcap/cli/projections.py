@@ -130,7 +130,4 @@ def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_js
     if as_json:
         emit_json(report.as_json(), sort_keys=False)
         return
-    say(f"fleet state rebuilt from the provider: {report.instances:,} instances listed in "
-        f"{report.list_s:,.1f} s, {report.tail_events:,} events of the log's tail; "
-        f"{report.applied:,} applied in {report.apply_s:,.1f} s. Next: `spotcap project fleet`"
-        " fills in the rest from the log.")  # fmt: skip
+    say(report.describe())
