@@ -279,6 +279,25 @@ def check(config: AgentConfig) -> tuple[Bundle | None, dict[str, Any]]:
     }
 
 
+def describe_bundle(bundle: Bundle) -> str:
+    """The bundle's drain-relevant fields in one line, as `spotcap agent check` shows them."""
+    proactive = "on" if bundle.proactive_drain_on_advisory else "off"
+    return (
+        f"{bundle.workload_id} v{bundle.contract_version}: {bundle.scheduler}, drain budget "
+        f"{bundle.drain_budget_s} s, checkpoint {bundle.checkpoint_method}, "
+        f"proactive drain {proactive}"
+    )
+
+
+def no_bundle(config: AgentConfig) -> tuple[str, str]:
+    """Why the node could not drain by its contract when no bundle verifies, and the fix."""
+    return (
+        f"no bundle verifies: neither {config.bundle.path} nor the last good one in "
+        f"{config.state_dir}",
+        "write this workload's signed bundle and its public key (spotcap contracts compile)",
+    )
+
+
 async def run_until_stopped(
     config: AgentConfig, beside: Callable[[threading.Event], None] | None = None
 ) -> None:

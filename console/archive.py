@@ -28,7 +28,7 @@ from projections.read.rows import utc_text
 from replay.archive import layout
 from replay.archive.export import archived_months
 from replay.archive.storage import ArchiveError, ArchiveStorage
-from replay.archive.verify import MonthReport, PublicKey, signed_by, verify_archive
+from replay.archive.verify import PublicKey, signed_by, verify_archive
 
 MONTH_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
 
@@ -154,7 +154,7 @@ class ArchiveDesk:
             at = datetime.now(UTC)  # when this server checked: shown beside each month
             for r in reports:
                 if r.month != "-":
-                    self._checked[r.month] = Checked(at, r.ok, _problems(r))
+                    self._checked[r.month] = Checked(at, r.ok, r.problems)
         return {
             "ok": all(r.ok for r in reports),
             "archive": self.storage.describe(),
@@ -168,10 +168,6 @@ class ArchiveDesk:
 def _utc(value: str | None) -> str | None:
     """A manifest's time as the API writes times (`2026-11-02T14:00:00Z`)."""
     return None if value is None else utc_text(datetime.fromisoformat(value))
-
-
-def _problems(report: MonthReport) -> int:
-    return sum(1 for f in report.findings if f.error)
 
 
 async def _desk(request: Request) -> ArchiveDesk:

@@ -21,6 +21,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -147,6 +148,19 @@ def transit_signer(
     import hvac  # loads requests; only a transit signer needs it
 
     return TransitSigner(hvac.Client(url=address, token=token), key_name, mount_point)
+
+
+def transit_signer_from_env(
+    key_name: str, mount_point: str, environ: Mapping[str, str]
+) -> TransitSigner:
+    """`transit_signer` at the address and with the token `environ` names: BAO_ADDR (else
+    VAULT_ADDR) and BAO_TOKEN (else VAULT_TOKEN)."""
+    return transit_signer(
+        key_name,
+        mount_point,
+        environ.get("BAO_ADDR") or environ.get("VAULT_ADDR"),
+        environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN"),
+    )
 
 
 def _why(error: Exception) -> str:

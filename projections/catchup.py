@@ -55,6 +55,15 @@ from streams.reader import Decoded, Decoder
 from streams.topics import topic_name
 
 Which = Literal["fleet", "ledger"]
+PROJECTIONS: dict[str, tuple[Which, ...]] = {
+    "fleet": ("fleet",),
+    "postgres": ("fleet",),
+    "ledger": ("ledger",),
+    "clickhouse": ("ledger",),
+    "all": ("fleet", "ledger"),
+}
+"""The projections a name stands for: one by its own name or its store's, or all."""
+LABELS = {"fleet": "fleet state (PostgreSQL)", "ledger": "ledger (ClickHouse)"}
 Positioned = tuple[Origin, Envelope]
 # A written batch and, per writer: its name, its seconds and the events it could not price.
 Written = tuple[list[Positioned], list[tuple[Which, float, list[tuple[Origin, str]]]]]
@@ -88,6 +97,17 @@ class RunReport:
             "events_per_s": round(self.events_per_s),
             "unpriced": self.unpriced,
         }
+
+    def describe(self, *, rebuilt: bool, source: str) -> str:
+        """The run in one sentence: what was rebuilt or brought up to date from `source` (the
+        log, described), how fast, and the events that could not be priced."""
+        verb = "rebuilt" if rebuilt else "brought up to date"
+        unpriced = self.unpriced
+        extra = f"; {unpriced:,} events could not be priced (dead-lettered)" if unpriced else ""
+        return (
+            f"{LABELS[self.projection]} {verb}: {self.events:,} events in {self.seconds:,.1f} s "
+            f"({self.events_per_s:,.0f} events/s) from the {source}{extra}"
+        )
 
 
 class Writer:

@@ -54,6 +54,13 @@ class FollowReport:
     unpriced: int
     """Events the ledger could not price (dead-lettered)."""
 
+    def describe(self) -> str:
+        """What the followers did, in one line (`spotcap run projections`' last)."""
+        return (
+            f"fleet state: {self.fleet_events} records taken; ledger: {self.ledger_events} "
+            f"events in {self.ledger_rounds} rounds, {self.unpriced} unpriced"
+        )
+
 
 def follow(
     event_log: EventLog,

@@ -61,6 +61,13 @@ class EventType:
     # The payload record with its named types inlined, so it stands alone.
     schema: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
 
+    @property
+    def summary(self) -> str:
+        """The doc's first sentence, on one line: what the event records."""
+        text = " ".join(self.doc.split())
+        end = text.find(". ")
+        return text if end < 0 else text[: end + 1]
+
     def as_json(self) -> dict[str, Any]:
         """What `spotcap events --json` lists of it: names, topic, key, doc, field names."""
         fields = [f["name"] for f in self.schema["fields"]]

@@ -16,10 +16,12 @@ points of the run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from schemas.codec import Codec
+from schemas.pools import PoolCatalogue, PoolCatalogueError
 from sim.clock import DAY_US, HOUR_US
 from sim.fresh import fresh_plan, record_demo_ends
 from sim.loop import DecidersOrchestrator, owned_by
@@ -59,6 +61,26 @@ class DemoRefusedError(RuntimeError):
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+def checked_config(
+    config: SimConfig, catalogue: Path | None, contracts_out: Path | None
+) -> SimConfig:
+    """The run's configuration with its catalogue, once every input is known to be usable: a
+    bad catalogue, or a `contracts_out` that already holds contract files, raises
+    `DemoRefusedError` before anything runs."""
+    if catalogue is not None:
+        try:
+            loaded = PoolCatalogue.load(catalogue)
+        except PoolCatalogueError as error:
+            raise DemoRefusedError(str(error), "fix the catalogue file named above") from error
+        config = replace(config, catalogue=loaded)
+    if contracts_out is not None and holds_contract_files(contracts_out):
+        raise DemoRefusedError(
+            f"{contracts_out} already holds contract files; the simulated ones would mix with them",
+            "choose an empty --contracts-out directory",
+        )
+    return config
 
 
 def events_in_log(log: EventLog, region: str) -> int:
@@ -197,6 +219,18 @@ def write_contract_files(config: SimConfig, directory: Path) -> int:
     return len(files)
 
 
+def contract_files_sentence(files: int, directory: Path, catalogue: Path | None, seed: int) -> str:
+    """What `write_contract_files` wrote under `directory`, and the command that checks them
+    against the run's catalogue (the demo region's file stands for seed 1's catalogue)."""
+    pools = catalogue or Path("examples/region/demo-region.yaml")
+    note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
+    return (
+        f"wrote {files} contract files under {directory}; "
+        f"check them with `spotcap contracts compile {directory} --out BUNDLES "
+        f"--pools {pools} --unsigned` (or --key KEYFILE to sign){note}"
+    )
+
+
 def holds_contract_files(directory: Path) -> bool:
     """Whether `directory` already holds contract files (the simulated ones would mix in)."""
     return directory.is_dir() and any(
@@ -209,6 +243,8 @@ __all__ = [
     "DEFAULT_ORCHESTRATOR",
     "ORCHESTRATORS",
     "DemoRefusedError",
+    "checked_config",
+    "contract_files_sentence",
     "events_in_log",
     "holds_contract_files",
     "run_demo",

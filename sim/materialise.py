@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from projections.catchup import ShowProgress, run_projections
-from projections.money import eur_string
+from projections.money import eur_string, eur_text
 from projections.read.savings import savings
 from projections.stores import Stores
 from schemas.codec import Codec
@@ -71,3 +71,22 @@ def materialise(
         },
         "why_examples": examples,
     }
+
+
+def projection_lines(report: dict[str, Any], home_args: str) -> list[str]:
+    """What `materialise`'s report says to a person: the savings sentence, then the `why`
+    commands to paste, each with `home_args` (`` --home H --region R``) after ``spotcap``."""
+    money = report["savings_micros"]
+    share = money["net_saving"] / money["counterfactual"] if money["counterfactual"] else 0.0
+    lines = [
+        f"net saving {eur_text(money['net_saving'])} of a {eur_text(money['counterfactual'])} "
+        f"counterfactual ({share:.1%}), after {eur_text(money['cost'])} of costs; per workload: "
+        f"spotcap{home_args} report savings"
+    ]
+    if report["why_examples"]:
+        lines.append("ask why something happened:")
+        lines.extend(
+            f"  {command.replace('spotcap', 'spotcap' + home_args, 1)}"
+            for command in report["why_examples"]
+        )
+    return lines

@@ -280,6 +280,27 @@ def figure_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def waves_title(waves: list[dict[str, Any]]) -> str:
+    """The title of a run's hall-wide waves: how many, and the fewest and most lost in one."""
+    sizes = [w["instances_lost"] for w in waves]
+    return f"{len(waves)} hall-wide waves ({min(sizes)}-{max(sizes)} instances lost each)"
+
+
+def wave_rows(waves: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """Each hall-wide wave: (wave, hall, instances lost)."""
+    return [(w["wave_id"], w["hall"], str(w["instances_lost"])) for w in waves]
+
+
+def misbehaving_pool_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Each misbehaving pool: (pool, expected and observed reclaims per instance-hour,
+    reclaims, instance-hours)."""
+    return [
+        (p["pool_id"], f"{p['expected_per_instance_h']:.4f}", f"{p['observed_per_instance_h']:.4f}",
+         str(p["reclaims"]), f"{p['instance_h']:,.0f}")
+        for p in report["misbehaving_pools"]
+    ]  # fmt: skip
+
+
 def decision_rows(decisions: dict[str, Any]) -> list[tuple[str, str, str]]:
     """What the deciders decided: (decision, count, detail)."""
     p, r, f, a = (decisions[k] for k in ("placements", "replacements", "fallbacks", "actuation"))

@@ -4,7 +4,6 @@ the stores, the run markers' folder, the archive); no part reads the settings it
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from schemas.codec import Codec
 from schemas.events import Envelope
 from schemas.registry import HttpSchemaRegistry
 from spotcap.config import Settings
+from streams import runs
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
 from streams.log import EventLog
@@ -56,11 +56,8 @@ def stores(settings: Settings) -> Stores:
 
 
 def runs_dir(settings: Settings) -> Path:
-    """Where the run markers of the configured log live (`streams.runs`)."""
-    if settings.kafka_bootstrap:
-        name = re.sub(r"[^A-Za-z0-9.-]+", "_", settings.kafka_bootstrap)
-        return settings.home / "runs" / f"kafka-{name}"
-    return settings.log_dir / "_runs"
+    """Where the run markers of the configured log live (`streams.runs.runs_dir`)."""
+    return runs.runs_dir(settings.home, settings.log_dir, settings.kafka_bootstrap)
 
 
 def archive_location(settings: Settings, location: str | None) -> str:

@@ -6,17 +6,18 @@ failed when it stops with an error. A run killed with SIGKILL, or by a power los
 marker saying "running" for a process that no longer exists: `spotcap topics list` shows it,
 so a person knows the region's log holds a partial run.
 
-The markers live in a folder beside the log they describe, which the composition root names
-(``spotcap.wiring.runs_dir``): ``<home>/log/_runs/`` for the embedded log; for Kafka, in the home
-directory of the machine that ran the command, ``<home>/runs/kafka-<bootstrap>/`` (nothing is
-written to Kafka for them, so another machine's runs against the same cluster are not seen).
-Each region's marker is ``<region>.json`` there.
+The markers live in a folder beside the log they describe (`runs_dir`, which the composition
+root calls): ``<home>/log/_runs/`` for the embedded log; for Kafka, in the home directory of the
+machine that ran the command, ``<home>/runs/kafka-<bootstrap>/`` (nothing is written to Kafka
+for them, so another machine's runs against the same cluster are not seen). Each region's
+marker is ``<region>.json`` there.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -25,6 +26,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+
+def runs_dir(home: Path, log_dir: Path, kafka_bootstrap: str | None) -> Path:
+    """Where the run markers of a log live: under `log_dir` for the embedded log, else under
+    `home`, named for the Kafka cluster at `kafka_bootstrap`."""
+    if kafka_bootstrap:
+        name = re.sub(r"[^A-Za-z0-9.-]+", "_", kafka_bootstrap)
+        return home / "runs" / f"kafka-{name}"
+    return log_dir / "_runs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,10 @@ class RunMarker:
         if self.outcome != "running":
             return self.outcome
         return "running" if _alive(self) else "killed"
+
+    def as_json(self) -> dict[str, Any]:
+        """The marker as JSON, with its `state`."""
+        return {**asdict(self), "state": self.state}
 
     def describe(self) -> str:
         """One line a person reads under the topics table."""

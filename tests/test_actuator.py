@@ -15,7 +15,9 @@ from provider.actuator import (
     ActuatorOptions,
     ActuatorService,
     ActuatorStateError,
+    Counts,
     OrderBook,
+    Progress,
     failure_id,
 )
 from provider.base import CALL_TAG, DECISION_TAG, OWNER_TAG, POOL_TAG, LaunchRequest, owned_tags
@@ -101,6 +103,18 @@ def _until_settled(service: ActuatorService, rounds: int = 20) -> None:
         if service.caught_up and not service.book.open_orders:
             return
     raise AssertionError(f"orders still open: {service.book.orders()}")
+
+
+def test_the_actuator_says_what_it_did() -> None:
+    counts = Counts(launched=1_500, deleted=2, failed=3, refused=4, recovered=5, gone=6)
+    assert counts.describe() == (
+        "launched 1,500, deleted 2, launch failed 3, refused 4, recovered after a restart 5"
+    )
+    progress = Progress(events=12_345, open_orders=7, counts=counts, caught_up=True)
+    assert progress.describe() == (
+        "actuator: 12,345 events read, 7 orders open; launched 1,500, deleted 2, failed 3, "
+        "refused 4"
+    )
 
 
 def test_orders_wait_for_their_decision_and_carry_every_tag(region: Region) -> None:

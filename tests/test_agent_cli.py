@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_config
+from agent.service import describe_bundle, no_bundle
 from tests.agent_support import bundle, notice, reap, spool_events, wait_for, workload, write_bundle
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +71,19 @@ def test_check_says_what_the_node_would_do_and_refuses_a_node_without_a_bundle(
     refused = _spotcap("agent", "check", "--config", str(cfg))
     assert refused.returncode == 1 and "none verifies" in refused.stdout
     assert "refusing the bundle" in refused.stderr
+
+
+def test_the_bundle_and_its_absence_in_words(tmp_path: Path) -> None:
+    said = describe_bundle(bundle(scheduler="slurm", drain_budget_s=75))
+    assert said == ("etl v3: slurm, drain budget 75 s, checkpoint application, proactive drain off")
+    assert describe_bundle(bundle(proactive_drain_on_advisory=True)).endswith("drain on")
+    config = load_config(_write_config(tmp_path))
+    refused, hint = no_bundle(config)
+    assert refused == (
+        f"no bundle verifies: neither {tmp_path / 'bundle.json'} nor the last good one in "
+        f"{tmp_path / 'state'}"
+    )
+    assert "spotcap contracts compile" in hint
 
 
 def test_a_bad_configuration_is_one_sentence_naming_the_key(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ import pytest
 from contracts.signing import FileSigner, generate_key_pem, key_id_of, load_private_key
 from infra import servers
 from replay.archive import layout
+from replay.archive.export import Exported
+from replay.archive.verify import Finding, MonthReport, failure_sentence
 from replay.rule_file import shipped_rule_path
 from tests.replay_support import History
 
@@ -66,6 +68,26 @@ def copy_of(where: Path, tmp_path: Path) -> Path:
     target = tmp_path / "archive"
     shutil.copytree(where, target)
     return target
+
+
+def test_months_and_an_export_say_themselves() -> None:
+    note = Finding("2026-11", "retention", "a directory locks nothing", error=False)
+    fine = MonthReport("2026-11", 10, [note])
+    broken = MonthReport("2026-12", 5, [Finding("2026-12", "events.parquet", "changed")] * 2)
+    assert (fine.problems, fine.result()) == (0, "verified")
+    assert (broken.problems, broken.result()) == (2, "2 problems")
+    assert MonthReport("2027-01", 1, broken.findings[:1]).result() == "1 problem"
+    assert failure_sentence([fine, broken]) == (
+        "the archive does not verify: 1 month(s) with problems (2026-12)"
+    )
+    done = Exported("dev", "2026-11", 87_574, 5_058, "ab" * 32, 90_000, "00", 1.25)
+    said = done.describe("the local archive at /a", "ed25519:k", locked=False)
+    assert said == (
+        "archived 2026-11 of region dev to the local archive at /a: 87,574 events and 5,058 cost"
+        " lines in 1.2 s; tree head abababababababab... signed by ed25519:k, chain of 90,000 events"
+    )
+    locked = done.describe("s3://b/p", "ed25519:k", locked=True)
+    assert "to s3://b/p with Object Lock until 2033-12-01: 87,574 events" in locked
 
 
 def test_two_months_verify_and_chain(

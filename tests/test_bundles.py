@@ -33,6 +33,7 @@ from contracts import (
     verify_bundle,
 )
 from contracts.bundles import canonical_json, signed_bytes, unsigned_bundle
+from contracts.signing import transit_signer_from_env
 from infra import servers
 from infra.servers.process import free_ports
 from tests.test_contracts import BASE, compile_one
@@ -292,3 +293,16 @@ def test_transit_signer_reports_an_unreachable_openbao() -> None:
         SigningError, match=r"cannot read transit key.*unreachable.*Connection refused"
     ):
         TransitSigner(client, "spotcap-bundles")
+
+
+def test_the_transit_signer_is_found_from_bao_or_vault_variables() -> None:
+    with pytest.raises(SigningError, match=r"needs BAO_ADDR \(or VAULT_ADDR\) and BAO_TOKEN"):
+        transit_signer_from_env("k", "transit", {"BAO_ADDR": "http://127.0.0.1:9"})
+    with pytest.raises(SigningError, match="needs BAO_ADDR"):
+        transit_signer_from_env("k", "transit", {"VAULT_TOKEN": "t"})
+    (bao, vault) = free_ports(2)  # nothing listens on either: the error names the one asked
+    env = {"BAO_ADDR": f"http://127.0.0.1:{bao}", "VAULT_ADDR": f"http://127.0.0.1:{vault}"}
+    with pytest.raises(SigningError, match=f"unreachable.*port={bao}"):
+        transit_signer_from_env("k", "transit", {**env, "VAULT_TOKEN": "t"})
+    with pytest.raises(SigningError, match=f"unreachable.*port={vault}"):
+        transit_signer_from_env("k", "transit", {"VAULT_ADDR": env["VAULT_ADDR"], "BAO_TOKEN": "t"})

@@ -21,6 +21,7 @@ from schemas.catalogue import (
     SCHEMA_DIR,
     TOPICS,
     CatalogueError,
+    EventType,
     envelope_schema,
     event_type,
     event_types,
@@ -97,6 +98,18 @@ def test_generated_classes_mirror_the_schemas() -> None:
         assert t.key == cls.KEY
         python = [f["name"] for f in python_fields(t.schema)]
         assert [f.name for f in dataclasses.fields(cls)] == python
+
+
+def test_an_event_types_summary_is_its_docs_first_sentence() -> None:
+    def summary(doc: str) -> str:
+        return EventType("x", "spotcap.events.X", "lifecycle", "instance_id", doc, {}).summary
+
+    assert summary("A notice came.\n  It sets the deadline. More.") == "A notice came."
+    assert summary("Drift between  the\nprovider and the state") == (
+        "Drift between the provider and the state"
+    )
+    assert summary("Ends with a stop.") == "Ends with a stop."
+    assert all(t.summary and "\n" not in t.summary for t in event_types())
 
 
 def test_units_come_from_the_suffix() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from infra import servers
-from projections.catchup import RunReport
+from projections.catchup import PROJECTIONS, RunReport
+from projections.follow import FollowReport
 from projections.postgres.migrate import MigrationStatus
 from spotcap.cli import main
 
@@ -64,3 +65,21 @@ def test_what_project_and_db_print_as_json() -> None:
     assert report == {"projection": "ledger", "events": 1_000, "seconds": 0.123,
                       "events_per_s": 8100, "unpriced": 2}  # fmt: skip
     assert RunReport("fleet", events=0, seconds=0.0).as_json()["events_per_s"] == 0
+
+
+def test_a_run_of_the_projections_in_words() -> None:
+    report = RunReport("ledger", events=12_345, seconds=2.0, unpriced=2)
+    assert report.describe(rebuilt=True, source="embedded log at /h/log") == (
+        "ledger (ClickHouse) rebuilt: 12,345 events in 2.0 s (6,172 events/s) from the embedded"
+        " log at /h/log; 2 events could not be priced (dead-lettered)"
+    )
+    fleet = RunReport("fleet", events=0, seconds=0.0)
+    assert fleet.describe(rebuilt=False, source="log") == (
+        "fleet state (PostgreSQL) brought up to date: 0 events in 0.0 s (0 events/s) from the log"
+    )
+    assert PROJECTIONS["postgres"] == PROJECTIONS["fleet"] == ("fleet",)
+    assert PROJECTIONS["clickhouse"] == ("ledger",) and PROJECTIONS["all"] == ("fleet", "ledger")
+    followed = FollowReport(fleet_events=10, ledger_events=20, ledger_rounds=3, unpriced=1)
+    assert followed.describe() == (
+        "fleet state: 10 records taken; ledger: 20 events in 3 rounds, 1 unpriced"
+    )

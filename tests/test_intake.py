@@ -29,6 +29,7 @@ from streams.browse import Wanted, browse
 from streams.embedded import EmbeddedLog
 from streams.intake.claims import Batch, Book, Sighting, Stamp, decide
 from streams.intake.kubernetes import cpu_millis
+from streams.intake.service import IntakeReport
 from streams.intake.slurm import stage_of, workload_of
 from streams.log import UnknownTopicError
 from streams.reader import Decoded
@@ -83,6 +84,11 @@ def test_a_complete_batch_releases_what_it_no_longer_shows_and_only_under_its_pr
     first = decide(again, Batch("slurm/c/", [_seen("1", "pending")], True, T0_US), STAMP)
     later = decide(again, Batch("slurm/c/", [_seen("1", "pending")], True, T0_US + 9), STAMP)
     assert [e.event_id for e in first] == [e.event_id for e in later]
+
+
+def test_the_intake_says_what_it_wrote() -> None:
+    said = IntakeReport(opened=3, released=1, open_now=2).describe()
+    assert said == "claims: 3 opened, 1 released, 2 open"
 
 
 def test_the_readers_take_cpus_and_workloads_as_the_schedulers_and_admission_do() -> None:

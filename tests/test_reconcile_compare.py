@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from provider.base import OWNER_TAG, Instance
 from provider.reconcile import MISSING, OWNER_CHANGED, UNKNOWN, StateInstance, compare
 from provider.reconcile.rebuild import RebuildReport
+from provider.reconcile.reconciler import RoundReport
 
 ME = "spotcap"
 NOW = 10_000_000_000
@@ -54,6 +55,34 @@ def test_a_drift_and_a_rebuild_as_json() -> None:
     report = RebuildReport(instances=5, tail_events=7, applied=3, list_s=1.23456, apply_s=0.0004)
     assert report.as_json() == {"instances": 5, "tail_events": 7, "applied": 3,
                                 "list_s": 1.235, "apply_s": 0.0}  # fmt: skip
+
+
+def test_a_rebuild_from_the_provider_says_itself() -> None:
+    report = RebuildReport(
+        instances=1_500, tail_events=10_000, applied=12, list_s=3.04, apply_s=0.2
+    )
+    assert report.describe() == (
+        "fleet state rebuilt from the provider: 1,500 instances listed in 3.0 s, 10,000 events of"
+        " the log's tail; 12 applied in 0.2 s. Next: `spotcap project fleet` fills in the rest"
+        " from the log."
+    )
+
+
+def test_a_round_says_itself() -> None:
+    drifts = compare([instance("b")], {"c": known("c")}, {"c": None}, orchestrator_id=ME,
+                     now_us=NOW, grace_us=GRACE)  # fmt: skip
+    report = RoundReport(owned=1_200, state=3, drifts=drifts)
+    assert report.as_json() == {"owned": 1200, "state": 3, "drifts": [d.as_json() for d in drifts]}
+    assert report.progress() == (
+        f"reconciler: 1,200 at the provider, 3 in the state, drifts {{'{UNKNOWN}': 1, "
+        f"'{MISSING}': 1}}"
+    )
+    head, *rows = report.lines()
+    assert head == "1,200 instances at the provider, 3 live in the state; 2 differ"
+    b = drifts[0]
+    assert rows[0] == f"  {UNKNOWN} b: state {b.state_says}; provider {b.provider_says}; {b.action}"
+    assert RoundReport().progress().endswith("drifts none")
+    assert RoundReport().lines() == ["0 instances at the provider, 0 live in the state; 0 differ"]
 
 
 def test_what_is_younger_than_the_grace_is_not_judged() -> None:

@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -30,6 +31,9 @@ from schemas.events import (
 )
 from sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
 from sim.clock import DAY_US, EPOCH_US, SECOND_US
+from sim.demo import DemoRefusedError, checked_config, contract_files_sentence
+from sim.materialise import projection_lines
+from sim.report import misbehaving_pool_rows, wave_rows, waves_title
 
 SMALL = SimConfig(
     seed=3,
@@ -294,3 +298,68 @@ def test_no_wall_clock_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     events = list(simulate(replace(SMALL, days=0.1)))
     monkeypatch.undo()
     assert events and events[-1].occurred_at < EPOCH_US + DAY_US
+
+
+# -- the demo's words and its checked inputs ---------------------------------------------------
+
+
+def test_waves_and_misbehaving_pools_in_rows() -> None:
+    waves = [
+        {"wave_id": "w1", "hall": "hall-a", "instances_lost": 12},
+        {"wave_id": "w2", "hall": "hall-b", "instances_lost": 40},
+    ]
+    assert waves_title(waves) == "2 hall-wide waves (12-40 instances lost each)"
+    assert wave_rows(waves) == [("w1", "hall-a", "12"), ("w2", "hall-b", "40")]
+    pool = {
+        "pool_id": "c7.8.hall-a.reclaimable",
+        "expected_per_instance_h": 0.00712,
+        "observed_per_instance_h": 0.2102,
+        "reclaims": 6,
+        "instance_h": 1234.4,
+    }
+    rows = misbehaving_pool_rows({"misbehaving_pools": [pool]})
+    assert rows == [("c7.8.hall-a.reclaimable", "0.0071", "0.2102", "6", "1,234")]
+
+
+def test_the_projections_say_their_savings_and_why_commands() -> None:
+    report = {
+        "savings_micros": {
+            "counterfactual": 2_000_000_000,
+            "cost": 500_000_000,
+            "net_saving": 1_500_000_000,
+        },
+        "why_examples": ["spotcap why i-1"],
+    }
+    assert projection_lines(report, " --home h") == [
+        "net saving €1,500.00 of a €2,000.00 counterfactual (75.0%), after €500.00 of costs;"
+        " per workload: spotcap --home h report savings",
+        "ask why something happened:",
+        "  spotcap --home h why i-1",
+    ]
+    nothing = {"savings_micros": dict.fromkeys(("counterfactual", "cost", "net_saving"), 0)}
+    assert projection_lines({**nothing, "why_examples": []}, "")[0].endswith(
+        "(0.0%), after €0.00 of costs; per workload: spotcap report savings"
+    )
+
+
+def test_the_demos_inputs_are_checked_before_it_runs(tmp_path: Path) -> None:
+    config = SimConfig(seed=1, days=0.1)
+    assert checked_config(config, None, tmp_path / "new") == config
+    broken = tmp_path / "pools.yaml"
+    broken.write_text("format: spotcap.pools/v1\nregion: x\npools: [{hall: hall-a}]\n")
+    with pytest.raises(DemoRefusedError, match="pool #1") as refused:
+        checked_config(config, broken, None)
+    assert refused.value.hint == "fix the catalogue file named above"
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "a.yaml").write_text("x: 1\n")
+    with pytest.raises(DemoRefusedError, match="already holds contract files"):
+        checked_config(config, None, tmp_path / "used")
+
+
+def test_the_contract_files_sentence_names_the_catalogue_to_check_them_with() -> None:
+    said = contract_files_sentence(3, Path("out"), None, seed=2)
+    assert said.startswith("wrote 3 contract files under out; check them with `spotcap contracts")
+    assert said.endswith(" (examples/region/demo-region.yaml is the demo region of seed 1)")
+    assert "--pools mine.yaml --unsigned`" in contract_files_sentence(
+        3, Path("out"), Path("mine.yaml"), seed=2
+    )

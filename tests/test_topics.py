@@ -17,7 +17,15 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 
 from infra.servers import Server
 from spotcap.cli import main
-from streams.topics import EVENT_RETENTION_MS, LOGICAL_TOPICS
+from streams.log import TopicChange
+from streams.runs import RunMarker, runs_dir
+from streams.topics import (
+    EVENT_RETENTION_MS,
+    LOGICAL_TOPICS,
+    applied_rows,
+    end_offset_rows,
+    end_offsets_json,
+)
 
 
 def apply(args: list[str]) -> list[dict[str, str]]:
@@ -120,6 +128,39 @@ def test_every_event_topic_of_the_catalogue_is_a_region_topic() -> None:
     assert {t.name for t in LOGICAL_TOPICS if t.events} == TOPICS
     assert {"schemas", "audit"} == LOGICAL_NAMES - TOPICS
     assert {t.topic for t in event_types()} <= LOGICAL_NAMES
+
+
+def test_run_markers_live_beside_their_log(tmp_path: Path) -> None:
+    home, log_dir = tmp_path / "home", tmp_path / "home" / "log"
+    assert runs_dir(home, log_dir, None) == log_dir / "_runs"
+    kafka = runs_dir(home, log_dir, "broker-1:9092,broker-2:9092")
+    assert kafka == home / "runs" / "kafka-broker-1_9092_broker-2_9092"
+
+
+def test_the_topics_in_rows_and_json() -> None:
+    changes = [TopicChange("r.lifecycle", "created"), TopicChange("r.schemas", "updated", "x")]
+    assert applied_rows("r", changes) == [
+        ("r.lifecycle", "12", "400 d", "delete", "created", ""),
+        ("r.schemas", "1", "forever", "compact", "updated", "x"),
+    ]
+    ends_of = {"r.market": {0: 1200, 1: 3}, "r.usage": None}
+    assert end_offset_rows(ends_of) == [
+        ("r.market", "2", "1,203", "1,200 3"),
+        ("r.usage", "-", "missing: run `spotcap topics apply`", ""),
+    ]
+    run = RunMarker("r", "spotcap demo", 1, "h", "9", "2026-01-01T00:00:00Z", outcome="finished")
+    market, usage = end_offsets_json(ends_of, run)
+    assert market["records"] == 1203 and market["end_offsets"] == {"0": 1200, "1": 3}
+    assert market["last_run"] == {**run.as_json(), "state": "finished"}
+    assert usage == {
+        "topic": "r.usage",
+        "exists": False,
+        "partitions": 0,
+        "records": 0,
+        "end_offsets": {},
+        "last_run": market["last_run"],
+    }
+    assert end_offsets_json(ends_of, None)[0]["last_run"] is None
 
 
 def test_a_history_older_than_its_retention_stays_on_kafka(kafka: Server) -> None:

@@ -133,6 +133,14 @@ class Counts:
     facts: int = 0
     by_rule: dict[str, int] = field(default_factory=dict)
 
+    def describe(self) -> str:
+        """What the actuator did, in words (its last line when it stops)."""
+        return (
+            f"launched {self.launched:,}, deleted {self.deleted:,}, launch failed "
+            f"{self.failed:,}, refused {self.refused:,}, recovered after a restart "
+            f"{self.recovered:,}"
+        )
+
 
 class Actuator:
     """Carries out a book's orders through `provider`; `write` appends an event to the log

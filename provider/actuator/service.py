@@ -70,6 +70,15 @@ class Progress:
     counts: Counts
     caught_up: bool
 
+    def describe(self) -> str:
+        """The actuator's progress line."""
+        c = self.counts
+        return (
+            f"actuator: {self.events:,} events read, {self.open_orders:,} orders open; "
+            f"launched {c.launched:,}, deleted {c.deleted:,}, "
+            f"failed {c.failed:,}, refused {c.refused:,}"
+        )
+
 
 class ActuatorState:
     """The actuator's state folder of one region (see the module's doc)."""

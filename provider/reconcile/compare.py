@@ -60,6 +60,13 @@ class Drift:
         return {"kind": self.kind, "instance_id": self.instance_id, "state": self.state_says,
                 "provider": self.provider_says, "action": self.action}  # fmt: skip
 
+    def describe(self) -> str:
+        """The drift in one line: its kind, the instance, what each side says, the action."""
+        return (
+            f"{self.kind} {self.instance_id}: state {self.state_says}; "
+            f"provider {self.provider_says}; {self.action}"
+        )
+
 
 def compare(
     owned: Iterable[Instance],

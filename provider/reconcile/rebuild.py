@@ -56,6 +56,15 @@ class RebuildReport:
                 "applied": self.applied, "list_s": round(self.list_s, 3),
                 "apply_s": round(self.apply_s, 3)}  # fmt: skip
 
+    def describe(self) -> str:
+        """The rebuild in words, and what to run next."""
+        return (
+            f"fleet state rebuilt from the provider: {self.instances:,} instances listed in "
+            f"{self.list_s:,.1f} s, {self.tail_events:,} events of the log's tail; "
+            f"{self.applied:,} applied in {self.apply_s:,.1f} s. Next: `spotcap project fleet`"
+            " fills in the rest from the log."
+        )
+
 
 def launched_fact(region: str, instance: Instance) -> Envelope:
     """The ``instance_launched`` of a provider instance, from its tags."""

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from psycopg import sql
 
@@ -65,6 +66,26 @@ class RoundReport:
     state: int = 0
     drifts: list[Drift] = field(default_factory=list)
     written: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        """What `spotcap run reconciler --once --json` prints."""
+        return {"owned": self.owned, "state": self.state,
+                "drifts": [d.as_json() for d in self.drifts]}  # fmt: skip
+
+    def progress(self) -> str:
+        """The round in one progress line: both sides' counts and the drifts by kind."""
+        return (
+            f"reconciler: {self.owned:,} at the provider, {self.state:,} in the state, "
+            f"drifts {kinds(self.drifts) or 'none'}"
+        )
+
+    def lines(self) -> list[str]:
+        """The round for people: both sides' counts, then each drift on its own line."""
+        head = (
+            f"{self.owned:,} instances at the provider, {self.state:,} live in the state; "
+            f"{len(self.drifts)} differ"
+        )
+        return [head, *(f"  {d.describe()}" for d in self.drifts)]
 
 
 class Reconciler:

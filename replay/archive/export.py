@@ -63,6 +63,17 @@ class Exported:
             "seconds": round(self.seconds, 3),
         }
 
+    def describe(self, archive: str, signed_by: str, *, locked: bool) -> str:
+        """What was archived where, for people: the archive (`storage.describe()`), the Object
+        Lock date when the storage enforces retention (`locked`), and the signing key's id."""
+        until = " with Object Lock until " + layout.retain_until(self.month).strftime("%Y-%m-%d")
+        return (
+            f"archived {self.month} of region {self.region} to {archive}"
+            f"{until if locked else ''}: {self.events:,} events and "
+            f"{self.cost_lines:,} cost lines in {self.seconds:,.1f} s; tree head "
+            f"{self.root[:16]}... signed by {signed_by}, chain of {self.chain_size:,} events"
+        )
+
 
 def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
     """The months of `region` that have a manifest, in order."""

@@ -54,6 +54,16 @@ class MonthReport:
     def ok(self) -> bool:
         return not any(f.error for f in self.findings)
 
+    @property
+    def problems(self) -> int:
+        """How many findings are errors (notes are not)."""
+        return sum(1 for f in self.findings if f.error)
+
+    def result(self) -> str:
+        """The month's result in words: ``verified`` or how many problems."""
+        n = self.problems
+        return f"{n} problem{'s' if n > 1 else ''}" if n else "verified"
+
     def as_json(self) -> dict[str, Any]:
         """The report as `archive verify --json` and the API give it."""
         return {
@@ -65,6 +75,14 @@ class MonthReport:
                 for f in self.findings
             ],
         }
+
+
+def failure_sentence(reports: list[MonthReport]) -> str:
+    """Why the archive does not verify: how many months have problems, and which."""
+    months = [r.month for r in reports if not r.ok]
+    return (
+        f"the archive does not verify: {len(months)} month(s) with problems ({', '.join(months)})"
+    )
 
 
 def signed_by(public_key: PublicKey, signature: bytes, manifest: bytes) -> bool:

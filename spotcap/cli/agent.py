@@ -83,30 +83,19 @@ def _shipping(config: AgentConfig, settings: Settings) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check_command(config_path: Path, as_json: bool) -> None:
     """Load the configuration and the bundle as `run` would; exit 1 if no bundle verifies."""
-    from agent.service import check
+    from agent.service import check, describe_bundle, no_bundle
 
     config = _config(config_path)
     logging.basicConfig(level=logging.ERROR, format="%(message)s", stream=sys.stderr)
     bundle, report = check(config)
-    refused = (
-        f"no bundle verifies: neither {config.bundle.path} nor the last good one in "
-        f"{config.state_dir}"
-    )
-    hint = "write this workload's signed bundle and its public key (spotcap contracts compile)"
+    refused, hint = no_bundle(config)
     if as_json:
         if bundle is None:
             fail(refused, hint, json_report=report)
         emit_json(report)
         return
     rows = [
-        (
-            "bundle",
-            f"{bundle.workload_id} v{bundle.contract_version}: {bundle.scheduler}, drain "
-            f"budget {bundle.drain_budget_s} s, checkpoint {bundle.checkpoint_method}, "
-            f"proactive drain {'on' if bundle.proactive_drain_on_advisory else 'off'}"
-            if bundle
-            else "[red]none verifies[/]",
-        ),
+        ("bundle", describe_bundle(bundle) if bundle else "[red]none verifies[/]"),
         ("drain paths", ", ".join(report["paths"])),
         ("NATS", ", ".join(config.notices.nats) or "off"),
         (

@@ -21,7 +21,7 @@ from replay.archive import layout
 from replay.archive.export import export_from_log
 from replay.archive.proof import check_proof, prove
 from replay.archive.storage import ArchiveError
-from replay.archive.verify import MonthReport, verify_archive
+from replay.archive.verify import MonthReport, failure_sentence, verify_archive
 from spotcap.cli.options import (
     archive_option,
     need_home,
@@ -106,14 +106,8 @@ def export_command(settings: Settings, *, month: str, location: str | None, key_
     if as_json:
         emit_json({**done.as_json(), "archive": storage.describe(), "signed_by": signer.key_id})
         return
-    locked = " with Object Lock until " + layout.retain_until(month).strftime("%Y-%m-%d")
-    say(
-        f"archived {month} of region {done.region} to {storage.describe()}"
-        f"{locked if storage.enforces_retention else ''}: {done.events:,} events and "
-        f"{done.cost_lines:,} cost lines in {done.seconds:,.1f} s; tree head "
-        f"{done.root[:16]}... signed by {signer.key_id}, chain of {done.chain_size:,} events",
-        markup=False,
-    )
+    said = done.describe(storage.describe(), signer.key_id, locked=storage.enforces_retention)
+    say(said, markup=False)
 
 
 # -- verify ---------------------------------------------------------------------------------
@@ -159,17 +153,12 @@ def verify_command(
             "months": [r.as_json() for r in reports],
         }
         if not ok:
-            fail(_verify_failed(reports), json_report=report)
+            fail(failure_sentence(reports), json_report=report)
         emit_json(report)
         return
 
     def result(r: MonthReport) -> str:
-        errors = sum(1 for f in r.findings if f.error)
-        return (
-            f"[red]{errors} problem{'s' if errors > 1 else ''}[/]"
-            if errors
-            else "[green]verified[/]"
-        )
+        return f"[red]{r.result()}[/]" if r.problems else f"[green]{r.result()}[/]"
 
     show(table(
             f"{storage.describe()}, region {settings.region}",
@@ -182,14 +171,7 @@ def verify_command(
         for f in r.findings:
             say(f"{'[red]problem[/]' if f.error else '[dim]note[/]'} {f}")
     if not ok:
-        fail(_verify_failed(reports), "each problem above names the file and what changed")
-
-
-def _verify_failed(reports: list[MonthReport]) -> str:
-    months = [r.month for r in reports if not r.ok]
-    return (
-        f"the archive does not verify: {len(months)} month(s) with problems ({', '.join(months)})"
-    )
+        fail(failure_sentence(reports), "each problem above names the file and what changed")
 
 
 # -- proofs ---------------------------------------------------------------------------------

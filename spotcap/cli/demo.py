@@ -4,7 +4,6 @@ log, then the projections are materialised (`sim.materialise`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +11,26 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schemas.events import EVENT_CLASSES
-from schemas.pools import PoolCatalogue, PoolCatalogueError
 from sim.demo import (
     BASELINE,
     DEFAULT_ORCHESTRATOR,
     ORCHESTRATORS,
     DemoRefusedError,
-    holds_contract_files,
+    checked_config,
+    contract_files_sentence,
     run_demo,
     write_contract_files,
 )
 from sim.region import SimConfig
-from sim.report import comparison_rows, decision_rows, exclusion_rows, figure_rows
+from sim.report import (
+    comparison_rows,
+    decision_rows,
+    exclusion_rows,
+    figure_rows,
+    misbehaving_pool_rows,
+    wave_rows,
+    waves_title,
+)
 from spotcap.cli.options import FiniteFloatRange
 from spotcap.cli.output import console, emit_json, err_console, say, show, table
 from spotcap.cli.projections import show_progress
@@ -33,27 +40,6 @@ from spotcap.failures import unwritable_directory
 from spotcap.home import hold_home
 from spotcap.wiring import describe_log, make_codec, open_log, runs_dir, stores
 from streams.log import LogError
-
-
-def _checked_config(
-    config: SimConfig, catalogue: Path | None, contracts_out: Path | None
-) -> SimConfig:
-    """The run's configuration with its catalogue, once every input is known to be usable:
-    a bad catalogue or an unusable --contracts-out stops the command before anything runs."""
-    if catalogue is not None:
-        try:
-            loaded = PoolCatalogue.load(catalogue)
-        except PoolCatalogueError as error:
-            fail(str(error), "fix the catalogue file named above")
-        config = replace(config, catalogue=loaded)
-    if contracts_out is not None and holds_contract_files(contracts_out):
-        fail(
-            f"{contracts_out} already holds contract files; the simulated ones would mix with them",
-            "choose an empty --contracts-out directory",
-        )
-    if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
-        fail(f"--contracts-out: {problem[0]}", "choose a --contracts-out directory you may write")
-    return config
 
 
 # fmt: off
@@ -93,11 +79,16 @@ def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogu
 
     Deterministic: the same seed and options write the same log, byte for byte.
     """
-    config = _checked_config(
-        SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads),
-        catalogue,
-        contracts_out,
-    )
+    try:
+        config = checked_config(
+            SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads),
+            catalogue,
+            contracts_out,
+        )
+    except DemoRefusedError as error:
+        fail(str(error), error.hint)
+    if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
+        fail(f"--contracts-out: {problem[0]}", "choose a --contracts-out directory you may write")
     hold_home(settings, exclusive=fresh)  # --fresh deletes the region's history
     if projections:
         _check_region(settings)
@@ -158,14 +149,8 @@ def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogu
     most = None if all_exclusions else 10
     print_report(report, settings, projections=projections, exclusions=most)
     if contracts_out is not None:
-        pools = catalogue or Path("examples/region/demo-region.yaml")
-        note = "" if catalogue or seed == 1 else f" ({pools} is the demo region of seed 1)"
-        say(
-            f"wrote {report['contracts_out']['files']} contract files under {contracts_out}; "
-            f"check them with `spotcap contracts compile {contracts_out} --out BUNDLES "
-            f"--pools {pools} --unsigned` (or --key KEYFILE to sign){note}",
-            markup=False,
-        )
+        files = report["contracts_out"]["files"]
+        say(contract_files_sentence(files, contracts_out, catalogue, seed), markup=False)
 
 
 def _check_region(settings: Settings) -> None:
@@ -236,21 +221,14 @@ def print_summary(report: dict[str, Any]) -> None:
     show(table(title, ("figure", "value"), rows, right=("value",), show_header=False))
     waves = report["waves"]
     if waves:
-        sizes = [w["instances_lost"] for w in waves]
-        title = f"{len(waves)} hall-wide waves ({min(sizes)}-{max(sizes)} instances lost each)"
-        rows = [(w["wave_id"], w["hall"], str(w["instances_lost"])) for w in waves]
         columns: tuple[str, ...] = ("wave", "hall", "instances lost")
-        show(table(title, columns, rows, right=("instances lost",)))
+        show(table(waves_title(waves), columns, wave_rows(waves), right=("instances lost",)))
     else:
         console.print("no hall-wide wave in this run")
     columns = ("pool", "expected", "observed", "reclaims", "inst-hours")
-    rows = [
-        (p["pool_id"], f"{p['expected_per_instance_h']:.4f}", f"{p['observed_per_instance_h']:.4f}",
-         str(p["reclaims"]), f"{p['instance_h']:,.0f}")
-        for p in report["misbehaving_pools"]
-    ]  # fmt: skip
     title = "misbehaving pools: reclaimed far above their record and price"
     caption = "expected and observed: reclaims per instance-hour"
+    rows = misbehaving_pool_rows(report)
     pools = table(title, columns, rows, right=columns[1:], caption=caption)
     pools.columns[0].no_wrap = True
     show(pools)
@@ -280,17 +258,7 @@ def print_comparison(compared: dict[str, Any], seed: int) -> None:
 
 def print_projections(report: dict[str, Any], home_args: str) -> None:
     """The savings the projections hold, and `why` commands a person can paste."""
-    from projections.money import eur_text
+    from sim.materialise import projection_lines
 
-    money = report["savings_micros"]
-    share = money["net_saving"] / money["counterfactual"] if money["counterfactual"] else 0.0
-    say(
-        f"net saving {eur_text(money['net_saving'])} of a {eur_text(money['counterfactual'])} "
-        f"counterfactual ({share:.1%}), after {eur_text(money['cost'])} of costs; per workload: "
-        f"spotcap{home_args} report savings",
-        markup=False,
-    )
-    if report["why_examples"]:
-        say("ask why something happened:", markup=False)
-        for command in report["why_examples"]:
-            say(f"  {command.replace('spotcap', 'spotcap' + home_args, 1)}", markup=False)
+    for line in projection_lines(report, home_args):
+        say(line, markup=False)

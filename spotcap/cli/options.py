@@ -101,24 +101,18 @@ def open_signer(
     key_file: Path | None, transit_key: str | None, transit_mount: str
 ) -> Signer | None:
     """The signer the options name (None: neither), or a sentence saying why it cannot sign."""
-    from contracts.signing import FileSigner, SigningError, load_private_key, transit_signer
+    from contracts.signing import FileSigner, SigningError, transit_signer_from_env
 
     if key_file is not None and transit_key is not None:
         fail("give --key or --transit-key, not both", usage=True)
     if key_file is not None:
         try:
-            return FileSigner(load_private_key(key_file.read_bytes()))
+            return FileSigner.from_bytes(key_file.read_bytes())
         except SigningError as error:
             fail(f"{key_file}: {error}", "create a key with `spotcap contracts keygen --out FILE`")
     if transit_key is not None:
-        env = os.environ
         try:
-            return transit_signer(
-                transit_key,
-                transit_mount,
-                env.get("BAO_ADDR") or env.get("VAULT_ADDR"),
-                env.get("BAO_TOKEN") or env.get("VAULT_TOKEN"),
-            )
+            return transit_signer_from_env(transit_key, transit_mount, os.environ)
         except SigningError as error:
             fail(str(error))
     return None

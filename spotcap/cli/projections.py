@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from projections.catchup import ShowProgress, Which, run_projections
+from projections.catchup import LABELS, PROJECTIONS, ShowProgress, Which, run_projections
 from projections.ledger.store import LedgerError
 from projections.postgres.connection import FleetDatabaseError
 from projections.stores import StoreError
@@ -22,22 +22,13 @@ from spotcap.home import hold_home
 from spotcap.wiring import describe_log, make_codec, open_log, stores
 from streams.log import LogError
 
-CHOICES: dict[str, tuple[Which, ...]] = {
-    "fleet": ("fleet",),
-    "postgres": ("fleet",),
-    "ledger": ("ledger",),
-    "clickhouse": ("ledger",),
-    "all": ("fleet", "ledger"),
-}
-LABEL = {"fleet": "fleet state (PostgreSQL)", "ledger": "ledger (ClickHouse)"}
-
 
 def show_progress(fresh: bool, quiet: bool) -> ShowProgress:
     """A progress bar per group of projections read together."""
 
     @contextmanager
     def bar(which: Sequence[Which]) -> Iterator[Callable[[Any], None]]:
-        label = " and ".join(LABEL[w] for w in which)
+        label = " and ".join(LABELS[w] for w in which)
         with progress(
             f"[bold]{'rebuilding' if fresh else 'projecting'}[/] {label}", quiet=quiet
         ) as shown:
@@ -60,7 +51,7 @@ def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
             make_codec(settings),
             settings.region,
             stores(settings),
-            CHOICES[what],
+            PROJECTIONS[what],
             fresh=fresh,
             show=show_progress(fresh, as_json),
         )
@@ -71,16 +62,13 @@ def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
     if as_json:
         emit_json([r.as_json() for r in reports], sort_keys=False)
         return
-    verb = "rebuilt" if fresh else "brought up to date"
     for r in reports:
-        extra = f"; {r.unpriced:,} events could not be priced (dead-lettered)" if r.unpriced else ""
-        say(
-            f"{LABEL[r.projection]} {verb}: {r.events:,} events in {r.seconds:,.1f} s "
-            f"({r.events_per_s:,.0f} events/s) from the {describe_log(settings)}{extra}"
-        )
+        say(r.describe(rebuilt=fresh, source=describe_log(settings)))
 
 
-_which = click.argument("what", type=click.Choice(sorted(CHOICES)), default="all", required=False)
+_which = click.argument(
+    "what", type=click.Choice(sorted(PROJECTIONS)), default="all", required=False
+)
 
 
 @click.command("project")
@@ -122,7 +110,7 @@ def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_js
     if provider_file is None:
         _run(settings, what, fresh=True, as_json=as_json)
         return
-    if CHOICES[what] != ("fleet",):
+    if PROJECTIONS[what] != ("fleet",):
         fail(f"--from-provider rebuilds the fleet state only, not {what}",
              "run `spotcap rebuild postgres --from-provider FILE`, then "
              "`spotcap rebuild clickhouse`")  # fmt: skip
@@ -142,7 +130,4 @@ def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_js
     if as_json:
         emit_json(report.as_json(), sort_keys=False)
         return
-    say(f"fleet state rebuilt from the provider: {report.instances:,} instances listed in "
-        f"{report.list_s:,.1f} s, {report.tail_events:,} events of the log's tail; "
-        f"{report.applied:,} applied in {report.apply_s:,.1f} s. Next: `spotcap project fleet`"
-        " fills in the rest from the log.")  # fmt: skip
+    say(report.describe())

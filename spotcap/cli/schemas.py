@@ -11,12 +11,6 @@ from spotcap.cli.output import console, emit_json, say, show, table
 from spotcap.fail import fail
 
 
-def _first_sentence(text: str) -> str:
-    text = " ".join(text.split())
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
-
-
 @click.command("events")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
 def events(as_json: bool) -> None:
@@ -35,10 +29,7 @@ def _print_catalogue(as_json: bool) -> None:
     catalogue = table(
         f"spotcap event catalogue ({len(types)} event types)",
         ("event type", "topic", "key", "fields", "what it records"),
-        (
-            (t.name, t.topic, t.key, str(len(t.schema["fields"])), _first_sentence(t.doc))
-            for t in types
-        ),
+        ((t.name, t.topic, t.key, str(len(t.schema["fields"])), t.summary) for t in types),
         right=("fields",),
     )
     catalogue.columns[0].style = "bold"

@@ -15,7 +15,7 @@ from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
 from provider.base import ProviderError
 from provider.openstack.config import ProviderConfigError
-from provider.reconcile import GRACE_S, Reconciler, kinds, run_reconciler
+from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
 from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.cli.output import emit_json, say
@@ -92,16 +92,11 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
             state or settings.home / "actuator" / settings.region,
             orchestrator_id=orchestrator_id, should_stop=stop.is_set,
             options=ActuatorOptions(max_age_s=max_age_s), side_events=side,
-            on_progress=lambda p: say(
-                f"actuator: {p.events:,} events read, {p.open_orders:,} orders open; "
-                f"launched {p.counts.launched:,}, deleted {p.counts.deleted:,}, "
-                f"failed {p.counts.failed:,}, refused {p.counts.refused:,}", err=True),
+            on_progress=lambda p: say(p.describe(), err=True),
         )  # fmt: skip
     except PROBLEMS as error:
         fail(f"the actuator of region {settings.region} stopped: {error}")
-    say(f"actuator stopped: launched {counts.launched:,}, deleted {counts.deleted:,}, launch "
-        f"failed {counts.failed:,}, refused {counts.refused:,}, recovered after a restart "
-        f"{counts.recovered:,}")  # fmt: skip
+    say(f"actuator stopped: {counts.describe()}")
 
 
 @click.command("reconciler")
@@ -145,19 +140,14 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
             if once:
                 report = rec.round()
             else:
-                run_reconciler(rec, every_s=every_s, should_stop=stop.is_set, on_round=lambda r:
-                    say(f"reconciler: {r.owned:,} at the provider, {r.state:,} in the state, "
-                        f"drifts {kinds(r.drifts) or 'none'}", err=True))  # fmt: skip
+                run_reconciler(rec, every_s=every_s, should_stop=stop.is_set,
+                               on_round=lambda r: say(r.progress(), err=True))  # fmt: skip
                 return
         writer.close()
     except PROBLEMS as error:
         fail(f"the reconciler of region {settings.region} stopped: {error}")
-    drifts = [d.as_json() for d in report.drifts]
     if as_json:
-        emit_json({"owned": report.owned, "state": report.state, "drifts": drifts})
+        emit_json(report.as_json())
         return
-    say(f"{report.owned:,} instances at the provider, {report.state:,} live in the state; "
-        f"{len(drifts)} differ")  # fmt: skip
-    for d in drifts:
-        say(f"  {d['kind']} {d['instance_id']}: state {d['state']}; provider {d['provider']}; "
-            f"{d['action']}")  # fmt: skip
+    for line in report.lines():
+        say(line)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import click
 
@@ -117,20 +117,13 @@ def intake_command(settings: Settings, /, **options: Any) -> None:
         fail(str(error), "docs/operating.md says how to run the intake", usage=error.usage)
     finally:
         event_log.close()
-    click.echo(f"claims: {report.opened} opened, {report.released} released, "
-               f"{report.open_now} open")
-
-
-_PROJECTIONS: dict[str, tuple[Literal["fleet", "ledger"], ...]] = {
-    "fleet": ("fleet",),
-    "ledger": ("ledger",),
-    "all": ("fleet", "ledger"),
-}
+    click.echo(report.describe())
 
 
 # fmt: off
 @run.command("projections")
-@click.argument("what", type=click.Choice(sorted(_PROJECTIONS)), default="all", required=False)
+@click.argument("what", type=click.Choice(["all", "fleet", "ledger"]), default="all",
+                required=False)
 @postgres_option
 @click.option("--interval-s", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
               help="Seconds between two catch-up rounds of the ledger.")
@@ -144,6 +137,7 @@ def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
     (ClickHouse, a catch-up round every --interval-s: one per region) or all (the default).
     `spotcap project` does the same once and stops.
     """
+    from projections.catchup import PROJECTIONS
     from projections.follow import serve
     from projections.ledger.store import LedgerError
     from projections.postgres.connection import FleetDatabaseError
@@ -154,14 +148,12 @@ def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
     event_log = open_log(settings)
     try:
         report = serve(event_log, make_codec(settings), settings.region, stores(settings),
-                       _PROJECTIONS[what], interval_s=interval_s)
+                       PROJECTIONS[what], interval_s=interval_s)
     except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
         fail(f"the projections of region {settings.region} stopped: {error}")
     finally:
         event_log.close()
-    click.echo(f"fleet state: {report.fleet_events} records taken; ledger: "
-               f"{report.ledger_events} events in {report.ledger_rounds} rounds, "
-               f"{report.unpriced} unpriced")
+    click.echo(report.describe())
 
 
 # fmt: off

@@ -3,9 +3,6 @@ run writing the region finished (`streams.runs`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
 import click
 from rich.markup import escape
 
@@ -26,12 +23,11 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
     """Create missing topics and bring existing ones to their configuration; idempotent."""
     from spotcap.wiring import describe_log, open_log
     from streams.log import LogError
-    from streams.topics import region_topics
+    from streams.topics import applied_rows, region_topics
 
-    specs = {s.name: s for s in region_topics(settings.region)}
     log = open_log(settings)
     try:
-        changes = log.apply_topics(specs.values())
+        changes = log.apply_topics(region_topics(settings.region))
     except LogError as error:
         fail(str(error))
     finally:
@@ -39,19 +35,11 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
     if as_json:
         emit_json([{"topic": c.name, "action": c.action, "detail": c.detail} for c in changes])
         return
-    rows = []
-    for change in changes:
-        spec = specs[change.name]
-        retention = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000} d"
-        cleanup = "compact" if spec.compacted else "delete"
-        rows.append(
-            (change.name, str(spec.partitions), retention, cleanup, change.action, change.detail)
-        )
     show(
         table(
             f"topics of region {settings.region} ({describe_log(settings)})",
             ("topic", "partitions", "retention", "cleanup", "action", "detail"),
-            rows,
+            applied_rows(settings.region, changes),
         )
     )
 
@@ -69,45 +57,22 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     from streams.runs import last_run
 
     need_home(settings, log=True)
-    from streams.topics import region_end_offsets
+    from streams.topics import end_offset_rows, end_offsets_json, region_end_offsets
 
     run = last_run(runs_dir(settings), settings.region)
-    run_json = None if run is None else {**asdict(run), "state": run.state}
     log = open_log(settings)
     try:
         ends_of = region_end_offsets(log, settings.region)
-        rows: list[dict[str, Any]] = [
-            {
-                "topic": topic,
-                "exists": ends is not None,
-                "partitions": len(ends or {}),
-                "records": sum((ends or {}).values()),
-                "end_offsets": {str(p): o for p, o in (ends or {}).items()},
-                "last_run": run_json,
-            }
-            for topic, ends in ends_of.items()
-        ]
     except LogError as error:
         fail(str(error))
     finally:
         log.close()
     if as_json:
-        emit_json(rows)
+        emit_json(end_offsets_json(ends_of, run))
         return
-    shown = [
-        (
-            topic,
-            str(len(ends)),
-            f"{sum(ends.values()):,}",
-            " ".join(f"{o:,}" for o in ends.values()),
-        )
-        if ends is not None
-        else (topic, "-", "missing: run `spotcap topics apply`", "")
-        for topic, ends in ends_of.items()
-    ]
     columns = ("topic", "partitions", "end offsets (sum)", "end offset per partition")
     title = f"topics of region {settings.region} ({describe_log(settings)})"
-    show(table(title, columns, shown, right=columns[1:3]))
+    show(table(title, columns, end_offset_rows(ends_of), right=columns[1:3]))
     if run is None:
         say(f"no run has written region {settings.region} from this home yet")
     elif run.state == "killed":

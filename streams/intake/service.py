@@ -51,6 +51,10 @@ class IntakeReport:
     open_now: int
     """Claims open when the intake stopped."""
 
+    def describe(self) -> str:
+        """The claims the intake wrote, in one line (`spotcap run intake`' last)."""
+        return f"claims: {self.opened} opened, {self.released} released, {self.open_now} open"
+
 
 class IntakeError(RuntimeError):
     """The intake cannot go on; the message says which source and why (never a secret).
