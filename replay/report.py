@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from projections.ledger.rule import CAUSES, COST_CAUSES
-from projections.money import eur_string
+from projections.money import eur_string, eur_text
 from replay.fold import LineKey
 from replay.ledgers import DiffRow, by_workload, day_date, diff, net_saving
 from replay.run import Replayed
@@ -86,3 +86,76 @@ def _eur(micros: dict[str, Any]) -> dict[str, str]:
 
 
 __all__ = ["replay_report", "with_totals"]
+
+
+# -- for people: the rows of `spotcap replay`'s tables (the command styles and prints them) ----
+
+SHORT = {
+    "counterfactual": "counterfactual",
+    "reclaimable_spend": "reclaimable",
+    "floor_spend": "floor",
+    "fallback_spend": "fallback",
+    "wasted_work": "wasted",
+    "headroom": "headroom",
+    "checkpoint_storage": "checkpoints",
+    "footprint": "footprint",
+    "net_saving": "net saving",
+}
+"""Each ledger line's column heading."""
+LINES = [*CAUSES, "net_saving"]
+
+
+def span(report: dict[str, Any]) -> str:
+    """The days a report covers, in words."""
+    return f"{report['from'] or 'the start'} to {report['to'] or 'the end'}"
+
+
+def delta_text(micros: int) -> str:
+    """A difference in euros with its sign (``+€1.20``, ``-€0.40``, ``€0.00``)."""
+    return ("+" if micros > 0 else "") + eur_text(micros)
+
+
+def engine_text(result: Replayed) -> str:
+    return f"{result.events:,} events in {result.seconds:,.1f} s by the {result.engine} engine"
+
+
+def ledger_rows(
+    report: dict[str, Any], limit: int
+) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+    """The ledger's rows per workload (the first `limit`, then a line saying how many more)
+    and its total row, in euros."""
+    rows = [(w["workload_id"], *(eur_text(w["micros"][c]) for c in LINES))
+            for w in report["workloads"][:limit]]  # fmt: skip
+    if len(report["workloads"]) > limit:
+        more = f"... {len(report['workloads']) - limit:,} more (--limit, --json)"
+        rows.append((more, *([""] * len(LINES))))
+    total = ("total", *(eur_text(report["total"]["micros"][c]) for c in LINES))
+    return rows, total
+
+
+def diff_totals(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Per ledger line: recorded, what-if and delta in total."""
+    totals = report["diff"]["totals"]
+    return [(SHORT[c], eur_text(totals[c]["recorded_micros"]),
+             eur_text(totals[c]["what_if_micros"]), delta_text(totals[c]["delta_micros"]))
+            for c in LINES]  # fmt: skip
+
+
+def diff_lines(rows: list[DiffRow]) -> list[tuple[str, str, str, str, str]]:
+    """The workload lines that differ (net saving left out: it follows from the others)."""
+    return [(r.workload_id, SHORT[r.cause], eur_text(r.recorded_micros),
+             eur_text(r.what_if_micros), delta_text(r.delta_micros))
+            for r in rows if r.delta_micros and r.cause != "net_saving"]  # fmt: skip
+
+
+def diff_sentences(result: Replayed, report: dict[str, Any]) -> tuple[str, str]:
+    """What to say when nothing differs, and the closing line when something does."""
+    d = report["diff"]
+    same = (f"no difference: rule {result.rule.name} reproduces the recorded ledger exactly "
+            f"({d['workloads_compared']:,} workloads, every cost line, {span(report)}; "
+            f"{engine_text(result)})")  # fmt: skip
+    saving = d["totals"]["net_saving"]
+    closing = (f"net saving {eur_text(saving['recorded_micros'])} recorded, "
+               f"{eur_text(saving['what_if_micros'])} under {result.rule.name} "
+               f"({delta_text(saving['delta_micros'])}); {engine_text(result)}")  # fmt: skip
+    return same, closing

@@ -13,8 +13,9 @@ import pytest
 
 from projections.ledger.rule import COUNTERFACTUAL, FOOTPRINT, WASTED_WORK
 from projections.ledger.writer import LEDGER_TOPICS
+from replay import report as report_text
 from replay.fold import LineKey, _days
-from replay.ledgers import differing_lines, recorded_amounts
+from replay.ledgers import DiffRow, differing_lines, recorded_amounts
 from replay.rule import PLATFORM, Rule
 from replay.rule_file import SHIPPED, load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
@@ -168,3 +169,30 @@ def test_the_cli_replays_and_diffs(replay_history: History) -> None:
         "replay", "--rules", rules, "--from", "2026-11-30", "--to", "2026-11-30", "--limit", "3"
     )
     assert "2026-11-30 to 2026-11-30" in " ".join(table.split()) and "more (--limit" in table
+
+
+def test_the_tables_words_come_from_the_report() -> None:
+    """`replay.report`'s rows for people: a limit says how many more, a total row, signed
+    deltas, and the diff's lines leave out what did not change and the net saving."""
+    line = {c: 1_000_000 for c in report_text.LINES}
+    report: dict[str, Any] = {
+        "workloads": [{"workload_id": f"wl-{n}", "micros": line} for n in range(3)],
+        "total": {"micros": {c: 3_000_000 for c in report_text.LINES}},
+        "from": None,
+        "to": "2026-11-03",
+    }
+    rows, total = report_text.ledger_rows(report, limit=2)
+    assert [r[0] for r in rows] == ["wl-0", "wl-1", "... 1 more (--limit, --json)"]
+    assert total[0] == "total" and set(total[1:]) == {"€3.00"}
+    assert report_text.span(report) == "the start to 2026-11-03"
+    assert [report_text.delta_text(m) for m in (1_200_000, -400_000, 0)] == [
+        "+€1.20",
+        "-€0.40",
+        "€0.00",
+    ]
+    changed = [
+        DiffRow("wl-a", "wasted_work", 0, 500_000),
+        DiffRow("wl-a", "net_saving", 0, -500_000),
+        DiffRow("wl-b", "floor_spend", 10, 10),
+    ]
+    assert report_text.diff_lines(changed) == [("wl-a", "wasted", "€0.00", "€0.50", "+€0.50")]

@@ -14,13 +14,21 @@ from typing import Any
 
 import click
 
-from projections.ledger.rule import CAUSES
 from projections.ledger.store import LedgerError
-from projections.money import eur_text
 from projections.stores import StoreError
 from replay.archive.storage import ArchiveError
 from replay.ledgers import DiffRow, day_number, diff, recorded_amounts
-from replay.report import replay_report
+from replay.report import (
+    LINES,
+    SHORT,
+    diff_lines,
+    diff_sentences,
+    diff_totals,
+    engine_text,
+    ledger_rows,
+    replay_report,
+    span,
+)
 from replay.rule_file import RuleError, load_rule
 from replay.run import ENGINES, Replayed, replay_archive, replay_log
 from spotcap.cli.options import archive_option, need_home
@@ -31,18 +39,6 @@ from spotcap.fail import fail
 from spotcap.home import hold_home
 from spotcap.wiring import make_codec, open_archive, open_log, stores
 from streams.log import LogError
-
-SHORT = {
-    "counterfactual": "counterfactual",
-    "reclaimable_spend": "reclaimable",
-    "floor_spend": "floor",
-    "fallback_spend": "fallback",
-    "wasted_work": "wasted",
-    "headroom": "headroom",
-    "checkpoint_storage": "checkpoints",
-    "footprint": "footprint",
-    "net_saving": "net saving",
-}
 
 
 def _day(value: datetime | None) -> int | None:
@@ -167,56 +163,27 @@ def _run(
 # -- output ---------------------------------------------------------------------------------
 
 
-def _span(report: dict[str, Any]) -> str:
-    return f"{report['from'] or 'the start'} to {report['to'] or 'the end'}"
-
-
 def _print_ledger(result: Replayed, report: dict[str, Any], limit: int) -> None:
-    lines = [*CAUSES, "net_saving"]
-    rows = [(w["workload_id"], *(eur_text(w["micros"][c]) for c in lines))
-            for w in report["workloads"][:limit]]
-    if len(report["workloads"]) > limit:
-        rows.append((f"... {len(report['workloads']) - limit:,} more (--limit, --json)",
-                     *([""] * len(lines))))
-    rows.append(("[bold]total[/]", *(f"[bold]{eur_text(report['total']['micros'][c])}[/]"
-                                     for c in lines)))
-    title = f"rule {result.rule.name}: the ledger per workload, {_span(report)} (EUR)"
-    caption = (f"{result.events:,} events in {result.seconds:,.1f} s by the {result.engine} "
-               f"engine from the {report['source']}")
-    shown = table(title, ["workload", *(SHORT[c] for c in lines)], rows,
-                  right=[SHORT[c] for c in lines], caption=caption)
+    rows, total = ledger_rows(report, limit)
+    rows.append(tuple(f"[bold]{cell}[/]" for cell in total))
+    title = f"rule {result.rule.name}: the ledger per workload, {span(report)} (EUR)"
+    caption = f"{engine_text(result)} from the {report['source']}"
+    headings = [SHORT[c] for c in LINES]
+    shown = table(title, ["workload", *headings], rows, right=headings, caption=caption)
     shown.columns[0].no_wrap = True
     show(shown)
 
 
 def _print_diff(result: Replayed, rows: list[DiffRow], report: dict[str, Any], limit: int) -> None:
-    d = report["diff"]
-    engine = f"{result.events:,} events in {result.seconds:,.1f} s by the {result.engine} engine"
-    if d["identical"]:
-        say(f"no difference: rule {result.rule.name} reproduces the recorded ledger exactly "
-            f"({d['workloads_compared']:,} workloads, every cost line, {_span(report)}; "
-            f"{engine})", markup=False)
+    same, closing = diff_sentences(result, report)
+    if report["diff"]["identical"]:
+        say(same, markup=False)
         return
     money = ("recorded", "what-if", "delta")
-    totals = [(SHORT[cause], eur_text(t["recorded_micros"]), eur_text(t["what_if_micros"]),
-               _delta(t["delta_micros"]))
-              for cause, t in ((c, d["totals"][c]) for c in [*CAUSES, "net_saving"])]
-    title = f"rule {result.rule.name} against the recorded ledger, {_span(report)} (EUR)"
-    show(table(title, ("line", *money), totals, right=money))
-    changed = [r for r in rows if r.delta_micros and r.cause != "net_saving"]
+    title = f"rule {result.rule.name} against the recorded ledger, {span(report)} (EUR)"
+    show(table(title, ("line", *money), diff_totals(report), right=money))
+    changed = diff_lines(rows)
     title = f"{len(changed):,} workload lines differ" + (
         f" (the first {limit}; --json for all)" if len(changed) > limit else "")
-    lines = [
-        (r.workload_id, SHORT[r.cause], eur_text(r.recorded_micros), eur_text(r.what_if_micros),
-         _delta(r.delta_micros))
-        for r in changed[:limit]
-    ]
-    show(table(title, ("workload", "line", *money), lines, right=money))
-    saving = d["totals"]["net_saving"]
-    say(f"net saving {eur_text(saving['recorded_micros'])} recorded, "
-        f"{eur_text(saving['what_if_micros'])} under {result.rule.name} "
-        f"({_delta(saving['delta_micros'])}); {engine}", markup=False)
-
-
-def _delta(micros: int) -> str:
-    return ("+" if micros > 0 else "") + eur_text(micros)
+    show(table(title, ("workload", "line", *money), changed[:limit], right=money))
+    say(closing, markup=False)
