@@ -201,3 +201,25 @@ def test_the_demo_materialises_both_projections_and_says_what_to_ask(
     )
     assert "net saving €" in text and "ask why something happened:" in text
     assert f"spotcap --home {tmp_path / 'demo2'} --region demo why " in text
+
+
+def test_the_columns_write_values_for_people() -> None:
+    """`projections.read.columns`: nothing for a missing value, thousands separators, euros,
+    UTC times, and every table's keys unique."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from projections.read import columns as c
+
+    assert [f(None) for f in (c.as_text, c.as_int, c.as_eur, c.as_time, c.as_float, c.as_yes)] == [
+        ""
+    ] * 6
+    assert (c.as_int(1_234_567), c.as_eur(1_418_611_440), c.as_yes(False)) == (
+        "1,234,567",
+        "€1,418.61",
+        "no",
+    )
+    east = datetime(2026, 11, 2, 9, 30, tzinfo=timezone(timedelta(hours=2)))
+    assert c.as_time(east) == "2026-11-02 07:30:00" and east.astimezone(UTC).hour == 7
+    for table in (c.POOLS, c.RANKINGS, c.EXCLUSIONS, c.INSTANCES, c.WORKLOADS, c.LAG):
+        keys = [key for _, key, _, _ in table]
+        assert len(set(keys)) == len(keys)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any
 
 import click
@@ -17,6 +17,16 @@ from projections.money import eur_text
 from projections.postgres.connection import FleetDatabaseError
 from projections.postgres.lifecycle import STATES
 from projections.read import fleet as fq
+from projections.read.columns import (
+    EXCLUSIONS,
+    INSTANCES,
+    LAG,
+    POOLS,
+    RANKINGS,
+    WORKLOADS,
+    Column,
+    as_time,
+)
 from projections.read.lag import read_lag
 from projections.read.rows import json_row
 from projections.read.savings import savings
@@ -29,32 +39,6 @@ from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
 from spotcap.wiring import open_log, stores
-
-Column = tuple[str, str, Callable[[Any], str], bool]  # label, key, format, right-aligned
-
-
-def _text(v: Any) -> str:
-    return "" if v is None else str(v)
-
-
-def _int(v: Any) -> str:
-    return "" if v is None else f"{v:,}"
-
-
-def _eur(v: Any) -> str:
-    return "" if v is None else eur_text(int(v))
-
-
-def _time(v: Any) -> str:
-    return "" if v is None else v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _float(v: Any) -> str:
-    return "" if v is None else f"{v:.4f}"
-
-
-def _yes(v: Any) -> str:
-    return "" if v is None else ("yes" if v else "no")
 
 
 def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, as_json: bool,
@@ -130,50 +114,6 @@ def _query(settings: Settings, read: Callable[..., Any], columns: Sequence[Colum
     emit(rows, columns, title, as_json, limit)
 
 
-_PRICE: Column = ("€/vCPU-h", "price_per_vcpu_h_eur_micros",
-                  lambda v: "" if v is None else f"€{v / 1e6:.4f}", True)  # fmt: skip
-POOLS: Sequence[Column] = (
-    ("rank", "rank", _int, True), ("pool", "pool_id", _text, False),
-    ("hall", "hall", _text, False), ("model", "purchase_model", _text, False),
-    ("score", "score", _float, True), _PRICE,
-    ("forward vCPU", "forward_available_vcpu", _int, True),
-    ("capacity vCPU", "capacity_vcpu", _int, True), ("excluded", "excluded", _yes, False),
-)  # fmt: skip
-RANKINGS: Sequence[Column] = (
-    ("at", "occurred_at", _time, False), ("rank", "rank", _int, True),
-    ("pool", "pool_id", _text, False), ("score", "score", _float, True),
-    ("available vCPU", "available_vcpu", _int, True),
-    ("interruptions/h", "observed_interruption_per_h", _float, True),
-    ("price", "price_per_vcpu_h_eur_micros", _eur, True), ("inputs", "inputs", _int, True),
-)  # fmt: skip
-EXCLUSIONS: Sequence[Column] = (
-    ("excluded at", "excluded_at", _time, False), ("pool", "pool_id", _text, False),
-    ("reason", "reason", _text, False),
-    ("observed/h", "observed_interruption_per_h", _float, True),
-    ("expected/h", "expected_interruption_per_h", _float, True),
-    ("reclaims", "reclaimed_instances", _int, True),
-    ("evidence", "evidence_event_ids", lambda v: f"{len(v or ()):,} events", True),
-    ("readmitted at", "readmitted_at", _time, False), ("event", "event_id", _text, False),
-)  # fmt: skip
-INSTANCES: Sequence[Column] = (
-    ("instance", "instance_id", _text, False), ("state", "state", _text, False),
-    ("workload", "workload_id", _text, False), ("pool", "pool_id", _text, False),
-    ("vCPU", "vcpu", _int, True), ("launched", "launched_at", _time, False),
-    ("noticed", "noticed_at", _time, False), ("drain", "drain_path", _text, False),
-    ("verified", "drain_verified", _yes, False), ("lost", "lost_at", _time, False),
-)  # fmt: skip
-WORKLOADS: Sequence[Column] = (
-    ("workload", "workload_id", _text, False), ("tier", "tier", _text, False),
-    ("owner", "owner", _text, False), ("target vCPU", "target_vcpu", _int, True),
-    ("floor vCPU", "floor_vcpu", _int, True), ("live vCPU", "live_vcpu", _int, True),
-    ("lost", "lost_instances", _int, True), ("cap/day", "spend_cap_eur_micros", _eur, True),
-    ("approver", "approver", _text, False),
-)  # fmt: skip
-LAG: Sequence[Column] = (
-    ("projection", "projection", _text, False), ("topic", "topic", _text, False),
-    ("partition", "partition", _int, True), ("log end", "end_offset", _int, True),
-    ("applied up to", "next_offset", _int, True), ("lag (records)", "lag", _int, True),
-)  # fmt: skip
 _POOL = click.option("--pool", default=None, help="Only this pool.")
 _WORKLOAD = click.option("--workload", default=None, help="Only this workload.")
 
@@ -270,7 +210,7 @@ def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_
         f"[bold]why {answer.kind} {answer.subject}[/] ({len(answer.steps)} events, oldest first)"
     )
     for s in answer.steps:  # one line per step: ids stay whole for copying
-        say(f"{_time(s.at)}  {escape(s.sentence)}  [dim]{s.event_id}[/]")
+        say(f"{as_time(s.at)}  {escape(s.sentence)}  [dim]{s.event_id}[/]")
 
 
 @click.group()
