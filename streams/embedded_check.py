@@ -48,6 +48,16 @@ class Checked:
             "damage": [d.as_json() for d in self.damage],
         }
 
+    def summary(self, root: Path, seconds: float) -> str:
+        """What was checked under `root`, in words (`spotcap log verify`)."""
+        said = (
+            f"checked {self.segments:,} segments, {self.blocks:,} blocks, {self.records:,} "
+            f"records ({self.bytes / 2**20:,.1f} MiB) under {root} in {seconds:,.1f} s"
+        )
+        if self.writer_active:
+            said += "; another process is writing: the newest bytes of each partition not judged"
+        return said
+
 
 @dataclass(frozen=True, slots=True)
 class Repaired:
@@ -69,6 +79,18 @@ class Repaired:
             "what": self.what,
             "moved_to": str(self.moved_to) if self.moved_to else None,
         }
+
+    def describe(self, root: Path) -> str:
+        """One line (two when bytes were moved) of `spotcap log repair`, paths under `root`."""
+        span = (
+            f"bytes {self.start:,}-{max(self.start, self.end - 1):,}"
+            if self.end > self.start
+            else "new"
+        )
+        moved = f"\n      -> {self.moved_to.relative_to(root)}" if self.moved_to else ""
+        return (
+            f"  {self.path.relative_to(root)}: {span}, offsets {self.offsets}: {self.what}{moved}"
+        )
 
 
 def partitions(log: EmbeddedLog, topics: list[str] | None) -> Iterator[Partition]:

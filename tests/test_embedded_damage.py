@@ -275,3 +275,20 @@ def test_a_changed_count_or_first_offset_neither_drops_nor_repeats_records(
     )
     if change != "first offset":
         assert set(block.offsets) <= good, "a wrong count loses nothing: the records say"
+
+
+def test_what_verify_and_repair_say_in_words(tmp_path: Path) -> None:
+    from streams.embedded_check import Checked, Repaired
+
+    checked = Checked(segments=2, blocks=10, records=1_500, bytes=3 * 2**20, writer_active=True)
+    said = checked.summary(tmp_path, 1.25)
+    assert said.startswith("checked 2 segments, 10 blocks, 1,500 records (3.0 MiB) under ")
+    assert said.endswith("in 1.2 s; another process is writing: the newest bytes of each "
+                         "partition not judged")  # fmt: skip
+    segment = tmp_path / "t" / "0" / "00000000000000000000.avro"
+    moved = Repaired(segment, 100, 200, "5-9", "torn", tmp_path / "_quarantine" / "r" / "x")
+    assert moved.describe(tmp_path) == (
+        "  t/0/00000000000000000000.avro: bytes 100-199, offsets 5-9: torn\n"
+        "      -> _quarantine/r/x"
+    )
+    assert "new, offsets" in Repaired(segment, 0, 0, "0-", "new segment", None).describe(tmp_path)

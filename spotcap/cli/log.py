@@ -113,13 +113,7 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
             fail(f"{found:,} damaged {parts}", repair, json_report=report)
         emit_json(report)
         return
-    summary = (
-        f"checked {checked.segments:,} segments, {checked.blocks:,} blocks, "
-        f"{checked.records:,} records ({checked.bytes / 2**20:,.1f} MiB) under "
-        f"{settings.log_dir} in {seconds:,.1f} s"
-    )
-    if checked.writer_active:
-        summary += "; another process is writing: the newest bytes of each partition not judged"
+    summary = checked.summary(settings.log_dir, seconds)
     if not checked.damage:
         say(f"[green]ok[/]: {escape(summary)}: no damage")
         return
@@ -167,10 +161,7 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
     verb = "would move" if dry_run else "moved"
     say(f"{verb} {len(done):,} {'part' if len(done) == 1 else 'parts'} of the embedded log:")
     for r in done:
-        span = f"bytes {r.start:,}-{max(r.start, r.end - 1):,}" if r.end > r.start else "new"
-        moved = f"\n      -> {r.moved_to.relative_to(settings.log_dir)}" if r.moved_to else ""
-        where = r.path.relative_to(settings.log_dir)
-        say(f"  {where}: {span}, offsets {r.offsets}: {r.what}{moved}", markup=False)
+        say(r.describe(settings.log_dir), markup=False)
     first = next((r.moved_to for r in done if r.moved_to), None)
     if dry_run:
         say("nothing was changed (--dry-run)")
