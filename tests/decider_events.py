@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from schemas.events import (
     Advisory,
     CapacityClaimOpened,
+    CapacityReleased,
     ContractPublished,
     Envelope,
     FallbackReviewed,
@@ -192,6 +193,7 @@ class Events:
         *,
         claim_id: str | None = None,
         duration_s: int | None = None,
+        families: tuple[str, ...] = (),
     ) -> Envelope:
         return self.env(
             CapacityClaimOpened(
@@ -201,7 +203,20 @@ class Events:
                 cluster="k8s-test",
                 requested_vcpu=vcpu,
                 reason="pending pods",
+                sku_families=families,
                 expected_duration_s=duration_s,
+            ),
+            at_us,
+        )
+
+    def released(self, workload_id: str, claim_id: str, vcpu: int, at_us: int) -> Envelope:
+        return self.env(
+            CapacityReleased(
+                claim_id=claim_id,
+                workload_id=workload_id,
+                scheduler="kubernetes",
+                released_vcpu=vcpu,
+                reason="the work is done",
             ),
             at_us,
         )

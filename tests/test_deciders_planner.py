@@ -217,3 +217,34 @@ def test_an_excluded_pool_is_never_chosen(fleet_: Fleet, asks: list[tuple[int, i
         chosen = {a.pool_id for a in p.allocations}
         assert not chosen & fleet_.excluded
         assert set(p.excluded_pool_ids) == fleet_.excluded
+
+
+def test_a_plan_overshoots_its_request_by_as_little_as_the_sizes_allow() -> None:
+    from streams.deciders.waterfill import Candidate, spread
+
+    candidates = [
+        Candidate(f"p{n}-{size}", f"g{n}", "hall-a", size, 10_000)
+        for n in range(8)
+        for size in (48, 8)
+    ]
+    groups = {c.pool_id: c.correlation_group for c in candidates}
+    loose = CAPS.__class__(pool_cap_share=1.0, group_cap_share=1.0)
+    # 104 vCPU: two 48s leave 8, which an 8-vCPU instance takes, never a third 48.
+    plan = spread(104, {}, groups, candidates, settings=loose)
+    assert sum(plan.allocations.values()) == 104
+    plan = spread(20, {}, groups, candidates, settings=loose)
+    assert sum(plan.allocations.values()) == 24  # three 8s: the least above 20
+
+
+def test_the_floor_goes_only_on_pools_of_the_families_the_work_runs_on() -> None:
+    specs = [*spread_fleet(halls=3), PoolSpec("g5", 24, "hall-a", "committed", 480, 0.0, 90_000)]
+    events, driver = setup(specs, floor_vcpu=48)
+    [placement] = [
+        d
+        for d in driver.feed(events.claim(WL, 96, T0_US + MIN, families=("c7", "c8")))
+        if d.event_type == "placement_decided"
+    ]
+    p = placement.payload
+    assert isinstance(p, PlacementDecided)
+    floor = by_pool(p, "committed")
+    assert floor and all(pool.startswith("c7.") for pool in floor)

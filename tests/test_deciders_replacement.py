@@ -159,3 +159,42 @@ def launch_replacement(
                     tags=role,
                 )
             )
+
+
+def test_capacity_the_open_claims_no_longer_ask_for_is_not_replaced() -> None:
+    events, driver = setup()
+    placed(driver, events, 64, BY_ID)
+    # One instance more than the claim asks for (a launch that landed twice, say).
+    spec = next(s for s in SPECS if s.model == "reclaimable" and s.size_vcpu == 4)
+    driver.feed(events.launched("i-extra", spec, WL, T0_US + 2 * MIN))
+    instances = sorted(held(driver).items())
+    first, first_pool = instances[0]
+    [skipped] = replacements(
+        driver.feed(events.notice(first, BY_ID[first_pool], WL, T0_US + 3600 * S))
+    )
+    p = skipped.payload
+    assert isinstance(p, ReplacementRequested)
+    assert p.vcpu == 0 and p.allocations == () and p.unplaced_vcpu == 0
+    assert p.caps_reason is not None and p.caps_reason.startswith("not replaced")
+    # The next one is needed again: the claims ask for 64 and 64 - 4 would be left.
+    second, second_pool = next((i, pool) for i, pool in instances[1:] if BY_ID[pool].size_vcpu == 4)
+    [request] = replacements(
+        driver.feed(events.notice(second, BY_ID[second_pool], WL, T0_US + 3601 * S))
+    )
+    q = request.payload
+    assert isinstance(q, ReplacementRequested)
+    assert q.vcpu == 4 and sum(a.vcpu for a in q.allocations) == 4
+
+
+def test_a_released_claims_instances_are_not_replaced() -> None:
+    events, driver = setup()
+    claim = events.claim(WL, 64, T0_US + MIN, claim_id="claim/done")
+    [placement] = [d for d in driver.feed(claim) if d.event_type == "placement_decided"]
+    launch(events, driver, placement, BY_ID)
+    driver.feed(events.released(WL, "claim/done", 64, T0_US + 3600 * S))
+    instance, pool_id = sorted(held(driver).items())[0]
+    [skipped] = replacements(
+        driver.feed(events.lost(instance, BY_ID[pool_id], WL, T0_US + 3601 * S))
+    )
+    assert isinstance(skipped.payload, ReplacementRequested)
+    assert skipped.payload.allocations == ()

@@ -537,14 +537,18 @@ class FallbackArbiter:
             if h.purchase_model != "reclaimable" and h.pool_id in view.pools:
                 hall = view.pools[h.pool_id].hall
                 by_hall[hall] = by_hall.get(hall, 0) + h.vcpu
-        guaranteed = eligibility.with_room(view, "guaranteed")
+        families = state.facts.needs().families
+        guaranteed = eligibility.with_room(view, "guaranteed", families=families)
         return spread_floor(vcpu, by_hall, (), guaranteed, avoid_halls=avoid_halls)
 
     def _fit(
         self, state: ArbiterState, vcpu: int, budget: int, at: int, view: RegionView
     ) -> tuple[FloorSpread, int]:
         """The largest plan for at most `vcpu` whose projected cost fits `budget`."""
-        sizes = [c.instance_vcpu for c in eligibility.with_room(view, "guaranteed")]
+        families = state.facts.needs().families
+        sizes = [
+            c.instance_vcpu for c in eligibility.with_room(view, "guaranteed", families=families)
+        ]
         step_vcpu = min(sizes) if sizes else 1
         want = vcpu
         while want > 0:

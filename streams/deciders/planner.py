@@ -148,14 +148,16 @@ class Planner:
                 floor = spread_floor(
                     floor_need,
                     by_hall,
-                    eligibility.with_room(view, "committed"),
-                    eligibility.with_room(view, "guaranteed"),
+                    eligibility.with_room(view, "committed", families=request.needs.families),
+                    eligibility.with_room(view, "guaranteed", families=request.needs.families),
                 )
                 for (pool_id, model), vcpu in sorted(floor.allocations.items()):
                     allocations.append(Allocation(pool_id, vcpu, model))
                 floor_vcpu = sum(floor.allocations.values())
                 floor_unplaced = floor.unplaced_vcpu
-        rest = max(0, request.vcpu - floor_vcpu - floor_unplaced)
+        # Floor that found no committed or guaranteed room of the work's families is placed
+        # with the rest (the work runs; the decision says the floor is not held).
+        rest = max(0, request.vcpu - floor_vcpu)
         eligible = eligibility.reclaimable(
             view, request.needs, unrecorded_per_h=settings.exclusion.unrecorded_expected_per_h
         )
@@ -173,7 +175,10 @@ class Planner:
         if plan.eligible < settings.placement.min_pools:
             reason = f"{reason}; {eligible.explain()}"
         if floor_unplaced:
-            note = f"floor: {floor_unplaced} vCPU unplaced, no committed or guaranteed room"
+            note = (
+                f"floor: {floor_unplaced} vCPU found no committed or guaranteed room of the "
+                "work's families and go with the rest on reclaimable capacity"
+            )
             reason = f"{note}; {reason}" if reason else note
         if facts.terms is None:
             reason = "no contract published for the workload yet; floor unknown" + (
@@ -200,7 +205,7 @@ class Planner:
             eligible_pool_count=plan.eligible,
             pool_cap_vcpu=plan.pool_cap_vcpu,
             group_cap_vcpu=plan.group_cap_vcpu,
-            unplaced_vcpu=plan.unplaced_vcpu + floor_unplaced,
+            unplaced_vcpu=plan.unplaced_vcpu,
         )
         return decision(
             payload,

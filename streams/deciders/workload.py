@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from schemas.events import (
     CapacityClaimOpened,
+    CapacityReleased,
     ContractPublished,
     Envelope,
     InstanceDeleted,
@@ -34,6 +35,8 @@ FALLBACK_ROLE = "fallback"
 SPREAD_ROLE = "spread"
 
 LIFECYCLE_INPUTS = frozenset({"instance_launched", "instance_lost", "instance_deleted"})
+# What the workload's schedulers ask for: a claim counts from its opening to its release.
+DEMAND_INPUTS = frozenset({"capacity_claim_opened", "capacity_released"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,12 @@ class WorkloadFacts:
     instances: Mapping[str, Held] = field(default_factory=dict)
     families: frozenset[str] = frozenset()
     sizes_vcpu: frozenset[int] = frozenset()
+    claims: Mapping[str, int] = field(default_factory=dict)  # open claim -> vCPU it asks for
+
+    @property
+    def asked_vcpu(self) -> int:
+        """vCPU the workload's open claims ask for (opened, not yet released)."""
+        return sum(self.claims.values())
 
     def vcpu(self, model: PurchaseModel | None = None, *, floor: bool | None = None) -> int:
         return sum(
@@ -130,10 +139,13 @@ class WorkloadFacts:
         if isinstance(p, ContractPublished):
             return replace(facts, terms=Terms.of(p))
         if isinstance(p, CapacityClaimOpened):
+            facts = replace(facts, claims=put(facts.claims, p.claim_id, p.requested_vcpu))
             families, sizes = frozenset(p.sku_families), frozenset(p.sizes_vcpu)
             if families == facts.families and sizes == facts.sizes_vcpu:
                 return facts
             return replace(facts, families=families, sizes_vcpu=sizes)
+        if isinstance(p, CapacityReleased):
+            return replace(facts, claims=drop(facts.claims, p.claim_id))
         if isinstance(p, InstanceLaunched):
             role = p.tags.get(ROLE_TAG)
             floor = p.purchase_model == "committed" or role == FLOOR_ROLE
