@@ -9,12 +9,11 @@ import pyarrow as pa
 import pytest
 
 import projections.ledger.writer as ledger_writer
-from projections.ledger.pricing import price
-from projections.ledger.rates import Card, RateBook
+from projections.ledger.pricer import Pricer
 from projections.ledger.rule import COST_CAUSES, RECORDED
 from projections.ledger.store import ChdbStore, LedgerError
 from projections.ledger.writer import LedgerWriter
-from schemas.events import RateCard, UsageInterval
+from schemas.events import UsageInterval
 from tests.projection_support import (
     Positioned,
     batches,
@@ -73,49 +72,62 @@ def test_counterfactual_minus_cost_lines_is_the_net_saving_for_every_workload_an
         " FROM net_saving"
     )[0]
     assert total["n"] == sum(r["n"] for r in saving)
-    assert total["c"] == sum(r["c"] for r in saving) > total["n"] > 0
+    assert total["c"] == sum(r["c"] for r in saving) > 0
+    # The workloads save; the region's reservations, mostly idle for 30 workloads, cost more.
+    workloads = ledger_store.query(
+        "SELECT sum(net_saving_eur_micros) AS n FROM net_saving WHERE workload_id != '(platform)'"
+    )[0]
+    assert total["c"] > workloads["n"] > 0 > total["n"]
 
 
 def test_every_line_names_the_event_that_caused_it_and_that_events_workload(
     ledger_store: ChdbStore,
 ) -> None:
     write(LedgerWriter(ledger_store), ledger_events(), 3000)
+    # A line's event is the event that caused it; an hour of a reservation's cost names the
+    # reservation instead (its id is derived from the reservation and the hour).
     orphans = ledger_store.query(
         "SELECT count() AS n FROM ledger_lines AS l FINAL"
-        " LEFT ANTI JOIN (SELECT event_id FROM events FINAL) AS e ON l.event_id = e.event_id"
+        " LEFT ANTI JOIN (SELECT event_id FROM events FINAL) AS e"
+        " ON (l.event_type = 'reservation_committed' ? toUUID(l.decided_by) : l.event_id)"
+        " = e.event_id"
     )
     assert orphans == [{"n": 0}]
     charged_elsewhere = ledger_store.query(
         "SELECT count() AS n FROM ledger_lines AS l FINAL"
         " JOIN (SELECT event_id, JSONExtractString(payload, 'workload_id') AS w FROM events FINAL)"
-        " AS e ON l.event_id = e.event_id WHERE e.w != l.workload_id"
+        " AS e ON l.event_id = e.event_id WHERE e.w != l.workload_id AND l.cause != 'idle_floor'"
     )
     assert charged_elsewhere == [{"n": 0}]
+    platform = ledger_store.query(
+        "SELECT DISTINCT workload_id AS w FROM ledger_lines FINAL WHERE cause = 'idle_floor'"
+    )
+    assert platform == [{"w": "(platform)"}]
     causes = {r["cause"] for r in ledger_store.query("SELECT DISTINCT cause FROM ledger_lines")}
-    assert {"counterfactual", "reclaimable_spend", "footprint", "checkpoint_storage"} <= causes
+    assert {
+        "counterfactual", "reclaimable_spend", "footprint", "checkpoint_storage", "surplus",
+        "idle_floor",
+    } <= causes  # fmt: skip
+    # A surplus line names the decision that launched the instance (the sim's baseline's).
+    unnamed = ledger_store.query(
+        "SELECT count() AS n FROM ledger_lines FINAL WHERE cause = 'surplus' AND decided_by = ''"
+    )
+    assert unnamed == [{"n": 0}]
 
 
 def test_the_stored_lines_are_what_pricing_in_python_gives(ledger_store: ChdbStore) -> None:
     events = ledger_events()
     write(LedgerWriter(ledger_store), events, 1500)
-    book = RateBook()
+    pricer = Pricer(RECORDED)
     expected: Lines = {}
-    for _, e in events:
-        p = e.payload
-        if isinstance(p, RateCard):
-            card = Card(
-                p.valid_from_at,
-                e.event_id,
-                p.valid_until_at,
-                p.price_per_vcpu_h_eur_micros,
-                p.guaranteed_price_per_vcpu_h_eur_micros,
-                p.purchase_model,
-            )
-            book.add(p.pool_id, card)
-        for line in price(e, book, RECORDED):
-            day = str(pa.scalar(line.day, pa.date32()))
-            expected[(line.workload_id, day, line.cause, line.event_id)] = line.amount_eur_micros
-    assert lines(ledger_store) == expected
+    made = [line for _, e in events for line in pricer.feed(e)] + pricer.advance()
+    for line in made:
+        day = str(pa.scalar(line.day, pa.date32()))
+        key = (line.workload_id, day, line.cause, line.event_id)
+        expected[key] = expected.get(key, 0) + line.amount_eur_micros
+    got = lines(ledger_store)
+    # The idle floor accrues hour by hour: the one pass has one line an hour, the batches too.
+    assert got == expected
 
 
 def test_a_batch_inserted_again_after_a_crash_counts_once(ledger_store: ChdbStore) -> None:
