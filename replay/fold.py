@@ -270,7 +270,10 @@ class Fold:
             return
         until = self.priced_until.get(p.pool_id)
         first_start = book.first_start(p.pool_id)
-        if until is None or (p.valid_from_at >= until and first_start is not None):
+        # On time: nothing priced yet from its start on, and not a new first card (the
+        # moments before a pool's first card are priced at that card).
+        on_time = first_start is not None and p.valid_from_at >= max(until or 0, first_start)
+        if until is None or on_time:
             book.add(p.pool_id, row)
             return
         # A card for moments already priced: re-price what it touches (see the docstring).

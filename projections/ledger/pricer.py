@@ -253,7 +253,10 @@ class Pricer:
             return []  # the same card again (a batch read twice): nothing changes
         until = self.priced_until.get(c.pool_id)
         first_start = self.book.first_start(c.pool_id)
-        if until is None or (c.valid_from_at >= until and first_start is not None):
+        # On time: nothing priced yet from its start on, and not a new first card (the
+        # moments before a pool's first card are priced at that card).
+        on_time = first_start is not None and c.valid_from_at >= max(until or 0, first_start)
+        if until is None or on_time:
             self.book.add(c.pool_id, row)  # nothing priced yet that it prices: on time
             return []
         return self._reprice(e, c, row)
