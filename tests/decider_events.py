@@ -161,6 +161,7 @@ class Events:
         deadline_at: int | None = None,
         checkpoint_on_notice: bool = True,
         checkpoint_interval_s: int | None = 3600,
+        approver: str | None = None,
     ) -> Envelope:
         return self.env(
             ContractPublished(
@@ -177,7 +178,7 @@ class Events:
                 target_vcpu=target_vcpu,
                 floor_vcpu=floor_vcpu,
                 spend_cap_eur_micros=spend_cap_eur_micros,
-                approver=f"oncall-{workload_id}@example.org",
+                approver=f"oncall-{workload_id}@example.org" if approver is None else approver,
                 priority=priority,
                 checkpoint_interval_s=checkpoint_interval_s,
                 deadline_at=deadline_at,
@@ -222,12 +223,18 @@ class Events:
         )
 
     def reviewed(
-        self, workload_id: str, at_us: int, *, vcpu: int, approved_eur_micros: int
+        self,
+        workload_id: str,
+        at_us: int,
+        *,
+        vcpu: int,
+        approved_eur_micros: int,
+        approver: str | None = None,
     ) -> Envelope:
         return self.env(
             FallbackReviewed(
                 workload_id=workload_id,
-                approver=f"oncall-{workload_id}@example.org",
+                approver=f"oncall-{workload_id}@example.org" if approver is None else approver,
                 outcome="approved" if approved_eur_micros else "rejected",
                 vcpu=vcpu,
                 approved_spend_eur_micros=approved_eur_micros,

@@ -4,6 +4,7 @@ oldest first, each with its time and event id (read from the fleet state's journ
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -121,26 +122,64 @@ def _replacement(p: Payload, e: dict[str, Any]) -> str:
 def _placement(p: Payload, e: dict[str, Any]) -> str:
     pools = len({a["pool_id"] for a in p["allocations"]})
     ranking = f", from ranking {p['ranking_id']}" if p.get("ranking_id") else ""
-    return (f"{p['workload_id']} was placed: {p['requested_vcpu']:,} vCPU over {pools} pools "
-            f"(floor {p['floor_vcpu']:,} vCPU), {eur_text(p['premium_per_h_eur_micros'])}/h over "
-            f"the price-first plan{ranking}")  # fmt: skip
+    unplaced = p.get("unplaced_vcpu", 0)
+    if not pools:
+        return (f"{p['workload_id']} asked for {p['requested_vcpu']:,} vCPU and none could be "
+                f"placed: {unplaced:,} vCPU left to the fallback arbiter")  # fmt: skip
+    left = f"; {unplaced:,} vCPU left to the fallback arbiter" if unplaced else ""
+    return (f"{p['workload_id']} was placed: {p['requested_vcpu'] - unplaced:,} of "
+            f"{p['requested_vcpu']:,} vCPU over {pools} pools (floor {p['floor_vcpu']:,} vCPU), "
+            f"{eur_text(p['premium_per_h_eur_micros'])}/h over the price-first "
+            f"plan{ranking}{left}")  # fmt: skip
+
+
+def _name(value: str | None, missing: str) -> str:
+    """A person's name, or what stands for it when there is none (never an empty name)."""
+    return value.strip() if value and value.strip() else missing
 
 
 def _fallback(p: Payload, e: dict[str, Any]) -> str:
     head = f"fallback moved {p['vcpu']:,} vCPU of {p['workload_id']} to guaranteed capacity"
     spend, cap = eur_text(p["spend_eur_micros"]), eur_text(p["cap_eur_micros"])
+    reason = _micros_to_euros(p["reason"])
     if p["kind"] == "floor_restore":
-        return f"{head} to restore its floor, without asking (ADR-23): {p['reason']}"
+        return f"{head} to restore its floor, without asking (ADR-23): {reason}"
     if p["kind"] == "within_cap":
-        return f"{head} within its cap: {spend} spent today of {cap} ({p['reason']})"
-    return (f"{head} beyond its cap: today's spend would be {spend} against a cap of {cap}, so "
-            f"the approver {p['approver']} was paged ({p['reason']})")  # fmt: skip
+        return f"{head} within its cap: {spend} spent today of {cap} ({reason})"
+    who = _name(p["approver"], "")
+    if p.get("awaiting_approval"):
+        paged = f"the approver {who} was paged" if who else "nobody was paged (no approver named)"
+        return (f"{p['vcpu']:,} vCPU of {p['workload_id']} would take today's fallback spend "
+                f"beyond its cap of {cap}: {paged}, and nothing is spent until the approver "
+                f"answers ({reason})")  # fmt: skip
+    approved = f"as {who} approved" if who else "as approved"
+    return f"{head} beyond its cap {approved}: {spend} spent today against {cap} ({reason})"
+
+
+def _withheld(p: Payload, e: dict[str, Any]) -> str:
+    owner = _name(p["owner"], "its owner")
+    if p.get("refused_approver") is not None:
+        return (f"an approval of fallback for {p['workload_id']} by "
+                f"{_name(p['refused_approver'], 'someone unnamed')} was refused: "
+                f"{_micros_to_euros(p['reason'])}")  # fmt: skip
+    return (f"{p['vcpu']:,} vCPU of {p['workload_id']} wait on reclaimable capacity: guaranteed "
+            f"capacity would cost {eur_text(p['would_cost_eur_micros'])} beyond its cap of "
+            f"{eur_text(p['cap_eur_micros'])} a day and its contract names no approver, so "
+            f"nothing is spent and {owner} is told")  # fmt: skip
 
 
 def _review(p: Payload, e: dict[str, Any]) -> str:
-    return (f"{p['approver']} {p['outcome']} {p['vcpu']:,} vCPU and "
+    return (f"{_name(p['approver'], 'someone unnamed')} {p['outcome']} {p['vcpu']:,} vCPU and "
             f"{eur_text(p['approved_spend_eur_micros'])} of fallback for "
             f"{p['workload_id']}")  # fmt: skip
+
+
+_MICROS = re.compile(r"(-?\d+) micro-EUR")
+
+
+def _micros_to_euros(text: str) -> str:
+    """A reason recorded before decisions spoke euros: its micro-euros in euros."""
+    return _MICROS.sub(lambda m: eur_text(int(m.group(1))), text)
 
 
 def _returned(p: Payload, e: dict[str, Any]) -> str:
@@ -160,10 +199,12 @@ def _readmitted(p: Payload, e: dict[str, Any]) -> str:
 
 
 def _contract(p: Payload, e: dict[str, Any]) -> str:
+    who = _name(p["approver"], "")
+    approver = f"approver {who}" if who else "no approver, so nothing beyond the cap is spent"
     return (f"{p['workload_id']} published contract v{p['contract_version']} ({p['tier']}, "
             f"floor {p['floor_vcpu']:,} of {p['target_vcpu']:,} vCPU, drain budget "
             f"{p['drain_budget_s']} s, fallback cap {eur_text(p['spend_cap_eur_micros'])} a day, "
-            f"approver {p['approver']})")  # fmt: skip
+            f"{approver})")  # fmt: skip
 
 
 def _deleted(p: Payload, e: dict[str, Any]) -> str:
@@ -194,6 +235,7 @@ SENTENCES: dict[str, Callable[[Payload, dict[str, Any]], str]] = {
     "replacement_requested": _replacement,
     "placement_decided": _placement,
     "fallback_decided": _fallback,
+    "fallback_withheld": _withheld,
     "fallback_reviewed": _review,
     "fallback_returned": _returned,
     "pool_excluded": _excluded,
@@ -274,7 +316,8 @@ def why_workload(conn: Connection, workload_id: str, limit: int = 200) -> Answer
     rows = _fetch(
         conn,
         "key = %s AND event_type IN ('contract_published', 'placement_decided',"
-        " 'fallback_decided', 'fallback_reviewed', 'fallback_returned', 'replacement_requested')"
+        " 'fallback_decided', 'fallback_reviewed', 'fallback_returned', 'fallback_withheld',"
+        " 'replacement_requested')"
         " ORDER BY occurred_at DESC LIMIT %s",
         [workload_id, limit],
     )

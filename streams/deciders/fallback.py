@@ -16,7 +16,12 @@ the approver's `fallback_reviewed`. Reads the region view. Outputs: `fallback_de
   until the end of the UTC day, at least the minimum dwell) is spent automatically while the
   day's fallback spend stays within the contract's cap: kind ``within_cap``. Beyond the cap the
   rest is an *escalation*: kind ``escalated`` with ``awaiting_approval``, naming the approver
-  and spending nothing; an approving `fallback_reviewed` then launches what it approves.
+  the contract names and spending nothing; an approving `fallback_reviewed` from that approver
+  then launches what it approves. **No spending without a named authority** (ADR-23, ADR-30):
+  a contract that names no approver cannot escalate, so the rest is withheld
+  (`fallback_withheld`: the work waits on reclaimable capacity, unspent, and the owner is
+  told); an approval from anyone but the named approver is refused the same way, with its
+  reason.
 * **Staggering** (ADR-24). During a wave (a cause with a correlation id) a workload of
   priority p falls back ``p x stagger_step_s`` after the wave's event that left it short,
   priority 0 at once, so the most important work gets guaranteed room first.
@@ -45,6 +50,7 @@ from schemas.events import (
     FallbackKind,
     FallbackReturned,
     FallbackReviewed,
+    FallbackWithheld,
     InstanceLost,
     LaunchFailed,
     NoticeReceived,
@@ -204,7 +210,16 @@ class FallbackArbiter:
             kept = tuple(a for a in state.active if a.cause.event_id != p.fallback_event_id)
             return replace(state, active=kept)
         if isinstance(p, FallbackReviewed):
+            terms = state.facts.terms
+            if terms is None or not terms.approver or p.approver != terms.approver:
+                return state  # not the named approver's answer: the escalation still waits
             return replace(state, escalation=None)
+        if isinstance(p, FallbackWithheld):
+            if p.refused_approver is not None:
+                return state  # a refused approval changes nothing
+            # The work waits on reclaimable capacity: no retry until something changes.
+            shortfall = max(0, state.shortfall_vcpu - p.vcpu)
+            return _settled(replace(state, shortfall_vcpu=shortfall))
         if isinstance(p, CapacityClaimOpened) and p.expected_duration_s:
             terms = state.facts.terms
             if terms is not None and terms.deadline_at is not None:
@@ -436,9 +451,37 @@ class FallbackArbiter:
         rest = ask.vcpu - placed
         if rest > 0:
             beyond = self._cost(self._plan(state, rest, view), ask.at_us, view)
+            cap = _eur(terms.spend_cap_eur_micros)
+            if not terms.approver:  # nobody may approve: the work waits, unspent
+                reason = (
+                    f"{ask.reason}; {rest} vCPU more would cost {_eur(beyond)} beyond the daily "
+                    f"cap of {cap}, and the contract names no approver: the work waits on "
+                    f"reclaimable capacity, nothing spent; {terms.owner or 'its owner'} is told"
+                )
+                spent = state.spent_on(ask.at_us // DAY_US) + cost
+                withheld = FallbackWithheld(
+                    workload_id=state.facts.workload_id,
+                    vcpu=rest,
+                    spend_eur_micros=spent,
+                    cap_eur_micros=terms.spend_cap_eur_micros,
+                    would_cost_eur_micros=beyond,
+                    owner=terms.owner,
+                    approver=None,
+                    reason=reason,
+                )
+                out.append(
+                    decision(
+                        withheld,
+                        cause=ask.cause,
+                        at_us=ask.at_us,
+                        decider=NAME,
+                        discriminator=f"{trigger}/withheld/{ask.at_us}",
+                    )
+                )
+                return out
             note = (
-                f"{ask.reason}; {rest} vCPU more would cost {beyond} micro-EUR beyond the daily "
-                f"cap of {terms.spend_cap_eur_micros}: paged {terms.approver}, nothing spent"
+                f"{ask.reason}; {rest} vCPU more would cost {_eur(beyond)} beyond the daily cap "
+                f"of {cap}: paged {terms.approver}, nothing spent"
             )
             nothing = FloorSpread({}, rest, frozenset())
             escalation = Grant("escalated", trigger, nothing, 0, awaiting_approval=True, vcpu=rest)
@@ -458,12 +501,35 @@ class FallbackArbiter:
         if pending is None or p.outcome != "approved":
             return []
         at = event.occurred_at
+        if not terms.approver or p.approver != terms.approver:
+            named = f"names {terms.approver}" if terms.approver else "names no approver"
+            reason = (
+                f"an approval of {_eur(p.approved_spend_eur_micros)} by "
+                f"{p.approver or 'someone unnamed'} was refused: the contract {named} (ADR-30); "
+                "nothing spent"
+            )
+            refused = FallbackWithheld(
+                workload_id=state.facts.workload_id,
+                vcpu=p.vcpu,
+                spend_eur_micros=state.spent_on(at // DAY_US),
+                cap_eur_micros=terms.spend_cap_eur_micros,
+                would_cost_eur_micros=p.approved_spend_eur_micros,
+                owner=terms.owner,
+                approver=terms.approver or None,
+                refused_approver=p.approver,
+                reason=reason,
+            )
+            return [
+                decision(
+                    refused, cause=Cause.of(event), at_us=at, decider=NAME, discriminator="refused"
+                )
+            ]
         plan, cost = self._fit(
             state, min(p.vcpu, pending.vcpu), p.approved_spend_eur_micros, at, view
         )
         if not plan.allocations:
             return []
-        reason = f"approved by {p.approver} up to {p.approved_spend_eur_micros} micro-EUR"
+        reason = f"approved by {p.approver} up to {_eur(p.approved_spend_eur_micros)}"
         grant = Grant("escalated", "approval", plan, cost)
         return [self._stamp(state, terms, grant, Ask(p.vcpu, Cause.of(event), at, reason))]
 
@@ -607,6 +673,12 @@ class FallbackArbiter:
             decider=NAME,
             discriminator=f"{grant.trigger}/{grant.kind}/{part}/{at}",
         )
+
+
+def _eur(micros: int) -> str:
+    """Euros for people, to the cent (decisions' reasons never show raw micro-euros)."""
+    cents = (abs(micros) + 5_000) // 10_000
+    return f"{'-' if micros < 0 and cents else ''}€{cents // 100:,}.{cents % 100:02d}"
 
 
 def _held_by(state: ArbiterState, active: Active) -> dict[str, int]:

@@ -47,7 +47,8 @@ class Terms:
     target_vcpu: int = 0
     tolerated_per_h: float = 0.0
     spend_cap_eur_micros: int = 0
-    approver: str = ""
+    approver: str = ""  # "" when the contract names none: nothing beyond the cap is spent
+    owner: str = ""
     priority: int = 0
     deadline_at: int | None = None
     checkpoint_on_notice: bool = False
@@ -62,6 +63,7 @@ class Terms:
             tolerated_per_h=c.tolerated_interruptions_per_h,
             spend_cap_eur_micros=c.spend_cap_eur_micros,
             approver=c.approver,
+            owner=c.owner,
             priority=c.priority,
             deadline_at=c.deadline_at,
             checkpoint_on_notice=c.checkpoint_on_notice,
