@@ -4,10 +4,15 @@ without an approver reads as plain sentences (no empty name, no raw micro-euros)
 
 from __future__ import annotations
 
+import projections.ledger.writer as ledger_writer
+from projections.ledger.pricing import LedgerLine
+from projections.ledger.store import ChdbStore
+from projections.ledger.writer import LedgerWriter
 from projections.postgres.connection import Connection
 from projections.postgres.writer import FleetWriter
 from projections.read.why import why
 from schemas.events import (
+    Allocation,
     ContractPublished,
     DrainCompleted,
     DrainStarted,
@@ -109,3 +114,25 @@ def test_a_contract_without_an_approver_reads_as_plain_sentences(fleet: Connecti
     assert "€1,418.61" in sentences[2] and "team-thumbs is told" in sentences[2]
     for s in sentences:
         assert "  " not in s and "micro" not in s
+
+
+def test_a_workloads_why_names_the_decision_that_ran_capacity_nobody_asked_for(
+    fleet: Connection, ledger_store: ChdbStore
+) -> None:
+    placed = event(
+        PlacementDecided(W, 64, 0, (Allocation(P, 96, "reclaimable"),), 0, 0, 0, ()),
+        10, name="placed-surplus",
+    )  # fmt: skip
+    FleetWriter(fleet).write(positioned([placed]), {})
+    LedgerWriter(ledger_store)  # the ledger's tables
+    line = LedgerLine(W, T0_US // 86_400_000_000, "surplus", placed.event_id, 1_230_000, 32.5,
+                      "vcpu_h", P, "reclaimable", "i-9", "usage_interval", T0_US, "recorded",
+                      placed.event_id)  # fmt: skip
+    ledger_store.insert("ledger_lines", ledger_writer._lines_table([line]))
+    steps = why(fleet, W, ledger_store).steps
+    [surplus] = [s for s in steps if s.event_type == "surplus"]
+    assert surplus.event_id == placed.event_id
+    assert surplus.sentence == (
+        f"this placement launched capacity that ran 32.5 vCPU-hours beyond what {W}'s open "
+        "claims asked for: €1.23 of surplus"
+    )

@@ -1,5 +1,7 @@
 """`why`: for an instance, a workload or an event, the chain of causes in plain sentences,
-oldest first, each with its time and event id (read from the fleet state's journal)."""
+oldest first, each with its time and event id (read from the fleet state's journal). For a
+workload, with the ledger at hand, also each decision that launched capacity running beyond
+what the workload's claims asked for, and what that surplus cost (the ledger's lines)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from projections.eventtime import iso
+from projections.ledger.rule import SURPLUS
+from projections.ledger.store import LedgerStore
 from projections.money import eur_text
 from projections.postgres.connection import Connection
 from projections.read.rows import utc_text
@@ -113,6 +117,9 @@ def _wasted(p: Payload, e: dict[str, Any]) -> str:
 
 
 def _replacement(p: Payload, e: dict[str, Any]) -> str:
+    if not p["vcpu"] and not p["allocations"]:
+        why = (p.get("caps_reason") or "").removeprefix("not replaced: ")
+        return f"{p['replaces_instance_id']} was not replaced: {why or 'nothing asked for it'}"
     avoid = p["excluded_pool_ids"]
     avoiding = f", avoiding {len(avoid)} excluded pools" if avoid else ""
     return (f"a replacement of {p['vcpu']} {p['purchase_model']} vCPU was requested for "
@@ -312,7 +319,9 @@ def why_instance(conn: Connection, instance_id: str) -> Answer:
     return Answer("instance", instance_id, _steps([*causes, *own, *successors]))
 
 
-def why_workload(conn: Connection, workload_id: str, limit: int = 200) -> Answer:
+def why_workload(
+    conn: Connection, workload_id: str, limit: int = 200, ledger: LedgerStore | None = None
+) -> Answer:
     rows = _fetch(
         conn,
         "key = %s AND event_type IN ('contract_published', 'placement_decided',"
@@ -323,7 +332,42 @@ def why_workload(conn: Connection, workload_id: str, limit: int = 200) -> Answer
     )
     if not rows:
         raise NotFoundError(f"no workload {workload_id!r} in the fleet state")
-    return Answer("workload", workload_id, _steps(rows))
+    steps = _steps(rows)
+    if ledger is not None:
+        steps = sorted([*steps, *_surplus(conn, ledger, workload_id)],
+                       key=lambda s: (s.at, s.event_id))  # fmt: skip
+    return Answer("workload", workload_id, steps)
+
+
+def _surplus(conn: Connection, ledger: LedgerStore, workload_id: str, top: int = 10) -> list[Step]:
+    """The decisions whose launches ran most beyond what the workload's claims asked for."""
+    rows = ledger.query(
+        "SELECT decided_by, sum(quantity) AS q, sum(amount_eur_micros) AS a FROM ledger_lines"
+        f" FINAL WHERE workload_id = {{w:String}} AND cause = '{SURPLUS}' AND decided_by != ''"
+        " GROUP BY decided_by ORDER BY a DESC, decided_by LIMIT {n:UInt32}",
+        {"w": workload_id, "n": top},
+    )
+    by_id = {str(r["decided_by"]): r for r in rows}
+    if not by_id:
+        return []
+    decisions = _fetch(conn, "event_id = ANY(%s::uuid[])", [list(by_id)])
+    out = []
+    for d in decisions:
+        r = by_id[d["event_id"]]
+        what = _DECISION.get(d["event_type"], d["event_type"].replace("_", " "))
+        sentence = (
+            f"this {what} launched capacity that ran {float(r['q']):,.1f} vCPU-hours beyond what "
+            f"{workload_id}'s open claims asked for: {eur_text(int(r['a']))} of surplus"
+        )
+        out.append(Step(d["occurred_at"], d["event_id"], "surplus", sentence))
+    return out
+
+
+_DECISION = {
+    "placement_decided": "placement",
+    "replacement_requested": "replacement",
+    "fallback_decided": "fallback",
+}
 
 
 def why_event(conn: Connection, event_id: str) -> Answer:
@@ -335,8 +379,9 @@ def why_event(conn: Connection, event_id: str) -> Answer:
     return Answer("event", event_id, _steps([*causes, *rows, *effects]))
 
 
-def why(conn: Connection, ident: str) -> Answer:
-    """The chain for an event id, an instance id or a workload id (tried in that order)."""
+def why(conn: Connection, ident: str, ledger: LedgerStore | None = None) -> Answer:
+    """The chain for an event id, an instance id or a workload id (tried in that order); with
+    the `ledger`, a workload's chain names the decisions behind its surplus."""
     try:
         uuid.UUID(ident)
     except ValueError:
@@ -352,7 +397,7 @@ def why(conn: Connection, ident: str) -> Answer:
     if known and known[0]:
         return why_instance(conn, ident)
     try:
-        return why_workload(conn, ident)  # a workload, with or without a published contract
+        return why_workload(conn, ident, ledger=ledger)  # with or without a published contract
     except NotFoundError:
         pass
     raise NotFoundError(

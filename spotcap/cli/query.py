@@ -249,7 +249,11 @@ def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_
     """Why did this happen? The chain of causes behind an instance, a workload or an event, in
     plain sentences, oldest first, each with its time and event id."""
     try:
-        answer = why(_fleet(settings, postgres_dsn), ident)
+        ledger = stores(settings).open_ledger()  # the surplus behind a workload, if it opens
+    except (LedgerError, StoreError):
+        ledger = None
+    try:
+        answer = why(_fleet(settings, postgres_dsn), ident, ledger)
     except NotFoundError as error:
         fail(str(error))
     if as_json:
