@@ -535,6 +535,10 @@ class PoolRanked:
     """Length of the window the interruption rate was observed over."""
     input_event_ids: tuple[str, ...]
     """The rate card and forward capacity events the inputs were read from."""
+    guaranteed_price_per_vcpu_h_eur_micros: int | None = None
+    """Input: the same rate card's guaranteed rate; the score weighs the saving, it less the
+    price (null in rankings made before the saving was scored).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -549,6 +553,7 @@ class PoolRanked:
             "correlation_group": self.correlation_group,
             "window_s": self.window_s,
             "input_event_ids": list(self.input_event_ids),
+            "guaranteed_price_per_vcpu_h_eur_micros": self.guaranteed_price_per_vcpu_h_eur_micros,
         }
 
     @classmethod
@@ -565,6 +570,7 @@ class PoolRanked:
             correlation_group=d["correlation_group"],
             window_s=d["window_s"],
             input_event_ids=tuple(d["input_event_ids"]),
+            guaranteed_price_per_vcpu_h_eur_micros=d["guaranteed_price_per_vcpu_h_eur_micros"],
         )
 
 

@@ -79,6 +79,13 @@ class ScoringSettings:
     depth first (ADR-08 prefers depth over price), then interruptions, then price."""
     price_weight: float = 10.0
     """Planning value: how much a price of one euro per vCPU-hour lowers a score."""
+    saving_weight: float = 60.0
+    """How much a saving of one euro per vCPU-hour (the rate card's guaranteed rate less its
+    price: what the ledger credits a useful vCPU-hour on the pool with) raises a score.
+    Tuned on the honest figure (issue 22, docs/deciders.md): at 0 the deepest pools won
+    whatever they saved and the deciders saved less than the baseline stand-in; at 60 a
+    CPU pool's spread of discounts (about EUR 0.01 per vCPU-hour) weighs like a tenfold
+    difference in depth, and an A100's (about EUR 0.09) outweighs it."""
 
     def __post_init__(self) -> None:
         _positive(self, "ranking_interval_s", "observation_window_s", "bucket_s")

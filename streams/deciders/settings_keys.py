@@ -85,6 +85,7 @@ RANGES: dict[str, Range] = {
     "scoring.min_exposure_instance_h": Range(0, MAX_FACTOR, unit="instance-hours"),
     "scoring.interruption_weight": _WEIGHT,
     "scoring.price_weight": _WEIGHT,
+    "scoring.saving_weight": _WEIGHT,
     "placement.min_pools": Range(1, 10_000, unit="pools"),
     "placement.pool_cap_share": _SHARE,
     "placement.group_cap_share": _SHARE,
