@@ -76,6 +76,7 @@ from streams.deciders.workload import (
     FALLBACK_ROLE,
     FLOOR_ROLE,
     ROLE_TAG,
+    SPARE_ROLE,
     SPREAD_ROLE,
 )
 from streams.log import TopicSpec
@@ -288,11 +289,13 @@ class DecidersOrchestrator:
         """The role tag of an instance launched for `cause` in `pool_id` (ADR-11)."""
         host = self._ready()
         model = host.catalogue.get(pool_id).purchase_model if pool_id in host.catalogue else ""
+        p = cause.payload
         if model == "reclaimable":
             return SPREAD_ROLE
         if model == "committed":
-            return FLOOR_ROLE
-        p = cause.payload
+            # A placement without floor on committed capacity: work on room the floors left.
+            spare = isinstance(p, PlacementDecided) and p.floor_vcpu == 0
+            return SPARE_ROLE if spare else FLOOR_ROLE
         if isinstance(p, ReplacementRequested):
             return FLOOR_ROLE if p.floor else FALLBACK_ROLE
         if isinstance(p, FallbackDecided):

@@ -90,6 +90,8 @@ RANGES: dict[str, Range] = {
     "placement.pool_cap_share": _SHARE,
     "placement.group_cap_share": _SHARE,
     "placement.floor_min_halls": Range(1, 1_000, unit="halls"),
+    "placement.committed_reserve_share": Range(0, 1, unit="a share of each committed pool"),
+    "placement.retry_s": _seconds(),
     "fallback.floor_rebuild_s": _seconds(),
     "fallback.floor_check_s": _seconds(),
     "fallback.stagger_step_s": _seconds(0),

@@ -4,10 +4,11 @@ The planner, the replacement decider and the fallback arbiter are keyed by workl
 the workload's `contract_published` and lifecycle events into a `WorkloadFacts`. Lifecycle
 topics are keyed by instance, so a runtime repartitions those events by `workload_id` for them.
 
-An instance is part of the **floor** when it runs on committed capacity, or on guaranteed
-capacity with the role tag ``spotcap.io/role = floor``; guaranteed instances launched for a
-fallback carry ``spotcap.io/role = fallback`` (the actuator tags what it launches with the role
-of the decision it serves, ADR-11).
+An instance is part of the **floor** when it runs on committed capacity (unless it is tagged
+``spotcap.io/role = spare``: work placed on committed room nobody's floor needed), or on
+guaranteed capacity with the role tag ``spotcap.io/role = floor``; guaranteed instances
+launched for a fallback carry ``spotcap.io/role = fallback`` (the actuator tags what it launches
+with the role of the decision it serves, ADR-11).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ CLAIM_TAG = "spotcap.io/claim"  # the capacity claim an instance serves (its sch
 FLOOR_ROLE = "floor"
 FALLBACK_ROLE = "fallback"
 SPREAD_ROLE = "spread"
+SPARE_ROLE = "spare"  # beyond the floor, on committed room the floors left (already paid for)
 
 LIFECYCLE_INPUTS = frozenset({"instance_launched", "instance_lost", "instance_deleted"})
 # What the workload's schedulers ask for: a claim counts from its opening to its release.
@@ -150,7 +152,7 @@ class WorkloadFacts:
             return replace(facts, claims=drop(facts.claims, p.claim_id))
         if isinstance(p, InstanceLaunched):
             role = p.tags.get(ROLE_TAG)
-            floor = p.purchase_model == "committed" or role == FLOOR_ROLE
+            floor = role == FLOOR_ROLE or (p.purchase_model == "committed" and role != SPARE_ROLE)
             held = Held(
                 p.pool_id,
                 p.vcpu,
