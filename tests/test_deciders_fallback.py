@@ -92,6 +92,7 @@ def test_a_shortfall_falls_back_within_the_cap_without_asking() -> None:
 
 def test_beyond_the_cap_it_escalates_to_the_named_approver_and_spends_nothing() -> None:
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))  # 1 EUR a day
+    driver.feed(events.claim("wl", 64, T0_US + H))
     [(_decided, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
     assert p.kind == "escalated" and p.awaiting_approval
     assert p.approver == "oncall-wl@example.org"
@@ -108,6 +109,7 @@ def test_beyond_the_cap_it_escalates_to_the_named_approver_and_spends_nothing() 
 def test_fallback_is_staggered_by_priority_during_a_wave() -> None:
     events, driver = setup(("first", {"priority": 0}), ("third", {"priority": 2}))
     at = T0_US + H
+    driver.feed_all([events.claim(w, 32, at) for w in ("third", "first")])
     out = driver.feed_all([short(events, w, 32, at, wave="wave-0001") for w in ("third", "first")])
     times = {p.workload_id: d.occurred_at for d, p in fallbacks(out)}
     assert times == {"first": at}
@@ -320,6 +322,7 @@ def test_a_contract_without_an_approver_never_spends_beyond_its_cap(
 
 def test_an_approval_from_anyone_but_the_named_approver_is_refused_with_its_reason() -> None:
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
+    driver.feed(events.claim("wl", 64, T0_US + H))
     [(_, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
     assert p.awaiting_approval and p.approver == "oncall-wl@example.org"
     intruder = events.reviewed(
@@ -334,3 +337,27 @@ def test_an_approval_from_anyone_but_the_named_approver_is_refused_with_its_reas
     approval = events.reviewed("wl", T0_US + H + 2 * MIN, vcpu=64, approved_eur_micros=500_000_000)
     [(_, q)] = fallbacks(driver.feed(approval))
     assert q.kind == "escalated" and not q.awaiting_approval and q.vcpu >= 64
+
+
+def test_nothing_is_bought_for_what_reclaimable_capacity_took_in_the_meantime() -> None:
+    # An escalation approved after the planner's top-up placed the work: nothing spent.
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
+    at = T0_US + H
+    driver.feed(events.claim("wl", 64, at))
+    [(_, p)] = fallbacks(driver.feed(short(events, "wl", 64, at)))
+    assert p.awaiting_approval
+    sixteens = [s for s in RECLAIMABLE if s.size_vcpu == 16]
+    for n in range(4):  # the top-up's instances land
+        driver.feed(events.launched(f"r-{n}", sixteens[n], "wl", at + 5 * MIN))
+    approval = events.reviewed("wl", at + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000)
+    assert fallbacks(driver.feed(approval)) == []
+    # A shortfall waiting for its turn in a wave is bought only as far as the claims still
+    # lack: half of it landed on reclaimable capacity meanwhile, or its claim was released.
+    events, driver = setup(("wl", {"priority": 3}))
+    driver.feed(events.claim("wl", 64, at))
+    assert fallbacks(driver.feed(short(events, "wl", 64, at, wave="wave-0002"))) == []
+    for n in range(2):
+        driver.feed(events.launched(f"r-{n}", sixteens[n], "wl", at + MIN))
+    out = driver.feed(events.rate_card(GUARANTEED[0], at + 5 * MIN))
+    [(_, q)] = fallbacks(out)
+    assert q.kind == "within_cap" and 32 <= q.vcpu < 64

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from schemas.events import Envelope, PlacementDecided, ReplacementRequested
 from streams.deciders import Planner, Replacement
-from streams.deciders.workload import FLOOR_ROLE, ROLE_TAG
+from streams.deciders.workload import FLOOR_ROLE, ROLE_TAG, SPARE_ROLE
 from tests.decider_driver import Driver
 from tests.decider_events import MIN, Events, PoolSpec, S, fleet, spread_fleet
 from tests.decider_strategies import Fleet, fleets
@@ -201,3 +201,19 @@ def test_a_released_claims_instances_are_not_replaced() -> None:
     )
     assert isinstance(skipped.payload, ReplacementRequested)
     assert skipped.payload.allocations == ()
+
+
+def test_a_spare_instance_is_replaced_on_reclaimable_capacity_not_bought() -> None:
+    events, driver = setup()
+    placed(driver, events, 128, BY_ID)
+    committed = next(s for s in SPECS if s.model == "committed")
+    tags = {ROLE_TAG: SPARE_ROLE}  # beyond the floor, on room the floors left
+    driver.feed(events.launched("spare-1", committed, WL, T0_US + 2 * MIN, tags=tags))
+    driver.feed(events.claim(WL, 16, T0_US + 2 * MIN))  # what the spare instance serves
+    loss = events.lost("spare-1", committed, WL, T0_US + 3600 * S, reason="hardware_failure")
+    [request] = replacements(driver.feed(loss))
+    p = request.payload
+    assert isinstance(p, ReplacementRequested)
+    assert not p.floor and p.purchase_model == "reclaimable"
+    assert {a.purchase_model for a in p.allocations} == {"reclaimable"}
+    assert sum(a.vcpu for a in p.allocations) >= 16

@@ -71,6 +71,7 @@ INPUTS = frozenset(
     {
         "contract_published",
         "capacity_claim_opened",
+        "capacity_released",
         "placement_decided",
         "replacement_requested",
         "launch_failed",
@@ -304,6 +305,8 @@ class FallbackArbiter:
         if state.floor_check is not None and state.floor_check.due_us <= at:
             state = replace(state, floor_check=None)
         if state.shortfall_due_us is not None and state.shortfall_due_us <= at:
+            if _lacking_vcpu(state) <= 0:  # placed since (a top-up), or the claims released
+                state = replace(state, shortfall_vcpu=0)
             # a fallback decided now takes the shortfall down; what is left is tried again
             state = replace(state, shortfall_due_us=at + self.s.return_recheck_s * US)
         recheck = at + self.s.return_recheck_s * US
@@ -366,12 +369,15 @@ class FallbackArbiter:
         state = self._spent(state, out)
         if state.shortfall_due_us is not None and state.shortfall_due_us <= at:
             cause = state.shortfall_cause
-            if cause is not None and state.shortfall_vcpu > 0:
+            # no more than the open claims still lack: the planner's top-ups may have placed
+            # some of it on reclaimable capacity while the shortfall waited for its turn
+            vcpu = min(state.shortfall_vcpu, _lacking_vcpu(state))
+            if cause is not None and vcpu > 0:
                 reason = (
-                    f"{state.shortfall_vcpu} vCPU could not be placed on reclaimable capacity; "
+                    f"{vcpu} vCPU could not be placed on reclaimable capacity; "
                     f"priority {terms.priority} fell back in its turn"
                 )
-                ask = Ask(state.shortfall_vcpu, cause, at, reason)
+                ask = Ask(vcpu, cause, at, reason)
                 out += self._fall_back(state, terms, ask, view)
         for active in state.active:
             due = self._return_due(state, active)
@@ -524,9 +530,12 @@ class FallbackArbiter:
                     refused, cause=Cause.of(event), at_us=at, decider=NAME, discriminator="refused"
                 )
             ]
-        plan, cost = self._fit(
-            state, min(p.vcpu, pending.vcpu), p.approved_spend_eur_micros, at, view
-        )
+        # The approval covers what was escalated, and no more than the open claims still lack
+        # now (reclaimable room may have come while the approver was asked).
+        vcpu = min(p.vcpu, pending.vcpu, _lacking_vcpu(state))
+        if vcpu <= 0:
+            return []
+        plan, cost = self._fit(state, vcpu, p.approved_spend_eur_micros, at, view)
         if not plan.allocations:
             return []
         reason = f"approved by {p.approver} up to {_eur(p.approved_spend_eur_micros)}"
@@ -688,6 +697,11 @@ def _held_by(state: ArbiterState, active: Active) -> dict[str, int]:
         for i, h in state.facts.instances.items()
         if h.launched_by == active.cause.event_id
     }
+
+
+def _lacking_vcpu(state: ArbiterState) -> int:
+    """What the workload's open claims ask for and its instances do not cover."""
+    return state.facts.asked_vcpu - state.facts.vcpu()
 
 
 def _settled(state: ArbiterState) -> ArbiterState:

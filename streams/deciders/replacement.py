@@ -14,6 +14,10 @@ the region view. Output: `replacement_requested`, one per lost instance.
   rebuilt within 15 minutes; this decision is taken at once, the floor keeper in `fallback`
   checks that it landed).
 * A **guaranteed fallback** instance is replaced on guaranteed capacity in another hall.
+* A **spare** instance (committed, beyond the floor: the planner put it there because the
+  reclaimable spread had no room) is replaced as a reclaimable one is: on reclaimable
+  capacity, what finds no room going to the fallback arbiter, which spends only within the
+  contract's cap or with its approver's word (never guaranteed capacity without authority).
 
 Each request names the pools it keeps away from (excluded pools and, when it could avoid it,
 the lost pool's group), where it goes, and what it could not place (``unplaced_vcpu``, for the
@@ -202,7 +206,8 @@ class Replacement:
         event: Envelope,
     ) -> Envelope:
         """The replacement of `lost` (instance `instance_id`), caused by `event`."""
-        if lost.purchase_model == "reclaimable":
+        spare = lost.purchase_model == "committed" and not lost.floor
+        if lost.purchase_model == "reclaimable" or spare:
             return self._reclaimable(state, instance_id, lost, view, event)
         facts = state.facts
         lost_facts = view.pools.get(lost.pool_id)
