@@ -125,6 +125,7 @@ class RunSummary:
         self.ledger_micros: Counter[str] = Counter()
         self.ledger_quantity: defaultdict[str, float] = defaultdict(float)
         self._accrued = False
+        self.misbehaving: tuple[str, ...] = ()  # the simulation's truth, when a caller sets it
 
     def _price(self, envelope: Envelope) -> None:
         for line in self._pricer.feed(envelope):
