@@ -10,10 +10,11 @@ import pytest
 
 import projections.ledger.writer as ledger_writer
 from projections.ledger.pricer import Pricer
+from projections.ledger.pricing import DAY_US
 from projections.ledger.rule import COST_CAUSES, RECORDED
 from projections.ledger.store import ChdbStore, LedgerError
 from projections.ledger.writer import LedgerWriter
-from schemas.events import UsageInterval
+from schemas.events import CapacityClaimOpened, CapacityReleased, RateCard, UsageInterval
 from tests.projection_support import (
     Positioned,
     batches,
@@ -24,6 +25,7 @@ from tests.projection_support import (
 )
 
 Lines = dict[tuple[str, str, str, str], int]
+US_PER_H = 3_600_000_000
 
 
 def ledger_events() -> list[Positioned]:
@@ -196,3 +198,49 @@ def test_an_unreachable_clickhouse_server_is_one_sentence() -> None:
         LedgerError, match=r"cannot reach ClickHouse at http://u:\*\*\*@127\.0\.0\.1:1"
     ):
         ServerStore("http://u:secret@127.0.0.1:1", connect_timeout_s=1)
+
+
+def test_no_workloads_counterfactual_exceeds_what_it_asked_for_at_the_guaranteed_rate(
+    ledger_store: ChdbStore,
+) -> None:
+    """Over a simulated region (the baseline stand-in, which runs much beyond its claims), on
+    every workload and UTC day: the counterfactual's vCPU-hours are at most the vCPU-hours its
+    open claims asked for, and its amount at most those at the highest guaranteed rate."""
+    events = [pe for pe in sim_events(days=1.5, workloads=20) if "deadletter" not in pe[0].topic]
+    write(LedgerWriter(ledger_store), events, 5000)
+    end_us = max(e.occurred_at for _, e in events)
+    opened: dict[str, tuple[str, int, int]] = {}  # claim -> (workload, from, vCPU)
+    asked_us: defaultdict[tuple[str, int], int] = defaultdict(int)  # vCPU-microseconds a day
+
+    def ask(workload_id: str, from_us: int, to_us: int, vcpu: int) -> None:
+        while from_us < to_us:
+            day = from_us // DAY_US
+            until = min(to_us, (day + 1) * DAY_US)
+            asked_us[(workload_id, day)] += vcpu * (until - from_us)
+            from_us = until
+
+    top_rate = 0
+    for _, e in events:
+        p = e.payload
+        if isinstance(p, CapacityClaimOpened):
+            opened[p.claim_id] = (p.workload_id, e.occurred_at, p.requested_vcpu)
+        elif isinstance(p, CapacityReleased) and p.claim_id in opened:
+            workload_id, from_us, vcpu = opened.pop(p.claim_id)
+            ask(workload_id, from_us, e.occurred_at, vcpu)
+        elif isinstance(p, RateCard):
+            top_rate = max(top_rate, p.guaranteed_price_per_vcpu_h_eur_micros)
+    for workload_id, from_us, vcpu in opened.values():
+        ask(workload_id, from_us, end_us, vcpu)
+    rows = ledger_store.query(
+        "SELECT workload_id, toUInt32(day) AS day, sum(quantity) AS q,"
+        " sum(amount_eur_micros) AS eur, count() AS n FROM ledger_lines FINAL"
+        " WHERE cause = 'counterfactual' GROUP BY workload_id, day"
+    )
+    surplus = ledger_store.query(
+        "SELECT sum(quantity) AS q FROM ledger_lines FINAL WHERE cause = 'surplus'"
+    )[0]["q"]
+    assert len({r["day"] for r in rows}) == 2 and len(rows) > 20 and surplus > 0
+    for r in rows:
+        asked_h = asked_us[(r["workload_id"], r["day"])] / US_PER_H
+        assert r["q"] <= asked_h + 1e-6 * r["n"], r  # quantities are rounded per line
+        assert r["eur"] <= asked_h * top_rate + r["n"], r  # amounts too, to the micro-euro
