@@ -140,6 +140,12 @@ def test_the_savings_report_adds_up_to_the_ledger(home: Home, incremental: objec
     report = home.json("report", "savings")
     workloads = report["workloads"]
     assert len(workloads) > 10
+    # Issue 22: capacity beyond the claims is a cost line, and the reservations' idle part
+    # is the platform's, a row of its own.
+    assert {"surplus", "idle_floor"} <= set(report["total"])
+    assert Decimal(report["total"]["surplus"]) > 0
+    [platform] = [w for w in workloads if w["workload_id"] == "(platform)"]
+    assert Decimal(platform["eur"]["idle_floor"]) > 0
     for cause, total in report["total"].items():
         assert Decimal(total) == sum(Decimal(w["eur"][cause]) for w in workloads), cause
     for w in workloads:
