@@ -114,6 +114,14 @@ def test_a_contract_without_an_approver_reads_as_plain_sentences(fleet: Connecti
     assert "€1,418.61" in sentences[2] and "team-thumbs is told" in sentences[2]
     for s in sentences:
         assert "  " not in s and "micro" not in s
+    # No guaranteed capacity of its kind to price: the sentence says so, not "would cost €0.00".
+    unpriced = event(
+        FallbackWithheld(W, 8, 0, 0, 0, "team-thumbs", "8 vCPU could not be placed"),
+        20, name="withheld-unpriced",
+    )  # fmt: skip
+    FleetWriter(fleet).write(positioned([unpriced]), {})
+    [last] = [s.sentence for s in why(fleet, W).steps if s.event_id == unpriced.event_id]
+    assert "no guaranteed capacity it can run on has room" in last and "€0.00 beyond" not in last
 
 
 def test_a_workloads_why_names_the_decision_that_ran_capacity_nobody_asked_for(

@@ -169,10 +169,16 @@ def _withheld(p: Payload, e: dict[str, Any]) -> str:
         return (f"an approval of fallback for {p['workload_id']} by "
                 f"{_name(p['refused_approver'], 'someone unnamed')} was refused: "
                 f"{_micros_to_euros(p['reason'])}")  # fmt: skip
-    return (f"{p['vcpu']:,} vCPU of {p['workload_id']} wait on reclaimable capacity: guaranteed "
-            f"capacity would cost {eur_text(p['would_cost_eur_micros'])} beyond its cap of "
-            f"{eur_text(p['cap_eur_micros'])} a day and its contract names no approver, so "
-            f"nothing is spent and {owner} is told")  # fmt: skip
+    cap = eur_text(p["cap_eur_micros"])
+    would = p["would_cost_eur_micros"]
+    # Nothing to price: no guaranteed pool of the work's families had room for it.
+    beyond = (f"guaranteed capacity would cost {eur_text(would)} beyond its cap of {cap} a day"
+              if would else f"no guaranteed capacity it can run on has room, its cap is {cap} "
+              "a day")  # fmt: skip
+    return (
+        f"{p['vcpu']:,} vCPU of {p['workload_id']} wait on reclaimable capacity: {beyond} and "
+        f"its contract names no approver, so nothing is spent and {owner} is told"
+    )
 
 
 def _review(p: Payload, e: dict[str, Any]) -> str:

@@ -458,11 +458,15 @@ class FallbackArbiter:
         if rest > 0:
             beyond = self._cost(self._plan(state, rest, view), ask.at_us, view)
             cap = _eur(terms.spend_cap_eur_micros)
+            more = (
+                f"{rest} vCPU more would cost {_eur(beyond)} beyond the daily cap of {cap}"
+                if beyond  # else no guaranteed pool of the work's families has room to price
+                else f"no guaranteed capacity it can run on has room for {rest} vCPU more"
+            )
             if not terms.approver:  # nobody may approve: the work waits, unspent
                 reason = (
-                    f"{ask.reason}; {rest} vCPU more would cost {_eur(beyond)} beyond the daily "
-                    f"cap of {cap}, and the contract names no approver: the work waits on "
-                    f"reclaimable capacity, nothing spent; {terms.owner or 'its owner'} is told"
+                    f"{ask.reason}; {more}, and the contract names no approver: the work waits "
+                    f"on reclaimable capacity, nothing spent; {terms.owner or 'its owner'} is told"
                 )
                 spent = state.spent_on(ask.at_us // DAY_US) + cost
                 withheld = FallbackWithheld(
@@ -485,10 +489,7 @@ class FallbackArbiter:
                     )
                 )
                 return out
-            note = (
-                f"{ask.reason}; {rest} vCPU more would cost {_eur(beyond)} beyond the daily cap "
-                f"of {cap}: paged {terms.approver}, nothing spent"
-            )
+            note = f"{ask.reason}; {more}: paged {terms.approver}, nothing spent"
             nothing = FloorSpread({}, rest, frozenset())
             escalation = Grant("escalated", trigger, nothing, 0, awaiting_approval=True, vcpu=rest)
             paged = replace(ask, reason=note)
