@@ -271,13 +271,18 @@ class Fold:
         until = self.priced_until.get(p.pool_id)
         first_start = book.first_start(p.pool_id)
         # On time: nothing priced yet from its start on, and not a new first card (the
-        # moments before a pool's first card are priced at that card).
-        on_time = first_start is not None and p.valid_from_at >= max(until or 0, first_start)
+        # moments before a pool's first card are priced at that card), nor one starting with
+        # the first (which of the cards starting then prices those moments may change).
+        on_time = (
+            first_start is not None
+            and p.valid_from_at > first_start
+            and p.valid_from_at >= (until or 0)
+        )
         if until is None or on_time:
             book.add(p.pool_id, row)
             return
         # A card for moments already priced: re-price what it touches (see the docstring).
-        first = first_start is None or p.valid_from_at < first_start
+        first = first_start is None or p.valid_from_at <= first_start
         book.add(p.pool_id, row)
         nxt = book.next_start(p.pool_id, p.valid_from_at)
         to_us = nxt if nxt is not None else 1 << 62

@@ -19,6 +19,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from projections.ledger.pricer import Pricer
 from projections.ledger.rule import RECORDED
 from projections.ledger.store import ChdbStore
 from projections.ledger.writer import LedgerWriter
@@ -264,3 +265,29 @@ def test_a_card_arriving_late_re_prices_with_correction_lines_naming_it(chdb_pat
         assert differing_lines(fold(events)[0], recorded_amounts(store)) == {}
     finally:
         store.command(f"DROP DATABASE IF EXISTS {store.database}")
+
+
+def test_a_card_starting_with_the_first_card_re_prices_the_moments_before_it() -> None:
+    """Found by the property test: the market partition lagging 8 hours, its first cards to
+    arrive start together at 07:30 (the later-published first), so the whole history before
+    is priced at the first of them; then the earlier-published one arrives. The moments
+    before a pool's first card are priced at the first of the cards starting then, so it
+    changes them, and the writer's pricer and the fold must correct what they priced."""
+    events = with_late(
+        base_history(), [(332, 37, 21_133, True), (369, 80, 5_614, False), (479, 50, 26_140, True)]
+    )
+    order = [24, 22, *range(2, 22), 0, 23, 1]
+    arrived = arriving(events, order)
+    assert [(e.occurred_at - T0) // MIN for e in arrived if isinstance(e.payload, RateCard)][
+        :2
+    ] == [500, 450]
+    in_time, _ = fold(events)
+    pricer = Pricer(RECORDED)
+    lines = [line for e in arrived for line in pricer.feed(e)] + pricer.advance()
+    amounts: dict[tuple[str, int, str], int] = {}
+    for line in lines:
+        key = (line.workload_id, line.day, line.cause)
+        amounts[key] = amounts.get(key, 0) + line.amount_eur_micros
+    assert pricer.corrections > 0
+    assert differing_lines(in_time, amounts) == {}
+    assert differing_lines(in_time, fold(arrived)[0]) == {}

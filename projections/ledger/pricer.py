@@ -254,8 +254,13 @@ class Pricer:
         until = self.priced_until.get(c.pool_id)
         first_start = self.book.first_start(c.pool_id)
         # On time: nothing priced yet from its start on, and not a new first card (the
-        # moments before a pool's first card are priced at that card).
-        on_time = first_start is not None and c.valid_from_at >= max(until or 0, first_start)
+        # moments before a pool's first card are priced at that card), nor one starting with
+        # the first (which of the cards starting then prices those moments may change).
+        on_time = (
+            first_start is not None
+            and c.valid_from_at > first_start
+            and c.valid_from_at >= (until or 0)
+        )
         if until is None or on_time:
             self.book.add(c.pool_id, row)  # nothing priced yet that it prices: on time
             return []
@@ -267,10 +272,11 @@ class Pricer:
         """Add a card that prices events already priced; their corrections."""
         book, rule = self.book, self.rule
         first_start = book.first_start(c.pool_id)
-        first = first_start is None or c.valid_from_at < first_start
+        first = first_start is None or c.valid_from_at <= first_start
         book.add(c.pool_id, row)
-        # Where the card changes a price: from its start (from the beginning, when it is the
-        # pool's first card) to the next card's start.
+        # Where the card changes a price: from its start (from the beginning, when it is or
+        # starts with the pool's first card: the moments before are priced at the first row)
+        # to the next card's start.
         nxt = book.next_start(c.pool_id, c.valid_from_at)
         to_us = nxt if nxt is not None else 1 << 62
         from_us = -(1 << 62) if first else c.valid_from_at
