@@ -89,6 +89,19 @@ class CompileResult:
     def errors_for(self, path: Path) -> tuple[ContractError, ...]:
         return tuple(e for e in self.errors if e.file == path)
 
+    def rows(self) -> list[tuple[str, str, str, str, int | None]]:
+        """Per contract file, by path: file, workload, tier, scheduler, and None when accepted
+        or the number of its errors when refused."""
+        accepted = {c.path: c.contract for c in self.accepted}
+        rows: list[tuple[str, str, str, str, int | None]] = []
+        for path in sorted({*accepted, *self.refused}):
+            c = accepted.get(path)
+            if c is not None:
+                rows.append((path.as_posix(), c.workload, c.tier, c.scheduler, None))
+            else:
+                rows.append((path.as_posix(), "", "", "", len(self.errors_for(path))))
+        return rows
+
     def as_json(self, written: Sequence[Path] = (), published: int | None = None) -> dict[str, Any]:
         """What was accepted and refused, the errors, and what was `written` and `published`
         (the number of events; None when nothing was published)."""

@@ -569,3 +569,28 @@ def test_a_section_written_empty_is_refused(section: str) -> None:
     text = BASE.replace("checkpoint:\n  size_bytes: 1 GiB\n", "") + f"{section}:\n"
     error = only_error(text)
     assert_located(error, 9, section, "is empty (null)", "or leave the section out")
+
+
+def test_a_results_rows_name_each_file_once_accepted_or_with_its_errors() -> None:
+    files = example_files()
+    first = next(iter(files))
+    files[Path("contracts/broken.yaml")] = "tier: t9\n"
+    result = compile_contracts(files, FeasibilityEnv(), published_at_us=T0_US)
+    rows = result.rows()
+    assert [r[0] for r in rows] == sorted(p.as_posix() for p in files)
+    by_file = {r[0]: r for r in rows}
+    assert by_file["contracts/broken.yaml"][1:4] == ("", "", "")
+    assert by_file["contracts/broken.yaml"][4] == len(
+        result.errors_for(Path("contracts/broken.yaml"))
+    )
+    assert by_file[first.as_posix()][4] is None and by_file[first.as_posix()][1]
+
+
+def test_a_publication_time_names_its_timezone() -> None:
+    from schemas.contracts.model import parse_epoch_us
+
+    assert parse_epoch_us("2026-11-30T09:00:00Z") == parse_epoch_us("2026-11-30T10:00:00+01:00")
+    assert parse_epoch_us("1970-01-01T00:00:01.5Z") == 1_500_000
+    for bad in ("2026-11-30T09:00:00", "yesterday"):
+        with pytest.raises(ValueError):
+            parse_epoch_us(bad)

@@ -56,6 +56,15 @@ def to_epoch_us(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
+def parse_epoch_us(text: str) -> int:
+    """An ISO 8601 timestamp with a timezone (``2026-11-30T09:00:00Z``) as microseconds since
+    the epoch; ValueError for anything else (no timezone: which moment is meant is unknown)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} names no timezone")
+    return to_epoch_us(moment)
+
+
 def _check_workload_id(value: str) -> str:
     # It becomes a Kubernetes label value, a ConfigMap key and a Slurm comment token.
     ok = (

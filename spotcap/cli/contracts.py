@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import os
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,7 @@ from contracts.signing import (
     load_private_key,
     raw_public_bytes,
 )
-from schemas.contracts.model import to_epoch_us
+from schemas.contracts.model import parse_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.cli.options import open_signer, read_public_key, signer_options
 from spotcap.cli.output import emit_json, say, show, table
@@ -112,16 +111,8 @@ def _publish(settings: Settings, result: CompileResult, codec: Codec) -> int:
 
 
 def _table(result: CompileResult) -> Table:
-    accepted = {c.path: c for c in result.accepted}
-    rows: list[tuple[str, ...]] = []
-    for path in sorted({*accepted, *result.refused}):
-        compiled = accepted.get(path)
-        if compiled is not None:
-            c = compiled.contract
-            rows.append((path.as_posix(), c.workload, c.tier, c.scheduler, "[green]accepted[/]"))
-        else:
-            count = len(result.errors_for(path))
-            rows.append((path.as_posix(), "", "", "", f"[red]refused[/] ({count} errors)"))
+    rows = [(*r[:4], "[green]accepted[/]" if r[4] is None else f"[red]refused[/] ({r[4]} errors)")
+            for r in result.rows()]  # fmt: skip
     out = table("interruption contracts", ("file", "workload", "tier", "scheduler", "result"), rows)
     out.columns[0].overflow = "fold"
     return out
@@ -131,16 +122,10 @@ def _published_at_us(published_at: str | None) -> int:
     if published_at is None:
         return time.time_ns() // 1000
     try:
-        moment = datetime.fromisoformat(published_at.replace("Z", "+00:00"))
+        return parse_epoch_us(published_at)
     except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        fail(
-            f"--published-at {published_at!r} is not an ISO 8601 timestamp with a timezone",
-            "write it like 2026-11-30T09:00:00Z",
-            usage=True,
-        )
-    return to_epoch_us(moment)
+        fail(f"--published-at {published_at!r} is not an ISO 8601 timestamp with a timezone",
+             "write it like 2026-11-30T09:00:00Z", usage=True)  # fmt: skip
 
 
 def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> None:
