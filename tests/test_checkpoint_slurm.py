@@ -19,7 +19,10 @@ from tests.agent_support import wait_for
 from tests.checkpoint_support import make_workload
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS = 120
+STEPS = 180
+"""45 s of work (0.25 s a step): longer than the latest moment Slurm signals a run (40 s after
+its start), so the first run is always signalled before it could finish; shorter than the
+1-minute limit."""
 
 
 def _slurm(slurm: servers.Server, *argv: str, check: bool = True) -> str:
@@ -64,7 +67,7 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes(
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
     # Slurm signals a run when its end is less than 20 s + 30 s away, at its deadline check
-    # (every 30 s): 10 to 40 s after it starts. The 30 s of work take two runs or more, each
+    # (every 30 s): 10 to 40 s after it starts. The 45 s of work take two runs or more, each
     # resuming where the last one stopped.
     wait_for(lambda: any("completed" in e for e in entries()), 600, "the job to complete")
     runs = entries()
