@@ -37,10 +37,6 @@ SELECT
     tupleElement(p, 'guaranteed_price_per_vcpu_h_eur_micros')
         AS guaranteed_price_per_vcpu_h_eur_micros,
     fromUnixTimestamp64Micro(tupleElement(p, 'valid_from_at'), 'UTC') AS valid_from,
-    fromUnixTimestamp64Micro(tupleElement(p, 'valid_until_at'), 'UTC') AS valid_until,
-    occurred_at AS published_at,
-    topic,
-    partition,
-    offset
+    fromUnixTimestamp64Micro(tupleElement(p, 'valid_until_at'), 'UTC') AS valid_until
 FROM events
 WHERE event_type = 'rate_card';
