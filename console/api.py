@@ -267,8 +267,8 @@ def get_lag(access: Access) -> list[dict[str, Any]]:
             "workload (tried in that order), oldest first, each step a sentence with its time "
             "and event id. As `spotcap why ID --json`.")  # fmt: skip
 def get_why(access: Access, id: Id) -> dict[str, Any]:
-    with access.fleet() as conn:
-        return why(conn, id).as_json()
+    with access.fleet() as conn, access.ledger() as ledger:
+        return why(conn, id, ledger).as_json()
 
 
 @router.get("/reports/savings", response_model=SavingsReport, responses=errors(400, 503),

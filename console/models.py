@@ -156,10 +156,12 @@ class EurByCause(Row):
     reclaimable_spend: Eur
     floor_spend: Eur
     fallback_spend: Eur
+    surplus: Eur = Field(description="Capacity running beyond what the open claims asked for.")
     wasted_work: Eur
     headroom: Eur
     checkpoint_storage: Eur
     footprint: Eur
+    idle_floor: Eur = Field(description="Reservations nothing ran on (the platform's).")
     cost: Eur = Field(description="The sum of every cost line.")
     net_saving: Eur = Field(description="counterfactual - cost.")
 
@@ -167,6 +169,26 @@ class EurByCause(Row):
 class WorkloadSavings(Row):
     workload_id: str
     eur: EurByCause
+
+
+class RefusedFact(Row):
+    event_id: UUID
+    event_type: str
+    key: str = Field(description="The pool (or workload) the fact is about.")
+    lateness_s: float = Field(description="How long after the moment it applies it was published.")
+    allowed_lateness_s: int
+    reason: str
+
+
+class Corrections(Row):
+    lines: int = Field(description="Correction lines late rate cards made.")
+    late_cards: int
+    net_saving_eur: Eur = Field(description="What they changed the net saving by.")
+
+
+class LateFacts(Row):
+    refused: list[RefusedFact] = Field(description="Refused past the allowed lateness.")
+    corrections: Corrections
 
 
 class SavingsReport(Row):
@@ -177,6 +199,7 @@ class SavingsReport(Row):
     currency: Literal["EUR"]
     workloads: list[WorkloadSavings]
     total: EurByCause
+    late_facts: LateFacts
 
 
 class StoreHealth(Row):

@@ -33,6 +33,7 @@ from contracts.source import LoadedYaml, YamlSourceError, decode_utf8, load_yaml
 from schemas.contracts.errors import ContractError, ContractFindingsError
 from schemas.contracts.model import Contract, ContractDocument
 from schemas.contracts.resolve import resolve
+from schemas.contracts.units import format_eur
 from schemas.events import ContractPublished, Envelope
 from schemas.ids import derived_event_id
 
@@ -67,6 +68,23 @@ class CompileResult:
     @property
     def events(self) -> tuple[Envelope, ...]:
         return tuple(c.event for c in self.accepted)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What accepted contracts mean that their authors may not expect: a contract that
+        names no approver can never spend beyond its cap (ADR-23, ADR-30)."""
+        out = []
+        for c in self.accepted:
+            fallback = c.contract.fallback
+            if not fallback.approver:
+                cap = format_eur(fallback.spend_cap_per_day_eur_micros)
+                out.append(
+                    f"{c.contract.workload}: no fallback.approver, so no guaranteed capacity is "
+                    f"bought beyond the daily cap of {cap}: work that finds no reclaimable room "
+                    f"waits for it, unspent, and the owner {c.contract.owner} is told "
+                    "(fallback_withheld); name an approver to allow it"
+                )
+        return tuple(out)
 
     def errors_for(self, path: Path) -> tuple[ContractError, ...]:
         return tuple(e for e in self.errors if e.file == path)
@@ -104,6 +122,7 @@ class CompileResult:
             "refused": [p.as_posix() for p in self.refused],
             "errors": [e.to_json() for e in self.errors],
             "unchecked_rules": list(self.unchecked_rules),
+            "notes": list(self.notes),
             "written": [p.as_posix() for p in written],
             "published": published,
         }

@@ -8,8 +8,9 @@ is priced by the rate cards in force, which come before it in event time); the f
 not depend on order, so it reads the same way for simplicity and to make a rebuild and an
 incremental run meet row for row.
 
-Events the ledger cannot price are dead-lettered (with their position and reason) after the
-batch that carried them is written.
+Events the ledger cannot price, and rate cards or reservations it refuses past its allowed
+lateness, are dead-lettered (with their position and reason) after the batch that carried them
+is written.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ PROJECTIONS: dict[str, tuple[Which, ...]] = {
 """The projections a name stands for: one by its own name or its store's, or all."""
 LABELS = {"fleet": "fleet state (PostgreSQL)", "ledger": "ledger (ClickHouse)"}
 Positioned = tuple[Origin, Envelope]
-# A written batch and, per writer: its name, its seconds and the events it could not price.
-Written = tuple[list[Positioned], list[tuple[Which, float, list[tuple[Origin, str]]]]]
+# What a writer could not take, each with the error its dead letter carries.
+Failed = list[tuple[Origin, ValueError]]
+# A written batch and, per writer: its name, its seconds and the events it could not take.
+Written = tuple[list[Positioned], list[tuple[Which, float, Failed]]]
 # A batch as a writer prepared it for its writes: the fleet state's events and positions (its
 # rows are made inside its transaction), the ledger's priced tables.
 Prepared = tuple[list[Positioned], dict[TopicPartition, int]] | PreparedBatch
@@ -82,7 +85,7 @@ class RunReport:
     projection: str
     events: int
     seconds: float
-    unpriced: int = 0
+    unpriced: int = 0  # events dead-lettered: not priced, or refused past the lateness
 
     @property
     def events_per_s(self) -> float:
@@ -166,8 +169,8 @@ class Writer:
 
     def write(
         self, events: list[tuple[Origin, Envelope]], positions: dict[TopicPartition, int]
-    ) -> list[tuple[Origin, str]]:
-        """Write a batch; return the events it could not price (ledger)."""
+    ) -> Failed:
+        """Write a batch; return the events it could not take (ledger)."""
         return self.write_prepared(self.prepare(events, positions))
 
     def prepare(
@@ -179,11 +182,15 @@ class Writer:
             return self.ledger.prepare(events, positions)
         return events, positions
 
-    def write_prepared(self, prepared: Prepared) -> list[tuple[Origin, str]]:
-        """Write a prepared batch; return the events it could not price (ledger)."""
+    def write_prepared(self, prepared: Prepared) -> Failed:
+        """Write a prepared batch; return the events it could not take (ledger): those it could
+        not price, and facts it refused past its allowed lateness."""
         if isinstance(prepared, PreparedBatch):
             assert self.ledger is not None
-            return self.ledger.store_batch(prepared).unpriced
+            result = self.ledger.store_batch(prepared)
+            return [(o, UnpricedEvent(reason)) for o, reason in result.unpriced] + [
+                (o, LateFact(reason)) for o, reason in result.refused
+            ]
         assert self.fleet is not None
         self.fleet.write(*prepared)
         return []
@@ -316,9 +323,9 @@ class _Together:
             if failed:
                 by_origin = dict(batch)
                 letters = self.dead_letters[which]
-                for origin, reason in failed:
+                for origin, error in failed:
                     e = by_origin[origin]
-                    letters.send(_record(self.codec.encode(e), origin, e), UnpricedEvent(reason))
+                    letters.send(_record(self.codec.encode(e), origin, e), error)
                 letters.flush()
                 self.unpriced[which] += len(failed)
 
@@ -330,6 +337,10 @@ def _label(rows: list[Positioned]) -> str:
 
 class UnpricedEvent(ValueError):  # noqa: N818 - the dead letter's error class says what it is
     """An event the ledger could not price (no rate card for its pool)."""
+
+
+class LateFact(ValueError):  # noqa: N818 - the dead letter's error class says what it is
+    """A rate card or reservation published past the ledger's allowed lateness: not priced."""
 
 
 def _record(value: bytes, origin: Origin, e: Envelope) -> Record:

@@ -95,10 +95,12 @@ SHORT = {
     "reclaimable_spend": "reclaimable",
     "floor_spend": "floor",
     "fallback_spend": "fallback",
+    "surplus": "surplus",
     "wasted_work": "wasted",
     "headroom": "headroom",
     "checkpoint_storage": "checkpoints",
     "footprint": "footprint",
+    "idle_floor": "idle floor",
     "net_saving": "net saving",
 }
 """Each ledger line's column heading."""

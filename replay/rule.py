@@ -18,27 +18,32 @@ from types import MappingProxyType
 from typing import Literal
 
 from projections.ledger.rule import (
+    ASKED_FOR,
     CHECKPOINT_STORAGE,
     COUNTERFACTUAL,
     FALLBACK_SPEND,
     FLOOR_SPEND,
     FOOTPRINT,
     HEADROOM,
+    HOUR_S,
+    IDLE_FLOOR,
     RECLAIMABLE_SPEND,
+    SURPLUS,
     WASTED_WORK,
     AccountingRule,
 )
+from projections.ledger.rule import PLATFORM as LEDGER_PLATFORM
 
 RateSource = Literal["card", "guaranteed", "flat", "tier"]
 Charge = Literal["workload", "platform", "shared_by_vcpu_h"]
 CHARGES: tuple[Charge, ...] = ("workload", "platform", "shared_by_vcpu_h")
-PLATFORM = "(platform)"  # the ledger's name for costs charged to no workload
 TIERS = ("t1", "t2", "t3", "t4", "t5", "bespoke")
 # The spend line of each purchase model (fixed: it is what the purchase model means).
 SPEND_CAUSE: Mapping[str, str] = MappingProxyType(
     {"reclaimable": RECLAIMABLE_SPEND, "committed": FLOOR_SPEND, "guaranteed": FALLBACK_SPEND}
 )
 SPEND_CAUSES = (RECLAIMABLE_SPEND, FLOOR_SPEND, FALLBACK_SPEND)
+PLATFORM = LEDGER_PLATFORM  # the ledger's name for costs charged to no workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +104,28 @@ class FootprintRule:
 
 
 @dataclass(frozen=True, slots=True)
+class IdleFloorRule:
+    """The reservations' cost nothing ran on: counted (the platform's, by default) or not."""
+
+    count: bool = True
+    charge_to: Charge = "platform"
+    scale: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One accounting rule; the defaults are the recorded rule's choices."""
 
     name: str
     description: str = ""
     counterfactual: LineRule = LineRule(rate=GUARANTEED)
+    useful_work: str = ASKED_FOR  # asked_for | used (every used vCPU-hour, the old rule)
     spend: Mapping[str, LineRule] = field(  # by spend cause
         default_factory=lambda: MappingProxyType(dict.fromkeys(SPEND_CAUSES, LineRule()))
     )
+    surplus: LineRule = LineRule()
+    idle_floor: IdleFloorRule = IdleFloorRule()
+    allowed_lateness_s: int = HOUR_S
     headroom: LineRule = LineRule()
     wasted_work_rate: Rate = CARD
     wasted_work_charge: WasteCharge = WasteCharge("workload", "workload")
@@ -125,6 +143,8 @@ class Rule:
         """The charge of a cause (wasted work: with a notice; see `wasted_work_charge`)."""
         charges: dict[str, Charge] = {
             COUNTERFACTUAL: self.counterfactual.charge_to,
+            SURPLUS: self.surplus.charge_to,
+            IDLE_FLOOR: self.idle_floor.charge_to,
             HEADROOM: self.headroom.charge_to,
             WASTED_WORK: self.wasted_work_charge.with_notice,
             CHECKPOINT_STORAGE: self.checkpoint_storage.charge_to,
@@ -136,6 +156,8 @@ class Rule:
     def line_scales(self) -> dict[str, Fraction]:
         scales = {
             COUNTERFACTUAL: self.counterfactual.scale,
+            SURPLUS: self.surplus.scale,
+            IDLE_FLOOR: self.idle_floor.scale,
             HEADROOM: self.headroom.scale,
             WASTED_WORK: self.wasted_work_scale,
             CHECKPOINT_STORAGE: self.checkpoint_storage.scale,
@@ -148,6 +170,7 @@ class Rule:
         return [
             self.counterfactual.rate,
             *(line.rate for line in self.spend.values()),
+            self.surplus.rate,
             self.headroom.rate,
             self.wasted_work_rate,
             self.footprint.agent_rate,
@@ -161,8 +184,11 @@ class Rule:
     def shares(self) -> bool:
         charges = [
             self.charge_of(c)
-            for c in (COUNTERFACTUAL, HEADROOM, CHECKPOINT_STORAGE, FOOTPRINT, *SPEND_CAUSES)
-        ]
+            for c in (
+                COUNTERFACTUAL, SURPLUS, IDLE_FLOOR, HEADROOM, CHECKPOINT_STORAGE, FOOTPRINT,
+                *SPEND_CAUSES,
+            )
+        ]  # fmt: skip
         charges += [self.wasted_work_charge.with_notice, self.wasted_work_charge.without_notice]
         return "shared_by_vcpu_h" in charges
 
@@ -172,6 +198,8 @@ class Rule:
         plain = (
             self.counterfactual == LineRule(rate=GUARANTEED)
             and all(line == LineRule() for line in self.spend.values())
+            and self.surplus == LineRule()
+            and self.idle_floor in (IdleFloorRule(), IdleFloorRule(count=False))
             and self.headroom == LineRule()
             and self.wasted_work_rate == CARD
             and self.wasted_work_charge == WasteCharge("workload", "workload")
@@ -196,4 +224,7 @@ class Rule:
             control_plane_eur_micros_per_vcpu_h=self.footprint.control_plane_eur_micros_per_vcpu_h,
             vcpu_h_quantum=self.usage_quanta_per_vcpu_h,
             vcpu_s_quantum=self.waste_quanta_per_vcpu_s,
+            useful_work=self.useful_work,
+            idle_floor=self.idle_floor.count,
+            allowed_lateness_s=self.allowed_lateness_s,
         )

@@ -24,7 +24,10 @@ from projections.ledger.rule import (
     FLOOR_SPEND,
     FOOTPRINT,
     HEADROOM,
+    IDLE_FLOOR,
     RECLAIMABLE_SPEND,
+    SURPLUS,
+    USEFUL_WORK,
     WASTED_WORK,
 )
 from replay.rule import (
@@ -33,6 +36,7 @@ from replay.rule import (
     Charge,
     CheckpointRule,
     FootprintRule,
+    IdleFloorRule,
     LineRule,
     Rate,
     Rule,
@@ -42,6 +46,7 @@ from schemas.contracts.errors import KeyPath, dotted
 
 SHIPPED = (
     "recorded",
+    "used-is-useful",
     "flat-guaranteed-rate",
     "owner-pays-own-waste",
     "footprint-by-vcpu-hours",
@@ -54,10 +59,13 @@ _TOP = {
     RECLAIMABLE_SPEND: True,
     FLOOR_SPEND: True,
     FALLBACK_SPEND: True,
+    SURPLUS: True,
     HEADROOM: True,
     WASTED_WORK: True,
     CHECKPOINT_STORAGE: True,
     FOOTPRINT: True,
+    IDLE_FLOOR: True,
+    "late_facts": True,
     "rounding": False,
 }
 _LINE_KEYS = {"rate": True, "charge_to": True, "scale": False}
@@ -265,11 +273,32 @@ class _Reader:
             ("rounding",),
             {"usage_quanta_per_vcpu_h": False, "waste_quanta_per_vcpu_s": False},
         )
+        counterfactual = self.mapping(
+            top[COUNTERFACTUAL], (COUNTERFACTUAL,), {**_LINE_KEYS, "useful_work": True}
+        )
+        useful_work = counterfactual.pop("useful_work")
+        if useful_work not in USEFUL_WORK:
+            raise self.fail(
+                (COUNTERFACTUAL, "useful_work"),
+                f"{useful_work!r} is not a measure of useful work",
+                "write asked_for (up to what the open claims ask for) or used (every used "
+                "vCPU-hour, the rule before issue 22)",
+            )
+        late = self.mapping(top["late_facts"], ("late_facts",), {"allowed_lateness_s": True})
         return Rule(
             name=name.strip(),
             description=" ".join(description.split()),
-            counterfactual=self.line(top[COUNTERFACTUAL], (COUNTERFACTUAL,)),
+            counterfactual=self.line(counterfactual, (COUNTERFACTUAL,)),
+            useful_work=str(useful_work),
             spend=MappingProxyType(spend),
+            surplus=self.line(top[SURPLUS], (SURPLUS,)),
+            idle_floor=self.idle_floor(top[IDLE_FLOOR], (IDLE_FLOOR,)),
+            allowed_lateness_s=self.count(
+                late["allowed_lateness_s"],
+                ("late_facts", "allowed_lateness_s"),
+                low=0,
+                high=400 * 86_400,
+            ),
             headroom=self.line(top[HEADROOM], (HEADROOM,)),
             wasted_work_rate=self.rate(waste["rate"], (WASTED_WORK, "rate")),
             wasted_work_charge=self.waste_charge(waste["charge_to"], (WASTED_WORK, "charge_to")),
@@ -304,6 +333,28 @@ class _Reader:
             )
         charge = self.charge(value, path)
         return WasteCharge(charge, charge)
+
+    def idle_floor(self, value: Any, path: KeyPath) -> IdleFloorRule:
+        given = self.mapping(value, path, {"count": True, "charge_to": True, "scale": False})
+        count = given["count"]
+        if not isinstance(count, bool):
+            raise self.fail(
+                (*path, "count"),
+                f"{count!r} is not true or false",
+                "write true (the reservations' idle part is a cost) or false (it is nobody's)",
+            )
+        charge = self.charge(given["charge_to"], (*path, "charge_to"))
+        if charge == "workload":
+            raise self.fail(
+                (*path, "charge_to"),
+                "the idle floor has no workload to be charged to",
+                "write platform or shared_by_vcpu_h",
+            )
+        return IdleFloorRule(
+            count=count,
+            charge_to=charge,
+            scale=self.scale(given["scale"], (*path, "scale")) if "scale" in given else Fraction(1),
+        )
 
     def checkpoint(self, value: Any, path: KeyPath) -> CheckpointRule:
         keys = {"eur_per_gb_month": True, "retention_days": True, "charge_to": True, "scale": False}

@@ -535,6 +535,10 @@ class PoolRanked:
     """Length of the window the interruption rate was observed over."""
     input_event_ids: tuple[str, ...]
     """The rate card and forward capacity events the inputs were read from."""
+    guaranteed_price_per_vcpu_h_eur_micros: int | None = None
+    """Input: the same rate card's guaranteed rate; the score weighs the saving, it less the
+    price (null in rankings made before the saving was scored).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -549,6 +553,7 @@ class PoolRanked:
             "correlation_group": self.correlation_group,
             "window_s": self.window_s,
             "input_event_ids": list(self.input_event_ids),
+            "guaranteed_price_per_vcpu_h_eur_micros": self.guaranteed_price_per_vcpu_h_eur_micros,
         }
 
     @classmethod
@@ -565,6 +570,7 @@ class PoolRanked:
             correlation_group=d["correlation_group"],
             window_s=d["window_s"],
             input_event_ids=tuple(d["input_event_ids"]),
+            guaranteed_price_per_vcpu_h_eur_micros=d["guaranteed_price_per_vcpu_h_eur_micros"],
         )
 
 
@@ -2112,6 +2118,70 @@ class DriftDetected:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class FallbackWithheld:
+    """The fallback arbiter withheld spend no named authority allows (ADR-23, ADR-30): guaranteed
+    capacity beyond the workload's daily cap when its contract names no approver (the work
+    waits, unspent, and the owner is told), or an approval from someone other than the
+    approver the contract names (refused).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "fallback_withheld"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.FallbackWithheld"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    vcpu: int
+    """vCPU left waiting on reclaimable capacity (or that the refused approval covered)."""
+    spend_eur_micros: int
+    """Fallback spend of the workload this day (UTC) so far, in micro-euros."""
+    cap_eur_micros: int
+    """The workload's declared daily (UTC) fallback cap, in micro-euros."""
+    would_cost_eur_micros: int
+    """What the withheld guaranteed capacity would have cost beyond the cap (projected to the end
+    of the UTC day), in micro-euros.
+    """
+    owner: str
+    """The team that owns the workload, told that its work waits."""
+    reason: str
+    """Why, in words."""
+    approver: str | None = None
+    """The approver the contract names; null when it names none."""
+    refused_approver: str | None = None
+    """Who answered when an approval from someone other than the named approver was refused; null
+    otherwise.
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "vcpu": self.vcpu,
+            "spend_eur_micros": self.spend_eur_micros,
+            "cap_eur_micros": self.cap_eur_micros,
+            "would_cost_eur_micros": self.would_cost_eur_micros,
+            "owner": self.owner,
+            "reason": self.reason,
+            "approver": self.approver,
+            "refused_approver": self.refused_approver,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            vcpu=d["vcpu"],
+            spend_eur_micros=d["spend_eur_micros"],
+            cap_eur_micros=d["cap_eur_micros"],
+            would_cost_eur_micros=d["would_cost_eur_micros"],
+            owner=d["owner"],
+            reason=d["reason"],
+            approver=d["approver"],
+            refused_approver=d["refused_approver"],
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -2149,6 +2219,7 @@ Payload: TypeAlias = (
     | CheckpointTriggered
     | ActuationOrdered
     | DriftDetected
+    | FallbackWithheld
 )
 """Any event payload: one of the event record classes."""
 
@@ -2190,6 +2261,7 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.CheckpointTriggered": CheckpointTriggered,
         "spotcap.events.ActuationOrdered": ActuationOrdered,
         "spotcap.events.DriftDetected": DriftDetected,
+        "spotcap.events.FallbackWithheld": FallbackWithheld,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -2232,6 +2304,7 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "checkpoint_triggered": CheckpointTriggered,
         "actuation_ordered": ActuationOrdered,
         "drift_detected": DriftDetected,
+        "fallback_withheld": FallbackWithheld,
     }
 )
 """Event classes by event type (``notice_received``)."""

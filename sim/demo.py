@@ -118,17 +118,39 @@ def write_run(
     return summary
 
 
-def simulate_only(config: SimConfig, on_progress: ProgressCallback | None = None) -> RunSummary:
-    """Run the baseline on `config` without writing anything: what the deciders are compared
-    with on the same seed."""
-    sim = RegionSim(config, orchestrator=ORCHESTRATORS[BASELINE](config, DeciderSettings()))
+def simulate_only(
+    config: SimConfig,
+    on_progress: ProgressCallback | None = None,
+    *,
+    orchestrator: str = BASELINE,
+    deciders: DeciderSettings | None = None,
+) -> RunSummary:
+    """Run `config` without writing anything (the baseline by default: what the deciders are
+    compared with on the same seed); `deciders` are the deciders' settings, if they run."""
+    settings = owned_by(config.orchestrator.orchestrator_id, deciders)
+    sim = RegionSim(config, orchestrator=ORCHESTRATORS[orchestrator](config, settings))
     summary = RunSummary(sim.catalogue)
     for batch in sim.run(HOUR_US):
         for envelope in batch:
             summary.observe(envelope)
         if on_progress is not None:
             on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
+    summary.misbehaving = sim.misbehaving_pool_ids
     return summary
+
+
+def compare_seed(config: SimConfig, deciders: DeciderSettings | None = None) -> dict[str, Any]:
+    """The deciders and the baseline on `config`, nothing written: both reports and the
+    comparison `spotcap demo` prints (bench/honest.py runs it over seeds)."""
+    ours = simulate_only(config, orchestrator=DEFAULT_ORCHESTRATOR, deciders=deciders)
+    theirs = simulate_only(config)
+    report = ours.report(ours.misbehaving)
+    baseline = theirs.report(theirs.misbehaving)
+    return {
+        "orchestrator": report,
+        "baseline": baseline,
+        "comparison": comparison(report, baseline),
+    }
 
 
 def run_demo(

@@ -216,13 +216,16 @@ class DecisionSummary:
         }
 
 
-# The figures two orchestrators are compared on: (report key, label, unit, lower is better).
+# The figures two orchestrators are compared on: (report key, label, unit). The net saving is
+# the ledger's figure under the recorded rule (higher is better); for the rest lower is better.
 COMPARED = (
+    ("net_saving_eur", "net saving (the ledger's rule)", "EUR"),
     ("wasted_vcpu_h", "wasted work", "vCPU-h"),
     ("shortfall_vcpu_h", "shortfall (asked for, not running)", "vCPU-h"),
     ("surplus_vcpu_h", "surplus (running, not asked for)", "vCPU-h"),
     ("spend_eur", "spend at the rate cards", "EUR"),
     ("losses", "instances lost", "instances"),
+    ("losses_per_1000_instance_h", "instances lost per 1,000 instance-hours", "losses"),
 )
 
 
@@ -235,7 +238,7 @@ def comparison(ours: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]
             "orchestrator": a,
             "baseline": b,
             "unit": unit,
-            "change": round((a - b) / b, 4) if b else None,
+            "change": round((a - b) / abs(b), 4) if b else None,
         }
     for model in sorted(set(ours["used_vcpu_h"]) | set(baseline["used_vcpu_h"])):
         out[f"used_vcpu_h_{model}"] = {
@@ -250,6 +253,8 @@ def comparison(ours: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]
 def _figure(report: dict[str, Any], key: str) -> float:
     if key == "losses":
         return float(report["losses_with_notice"] + report["losses_without_notice"])
+    if key == "net_saving_eur":
+        return int(report["ledger"]["net_saving_eur_micros"]) / 1_000_000
     return float(report[key])
 
 
@@ -274,6 +279,12 @@ def figure_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("wasted vCPU-hours", f"{report['wasted_vcpu_h']:,.0f}"),
         ("shortfall vCPU-hours (asked for, not running)", f"{report['shortfall_vcpu_h']:,.0f}"),
         ("spend at the rate cards (EUR)", f"{report['spend_eur']:,.0f}"),
+        (
+            "surplus vCPU-hours (running, not asked for)",
+            f"{report['ledger']['surplus_vcpu_h']:,.0f}",
+        ),
+        ("net saving, the ledger's rule (EUR)", _eur(report["ledger"]["net_saving_eur_micros"])),
+        ("  of which idle floor (EUR)", _eur(-report["ledger"]["eur_micros"]["idle_floor"])),
         ("placements decided", f"{by_type.get('placement_decided', 0):,}"),
         ("replacements requested", f"{by_type.get('replacement_requested', 0):,}"),
         ("wasted share of reclaimable hours", f"{report['wasted_share_of_reclaimable']:.2%}"),
@@ -363,9 +374,14 @@ def comparison_rows(compared: dict[str, Any]) -> list[tuple[str, str, str, str]]
         if key.startswith("used_vcpu_h_"):
             label = f"used on {key.removeprefix('used_vcpu_h_')} capacity"
         change = "" if row["change"] is None else f"{row['change']:+.1%}"
-        rows.append((f"{label} ({unit})", f"{row['orchestrator']:,.0f}",
-                     f"{row['baseline']:,.0f}", change))  # fmt: skip
+        digits = 3 if key == "losses_per_1000_instance_h" else 0
+        rows.append((f"{label} ({unit})", f"{row['orchestrator']:,.{digits}f}",
+                     f"{row['baseline']:,.{digits}f}", change))  # fmt: skip
     return rows
+
+
+def _eur(micros: int) -> str:
+    return f"{micros / 1_000_000:,.0f}"
 
 
 def _duration(seconds: float | None) -> str:

@@ -11,7 +11,12 @@ Besides the counts, three figures compare orchestrators on one seed:
   `capacity_released`) less the vCPU of its running instances, when that is positive;
   **surplus** is the other side (vCPU running beyond what the open claims ask for);
 * **spend**: what the usage cost at the pools' rate cards (each `usage_interval` priced at its
-  pool's price over the interval, rate card by rate card), in micro-euros.
+  pool's price over the interval, rate card by rate card), in micro-euros;
+* **net saving**: the ledger's own figure (ADR-26, docs/accounting.md), priced by the recorded
+  rule exactly as the ledger writer prices the same events (`projections.ledger.pricer`):
+  useful work (what the open claims asked for) at the guaranteed rate, less every cost line,
+  surplus and the idle floor included; so two orchestrators of one seed compare on it without
+  a ledger written for either.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from projections.ledger.pricer import Pricer
+from projections.ledger.rule import CAUSES, COUNTERFACTUAL, RECORDED
+from projections.money import eur_string
 from schemas.events import (
     CapacityClaimOpened,
     CapacityReleased,
@@ -112,14 +120,24 @@ class RunSummary:
         self._prices: dict[str, _Prices] = {}
         self.spend_eur_micros = 0.0
         self.spend_by_model: defaultdict[str, float] = defaultdict(float)
+        self.instance_h = 0.0
+        self._pricer = Pricer(RECORDED)
+        self.ledger_micros: Counter[str] = Counter()
+        self.ledger_quantity: defaultdict[str, float] = defaultdict(float)
+        self._accrued = False
+        self.misbehaving: tuple[str, ...] = ()  # the simulation's truth, when a caller sets it
+
+    def _price(self, envelope: Envelope) -> None:
+        for line in self._pricer.feed(envelope):
+            self.ledger_micros[line.cause] += line.amount_eur_micros
+            self.ledger_quantity[line.cause] += line.quantity
 
     def observe(self, envelope: Envelope) -> None:
+        self._price(envelope)
         payload = envelope.payload
         self.events_by_type[envelope.event_type] += 1
         self.events_by_topic[payload.TOPIC] += 1
-        if self.first_us is None:
-            self.first_us = envelope.occurred_at
-        self.last_us = envelope.occurred_at
+        self._moment(envelope.occurred_at)
         if isinstance(payload, RateCard):
             prices = self._prices.get(payload.pool_id)
             if prices is None:
@@ -153,6 +171,7 @@ class RunSummary:
                 self.wave_hall[wave] = self._catalogue.get(payload.pool_id).hall
         elif isinstance(payload, UsageInterval):
             self.instance_h_by_pool[payload.pool_id] += payload.used_vcpu_h / payload.vcpu
+            self.instance_h += payload.used_vcpu_h / payload.vcpu
             self.vcpu_h_by_model[payload.purchase_model] += payload.used_vcpu_h
             prices = self._prices.get(payload.pool_id)
             if prices is not None:
@@ -164,6 +183,11 @@ class RunSummary:
         elif isinstance(payload, ContractPublished):
             self.workloads.add(payload.workload_id)
             self.target_vcpu += payload.target_vcpu
+
+    def _moment(self, at_us: int) -> None:
+        if self.first_us is None:
+            self.first_us = at_us
+        self.last_us = at_us
 
     def _change(self, workload_id: str, now_us: int) -> _Demand:
         demand = self._demand.get(workload_id)
@@ -187,6 +211,28 @@ class RunSummary:
             short += demand.short_vcpu_us
             surplus += demand.surplus_vcpu_us
         return short / US_PER_H, surplus / US_PER_H
+
+    def ledger(self) -> dict[str, Any]:
+        """The run priced by the recorded rule: each line's total and the net saving, in euros
+        as decimal strings, and in micro-euros; vCPU-hours of useful work and surplus."""
+        if not self._accrued:  # the idle floor up to the end (the last whole hour)
+            self._accrued = True
+            for line in self._pricer.advance():
+                self.ledger_micros[line.cause] += line.amount_eur_micros
+                self.ledger_quantity[line.cause] += line.quantity
+        micros = {cause: self.ledger_micros.get(cause, 0) for cause in CAUSES}
+        net = micros[COUNTERFACTUAL] - sum(v for c, v in micros.items() if c != COUNTERFACTUAL)
+        return {
+            "rule": RECORDED.name,
+            "eur": {cause: eur_string(v) for cause, v in micros.items()},
+            "net_saving_eur": eur_string(net),
+            "net_saving_eur_micros": net,
+            "eur_micros": micros,
+            "useful_vcpu_h": round(self.ledger_quantity[COUNTERFACTUAL], 1),
+            "surplus_vcpu_h": round(self.ledger_quantity["surplus"], 1),
+            "corrections": self._pricer.corrections,
+            "refused_late": len(self._pricer.refused),
+        }
 
     def observed_per_instance_h(self, pool_id: str) -> float:
         hours = self.instance_h_by_pool.get(pool_id, 0.0)
@@ -225,6 +271,13 @@ class RunSummary:
             "shortfall_vcpu_h": round(shortfall_vcpu_h, 1),
             "surplus_vcpu_h": round(surplus_vcpu_h, 1),
             "spend_eur": round(self.spend_eur_micros / 1_000_000, 2),
+            "instance_h": round(self.instance_h, 1),
+            "losses_per_1000_instance_h": round(
+                1000 * (self.losses_with_notice + self.losses_without_notice) / self.instance_h, 3
+            )
+            if self.instance_h
+            else 0.0,
+            "ledger": self.ledger(),
             "spend_eur_by_model": {
                 m: round(v / 1_000_000, 2) for m, v in sorted(self.spend_by_model.items())
             },

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from schemas.events import (
     Advisory,
     CapacityClaimOpened,
+    CapacityReleased,
     ContractPublished,
     Envelope,
     FallbackReviewed,
@@ -160,6 +161,7 @@ class Events:
         deadline_at: int | None = None,
         checkpoint_on_notice: bool = True,
         checkpoint_interval_s: int | None = 3600,
+        approver: str | None = None,
     ) -> Envelope:
         return self.env(
             ContractPublished(
@@ -176,7 +178,7 @@ class Events:
                 target_vcpu=target_vcpu,
                 floor_vcpu=floor_vcpu,
                 spend_cap_eur_micros=spend_cap_eur_micros,
-                approver=f"oncall-{workload_id}@example.org",
+                approver=f"oncall-{workload_id}@example.org" if approver is None else approver,
                 priority=priority,
                 checkpoint_interval_s=checkpoint_interval_s,
                 deadline_at=deadline_at,
@@ -192,6 +194,7 @@ class Events:
         *,
         claim_id: str | None = None,
         duration_s: int | None = None,
+        families: tuple[str, ...] = (),
     ) -> Envelope:
         return self.env(
             CapacityClaimOpened(
@@ -201,18 +204,37 @@ class Events:
                 cluster="k8s-test",
                 requested_vcpu=vcpu,
                 reason="pending pods",
+                sku_families=families,
                 expected_duration_s=duration_s,
             ),
             at_us,
         )
 
+    def released(self, workload_id: str, claim_id: str, vcpu: int, at_us: int) -> Envelope:
+        return self.env(
+            CapacityReleased(
+                claim_id=claim_id,
+                workload_id=workload_id,
+                scheduler="kubernetes",
+                released_vcpu=vcpu,
+                reason="the work is done",
+            ),
+            at_us,
+        )
+
     def reviewed(
-        self, workload_id: str, at_us: int, *, vcpu: int, approved_eur_micros: int
+        self,
+        workload_id: str,
+        at_us: int,
+        *,
+        vcpu: int,
+        approved_eur_micros: int,
+        approver: str | None = None,
     ) -> Envelope:
         return self.env(
             FallbackReviewed(
                 workload_id=workload_id,
-                approver=f"oncall-{workload_id}@example.org",
+                approver=f"oncall-{workload_id}@example.org" if approver is None else approver,
                 outcome="approved" if approved_eur_micros else "rejected",
                 vcpu=vcpu,
                 approved_spend_eur_micros=approved_eur_micros,

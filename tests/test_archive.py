@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -186,9 +187,9 @@ def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Pa
         ]
         rows = typed.drop_columns(["event_id", "occurred_at"])
         if name == layout.RATE_CARDS:
-            rows = rows.drop_columns(layout.CARD_INTEGRALS.names)
+            rows = rows.drop_columns([*layout.CARD_INTEGRALS.names, layout.REFUSED_LATE])
         rows = rows.to_pylist()
-        if name == layout.RATE_CARDS:  # sorted by pool, start and event id, not in history order
+        if name == layout.RATE_CARDS:  # sorted by pool, start, publication and event id
 
             def text(d: dict[str, Any]) -> str:
                 return json.dumps(d, sort_keys=True)
@@ -196,8 +197,9 @@ def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Pa
             rows, payloads = sorted(rows, key=text), sorted(payloads, key=text)
         assert rows == payloads
     cards = pq.read_table(folder / layout.RATE_CARDS).to_pylist()
-    order = [(c["pool_id"], c["valid_from_at"], c["event_id"]) for c in cards]
+    order = [(c["pool_id"], c["valid_from_at"], c["occurred_at"], c["event_id"]) for c in cards]
     assert order == sorted(order)
+    assert not any(c[layout.REFUSED_LATE] for c in cards)  # the simulator publishes on time
     # Each card's integrals: the cards in force before it in its pool (of those starting at the
     # same moment, the last), each priced from its start to the next one's.
     by_pool: dict[str, list[dict[str, Any]]] = {}
@@ -260,21 +262,28 @@ def signed_again(where: Path, private_key: Path, names: tuple[str, ...], edit: A
         entry = manifest["files"][name]
         entry["sha256"], entry["bytes"] = layout.sha256_hex(data), len(data)
         entry["schema_sha256"] = layout.schema_fingerprint(pq.read_schema(folder / name))
+        entry["rows"] = pq.read_metadata(folder / name).num_rows
     sign_and_relink(where, signer, manifest)
 
 
 def test_a_month_of_format_2_verifies_and_replays(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """A month exported before format 3: its rate cards without their integrals."""
+    """A month exported before format 3: its rate cards without their integrals, and (before
+    format 4) only losses, waste and contracts among its priced events: a replay takes the
+    claims, launches and reservations from its events file."""
     where = copy_of(archive, tmp_path)
     cards = where / "rp" / "2026-11" / layout.RATE_CARDS
     pq.write_table(pq.read_table(cards).select(layout.RATE_CARDS_SCHEMA_2.names), cards)
+    priced = where / "rp" / "2026-11" / layout.PRICED
+    table = pq.read_table(priced)
+    keep = pc.is_in(table.column("event_type"), value_set=pa.array(layout.PRICED_TYPES_3))
+    pq.write_table(table.filter(keep), priced)
 
     def older(manifest: dict[str, Any]) -> None:
         manifest["format"] = layout.FORMAT_2
 
-    signed_again(where, keys[0], (layout.RATE_CARDS,), older)
+    signed_again(where, keys[0], (layout.RATE_CARDS, layout.PRICED), older)
     assert errors(verify(replay_history, where, keys[1])) == []
     replayed = replay_history.json(
         "replay", "--rules", str(shipped_rule_path("recorded")), "--source", "archive",

@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from schemas.events import Envelope, FallbackDecided, FallbackReturned, PlacementDecided
+from schemas.events import (
+    Envelope,
+    FallbackDecided,
+    FallbackReturned,
+    FallbackWithheld,
+    PlacementDecided,
+)
 from streams.deciders import DeciderSettings, FallbackArbiter
 from streams.deciders.workload import FALLBACK_ROLE, FLOOR_ROLE, ROLE_TAG
 from tests.decider_driver import Driver
@@ -86,6 +92,7 @@ def test_a_shortfall_falls_back_within_the_cap_without_asking() -> None:
 
 def test_beyond_the_cap_it_escalates_to_the_named_approver_and_spends_nothing() -> None:
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))  # 1 EUR a day
+    driver.feed(events.claim("wl", 64, T0_US + H))
     [(_decided, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
     assert p.kind == "escalated" and p.awaiting_approval
     assert p.approver == "oncall-wl@example.org"
@@ -102,6 +109,7 @@ def test_beyond_the_cap_it_escalates_to_the_named_approver_and_spends_nothing() 
 def test_fallback_is_staggered_by_priority_during_a_wave() -> None:
     events, driver = setup(("first", {"priority": 0}), ("third", {"priority": 2}))
     at = T0_US + H
+    driver.feed_all([events.claim(w, 32, at) for w in ("third", "first")])
     out = driver.feed_all([short(events, w, 32, at, wave="wave-0001") for w in ("third", "first")])
     times = {p.workload_id: d.occurred_at for d, p in fallbacks(out)}
     assert times == {"first": at}
@@ -269,3 +277,87 @@ def test_the_guaranteed_pools_of_a_fallback_are_ones_with_room() -> None:
 
 def test_pool_spec_groups_are_stable() -> None:
     assert PoolSpec("c7", 4, "hall-a", "reclaimable", 64).group == "hall-a:c7-reclaimable"
+
+
+def withheld(out: list[Envelope]) -> list[FallbackWithheld]:
+    return [d.payload for d in out if isinstance(d.payload, FallbackWithheld)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 3_000_000),
+    st.lists(
+        st.tuples(st.integers(1, 256), st.integers(0, 240), st.booleans()), min_size=1, max_size=8
+    ),
+)
+def test_a_contract_without_an_approver_never_spends_beyond_its_cap(
+    cap: int, shortfalls: list[tuple[int, int, bool]]
+) -> None:
+    """ADR-23, ADR-30: beyond the cap only the named approver may allow spend; with nobody
+    named, the work waits (withheld, the owner told) and nothing escalates or is spent, even
+    when someone answers an approval."""
+    events, driver = setup(("wl", {"spend_cap_eur_micros": cap, "approver": ""}))
+    at = T0_US
+    out: list[Envelope] = []
+    for vcpu, gap_min, in_wave in shortfalls:
+        at += gap_min * MIN
+        out += driver.feed(short(events, "wl", vcpu, at, wave="wave-1" if in_wave else None))
+        out += driver.feed(
+            events.reviewed("wl", at + MIN, vcpu=vcpu, approved_eur_micros=10**9, approver="")
+        )
+    out += driver.feed(events.rate_card(GUARANTEED[0], at + 2 * H))
+    by_day: dict[int, int] = {}
+    for decided, p in fallbacks(out):
+        assert p.kind == "within_cap" and not p.awaiting_approval, p
+        day = decided.occurred_at // (24 * H)
+        by_day[day] = by_day.get(day, 0) + p.projected_eur_micros
+        assert by_day[day] <= cap
+    told = withheld(out)
+    if sum(v for v, _, _ in shortfalls) and not fallbacks(out):
+        assert told  # nothing bought: the owner is told why the work waits
+    for w in told:
+        assert w.owner == "team-test" and w.approver is None
+        assert "micro-EUR" not in w.reason and "€" in w.reason
+
+
+def test_an_approval_from_anyone_but_the_named_approver_is_refused_with_its_reason() -> None:
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
+    driver.feed(events.claim("wl", 64, T0_US + H))
+    [(_, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    assert p.awaiting_approval and p.approver == "oncall-wl@example.org"
+    intruder = events.reviewed(
+        "wl", T0_US + H + MIN, vcpu=64, approved_eur_micros=500_000_000, approver="mallory"
+    )
+    out = driver.feed(intruder)
+    assert fallbacks(out) == []
+    [refused] = withheld(out)
+    assert refused.refused_approver == "mallory" and refused.approver == "oncall-wl@example.org"
+    assert "was refused: the contract names oncall-wl@example.org" in refused.reason
+    # The escalation still waits for the named approver, who can approve it.
+    approval = events.reviewed("wl", T0_US + H + 2 * MIN, vcpu=64, approved_eur_micros=500_000_000)
+    [(_, q)] = fallbacks(driver.feed(approval))
+    assert q.kind == "escalated" and not q.awaiting_approval and q.vcpu >= 64
+
+
+def test_nothing_is_bought_for_what_reclaimable_capacity_took_in_the_meantime() -> None:
+    # An escalation approved after the planner's top-up placed the work: nothing spent.
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
+    at = T0_US + H
+    driver.feed(events.claim("wl", 64, at))
+    [(_, p)] = fallbacks(driver.feed(short(events, "wl", 64, at)))
+    assert p.awaiting_approval
+    sixteens = [s for s in RECLAIMABLE if s.size_vcpu == 16]
+    for n in range(4):  # the top-up's instances land
+        driver.feed(events.launched(f"r-{n}", sixteens[n], "wl", at + 5 * MIN))
+    approval = events.reviewed("wl", at + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000)
+    assert fallbacks(driver.feed(approval)) == []
+    # A shortfall waiting for its turn in a wave is bought only as far as the claims still
+    # lack: half of it landed on reclaimable capacity meanwhile, or its claim was released.
+    events, driver = setup(("wl", {"priority": 3}))
+    driver.feed(events.claim("wl", 64, at))
+    assert fallbacks(driver.feed(short(events, "wl", 64, at, wave="wave-0002"))) == []
+    for n in range(2):
+        driver.feed(events.launched(f"r-{n}", sixteens[n], "wl", at + MIN))
+    out = driver.feed(events.rate_card(GUARANTEED[0], at + 5 * MIN))
+    [(_, q)] = fallbacks(out)
+    assert q.kind == "within_cap" and 32 <= q.vcpu < 64

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from schemas.events import Envelope, PlacementDecided, ReplacementRequested
 from streams.deciders import Planner, Replacement
-from streams.deciders.workload import FLOOR_ROLE, ROLE_TAG
+from streams.deciders.workload import FLOOR_ROLE, ROLE_TAG, SPARE_ROLE
 from tests.decider_driver import Driver
 from tests.decider_events import MIN, Events, PoolSpec, S, fleet, spread_fleet
 from tests.decider_strategies import Fleet, fleets
@@ -21,12 +21,14 @@ BY_ID = {s.pool_id: s for s in SPECS}
 def placed(
     driver: Driver, events: Events, vcpu: int, specs: dict[str, PoolSpec]
 ) -> PlacementDecided:
-    [placement] = [
+    placements = [
         d
         for d in driver.feed(events.claim(WL, vcpu, T0_US + MIN))
         if d.event_type == "placement_decided"
     ]
-    launch(events, driver, placement, specs)
+    placement = placements[0]  # then, if room ran out, its spare on committed capacity
+    for made in placements:
+        launch(events, driver, made, specs)
     assert isinstance(placement.payload, PlacementDecided)
     return placement.payload
 
@@ -107,7 +109,8 @@ def test_replacements_keep_out_of_the_lost_group_and_excluded_pools(
     driver.feed(events.contract(WL))
     specs = {s.pool_id: s for s in fleet_.specs}
     placed(driver, events, vcpu, specs)
-    instances = sorted(held(driver).items())
+    # Notices come to reclaimable capacity only.
+    instances = sorted((i, p) for i, p in held(driver).items() if specs[p].model == "reclaimable")
     if not instances:
         return
     lost = data.draw(st.lists(st.sampled_from(instances), min_size=1, max_size=5, unique=True))
@@ -159,3 +162,58 @@ def launch_replacement(
                     tags=role,
                 )
             )
+
+
+def test_capacity_the_open_claims_no_longer_ask_for_is_not_replaced() -> None:
+    events, driver = setup()
+    placed(driver, events, 64, BY_ID)
+    # One instance more than the claim asks for (a launch that landed twice, say).
+    spec = next(s for s in SPECS if s.model == "reclaimable" and s.size_vcpu == 4)
+    driver.feed(events.launched("i-extra", spec, WL, T0_US + 2 * MIN))
+    instances = sorted(held(driver).items())
+    first, first_pool = instances[0]
+    [skipped] = replacements(
+        driver.feed(events.notice(first, BY_ID[first_pool], WL, T0_US + 3600 * S))
+    )
+    p = skipped.payload
+    assert isinstance(p, ReplacementRequested)
+    assert p.vcpu == 0 and p.allocations == () and p.unplaced_vcpu == 0
+    assert p.caps_reason is not None and p.caps_reason.startswith("not replaced")
+    # The next one is needed again: the claims ask for 64 and 64 - 4 would be left.
+    second, second_pool = next((i, pool) for i, pool in instances[1:] if BY_ID[pool].size_vcpu == 4)
+    [request] = replacements(
+        driver.feed(events.notice(second, BY_ID[second_pool], WL, T0_US + 3601 * S))
+    )
+    q = request.payload
+    assert isinstance(q, ReplacementRequested)
+    assert q.vcpu == 4 and sum(a.vcpu for a in q.allocations) == 4
+
+
+def test_a_released_claims_instances_are_not_replaced() -> None:
+    events, driver = setup()
+    claim = events.claim(WL, 64, T0_US + MIN, claim_id="claim/done")
+    [placement] = [d for d in driver.feed(claim) if d.event_type == "placement_decided"]
+    launch(events, driver, placement, BY_ID)
+    driver.feed(events.released(WL, "claim/done", 64, T0_US + 3600 * S))
+    instance, pool_id = sorted(held(driver).items())[0]
+    [skipped] = replacements(
+        driver.feed(events.lost(instance, BY_ID[pool_id], WL, T0_US + 3601 * S))
+    )
+    assert isinstance(skipped.payload, ReplacementRequested)
+    assert skipped.payload.allocations == ()
+
+
+def test_a_spare_instance_is_replaced_on_reclaimable_capacity_not_bought() -> None:
+    events, driver = setup()
+    placed(driver, events, 128, BY_ID)
+    committed = next(s for s in SPECS if s.model == "committed")
+    tags = {ROLE_TAG: SPARE_ROLE}  # beyond the floor, on room the floors left
+    driver.feed(events.launched("spare-1", committed, WL, T0_US + 2 * MIN, tags=tags))
+    driver.feed(events.claim(WL, 16, T0_US + 2 * MIN))  # what the spare instance serves
+    loss = events.lost("spare-1", committed, WL, T0_US + 3600 * S, reason="hardware_failure")
+    [request] = replacements(driver.feed(loss))
+    p = request.payload
+    assert isinstance(p, ReplacementRequested)
+    assert not p.floor and p.purchase_model == "reclaimable"
+    assert {a.purchase_model for a in p.allocations} == {"reclaimable"}
+    assert sum(a.vcpu for a in p.allocations) >= 16

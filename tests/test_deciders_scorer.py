@@ -10,7 +10,7 @@ import pytest
 from schemas.events import Envelope, PoolRanked
 from streams.deciders import DeciderSettings, Scorer
 from tests.decider_driver import Driver
-from tests.decider_events import MIN, Events, H, PoolSpec
+from tests.decider_events import GUARANTEED_PRICE, MIN, Events, H, PoolSpec
 from tests.factories import T0_US
 
 DEEP = PoolSpec("c7", 16, "hall-a", "reclaimable", 4096, expected_per_h=0.01, price=12_000)
@@ -59,10 +59,13 @@ def test_each_ranking_keeps_the_inputs_its_score_is_computed_from() -> None:
     weights = DeciderSettings().scoring
     for r in ranked(out):
         spec = next(s for s in (DEEP, SHALLOW_CHEAP, FLAKY) if s.pool_id == r.pool_id)
+        assert r.guaranteed_price_per_vcpu_h_eur_micros == GUARANTEED_PRICE  # the same card's
+        saving = r.guaranteed_price_per_vcpu_h_eur_micros - r.price_per_vcpu_h_eur_micros
         expected_score = (
             math.log10(1 + r.available_vcpu)
             - weights.interruption_weight * r.observed_interruption_per_h
             - weights.price_weight * r.price_per_vcpu_h_eur_micros / 1e6
+            + weights.saving_weight * max(0, saving) / 1e6
         )
         assert r.score == pytest.approx(expected_score)
         assert r.available_vcpu == spec.capacity_vcpu

@@ -139,6 +139,20 @@ def test_the_readable_summary(tmp_path: Path) -> None:
         assert words in result.output
 
 
+def test_both_orchestrators_net_saving_by_the_ledgers_rule_side_by_side(tmp_path: Path) -> None:
+    result = _run(tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    net = report["comparison"]["net_saving_eur"]
+    # The deciders' is the ledger's own figure of the run written; the baseline's is priced
+    # the same way (simulated, never written).
+    assert net["orchestrator"] == int(report["ledger"]["net_saving_eur_micros"]) / 1_000_000
+    assert net["baseline"] == int(report["baseline"]["ledger"]["net_saving_eur_micros"]) / 1_000_000
+    assert net["orchestrator"] != net["baseline"]
+    text = _run(tmp_path / "text").output
+    assert "net saving (the ledger's rule) (EUR)" in text
+
+
 def test_a_broken_catalogue_file_is_named(tmp_path: Path) -> None:
     broken = tmp_path / "pools.yaml"
     broken.write_text("format: spotcap.pools/v1\nregion: x\npools: [{hall: hall-a}]\n")

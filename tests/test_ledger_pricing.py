@@ -8,10 +8,27 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.ledger.pricing import DAY_US, HOUR_US, LedgerLine, price, round_half_even
+from projections.ledger.demand import Demand
+from projections.ledger.pricing import (
+    DAY_US,
+    HOUR_US,
+    LedgerLine,
+    accrue_reservation,
+    price,
+    price_usage,
+    reserved_micros_exact,
+    round_half_even,
+)
 from projections.ledger.rates import Card, RateBook, Unpriced
 from projections.ledger.rule import RECORDED
-from schemas.events import CheckpointWritten, Envelope, PurchaseModel, UsageInterval, WorkWasted
+from schemas.events import (
+    CheckpointWritten,
+    Envelope,
+    PurchaseModel,
+    ReservationCommitted,
+    UsageInterval,
+    WorkWasted,
+)
 from tests.projection_support import T0_US, event
 
 P, W, INST = "pool-a", "wl-a", "i-1"
@@ -22,7 +39,7 @@ def book(*cards: tuple[int, int, int]) -> RateBook:
     """Cards (valid_from, price, guaranteed), each valid 5 minutes (but in force until the next)."""
     b = RateBook()
     for n, (start, p, g) in enumerate(cards):
-        b.add(P, Card(start, f"c{n:03d}", start + 300_000_000, p, g, "reclaimable"))
+        b.add(P, Card(start, start, f"c{n:03d}", start + 300_000_000, p, g, "reclaimable"))
     return b
 
 
@@ -182,7 +199,8 @@ def test_a_pruned_book_prices_every_later_piece_as_the_whole_book_does(
     cut = data.draw(st.integers(T0_US, end))
     pruned.prune(cut)
     if data.draw(st.booleans()):  # a late card between two held ones, after the prune
-        late = Card(data.draw(st.integers(cut, end)), "late", end, 7, 3, "reclaimable")
+        at = data.draw(st.integers(cut, end))
+        late = Card(at, at, "late", end, 7, 3, "reclaimable")
         full.add(P, late)
         pruned.add(P, late)
     # Pieces from where the pruned book still holds the card in force.
@@ -204,3 +222,95 @@ def test_integer_rounding_of_exact_halves_goes_to_even(whole: int, twice: int) -
     denominator = 2 * twice
     numerator = whole * denominator + twice
     assert round_half_even(numerator, denominator) == round(whole + 0.5)
+
+
+def test_running_beyond_the_open_claims_is_surplus_at_the_card_naming_the_launch() -> None:
+    b = book((T0_US, 1000, 5000))
+    demand = Demand()
+    demand.open_claim("c-1", T0_US, 6)
+    demand.launch("i-0", T0_US, 4, "placement-1")
+    demand.launch(INST, T0_US, 4, "replacement-7")  # launched with the first, after it by id
+    pieces = demand.useful(INST, 4, T0_US, T0_US + HOUR_US)
+    assert pieces == [(T0_US, T0_US + HOUR_US, 2)]  # the claim asks 6: 4 + 2 of this one
+    lines = price_usage(usage(T0_US, T0_US + HOUR_US), b, RECORDED, pieces, "replacement-7")
+    assert by_cause(lines) == {
+        "counterfactual": 2 * 5000,
+        "reclaimable_spend": 2 * 1000,
+        "surplus": 2 * 1000,
+        "footprint": 20 + 4 * 200,
+    }
+    assert {line.decided_by for line in lines} == {"replacement-7"}
+
+
+def test_committed_capacity_in_use_comes_off_the_idle_floor_and_reservations_accrue_hourly() -> (
+    None
+):
+    b = book((T0_US, 1000, 4000))
+    lines = price(usage(T0_US, T0_US + HOUR_US, vcpu=8, used=6.0, model="committed"), b, RECORDED)
+    idle = [line for line in lines if line.cause == "idle_floor"]
+    assert [(x.workload_id, x.amount_eur_micros, x.quantity) for x in idle] == [
+        ("(platform)", -8 * 1000, -8.0)
+    ]
+    reservation = event(
+        ReservationCommitted("r-1", P, 10, T0_US + HOUR_US // 2, T0_US + 30 * HOUR_US, 333),
+        0,
+        name="r",
+    )
+    r = reservation.payload
+    assert isinstance(r, ReservationCommitted)
+    # Hour by hour, or all at once: the same total per day, rounded once.
+    stepped = [
+        line
+        for h in range(40)
+        for line in accrue_reservation(reservation, RECORDED, T0_US + h * HOUR_US,
+                                       T0_US + (h + 1) * HOUR_US)
+    ]  # fmt: skip
+    whole = accrue_reservation(reservation, RECORDED, r.start_at, T0_US + 40 * HOUR_US)
+    for lines_ in (stepped, whole):
+        per_day: dict[int, int] = {}
+        for line in lines_:
+            per_day[line.day] = per_day.get(line.day, 0) + line.amount_eur_micros
+        assert per_day == {
+            d: round_half_even(reserved_micros_exact(r, d, T0_US + 40 * HOUR_US)[0], HOUR_US)
+            for d in per_day
+        }
+        assert sum(per_day.values()) == round_half_even(10 * 333 * (r.end_at - r.start_at), HOUR_US)
+    assert {x.workload_id for x in stepped} == {"(platform)"}
+    assert {x.decided_by for x in stepped} == {reservation.event_id}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.integers(1, 30), st.integers(1, 8)), max_size=8),
+    st.lists(st.tuples(st.integers(0, 20), st.integers(1, 30), st.sampled_from([2, 4, 8])),
+             min_size=1, max_size=8),
+)  # fmt: skip
+def test_useful_vcpu_is_the_running_vcpu_up_to_the_asks_oldest_launch_first(
+    claims: list[tuple[int, int, int]], instances: list[tuple[int, int, int]]
+) -> None:
+    """At every moment the useful vCPU over the instances add up to min(running, asked), and
+    an instance is useful only once every instance launched before it is."""
+    tick = 60_000_000
+    demand = Demand()
+    for n, (start, length, vcpu) in enumerate(claims):
+        demand.open_claim(f"c{n}", T0_US + start * tick, vcpu)
+        demand.release_claim(f"c{n}", T0_US + (start + length) * tick)
+    for n, (start, length, vcpu) in enumerate(instances):
+        demand.launch(f"i{n}", T0_US + start * tick, vcpu, f"d{n}")
+        demand.end(f"i{n}", T0_US + (start + length) * tick)
+    useful: dict[str, list[tuple[int, int, int]]] = {
+        f"i{n}": demand.useful(f"i{n}", vcpu, T0_US + s * tick, T0_US + (s + length) * tick)
+        for n, (s, length, vcpu) in enumerate(instances)
+    }
+    for minute in range(60):
+        t = T0_US + minute * tick
+        running = {
+            f"i{n}": vcpu
+            for n, (s, length, vcpu) in enumerate(instances)
+            if s * tick <= t - T0_US < (s + length) * tick
+        }
+        at = {i: next(u for a, b, u in useful[i] if a <= t < b) for i in running}
+        assert sum(at.values()) == min(sum(running.values()), demand.asked_vcpu(t))
+        order = sorted(running, key=lambda i: (demand.instances[i].launched_us, i))
+        full = [at[i] == running[i] for i in order]
+        assert full == sorted(full, reverse=True)  # useful first, surplus last

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pytest
 
 import projections.ledger.writer as ledger_writer
-from projections.ledger.pricing import price
-from projections.ledger.rates import Card, RateBook
+from projections.ledger.pricer import Pricer
+from projections.ledger.pricing import DAY_US
 from projections.ledger.rule import COST_CAUSES, RECORDED
 from projections.ledger.store import ChdbStore, LedgerError
 from projections.ledger.writer import LedgerWriter
-from schemas.events import RateCard, UsageInterval
+from schemas.events import CapacityClaimOpened, CapacityReleased, RateCard, UsageInterval
 from tests.projection_support import (
     Positioned,
     batches,
@@ -25,6 +25,7 @@ from tests.projection_support import (
 )
 
 Lines = dict[tuple[str, str, str, str], int]
+US_PER_H = 3_600_000_000
 
 
 def ledger_events() -> list[Positioned]:
@@ -73,49 +74,62 @@ def test_counterfactual_minus_cost_lines_is_the_net_saving_for_every_workload_an
         " FROM net_saving"
     )[0]
     assert total["n"] == sum(r["n"] for r in saving)
-    assert total["c"] == sum(r["c"] for r in saving) > total["n"] > 0
+    assert total["c"] == sum(r["c"] for r in saving) > 0
+    # The workloads save; the region's reservations, mostly idle for 30 workloads, cost more.
+    workloads = ledger_store.query(
+        "SELECT sum(net_saving_eur_micros) AS n FROM net_saving WHERE workload_id != '(platform)'"
+    )[0]
+    assert total["c"] > workloads["n"] > 0 > total["n"]
 
 
 def test_every_line_names_the_event_that_caused_it_and_that_events_workload(
     ledger_store: ChdbStore,
 ) -> None:
     write(LedgerWriter(ledger_store), ledger_events(), 3000)
+    # A line's event is the event that caused it; an hour of a reservation's cost names the
+    # reservation instead (its id is derived from the reservation and the hour).
     orphans = ledger_store.query(
         "SELECT count() AS n FROM ledger_lines AS l FINAL"
-        " LEFT ANTI JOIN (SELECT event_id FROM events FINAL) AS e ON l.event_id = e.event_id"
+        " LEFT ANTI JOIN (SELECT event_id FROM events FINAL) AS e"
+        " ON (l.event_type = 'reservation_committed' ? toUUID(l.decided_by) : l.event_id)"
+        " = e.event_id"
     )
     assert orphans == [{"n": 0}]
     charged_elsewhere = ledger_store.query(
         "SELECT count() AS n FROM ledger_lines AS l FINAL"
         " JOIN (SELECT event_id, JSONExtractString(payload, 'workload_id') AS w FROM events FINAL)"
-        " AS e ON l.event_id = e.event_id WHERE e.w != l.workload_id"
+        " AS e ON l.event_id = e.event_id WHERE e.w != l.workload_id AND l.cause != 'idle_floor'"
     )
     assert charged_elsewhere == [{"n": 0}]
+    platform = ledger_store.query(
+        "SELECT DISTINCT workload_id AS w FROM ledger_lines FINAL WHERE cause = 'idle_floor'"
+    )
+    assert platform == [{"w": "(platform)"}]
     causes = {r["cause"] for r in ledger_store.query("SELECT DISTINCT cause FROM ledger_lines")}
-    assert {"counterfactual", "reclaimable_spend", "footprint", "checkpoint_storage"} <= causes
+    assert {
+        "counterfactual", "reclaimable_spend", "footprint", "checkpoint_storage", "surplus",
+        "idle_floor",
+    } <= causes  # fmt: skip
+    # A surplus line names the decision that launched the instance (the sim's baseline's).
+    unnamed = ledger_store.query(
+        "SELECT count() AS n FROM ledger_lines FINAL WHERE cause = 'surplus' AND decided_by = ''"
+    )
+    assert unnamed == [{"n": 0}]
 
 
 def test_the_stored_lines_are_what_pricing_in_python_gives(ledger_store: ChdbStore) -> None:
     events = ledger_events()
     write(LedgerWriter(ledger_store), events, 1500)
-    book = RateBook()
+    pricer = Pricer(RECORDED)
     expected: Lines = {}
-    for _, e in events:
-        p = e.payload
-        if isinstance(p, RateCard):
-            card = Card(
-                p.valid_from_at,
-                e.event_id,
-                p.valid_until_at,
-                p.price_per_vcpu_h_eur_micros,
-                p.guaranteed_price_per_vcpu_h_eur_micros,
-                p.purchase_model,
-            )
-            book.add(p.pool_id, card)
-        for line in price(e, book, RECORDED):
-            day = str(pa.scalar(line.day, pa.date32()))
-            expected[(line.workload_id, day, line.cause, line.event_id)] = line.amount_eur_micros
-    assert lines(ledger_store) == expected
+    made = [line for _, e in events for line in pricer.feed(e)] + pricer.advance()
+    for line in made:
+        day = str(pa.scalar(line.day, pa.date32()))
+        key = (line.workload_id, day, line.cause, line.event_id)
+        expected[key] = expected.get(key, 0) + line.amount_eur_micros
+    got = lines(ledger_store)
+    # The idle floor accrues hour by hour: the one pass has one line an hour, the batches too.
+    assert got == expected
 
 
 def test_a_batch_inserted_again_after_a_crash_counts_once(ledger_store: ChdbStore) -> None:
@@ -184,3 +198,49 @@ def test_an_unreachable_clickhouse_server_is_one_sentence() -> None:
         LedgerError, match=r"cannot reach ClickHouse at http://u:\*\*\*@127\.0\.0\.1:1"
     ):
         ServerStore("http://u:secret@127.0.0.1:1", connect_timeout_s=1)
+
+
+def test_no_workloads_counterfactual_exceeds_what_it_asked_for_at_the_guaranteed_rate(
+    ledger_store: ChdbStore,
+) -> None:
+    """Over a simulated region (the baseline stand-in, which runs much beyond its claims), on
+    every workload and UTC day: the counterfactual's vCPU-hours are at most the vCPU-hours its
+    open claims asked for, and its amount at most those at the highest guaranteed rate."""
+    events = [pe for pe in sim_events(days=1.5, workloads=20) if "deadletter" not in pe[0].topic]
+    write(LedgerWriter(ledger_store), events, 5000)
+    end_us = max(e.occurred_at for _, e in events)
+    opened: dict[str, tuple[str, int, int]] = {}  # claim -> (workload, from, vCPU)
+    asked_us: defaultdict[tuple[str, int], int] = defaultdict(int)  # vCPU-microseconds a day
+
+    def ask(workload_id: str, from_us: int, to_us: int, vcpu: int) -> None:
+        while from_us < to_us:
+            day = from_us // DAY_US
+            until = min(to_us, (day + 1) * DAY_US)
+            asked_us[(workload_id, day)] += vcpu * (until - from_us)
+            from_us = until
+
+    top_rate = 0
+    for _, e in events:
+        p = e.payload
+        if isinstance(p, CapacityClaimOpened):
+            opened[p.claim_id] = (p.workload_id, e.occurred_at, p.requested_vcpu)
+        elif isinstance(p, CapacityReleased) and p.claim_id in opened:
+            workload_id, from_us, vcpu = opened.pop(p.claim_id)
+            ask(workload_id, from_us, e.occurred_at, vcpu)
+        elif isinstance(p, RateCard):
+            top_rate = max(top_rate, p.guaranteed_price_per_vcpu_h_eur_micros)
+    for workload_id, from_us, vcpu in opened.values():
+        ask(workload_id, from_us, end_us, vcpu)
+    rows = ledger_store.query(
+        "SELECT workload_id, toUInt32(day) AS day, sum(quantity) AS q,"
+        " sum(amount_eur_micros) AS eur, count() AS n FROM ledger_lines FINAL"
+        " WHERE cause = 'counterfactual' GROUP BY workload_id, day"
+    )
+    surplus = ledger_store.query(
+        "SELECT sum(quantity) AS q FROM ledger_lines FINAL WHERE cause = 'surplus'"
+    )[0]["q"]
+    assert len({r["day"] for r in rows}) == 2 and len(rows) > 20 and surplus > 0
+    for r in rows:
+        asked_h = asked_us[(r["workload_id"], r["day"])] / US_PER_H
+        assert r["q"] <= asked_h + 1e-6 * r["n"], r  # quantities are rounded per line
+        assert r["eur"] <= asked_h * top_rate + r["n"], r  # amounts too, to the micro-euro

@@ -82,7 +82,13 @@ def test_the_recorded_values_report_no_difference(recorded: Recorded) -> None:
     assert rows["exclusions"]["recorded"] >= 1
     assert rows["placements"]["recorded"] == recorded.demo["events_by_type"]["placement_decided"]
     assert rows["wasted_vcpu_h"]["recorded"] == recorded.demo["wasted_vcpu_h"]
-    assert rows["ledger_net_saving"]["recorded"] > 0
+    assert rows["ledger_counterfactual"]["recorded"] > 0
+    # 20 workloads on a region reserved for 220: the reservations' idle part (the platform's
+    # idle floor) outweighs their saving, so the net saving is the lines' sum, of either sign
+    assert rows["ledger_net_saving"]["recorded"] == (
+        rows["ledger_counterfactual"]["recorded"] - rows["ledger_cost"]["recorded"]
+    )
+    assert rows["ledger_idle_floor"]["recorded"] > 0
 
 
 def test_a_threshold_no_pool_reaches_excludes_nothing_the_same_way_twice(
@@ -110,9 +116,10 @@ def test_the_baseline_stand_in_is_compared_with_the_recorded_deciders(recorded: 
     _, report = recorded.what_if("--orchestrator", "baseline")
     assert report["rerun"]["orchestrator"] == "baseline"
     rows = figures(report)
-    # the stand-in places and replaces, but excludes nothing and never falls back
+    # the stand-in places and replaces, but excludes nothing and never falls back (the
+    # deciders, on this small region, may need no fallback either: what the reclaimable
+    # spread cannot place goes on committed room the floors leave, or waits for a top-up)
     assert rows["exclusions"]["recorded"] > 0
-    assert rows["fallbacks"]["recorded"] > 0
     assert rows["exclusions"]["rerun"] == rows["fallbacks"]["rerun"] == 0
     assert rows["placements"]["rerun"] > 0
     assert rows["wasted_vcpu_h"]["delta"] != 0

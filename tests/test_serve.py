@@ -181,7 +181,6 @@ def test_the_api_answers_what_the_cli_prints(served: Served, home: Home, story: 
             "query", "instances", "--workload", w, "--state", "lost", "--limit", "50"],
         "/api/v1/workloads": ["query", "workloads"],
         f"/api/v1/why/{story.lost_instance}": ["why", story.lost_instance],
-        f"/api/v1/why/{w}": ["why", w],
     }  # fmt: skip
     for path, args in same.items():
         api = served.get(path)
@@ -193,6 +192,8 @@ def test_the_api_answers_what_the_cli_prints(served: Served, home: Home, story: 
     assert served.get(savings).json() == home.child_json(
         "report", "savings", "--from", "2026-11-02", "--to", "2026-11-02", "--workload", w
     )
+    # A workload's why names the decisions behind its surplus, from the ledger.
+    assert served.get(f"/api/v1/why/{w}").json() == home.child_json("why", w)
     assert served.get("/api/v1/lag").json() == home.child_json("query", "lag")
     # The figures a person checks: the demo's projections are at the log's end, the story shows.
     assert all(r["lag"] == 0 for r in served.get("/api/v1/lag").json())

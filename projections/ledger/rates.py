@@ -2,9 +2,13 @@
 callback only for cards older than what is held in memory).
 
 The card in effect at time t is the latest card of the pool whose validity starts at or before
-t (ties: the greater event id); it holds until the next one starts, even past its own
-`valid_until` (a late card leaves the previous price in force). The moments of an interval
-before the pool's first card are priced at that first card.
+t (ties: the one published last, then the greater event id, so a correction published with the
+same start replaces the card it corrects); it holds until the next one starts, even past its own
+`valid_until` (a card that expires leaves the previous price in force). The moments of an
+interval before the pool's first card are priced at that first card.
+
+A card published more than the rule's allowed lateness after its validity starts is refused
+(`refused`): it never enters a book (docs/accounting.md, "Late facts").
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from typing import Final, NamedTuple, cast
 
 
 class Card(NamedTuple):
-    """A rate card. Cards order by (start, event id, ...), as tuples."""
+    """A rate card. Cards order by (start, publication, event id, ...), as tuples."""
 
     valid_from_us: int
+    published_us: int  # the card event's occurred_at
     event_id: str
     valid_until_us: int
     price_eur_micros: int  # per vCPU-hour
@@ -30,13 +35,23 @@ class Card(NamedTuple):
 # of a region adds tens of thousands of cards, and they stay for two days: Python's collector
 # stops tracking a plain tuple of ints and strings at its first collection, where it would go
 # on tracking a NamedTuple's instances (a subclass) through every full collection.
-Row = tuple[int, str, int, int, int, str]
+Row = tuple[int, int, str, int, int, int, str]
 _FROM: Final = 0
-_ID: Final = 1
-_PRICE: Final = 3
-_GUARANTEED: Final = 4
+_PRICE: Final = 4
+_GUARANTEED: Final = 5
 _valid_from = itemgetter(_FROM)
-_start_and_id = itemgetter(_FROM, _ID)
+_LAST = (1 << 62, "\uffff")  # after any (publication, event id) of a card starting at a moment
+
+
+def lateness_us(valid_from_us: int, published_us: int) -> int:
+    """How long after the moment a price starts to apply it was published (never negative)."""
+    return max(0, published_us - valid_from_us)
+
+
+def refused(valid_from_us: int, published_us: int, allowed_lateness_s: int) -> bool:
+    """Whether a fact setting a price from `valid_from_us`, published at `published_us`, is
+    later than the allowed lateness (it is then refused: reported, never priced)."""
+    return lateness_us(valid_from_us, published_us) > allowed_lateness_s * 1_000_000
 
 
 class Unpriced(ValueError):  # noqa: N818 - reads as what the event is
@@ -74,6 +89,30 @@ class RateBook:
         cards.insert(i, card)
         self._clean[pool_id] = min(self._clean.get(pool_id, i), i)
 
+    def contains(self, pool_id: str, card: Row) -> bool:
+        cards = self._cards.get(pool_id, [])
+        i = bisect.bisect_left(cards, card)
+        return i < len(cards) and cards[i] == card
+
+    def remove(self, pool_id: str, card: Row) -> None:
+        """Take `card` out again (a late card's corrections price without it, then with it)."""
+        cards = self._cards.get(pool_id, [])
+        i = bisect.bisect_left(cards, card)
+        if i < len(cards) and cards[i] == card:
+            del cards[i]
+            self._clean[pool_id] = min(self._clean.get(pool_id, i), i)
+
+    def first_start(self, pool_id: str) -> int | None:
+        """The start of the pool's first card held (None: it has none)."""
+        cards = self._cards.get(pool_id)
+        return cards[0][_FROM] if cards else None
+
+    def next_start(self, pool_id: str, after_us: int) -> int | None:
+        """The start of the first card held that starts after `after_us` (None: none does)."""
+        cards = self._cards.get(pool_id, [])
+        i = bisect.bisect_right(cards, (after_us, *_LAST))
+        return cards[i][_FROM] if i < len(cards) else None
+
     def set_complete_from(self, floor_us: int) -> None:
         """After a reload: memory is complete only from `floor_us` on, for every pool."""
         self._default_floor = floor_us
@@ -95,7 +134,7 @@ class RateBook:
         cards = self._cards.get(pool_id)
         if not cards:
             raise Unpriced(f"no rate card for pool {pool_id!r}")
-        i = bisect.bisect_right(cards, (at_us, "\uffff"), key=_start_and_id)
+        i = bisect.bisect_right(cards, (at_us, *_LAST))
         return Card._make(cards[max(i - 1, 0)])
 
     def segments(self, pool_id: str, start_us: int, end_us: int) -> Iterator[tuple[int, int, Card]]:
@@ -104,7 +143,7 @@ class RateBook:
         cards = self._cards.get(pool_id)
         if not cards:
             raise Unpriced(f"no rate card for pool {pool_id!r}")
-        i = max(bisect.bisect_right(cards, (start_us, "\uffff"), key=_start_and_id) - 1, 0)
+        i = max(bisect.bisect_right(cards, (start_us, *_LAST)) - 1, 0)
         a = start_us
         while a < end_us:
             nxt = i + 1

@@ -15,21 +15,33 @@ COUNTERFACTUAL = "counterfactual"
 RECLAIMABLE_SPEND = "reclaimable_spend"
 FLOOR_SPEND = "floor_spend"
 FALLBACK_SPEND = "fallback_spend"
+SURPLUS = "surplus"
 WASTED_WORK = "wasted_work"
 HEADROOM = "headroom"
 CHECKPOINT_STORAGE = "checkpoint_storage"
 FOOTPRINT = "footprint"
+IDLE_FLOOR = "idle_floor"
 
 COST_CAUSES = (
     RECLAIMABLE_SPEND,
     FLOOR_SPEND,
     FALLBACK_SPEND,
+    SURPLUS,
     WASTED_WORK,
     HEADROOM,
     CHECKPOINT_STORAGE,
     FOOTPRINT,
+    IDLE_FLOOR,
 )
 CAUSES = (COUNTERFACTUAL, *COST_CAUSES)
+
+PLATFORM = "(platform)"  # the ledger's name for costs charged to no workload
+
+# What the counterfactual counts as useful work (docs/accounting.md, "Useful work"):
+ASKED_FOR = "asked_for"  # per workload and moment, the vCPU running up to what its open claims ask
+USED = "used"  # every used vCPU-hour (the rule before issue 22: surplus counted as useful)
+USEFUL_WORK = (ASKED_FOR, USED)
+HOUR_S = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,15 @@ class AccountingRule:
     # Quantities are rounded before pricing, so that pricing is exact integer arithmetic.
     vcpu_h_quantum: int = 1_000_000  # used vCPU-hours to the micro vCPU-hour
     vcpu_s_quantum: int = 1_000  # wasted vCPU-seconds to the milli vCPU-second
+    # Useful work is what was asked for: running beyond the open claims is surplus, a cost
+    # line priced at the spend rate and naming the decision that launched the instance.
+    useful_work: str = ASKED_FOR
+    # The reservations' cost that the workloads' lines on committed capacity do not account
+    # for (capacity paid for and not running anything) is the platform's `idle_floor` line.
+    idle_floor: bool = True
+    # A fact that sets a price (a rate card, a reservation) published this long after the
+    # moment it starts to apply re-prices what it touches; later than that it is refused.
+    allowed_lateness_s: int = HOUR_S
 
 
 RECORDED = AccountingRule(name="recorded")

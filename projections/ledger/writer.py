@@ -1,42 +1,60 @@
-"""The ledger writer: events, rankings, rate cards and priced lines, three inserts per batch.
+"""The ledger writer: events, rankings, rate cards and priced lines, in a few inserts per batch.
 
 A batch is one insert into `events`, whose materialized views (ddl/0002_from_events.sql) derive
-the rankings and the rate cards from the payloads in the same insert; then one insert of the
-priced lines; then one of the offsets. ClickHouse has no transactions across tables, so the
-ledger is at-least-once and idempotent on the event id: a batch re-inserted after a crash
-collapses onto the rows already there (every table is a ReplacingMergeTree keyed by event id;
-reads go through FINAL). The offsets are inserted last, after every other row of the batch is
-written; a restart resumes from them (`stored_offsets`, to seek on assignment) and re-prices the
-batch from the same rate cards, so the lines are the same.
+the rankings and the rate cards from the payloads in the same insert; then the priced lines,
+what was priced from the rate cards (`priced_facts`, for late cards to re-price), the facts
+refused past the allowed lateness (`late_facts`), and last the offsets. ClickHouse has no
+transactions across tables, so the ledger is at-least-once and idempotent on the event id: a
+batch re-inserted after a crash collapses onto the rows already there (every table is a
+ReplacingMergeTree keyed by event id; reads go through FINAL). The offsets are inserted last;
+a restart resumes from them (`stored_offsets`, to seek on assignment).
 
-Pricing needs the rate cards in force: they are held in a `RateBook`, reloaded from the
-`rate_cards` table at start (the last `RATE_HORIZON_US` before the newest stored event, plus
-the card in force then) and fetched from it for older intervals.
+Pricing is `pricer.Pricer`'s: the rate cards in force (a `RateBook`), each workload's claims
+and instances (what was useful), the reservations (the idle floor), in event time whatever the
+order of arrival. At a start all of it is read back from the store **as of the stored offsets**
+(rows of a batch written after them, by a run that crashed before its offsets, are left out),
+so a batch priced again after a crash gives the same lines, corrections included.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
 
-from projections.ledger.pricing import PRICERS, LedgerLine
-from projections.ledger.rates import Card, RateBook, Unpriced
+from projections.ledger.demand import Piece
+from projections.ledger.pricer import (
+    DEMAND_HORIZON_US,
+    Priced,
+    Pricer,
+    Refusal,
+    Reservation,
+)
+from projections.ledger.pricing import LedgerLine
+from projections.ledger.rates import Card, RateBook
 from projections.ledger.rule import RECORDED, AccountingRule
 from projections.ledger.store import LedgerStore
 from schemas.catalogue import catalogue, non_null
 from schemas.errors import Origin
-from schemas.events import Envelope, Payload, RateCard
+from schemas.events import (
+    PAYLOAD_TYPES,
+    Envelope,
+    Payload,
+    ReservationCommitted,
+    UsageInterval,
+    WorkWasted,
+)
 
 LEDGER_PROJECTION = "ledger"
 LEDGER_TOPICS = ("lifecycle", "market", "demand", "decisions", "usage")
 RATE_HORIZON_US = 2 * 86_400_000_000  # rate cards held in memory behind the newest event
+MEMORY_HORIZON_US = RATE_HORIZON_US  # what was priced, held in memory behind the newest event
 
 TopicPartition = tuple[str, int]
 StepHook = Callable[[str], None]
@@ -59,18 +77,17 @@ def apply_ddl(store: LedgerStore) -> None:
                 store.command(statement)
 
 
+LEDGER_TABLES = (
+    "events", "rankings", "rate_cards", "ledger_lines", "priced_facts", "late_facts",
+    "consumed_offsets", "consumed_topics",
+)  # fmt: skip
+
+
 def drop_all(store: LedgerStore) -> None:
     """Drop every ledger table and view (for rebuilds)."""
     for name in ("net_saving", "ledger_by_cause", "rankings_from_events", "rate_cards_from_events"):
         store.command(f"DROP VIEW IF EXISTS {name}")
-    for name in (
-        "events",
-        "rankings",
-        "rate_cards",
-        "ledger_lines",
-        "consumed_offsets",
-        "consumed_topics",
-    ):
+    for name in LEDGER_TABLES:
         store.command(f"DROP TABLE IF EXISTS {name}")
 
 
@@ -118,6 +135,37 @@ LINES_SCHEMA = pa.schema(
         ("event_type", pa.string()),
         ("occurred_at", _UTC_US),
         ("rule", pa.string()),
+        ("decided_by", pa.string()),
+    ]
+)
+PIECES_TYPE = pa.list_(pa.struct([("1", pa.int64()), ("2", pa.int64()), ("3", pa.int64())]))
+PRICED_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_type", pa.string()),
+        ("occurred_at", _UTC_US),
+        ("pool_id", pa.string()),
+        ("from_us", pa.int64()),
+        ("to_us", pa.int64()),
+        ("record", pa.string()),
+        ("payload", pa.string()),
+        ("pieces", PIECES_TYPE),
+        ("decided_by", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.uint32()),
+        ("offset", pa.uint64()),
+    ]
+)
+LATE_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_type", pa.string()),
+        ("key", pa.string()),
+        ("occurred_at", _UTC_US),
+        ("applies_from", _UTC_US),
+        ("lateness_s", pa.float64()),
+        ("allowed_s", pa.int64()),
+        ("reason", pa.string()),
     ]
 )
 OFFSETS_SCHEMA = pa.schema(
@@ -135,6 +183,8 @@ class LedgerWriteResult:
     events: int
     lines: int
     unpriced: list[tuple[Origin, str]]  # events that cost something but could not be priced
+    refused: list[tuple[Origin, str]] = field(default_factory=list)  # past the allowed lateness
+    corrections: int = 0  # correction lines late rate cards made
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +193,10 @@ class PreparedBatch:
 
     events: pa.Table
     lines: pa.Table
+    priced: pa.Table
+    late: pa.Table
     offsets: pa.Table
+    positions: Mapping[TopicPartition, int]
     result: LedgerWriteResult
 
 
@@ -171,6 +224,46 @@ def _payload_encoder() -> Callable[[Payload], str]:
 _payload_json = _payload_encoder()
 
 
+def _envelope(
+    event_id: str, occurred_at: int, record: str, payload: str, causation: str | None = None
+) -> Envelope:
+    """An event rebuilt from a stored payload (what pricing reads of it: id, time, payload)."""
+    body = PAYLOAD_TYPES[record].from_avro(json.loads(payload))
+    return Envelope(event_id, body.EVENT_TYPE, occurred_at, occurred_at, "", "", causation, None,
+                    "", body)  # fmt: skip
+
+
+class _StoredSource:
+    """What was priced: this run's items in memory (for `MEMORY_HORIZON_US` of event time), the
+    rest read from `priced_facts` as of the stored offsets. Each item once, by event id."""
+
+    def __init__(self, writer: LedgerWriter) -> None:
+        self._writer = writer
+        self.by_pool: dict[str, list[Priced]] = {}
+        self.batch: list[tuple[Priced, Origin]] = []  # priced in the batch being prepared
+        self.origin: Origin | None = None  # the position of the event being priced
+
+    def add(self, item: Priced) -> None:
+        self.by_pool.setdefault(item.pool_id, []).append(item)
+        assert self.origin is not None
+        self.batch.append((item, self.origin))
+
+    def overlapping(self, pool_id: str, from_us: int, to_us: int) -> Iterator[Priced]:
+        seen: set[str] = set()
+        for item in self.by_pool.get(pool_id, ()):
+            if item.to_us > from_us and item.from_us < to_us:
+                seen.add(item.envelope.event_id)
+                yield item
+        for item in self._writer.stored_priced(pool_id, from_us, to_us):
+            if item.envelope.event_id not in seen:
+                seen.add(item.envelope.event_id)
+                yield item
+
+    def prune(self, before_us: int) -> None:
+        for pool_id, items in self.by_pool.items():
+            self.by_pool[pool_id] = [i for i in items if i.to_us >= before_us]
+
+
 class LedgerWriter:
     def __init__(
         self,
@@ -181,46 +274,120 @@ class LedgerWriter:
         on_step: StepHook | None = None,
     ) -> None:
         self.store = store
-        # The inserts of a batch and the queries for rate cards, one at a time: a write-behind
-        # caller stores a batch on one thread while it prepares the next on another, whose
-        # pricing may ask the store for old rate cards.
+        # The inserts of a batch and the queries of what is stored, one at a time: a
+        # write-behind caller stores a batch on one thread while it prepares the next on
+        # another, whose pricing may ask the store for old rate cards or priced events.
         self._storing = threading.Lock()
         self.rule = rule
         self.projection = projection
         self._on_step = on_step
         apply_ddl(store)
+        self._committed = self.stored_offsets()
         self.book = RateBook(self._backfill)
-        self._watermark_us = self._reload()
+        self.source = _StoredSource(self)
+        self.pricer = Pricer(rule, self.book, self.source)
+        self._reload()
 
     def _step(self, name: str) -> None:
         if self._on_step is not None:
             self._on_step(name)
 
-    # -- rate cards ---------------------------------------------------------------------------
+    # -- what is stored, as of the stored offsets ----------------------------------------------
+
+    def _committed_join(self, alias: str) -> str:
+        """A join keeping the rows of `alias` (with topic, partition, offset) that are before
+        the stored offsets (the rows of a batch whose offsets were never stored are not)."""
+        return (
+            " INNER JOIN (SELECT topic AS c_topic, partition AS c_partition, next_offset AS c_next"
+            " FROM consumed_offsets FINAL WHERE projection_name = {proj:String}) AS c"
+            f" ON c.c_topic = {alias}.topic AND c.c_partition = {alias}.partition"
+            f" WHERE {alias}.offset < c.c_next"
+        )
+
+    def _query(self, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        with self._storing:
+            return self.store.query(sql, {"proj": self.projection, **params})
 
     def _cards(self, where: str, params: Mapping[str, Any]) -> list[tuple[str, Card]]:
+        late = self.rule.allowed_lateness_s * 1_000_000
         sql = (
             "SELECT pool_id, toString(event_id) AS event_id, purchase_model,"
             " price_per_vcpu_h_eur_micros AS price, guaranteed_price_per_vcpu_h_eur_micros AS g,"
-            " toUnixTimestamp64Micro(valid_from) AS f, toUnixTimestamp64Micro(valid_until) AS u"
-            f" FROM rate_cards FINAL WHERE {where} ORDER BY pool_id, f, event_id"
+            " toUnixTimestamp64Micro(valid_from) AS f, toUnixTimestamp64Micro(valid_until) AS u,"
+            " toUnixTimestamp64Micro(published_at) AS pub"
+            f" FROM (SELECT * FROM rate_cards FINAL) AS r{self._committed_join('r')}"
+            f" AND toUnixTimestamp64Micro(published_at) - toUnixTimestamp64Micro(valid_from)"
+            f" <= {late} AND ({where}) ORDER BY pool_id, f, pub, event_id"
         )
-        with self._storing:
-            rows = self.store.query(sql, params)
+        rows = self._query(sql, params)
         return [
-            (str(r["pool_id"]), Card(int(r["f"]), str(r["event_id"]), int(r["u"]), int(r["price"]),
-                                     int(r["g"]), str(r["purchase_model"])))
+            (str(r["pool_id"]), Card(int(r["f"]), int(r["pub"]), str(r["event_id"]), int(r["u"]),
+                                     int(r["price"]), int(r["g"]), str(r["purchase_model"])))
             for r in rows
         ]  # fmt: skip
 
-    def _reload(self) -> int | None:
-        """Hold the stored cards near the newest stored event; return that event's time."""
-        rows = self.store.query(
-            "SELECT toUnixTimestamp64Micro(max(occurred_at)) AS t, count() AS n FROM events"
+    def _backfill(self, pool_id: str, from_us: int, to_us: int) -> list[Card]:
+        where = (
+            "pool_id = {p:String} AND valid_from < fromUnixTimestamp64Micro({t:Int64}, 'UTC') AND"
+            " valid_from >= (SELECT max(valid_from) FROM rate_cards FINAL WHERE pool_id ="
+            " {p:String} AND valid_from <= fromUnixTimestamp64Micro({f:Int64}, 'UTC'))"
+        )
+        return [c for _, c in self._cards(where, {"p": pool_id, "f": from_us, "t": to_us})]
+
+    def stored_priced(self, pool_id: str, from_us: int, to_us: int) -> list[Priced]:
+        """The usage and waste of `pool_id` priced by earlier batches, meeting [from, to)."""
+        rows = self._query(
+            "SELECT toString(event_id) AS event_id, toUnixTimestamp64Micro(occurred_at) AS t,"
+            " record, payload, pieces, decided_by FROM (SELECT * FROM priced_facts FINAL"
+            " WHERE pool_id = {p:String} AND to_us > {f:Int64} AND from_us < {t:Int64}) AS x"
+            f"{self._committed_join('x')}",
+            {"p": pool_id, "f": from_us, "t": to_us},
+        )
+        out = []
+        for r in rows:
+            e = _envelope(str(r["event_id"]), int(r["t"]), str(r["record"]), str(r["payload"]))
+            pieces = tuple(_piece(p) for p in r["pieces"])
+            if isinstance(e.payload, UsageInterval):
+                u = e.payload
+                out.append(Priced(e, u.pool_id, u.start_at, u.end_at, pieces, str(r["decided_by"])))
+            else:
+                assert isinstance(e.payload, WorkWasted)
+                out.append(Priced(e, e.payload.pool_id, e.occurred_at, e.occurred_at + 1))
+        return out
+
+    def _events_of(
+        self, types: Sequence[str], where: str, params: Mapping[str, Any]
+    ) -> list[Envelope]:
+        names = ", ".join(f"'{t}'" for t in types)
+        rows = self._query(
+            "SELECT toString(event_id) AS event_id, toUnixTimestamp64Micro(occurred_at) AS t,"
+            " ifNull(toString(causation_id), '') AS causation, event_type, payload"
+            f" FROM (SELECT * FROM events FINAL WHERE event_type IN ({names}) AND ({where})) AS e"
+            f"{self._committed_join('e')} ORDER BY t, event_id",
+            params,
+        )
+        record = {cls.EVENT_TYPE: name for name, cls in PAYLOAD_TYPES.items()}
+        return [
+            _envelope(str(r["event_id"]), int(r["t"]), record[str(r["event_type"])],
+                      str(r["payload"]), str(r["causation"]) or None)
+            for r in rows
+        ]  # fmt: skip
+
+    def _reload(self) -> None:
+        """Hold what pricing needs as of the stored offsets: the rate cards near the newest
+        event, each workload's open claims and live instances (and what ended lately), the
+        reservations and how far their cost has accrued, and how far each pool was priced."""
+        rows = self._query(
+            "SELECT toUnixTimestamp64Micro(max(e.occurred_at)) AS t, count() AS n FROM"
+            f" (SELECT occurred_at, topic, partition, offset FROM events) AS e"
+            f"{self._committed_join('e')}",
+            {},
         )
         if not rows or not rows[0]["n"]:
-            return None
+            return
         newest = int(rows[0]["t"])
+        pricer = self.pricer
+        pricer.watermark_us = newest
         horizon = newest - RATE_HORIZON_US
         in_force = (
             "(pool_id, valid_from) IN (SELECT pool_id, max(valid_from) FROM rate_cards FINAL"
@@ -230,15 +397,48 @@ class LedgerWriter:
         for pool_id, card in self._cards(where, {"h": horizon}):
             self.book.add(pool_id, card)
         self.book.set_complete_from(horizon)
-        return newest
-
-    def _backfill(self, pool_id: str, from_us: int, to_us: int) -> list[Card]:
-        where = (
-            "pool_id = {p:String} AND valid_from < fromUnixTimestamp64Micro({t:Int64}, 'UTC') AND"
-            " valid_from >= (SELECT max(valid_from) FROM rate_cards FINAL WHERE pool_id ="
-            " {p:String} AND valid_from <= fromUnixTimestamp64Micro({f:Int64}, 'UTC'))"
+        # Demand: what happened within the horizon, and before it what is still open.
+        since = newest - DEMAND_HORIZON_US
+        recent = "occurred_at >= fromUnixTimestamp64Micro({s:Int64}, 'UTC')"
+        ends = (
+            "SELECT JSONExtractString(payload, 'instance_id') FROM events FINAL WHERE event_type"
+            " IN ('instance_lost', 'instance_deleted')"
         )
-        return [c for _, c in self._cards(where, {"p": pool_id, "f": from_us, "t": to_us})]
+        released = (
+            "SELECT JSONExtractString(payload, 'claim_id') FROM events FINAL WHERE event_type ="
+            " 'capacity_released'"
+        )
+        older_open = (
+            f"NOT {recent} AND ((event_type = 'instance_launched' AND"
+            f" JSONExtractString(payload, 'instance_id') NOT IN ({ends})) OR (event_type ="
+            f" 'capacity_claim_opened' AND JSONExtractString(payload, 'claim_id') NOT IN"
+            f" ({released})))"
+        )
+        types = ("instance_launched", "instance_lost", "instance_deleted",
+                 "capacity_claim_opened", "capacity_released")  # fmt: skip
+        for e in self._events_of(types, f"({recent}) OR ({older_open})", {"s": since}):
+            pricer.feed(e)
+        for e in self._events_of(("reservation_committed",), "1", {}):
+            reservation = e.payload
+            assert isinstance(reservation, ReservationCommitted)
+            if pricer.late(e, reservation.start_at) is None:
+                pricer.reservations[e.event_id] = Reservation(e, reservation.start_at)
+        for r in self._query(
+            "SELECT decided_by, toUnixTimestamp64Micro(max(occurred_at)) AS t FROM ledger_lines"
+            " FINAL WHERE cause = 'idle_floor' AND event_type = 'reservation_committed'"
+            " GROUP BY decided_by",
+            {},
+        ):
+            held = pricer.reservations.get(str(r["decided_by"]))
+            if held is not None:
+                held.accrued_to_us = max(held.accrued_to_us, int(r["t"]))
+        for r in self._query(
+            "SELECT pool_id, max(to_us) AS t FROM (SELECT * FROM priced_facts FINAL) AS x"
+            f"{self._committed_join('x')} GROUP BY pool_id",
+            {},
+        ):
+            pricer.priced_until[str(r["pool_id"])] = int(r["t"])
+        pricer.watermark_us = newest
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -259,9 +459,9 @@ class LedgerWriter:
         timeout_s: float | None = None,
     ) -> LedgerWriteResult:
         """Insert a batch's events (their views derive the rankings and rate cards), its priced
-        lines, then its offsets: `store_batch(prepare(...))`. (`timeout_s`: chdb runs in this
-        process and has no per-insert deadline; a server store bounds each request by its
-        client's timeouts.)"""
+        lines and what they were priced from, then its offsets: `store_batch(prepare(...))`.
+        (`timeout_s`: chdb runs in this process and has no per-insert deadline; a server
+        store bounds each request by its client's timeouts.)"""
         return self.store_batch(self.prepare(events, positions), timeout_s)
 
     def prepare(
@@ -270,53 +470,64 @@ class LedgerWriter:
         """The batch's rows, priced, as the Arrow tables `store_batch` inserts; nothing is
         written. Python only: a write-behind caller prepares each batch on its own thread and
         leaves only the inserts (chdb's, which let go of the GIL) to the writer thread. Batches
-        are prepared in order, each before the next (the rate cards of one are in the book for
-        the ones after it)."""
-        unpriced: list[tuple[Origin, str]] = []
+        are prepared in order, each before the next (what one holds prices the ones after)."""
+        pricer, source = self.pricer, self.source
+        refused_before, unpriced_before = len(pricer.refused), len(pricer.unpriced)
+        corrections_before = pricer.corrections
         priced: list[LedgerLine] = []
-        if events:
-            newest = max(e.occurred_at for _, e in events)
-            self._watermark_us = max(self._watermark_us or newest, newest)
-        # In the batch's order: a rate card is in the book for the events after it. Only the
-        # rate cards and the event types that cost something are looked at here.
-        book, rule, book_add, pricers = self.book, self.rule, self.book.add, PRICERS
+        origins: dict[str, Origin] = {}
+        source.batch = []
+        feed = pricer.feed
         for origin, e in events:
-            p = e.payload
-            if isinstance(p, RateCard):
-                book_add(p.pool_id, (p.valid_from_at, e.event_id, p.valid_until_at,
-                                     p.price_per_vcpu_h_eur_micros,
-                                     p.guaranteed_price_per_vcpu_h_eur_micros,
-                                     p.purchase_model))  # fmt: skip
-                continue
-            pricer = pricers.get(e.event_type)  # `price`, without its call for free events
-            if pricer is None:
-                continue
-            try:
-                priced += pricer(e, book, rule)
-            except Unpriced as error:
-                unpriced.append((origin, f"{e.event_type} {e.event_id}: {error}"))
-        if self._watermark_us is not None:
-            self.book.prune(self._watermark_us - RATE_HORIZON_US)
+            source.origin = origin
+            priced += feed(e)
+            origins[e.event_id] = origin
+        priced += pricer.advance()
+        if pricer.watermark_us is not None:
+            self.book.prune(pricer.watermark_us - RATE_HORIZON_US)
+            source.prune(pricer.watermark_us - MEMORY_HORIZON_US)
+        refused = pricer.refused[refused_before:]
+        unpriced = [
+            (origins[e.event_id], reason)
+            for e, reason in pricer.unpriced[unpriced_before:]
+            if e.event_id in origins
+        ]
+        result = LedgerWriteResult(
+            len(events),
+            len(priced),
+            unpriced,
+            [(origins[r.envelope.event_id], r.reason) for r in refused],
+            pricer.corrections - corrections_before,
+        )
         return PreparedBatch(
             _events_table(events),
             _lines_table(priced),
+            _priced_table(source.batch),
+            _late_table(refused, self.rule.allowed_lateness_s),
             self._offsets_table(positions),
-            LedgerWriteResult(len(events), len(priced), unpriced),
+            dict(positions),
+            result,
         )
 
     def store_batch(
         self, batch: PreparedBatch, timeout_s: float | None = None
     ) -> LedgerWriteResult:
         """Insert a prepared batch: its events (and through their views the rankings and rate
-        cards), its lines, then its offsets, last, so that a restart after a crash anywhere
-        resumes before the batch and re-inserts it (rows the sorting keys collapse)."""
+        cards), its lines, what was priced and refused, then its offsets, last, so that a
+        restart after a crash anywhere resumes before the batch and prices it again."""
         with self._storing:
             self.store.insert("events", batch.events)
             self._step("events")  # the rankings and rate cards with them (views on `events`)
             self.store.insert("ledger_lines", batch.lines)
             self._step("ledger_lines")
+            if batch.priced.num_rows:
+                self.store.insert("priced_facts", batch.priced)
+            if batch.late.num_rows:
+                self.store.insert("late_facts", batch.late)
+            self._step("priced_facts")
             self.store.insert("consumed_offsets", batch.offsets)
             self._step("offsets")
+            self._committed.update(batch.positions)
         return batch.result
 
     def _offsets_table(self, positions: Mapping[TopicPartition, int]) -> pa.Table:
@@ -357,4 +568,61 @@ def _lines_table(lines: Sequence[LedgerLine]) -> pa.Table:
     return pa.Table.from_arrays(
         [pa.array(c, f.type) for c, f in zip(columns, LINES_SCHEMA, strict=True)],
         schema=LINES_SCHEMA,
+    )
+
+
+def _piece(value: Any) -> Piece:
+    """A stored piece (a ClickHouse tuple: read back as a dict of its positions, or a list)."""
+    a, b, u = value.values() if isinstance(value, dict) else value
+    return int(a), int(b), int(u)
+
+
+def _pieces(pieces: Sequence[Piece]) -> list[dict[str, int]]:
+    return [{"1": a, "2": b, "3": u} for a, b, u in pieces]
+
+
+def _priced_table(items: Sequence[tuple[Priced, Origin]]) -> pa.Table:
+    rows = [
+        (
+            i.envelope.event_id,
+            i.envelope.event_type,
+            i.envelope.occurred_at,
+            i.pool_id,
+            i.from_us,
+            i.to_us,
+            i.envelope.payload.RECORD_NAME,
+            _payload_json(i.envelope.payload),
+            _pieces(i.pieces),
+            i.decided_by,
+            o.topic,
+            o.partition,
+            o.offset,
+        )
+        for i, o in items
+    ]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(PRICED_SCHEMA)
+    return pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, PRICED_SCHEMA, strict=True)],
+        schema=PRICED_SCHEMA,
+    )
+
+
+def _late_table(refused: Sequence[Refusal], allowed_s: int) -> pa.Table:
+    rows = [
+        (
+            r.envelope.event_id,
+            r.envelope.event_type,
+            r.envelope.key,
+            r.envelope.occurred_at,
+            r.applies_from_us,
+            r.lateness_us / 1e6,
+            allowed_s,
+            r.reason,
+        )
+        for r in refused
+    ]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(LATE_SCHEMA)
+    return pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, LATE_SCHEMA, strict=True)],
+        schema=LATE_SCHEMA,
     )

@@ -1,9 +1,12 @@
 """`why`: for an instance, a workload or an event, the chain of causes in plain sentences,
-oldest first, each with its time and event id (read from the fleet state's journal)."""
+oldest first, each with its time and event id (read from the fleet state's journal). For a
+workload, with the ledger at hand, also each decision that launched capacity running beyond
+what the workload's claims asked for, and what that surplus cost (the ledger's lines)."""
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -13,6 +16,8 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from projections.eventtime import iso
+from projections.ledger.rule import SURPLUS
+from projections.ledger.store import LedgerStore
 from projections.money import eur_text
 from projections.postgres.connection import Connection
 from projections.read.rows import utc_text
@@ -112,6 +117,9 @@ def _wasted(p: Payload, e: dict[str, Any]) -> str:
 
 
 def _replacement(p: Payload, e: dict[str, Any]) -> str:
+    if not p["vcpu"] and not p["allocations"]:
+        why = (p.get("caps_reason") or "").removeprefix("not replaced: ")
+        return f"{p['replaces_instance_id']} was not replaced: {why or 'nothing asked for it'}"
     avoid = p["excluded_pool_ids"]
     avoiding = f", avoiding {len(avoid)} excluded pools" if avoid else ""
     return (f"a replacement of {p['vcpu']} {p['purchase_model']} vCPU was requested for "
@@ -121,26 +129,70 @@ def _replacement(p: Payload, e: dict[str, Any]) -> str:
 def _placement(p: Payload, e: dict[str, Any]) -> str:
     pools = len({a["pool_id"] for a in p["allocations"]})
     ranking = f", from ranking {p['ranking_id']}" if p.get("ranking_id") else ""
-    return (f"{p['workload_id']} was placed: {p['requested_vcpu']:,} vCPU over {pools} pools "
-            f"(floor {p['floor_vcpu']:,} vCPU), {eur_text(p['premium_per_h_eur_micros'])}/h over "
-            f"the price-first plan{ranking}")  # fmt: skip
+    unplaced = p.get("unplaced_vcpu", 0)
+    if not pools:
+        return (f"{p['workload_id']} asked for {p['requested_vcpu']:,} vCPU and none could be "
+                f"placed: {unplaced:,} vCPU left to the fallback arbiter")  # fmt: skip
+    left = f"; {unplaced:,} vCPU left to the fallback arbiter" if unplaced else ""
+    return (f"{p['workload_id']} was placed: {p['requested_vcpu'] - unplaced:,} of "
+            f"{p['requested_vcpu']:,} vCPU over {pools} pools (floor {p['floor_vcpu']:,} vCPU), "
+            f"{eur_text(p['premium_per_h_eur_micros'])}/h over the price-first "
+            f"plan{ranking}{left}")  # fmt: skip
+
+
+def _name(value: str | None, missing: str) -> str:
+    """A person's name, or what stands for it when there is none (never an empty name)."""
+    return value.strip() if value and value.strip() else missing
 
 
 def _fallback(p: Payload, e: dict[str, Any]) -> str:
     head = f"fallback moved {p['vcpu']:,} vCPU of {p['workload_id']} to guaranteed capacity"
     spend, cap = eur_text(p["spend_eur_micros"]), eur_text(p["cap_eur_micros"])
+    reason = _micros_to_euros(p["reason"])
     if p["kind"] == "floor_restore":
-        return f"{head} to restore its floor, without asking (ADR-23): {p['reason']}"
+        return f"{head} to restore its floor, without asking (ADR-23): {reason}"
     if p["kind"] == "within_cap":
-        return f"{head} within its cap: {spend} spent today of {cap} ({p['reason']})"
-    return (f"{head} beyond its cap: today's spend would be {spend} against a cap of {cap}, so "
-            f"the approver {p['approver']} was paged ({p['reason']})")  # fmt: skip
+        return f"{head} within its cap: {spend} spent today of {cap} ({reason})"
+    who = _name(p["approver"], "")
+    if p.get("awaiting_approval"):
+        paged = f"the approver {who} was paged" if who else "nobody was paged (no approver named)"
+        return (f"{p['vcpu']:,} vCPU of {p['workload_id']} would take today's fallback spend "
+                f"beyond its cap of {cap}: {paged}, and nothing is spent until the approver "
+                f"answers ({reason})")  # fmt: skip
+    approved = f"as {who} approved" if who else "as approved"
+    return f"{head} beyond its cap {approved}: {spend} spent today against {cap} ({reason})"
+
+
+def _withheld(p: Payload, e: dict[str, Any]) -> str:
+    owner = _name(p["owner"], "its owner")
+    if p.get("refused_approver") is not None:
+        return (f"an approval of fallback for {p['workload_id']} by "
+                f"{_name(p['refused_approver'], 'someone unnamed')} was refused: "
+                f"{_micros_to_euros(p['reason'])}")  # fmt: skip
+    cap = eur_text(p["cap_eur_micros"])
+    would = p["would_cost_eur_micros"]
+    # Nothing to price: no guaranteed pool of the work's families had room for it.
+    beyond = (f"guaranteed capacity would cost {eur_text(would)} beyond its cap of {cap} a day"
+              if would else f"no guaranteed capacity it can run on has room, its cap is {cap} "
+              "a day")  # fmt: skip
+    return (
+        f"{p['vcpu']:,} vCPU of {p['workload_id']} wait on reclaimable capacity: {beyond} and "
+        f"its contract names no approver, so nothing is spent and {owner} is told"
+    )
 
 
 def _review(p: Payload, e: dict[str, Any]) -> str:
-    return (f"{p['approver']} {p['outcome']} {p['vcpu']:,} vCPU and "
+    return (f"{_name(p['approver'], 'someone unnamed')} {p['outcome']} {p['vcpu']:,} vCPU and "
             f"{eur_text(p['approved_spend_eur_micros'])} of fallback for "
             f"{p['workload_id']}")  # fmt: skip
+
+
+_MICROS = re.compile(r"(-?\d+) micro-EUR")
+
+
+def _micros_to_euros(text: str) -> str:
+    """A reason recorded before decisions spoke euros: its micro-euros in euros."""
+    return _MICROS.sub(lambda m: eur_text(int(m.group(1))), text)
 
 
 def _returned(p: Payload, e: dict[str, Any]) -> str:
@@ -160,10 +212,12 @@ def _readmitted(p: Payload, e: dict[str, Any]) -> str:
 
 
 def _contract(p: Payload, e: dict[str, Any]) -> str:
+    who = _name(p["approver"], "")
+    approver = f"approver {who}" if who else "no approver, so nothing beyond the cap is spent"
     return (f"{p['workload_id']} published contract v{p['contract_version']} ({p['tier']}, "
             f"floor {p['floor_vcpu']:,} of {p['target_vcpu']:,} vCPU, drain budget "
             f"{p['drain_budget_s']} s, fallback cap {eur_text(p['spend_cap_eur_micros'])} a day, "
-            f"approver {p['approver']})")  # fmt: skip
+            f"{approver})")  # fmt: skip
 
 
 def _deleted(p: Payload, e: dict[str, Any]) -> str:
@@ -194,6 +248,7 @@ SENTENCES: dict[str, Callable[[Payload, dict[str, Any]], str]] = {
     "replacement_requested": _replacement,
     "placement_decided": _placement,
     "fallback_decided": _fallback,
+    "fallback_withheld": _withheld,
     "fallback_reviewed": _review,
     "fallback_returned": _returned,
     "pool_excluded": _excluded,
@@ -270,17 +325,55 @@ def why_instance(conn: Connection, instance_id: str) -> Answer:
     return Answer("instance", instance_id, _steps([*causes, *own, *successors]))
 
 
-def why_workload(conn: Connection, workload_id: str, limit: int = 200) -> Answer:
+def why_workload(
+    conn: Connection, workload_id: str, limit: int = 200, ledger: LedgerStore | None = None
+) -> Answer:
     rows = _fetch(
         conn,
         "key = %s AND event_type IN ('contract_published', 'placement_decided',"
-        " 'fallback_decided', 'fallback_reviewed', 'fallback_returned', 'replacement_requested')"
+        " 'fallback_decided', 'fallback_reviewed', 'fallback_returned', 'fallback_withheld',"
+        " 'replacement_requested')"
         " ORDER BY occurred_at DESC LIMIT %s",
         [workload_id, limit],
     )
     if not rows:
         raise NotFoundError(f"no workload {workload_id!r} in the fleet state")
-    return Answer("workload", workload_id, _steps(rows))
+    steps = _steps(rows)
+    if ledger is not None:
+        steps = sorted([*steps, *_surplus(conn, ledger, workload_id)],
+                       key=lambda s: (s.at, s.event_id))  # fmt: skip
+    return Answer("workload", workload_id, steps)
+
+
+def _surplus(conn: Connection, ledger: LedgerStore, workload_id: str, top: int = 10) -> list[Step]:
+    """The decisions whose launches ran most beyond what the workload's claims asked for."""
+    rows = ledger.query(
+        "SELECT decided_by, sum(quantity) AS q, sum(amount_eur_micros) AS a FROM ledger_lines"
+        f" FINAL WHERE workload_id = {{w:String}} AND cause = '{SURPLUS}' AND decided_by != ''"
+        " GROUP BY decided_by ORDER BY a DESC, decided_by LIMIT {n:UInt32}",
+        {"w": workload_id, "n": top},
+    )
+    by_id = {str(r["decided_by"]): r for r in rows}
+    if not by_id:
+        return []
+    decisions = _fetch(conn, "event_id = ANY(%s::uuid[])", [list(by_id)])
+    out = []
+    for d in decisions:
+        r = by_id[d["event_id"]]
+        what = _DECISION.get(d["event_type"], d["event_type"].replace("_", " "))
+        sentence = (
+            f"this {what} launched capacity that ran {float(r['q']):,.1f} vCPU-hours beyond what "
+            f"{workload_id}'s open claims asked for: {eur_text(int(r['a']))} of surplus"
+        )
+        out.append(Step(d["occurred_at"], d["event_id"], "surplus", sentence))
+    return out
+
+
+_DECISION = {
+    "placement_decided": "placement",
+    "replacement_requested": "replacement",
+    "fallback_decided": "fallback",
+}
 
 
 def why_event(conn: Connection, event_id: str) -> Answer:
@@ -292,8 +385,9 @@ def why_event(conn: Connection, event_id: str) -> Answer:
     return Answer("event", event_id, _steps([*causes, *rows, *effects]))
 
 
-def why(conn: Connection, ident: str) -> Answer:
-    """The chain for an event id, an instance id or a workload id (tried in that order)."""
+def why(conn: Connection, ident: str, ledger: LedgerStore | None = None) -> Answer:
+    """The chain for an event id, an instance id or a workload id (tried in that order); with
+    the `ledger`, a workload's chain names the decisions behind its surplus."""
     try:
         uuid.UUID(ident)
     except ValueError:
@@ -309,7 +403,7 @@ def why(conn: Connection, ident: str) -> Answer:
     if known and known[0]:
         return why_instance(conn, ident)
     try:
-        return why_workload(conn, ident)  # a workload, with or without a published contract
+        return why_workload(conn, ident, ledger=ledger)  # with or without a published contract
     except NotFoundError:
         pass
     raise NotFoundError(

@@ -10,7 +10,7 @@ actuator service (`provider.actuator.service`) keeps one and snapshots it.
   runtime the guard's order can reach the log before the workload stage's decision. Orders are
   handed out by (``not_before_at``, the order they were seen in).
 * **Tags (ADR-11).** A launch carries the owner, workload and pool tags of the seam, its role
-  (``spotcap.io/role``: floor, fallback or spread, from the pool's purchase model and the
+  (``spotcap.io/role``: floor, fallback, spare or spread, from the pool's purchase model and the
   decision), the claim it serves (``spotcap.io/claim``, learnt from the claim, the placement,
   the instance replaced, or the cause's cause), its decision (``spotcap.io/decision``) and its
   order (``spotcap.io/call``, which finds the instance again if the answer was lost).
@@ -56,7 +56,14 @@ from schemas.events import (
     ReplacementRequested,
 )
 from schemas.ids import derived_event_id
-from streams.deciders.workload import CLAIM_TAG, FALLBACK_ROLE, FLOOR_ROLE, ROLE_TAG, SPREAD_ROLE
+from streams.deciders.workload import (
+    CLAIM_TAG,
+    FALLBACK_ROLE,
+    FLOOR_ROLE,
+    ROLE_TAG,
+    SPARE_ROLE,
+    SPREAD_ROLE,
+)
 
 ACTUATOR = "spotcap/actuator"
 """The producer of the events the actuator itself writes (``launch_failed``, refusals)."""
@@ -126,6 +133,8 @@ class Cause:
     correlation_id: str | None
     guaranteed_role: str
     delete_reason: str
+    committed_role: str = FLOOR_ROLE
+    """A placement without floor on committed capacity is work on room the floors left."""
 
 
 class _Bounded(OrderedDict[str, Any]):
@@ -296,7 +305,7 @@ class OrderBook:
         if model == "reclaimable":
             return SPREAD_ROLE
         if model == "committed":
-            return FLOOR_ROLE
+            return cause.committed_role
         return cause.guaranteed_role
 
     def pool(self, pool_id: str) -> tuple[str, int] | None:
@@ -360,4 +369,7 @@ def _cause(event: Envelope) -> Cause | None:
         reason = ""
     else:
         return None
-    return Cause(event.event_id, event.correlation_id, role, reason)
+    spare = isinstance(p, PlacementDecided) and p.floor_vcpu == 0
+    return Cause(
+        event.event_id, event.correlation_id, role, reason, SPARE_ROLE if spare else FLOOR_ROLE
+    )

@@ -153,7 +153,7 @@ def month_cost_lines(store: LedgerStore, month: str) -> pa.Table:
         "SELECT toString(workload_id) AS workload_id, day, toString(cause) AS cause,"
         " toString(event_id) AS event_id, amount_eur_micros, quantity, toString(unit) AS unit,"
         " toString(pool_id) AS pool_id, toString(purchase_model) AS purchase_model, instance_id,"
-        " toString(event_type) AS event_type, occurred_at, toString(rule) AS rule"
+        " toString(event_type) AS event_type, occurred_at, toString(rule) AS rule, decided_by"
         " FROM ledger_lines FINAL WHERE occurred_at >= fromUnixTimestamp64Micro({s:Int64}, 'UTC')"
         " AND occurred_at < fromUnixTimestamp64Micro({e:Int64}, 'UTC')"
         " ORDER BY occurred_at, event_id, day, cause",
@@ -204,15 +204,20 @@ def typed_tables(events_path: Path) -> dict[str, pa.Table]:
 
 
 def with_card_integrals(cards: pa.Table) -> pa.Table:
-    """Rate cards of `layout.RATE_CARDS_SCHEMA_2`, sorted, with `layout.CARD_INTEGRALS` added."""
+    """Rate cards of `layout.RATE_CARDS_SCHEMA_2`, sorted, with whether each was refused past
+    the allowed lateness and `layout.CARD_INTEGRALS` added (format 4)."""
+    starts = cards.column("valid_from_at").to_pylist()
+    published = cards.column("occurred_at").cast(pa.int64()).to_pylist()
+    refused = layout.refused_late(starts, published)
     in_force, ip, ig = layout.card_integrals(
         cards.column("pool_id").to_pylist(),
-        cards.column("valid_from_at").to_pylist(),
+        starts,
         cards.column("price_per_vcpu_h_eur_micros").to_pylist(),
         cards.column("guaranteed_price_per_vcpu_h_eur_micros").to_pylist(),
+        refused,
     )
-    columns = [pa.array(in_force, pa.bool_()), pa.array(ip, layout.INTEGRAL_TYPE),
-               pa.array(ig, layout.INTEGRAL_TYPE)]  # fmt: skip
+    columns = [pa.array(refused, pa.bool_()), pa.array(in_force, pa.bool_()),
+               pa.array(ip, layout.INTEGRAL_TYPE), pa.array(ig, layout.INTEGRAL_TYPE)]  # fmt: skip
     return pa.Table.from_arrays(
         [*cards.select(layout.RATE_CARDS_SCHEMA_2.names).columns, *columns],
         schema=layout.RATE_CARDS_SCHEMA,

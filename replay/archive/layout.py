@@ -36,13 +36,18 @@ import pyarrow as pa
 
 from projections.ledger.writer import EVENTS_SCHEMA as LEDGER_EVENTS_SCHEMA
 
-FORMAT = "spotcap-archive/3"
+FORMAT = "spotcap-archive/4"
 """Format 2 added the typed files (rate_cards, usage and checkpoints .parquet); a month of
 format 1 has none, and is read (and verified) as it was written. Format 3 added to
 rate_cards.parquet the running integrals of each pool's prices (`CARD_INTEGRALS`); a month of
-format 2 has the file without them."""
+format 2 has the file without them. Format 4 (issue 22: useful work is what was asked for,
+rate cards by event time) puts in priced_events.parquet the claims, launches, deletions and
+reservations a replay prices from too, orders rate_cards.parquet by publication among cards
+starting together (the one published last is in force) and marks the cards published past the
+allowed lateness (`REFUSED_LATE`: not in force, in no integral)."""
 FORMAT_1 = "spotcap-archive/1"
 FORMAT_2 = "spotcap-archive/2"
+FORMAT_3 = "spotcap-archive/3"
 PROOF_FORMAT = "spotcap-inclusion-proof/1"
 EVENTS = "events.parquet"
 COST_LINES = "cost_lines.parquet"
@@ -53,7 +58,15 @@ RATE_CARDS = "rate_cards.parquet"
 USAGE = "usage.parquet"
 CHECKPOINTS = "checkpoints.parquet"
 PRICED = "priced_events.parquet"
-PRICED_TYPES = ("instance_lost", "work_wasted", "contract_published")
+PRICED_TYPES_3 = ("instance_lost", "work_wasted", "contract_published")
+PRICED_TYPES = (
+    *PRICED_TYPES_3,
+    "instance_launched",
+    "instance_deleted",
+    "capacity_claim_opened",
+    "capacity_released",
+    "reservation_committed",
+)
 DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, CHECKPOINTS, PRICED, SCHEMA)
 DATA_FILES_1 = (EVENTS, COST_LINES, SCHEMA)
 # The typed files, each with the event type it holds.
@@ -86,6 +99,8 @@ RATE_CARDS_SCHEMA = pa.schema(
 # integrals of its price and guaranteed price over time from the pool's first card in the file
 # up to the card's start (micro-euros per vCPU-hour times microseconds, exact: Decimal128).
 IN_FORCE = "in_force"
+REFUSED_LATE = "refused_late"  # since format 4: published past the allowed lateness, not in force
+ARCHIVE_LATENESS_S = 3600  # the lateness format 4's in_force and integrals are computed with
 PRICE_INTEGRAL = "price_integral_to_start"
 GUARANTEED_INTEGRAL = "guaranteed_integral_to_start"
 INTEGRAL_TYPE = pa.decimal128(38, 0)
@@ -97,9 +112,14 @@ CARD_INTEGRALS = pa.schema(
     ]
 )
 RATE_CARDS_SCHEMA_2 = RATE_CARDS_SCHEMA
-RATE_CARDS_SCHEMA = pa.schema([*RATE_CARDS_SCHEMA_2, *CARD_INTEGRALS])
+RATE_CARDS_SCHEMA_3 = pa.schema([*RATE_CARDS_SCHEMA_2, *CARD_INTEGRALS])
+RATE_CARDS_SCHEMA = pa.schema(
+    [*RATE_CARDS_SCHEMA_2, pa.field(REFUSED_LATE, pa.bool_(), nullable=False), *CARD_INTEGRALS]
+)
+RATE_CARDS_ORDER_3 = [("pool_id", "ascending"), ("valid_from_at", "ascending"),
+                      ("event_id", "ascending")]  # fmt: skip
 RATE_CARDS_ORDER = [("pool_id", "ascending"), ("valid_from_at", "ascending"),
-                    ("event_id", "ascending")]  # fmt: skip
+                    ("occurred_at", "ascending"), ("event_id", "ascending")]  # fmt: skip
 
 USAGE_SCHEMA = pa.schema(
     [
@@ -143,17 +163,27 @@ DERIVED_SCHEMAS = {**TYPED_SCHEMAS, PRICED: PRICED_SCHEMA}
 
 
 def card_integrals(
-    pools: list[str], starts: list[int], prices: list[int], guaranteed: list[int]
+    pools: list[str],
+    starts: list[int],
+    prices: list[int],
+    guaranteed: list[int],
+    refused: list[bool] | None = None,
 ) -> tuple[list[bool], list[int], list[int]]:
-    """The `CARD_INTEGRALS` columns of rate cards sorted by pool, start and event id: of cards
-    of a pool starting at the same moment the last is in force; each card's integrals are
-    those of the cards in force before it, each priced from its start to the next one's, so
-    that a replay reads the price's integral up to any moment from one card (the card in
-    force then, plus its price times the time since its start) without sorting the month."""
+    """The `CARD_INTEGRALS` columns of rate cards sorted by pool, start, publication and event
+    id (format 3: pool, start and event id): of cards of a pool starting at the same moment the
+    last is in force, a card `refused` past the allowed lateness never; each card's integrals
+    are those of the cards in force before it, each priced from its start to the next one's, so
+    that a replay reads the price's integral up to any moment from one card (the card in force
+    then, plus its price times the time since its start) without sorting the month."""
     n = len(pools)
-    in_force = [
-        i + 1 == n or pools[i + 1] != pools[i] or starts[i + 1] != starts[i] for i in range(n)
-    ]
+    out = refused or [False] * n
+    in_force = [False] * n
+    kept: dict[tuple[str, int], int] = {}  # (pool, start) -> its last card not refused
+    for i in range(n):
+        if not out[i]:
+            kept[(pools[i], starts[i])] = i
+    for i in kept.values():
+        in_force[i] = True
     ip, ig = [0] * n, [0] * n
     base_p = base_g = 0
     last: int | None = None  # the index of the pool's last card in force so far
@@ -167,6 +197,19 @@ def card_integrals(
         if in_force[i]:
             base_p, base_g, last = ip[i], ig[i], i
     return in_force, ip, ig
+
+
+def refused_late(valid_from: list[int], published: list[int]) -> list[bool]:
+    """Whether each card was published past the archive's allowed lateness."""
+    late_us = ARCHIVE_LATENESS_S * 1_000_000
+    return [p - f > late_us for f, p in zip(valid_from, published, strict=True)]
+
+
+def priced_types(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The event types a month's priced_events.parquet holds, by its format."""
+    if manifest.get("format") in (FORMAT_1, FORMAT_2, FORMAT_3):
+        return PRICED_TYPES_3
+    return PRICED_TYPES
 
 
 def data_files(manifest: dict[str, Any]) -> tuple[str, ...]:

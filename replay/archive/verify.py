@@ -29,6 +29,7 @@ from replay.archive import layout
 from replay.archive.export import archived_months
 from replay.archive.merkle import Extension, leaf_hash, root_of, verify_consistency
 from replay.archive.storage import ArchiveError, ArchiveStorage
+from schemas.ids import derived_event_id
 
 PublicKey = Ed25519PublicKey  # the one key an auditor trusts
 
@@ -256,7 +257,7 @@ class _Month:
         if lines_path is not None and events_path is not None:
             self._cost_lines(manifest, lines_path, events_path)
         derived = {name: (t,) for name, t in layout.TYPED_FILES.items()}
-        for name, types in {**derived, layout.PRICED: layout.PRICED_TYPES}.items():
+        for name, types in {**derived, layout.PRICED: layout.priced_types(manifest)}.items():
             typed_path = paths.get(name)
             if typed_path is not None and events_path is not None:
                 self._typed(manifest, name, types, typed_path, events_path)
@@ -305,6 +306,25 @@ class _Month:
         if table is None or table.num_rows == 0:
             return
         events = pq.read_table(events_path, columns=["event_id"]).column("event_id")
+        # An hour of a reservation's cost on the idle floor names the reservation (which may be
+        # of an earlier month); its own id is derived from the reservation and the hour.
+        accrual = pc.equal(table.column("event_type"), "reservation_committed")
+        hours = table.filter(accrual)
+        if "decided_by" in table.column_names:
+            for line_id, reservation, hour in zip(
+                hours.column("event_id").cast("string").to_pylist(),
+                hours.column("decided_by").to_pylist(),
+                hours.column("occurred_at").cast("int64").to_pylist(),
+                strict=True,
+            ):
+                if derived_event_id(reservation, "idle_floor", str(hour)) != line_id:
+                    self.fail(
+                        layout.COST_LINES,
+                        f"line {line_id} is not the idle floor's hour {hour} of reservation "
+                        f"{reservation}",
+                    )
+                    break
+            table = table.filter(pc.invert(accrual))
         named = pc.unique(table.column("event_id").cast("string"))
         stray = pc.filter(named, pc.invert(pc.is_in(named, value_set=events)))
         if len(stray):
@@ -345,26 +365,39 @@ class _Month:
             self._card_integrals(table)
 
     def _card_integrals(self, table: Any) -> None:
-        """Format 3: the cards are in their order and their integrals are theirs (a replay
-        prices from these columns without sorting)."""
+        """Formats 3 and 4: the cards are in their order and their integrals are theirs (a
+        replay prices from these columns without sorting); format 4 also marks the cards
+        published past the allowed lateness, which are in force nowhere."""
         pools = table.column("pool_id").to_pylist()
         starts = table.column("valid_from_at").to_pylist()
         ids = table.column("event_id").to_pylist()
-        order = list(zip(pools, starts, ids, strict=True))
+        fourth = layout.REFUSED_LATE in table.column_names
+        published = table.column("occurred_at").cast("int64").to_pylist()
+        order = (
+            list(zip(pools, starts, published, ids, strict=True))
+            if fourth
+            else list(zip(pools, starts, ids, strict=True))
+        )
         if order != sorted(order):
-            self.fail(layout.RATE_CARDS, "is not sorted by pool, start and event id")
+            by = "start, publication" if fourth else "start"
+            self.fail(layout.RATE_CARDS, f"is not sorted by pool, {by} and event id")
             return
+        refused = layout.refused_late(starts, published) if fourth else None
         in_force, ip, ig = layout.card_integrals(
             pools,
             starts,
             table.column("price_per_vcpu_h_eur_micros").to_pylist(),
             table.column("guaranteed_price_per_vcpu_h_eur_micros").to_pylist(),
+            refused,
         )
-        for column, expected in (
+        checks: list[tuple[str, list[bool] | list[int]]] = [
             (layout.IN_FORCE, in_force),
             (layout.PRICE_INTEGRAL, ip),
             (layout.GUARANTEED_INTEGRAL, ig),
-        ):
+        ]
+        if refused is not None:
+            checks.insert(0, (layout.REFUSED_LATE, refused))
+        for column, expected in checks:
             held = [int(v) for v in table.column(column).to_pylist()]
             wanted = [int(v) for v in expected]
             if held != wanted:

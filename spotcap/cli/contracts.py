@@ -237,6 +237,8 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path,
             "without --pools; published-contracts.json records it",
             err=True,
         )
+    for note in result.notes:
+        say(f"note: {note}", markup=False, err=True)
     written: list[Path] = []
     published: int | None = None
     if result.ok:

@@ -1,4 +1,4 @@
-"""`spotcap query`, `spotcap why` and `spotcap report savings`: the read side for people
+"""`spotcap query`, `spotcap why`, `spotcap report savings` and `planning`: the read side for people
 (aligned tables, units, thousands separators) and for machines (`--json`)."""
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from projections.read.columns import (
     as_time,
 )
 from projections.read.lag import read_lag
+from projections.read.planning import MODELS, planning
 from projections.read.rows import json_row
-from projections.read.savings import savings
+from projections.read.savings import late_sentences, savings
 from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
 from projections.read.why import NotFoundError, why
 from projections.stores import StoreError
@@ -200,7 +201,11 @@ def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_
     """Why did this happen? The chain of causes behind an instance, a workload or an event, in
     plain sentences, oldest first, each with its time and event id."""
     try:
-        answer = why(_fleet(settings, postgres_dsn), ident)
+        ledger = stores(settings).open_ledger()  # the surplus behind a workload, if it opens
+    except (LedgerError, StoreError):
+        ledger = None
+    try:
+        answer = why(_fleet(settings, postgres_dsn), ident, ledger)
     except NotFoundError as error:
         fail(str(error))
     if as_json:
@@ -270,4 +275,39 @@ def report_savings(
             eur_text(w.net_saving),
             style=style,
         )
+    show(table)
+    for sentence in late_sentences(result):
+        say(sentence, markup=False)
+
+
+@report.command("planning")
+@click.option("--from", "first", default=None, help="First UTC day (inclusive), e.g. 2026-11-02.")
+@click.option("--to", "last", default=None, help="Last UTC day (inclusive).")
+@click.option("--json", "as_json", is_flag=True, help="vCPU-hours, and money as euro strings.")
+@click.pass_obj
+def report_planning(settings: Settings, *, first: str | None, last: str | None,
+                    as_json: bool) -> None:  # fmt: skip
+    """Per UTC day, vCPU-hours run by purchase model beside the reservations and the idle
+    floor: the input to guaranteed-capacity planning (ADR-22, ADR-26)."""
+    first_day, last_day = _day(first, "--from"), _day(last, "--to")
+    try:
+        check_span(first_day, last_day)
+        result = planning(stores(settings).open_ledger(), first_day=first_day, last_day=last_day)
+    except ValueError as error:
+        fail(str(error), usage=True)
+    except (LedgerError, StoreError) as error:
+        fail(str(error))
+    if as_json:
+        emit_json(result.as_json())
+        return
+    columns = ("day", *(f"{m} vCPU-h" for m in MODELS), "surplus vCPU-h", "reserved vCPU-h",
+               "idle vCPU-h", "idle floor")  # fmt: skip
+    table = Table(title="vCPU-hours run and the reservations beside them (from the ledger)")
+    for n, column in enumerate(columns):
+        table.add_column(column, justify="left" if n == 0 else "right")
+    for d, label in [*((d, d.day.isoformat()) for d in result.days), (result.total, "total")]:
+        table.add_row(label, *(f"{d.run_vcpu_h[m]:,.0f}" for m in MODELS),
+                      f"{d.surplus_vcpu_h:,.0f}", f"{d.reserved_vcpu_h:,.0f}",
+                      f"{d.idle_vcpu_h:,.0f}", eur_text(d.idle_floor_eur_micros),
+                      style="bold" if label == "total" else None)  # fmt: skip
     show(table)

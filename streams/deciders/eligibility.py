@@ -79,13 +79,24 @@ def reclaimable(
     return Eligible(tuple(item[3] for item in eligible), refused)
 
 
-def with_room(view: RegionView, model: str, *, halls: Collection[str] = ()) -> list[Candidate]:
-    """Pools of a purchase model (committed, guaranteed) with room, optionally in `halls`."""
+def with_room(
+    view: RegionView,
+    model: str,
+    *,
+    halls: Collection[str] = (),
+    families: Collection[str] = (),
+    reserve_share: float = 0.0,
+) -> list[Candidate]:
+    """Pools of a purchase model (committed, guaranteed) with room, optionally in `halls`, of
+    a SKU family the work can run on (`families`; empty: any), less `reserve_share` of each
+    pool's capacity kept for others (the floors)."""
     out = []
     for pool_id, facts in sorted(view.pools.items()):
         if facts.purchase_model != model or (halls and facts.hall not in halls):
             continue
-        room = view.room_vcpu(pool_id)
+        if families and facts.sku_family not in families:
+            continue
+        room = view.room_vcpu(pool_id) - int(reserve_share * facts.capacity_vcpu)
         if room >= facts.instance_vcpu:
             out.append(
                 Candidate(pool_id, facts.correlation_group, facts.hall, facts.instance_vcpu, room)

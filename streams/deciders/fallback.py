@@ -16,7 +16,12 @@ the approver's `fallback_reviewed`. Reads the region view. Outputs: `fallback_de
   until the end of the UTC day, at least the minimum dwell) is spent automatically while the
   day's fallback spend stays within the contract's cap: kind ``within_cap``. Beyond the cap the
   rest is an *escalation*: kind ``escalated`` with ``awaiting_approval``, naming the approver
-  and spending nothing; an approving `fallback_reviewed` then launches what it approves.
+  the contract names and spending nothing; an approving `fallback_reviewed` from that approver
+  then launches what it approves. **No spending without a named authority** (ADR-23, ADR-30):
+  a contract that names no approver cannot escalate, so the rest is withheld
+  (`fallback_withheld`: the work waits on reclaimable capacity, unspent, and the owner is
+  told); an approval from anyone but the named approver is refused the same way, with its
+  reason.
 * **Staggering** (ADR-24). During a wave (a cause with a correlation id) a workload of
   priority p falls back ``p x stagger_step_s`` after the wave's event that left it short,
   priority 0 at once, so the most important work gets guaranteed room first.
@@ -45,6 +50,7 @@ from schemas.events import (
     FallbackKind,
     FallbackReturned,
     FallbackReviewed,
+    FallbackWithheld,
     InstanceLost,
     LaunchFailed,
     NoticeReceived,
@@ -65,6 +71,7 @@ INPUTS = frozenset(
     {
         "contract_published",
         "capacity_claim_opened",
+        "capacity_released",
         "placement_decided",
         "replacement_requested",
         "launch_failed",
@@ -204,7 +211,16 @@ class FallbackArbiter:
             kept = tuple(a for a in state.active if a.cause.event_id != p.fallback_event_id)
             return replace(state, active=kept)
         if isinstance(p, FallbackReviewed):
+            terms = state.facts.terms
+            if terms is None or not terms.approver or p.approver != terms.approver:
+                return state  # not the named approver's answer: the escalation still waits
             return replace(state, escalation=None)
+        if isinstance(p, FallbackWithheld):
+            if p.refused_approver is not None:
+                return state  # a refused approval changes nothing
+            # The work waits on reclaimable capacity: no retry until something changes.
+            shortfall = max(0, state.shortfall_vcpu - p.vcpu)
+            return _settled(replace(state, shortfall_vcpu=shortfall))
         if isinstance(p, CapacityClaimOpened) and p.expected_duration_s:
             terms = state.facts.terms
             if terms is not None and terms.deadline_at is not None:
@@ -289,6 +305,8 @@ class FallbackArbiter:
         if state.floor_check is not None and state.floor_check.due_us <= at:
             state = replace(state, floor_check=None)
         if state.shortfall_due_us is not None and state.shortfall_due_us <= at:
+            if _lacking_vcpu(state) <= 0:  # placed since (a top-up), or the claims released
+                state = replace(state, shortfall_vcpu=0)
             # a fallback decided now takes the shortfall down; what is left is tried again
             state = replace(state, shortfall_due_us=at + self.s.return_recheck_s * US)
         recheck = at + self.s.return_recheck_s * US
@@ -351,12 +369,15 @@ class FallbackArbiter:
         state = self._spent(state, out)
         if state.shortfall_due_us is not None and state.shortfall_due_us <= at:
             cause = state.shortfall_cause
-            if cause is not None and state.shortfall_vcpu > 0:
+            # no more than the open claims still lack: the planner's top-ups may have placed
+            # some of it on reclaimable capacity while the shortfall waited for its turn
+            vcpu = min(state.shortfall_vcpu, _lacking_vcpu(state))
+            if cause is not None and vcpu > 0:
                 reason = (
-                    f"{state.shortfall_vcpu} vCPU could not be placed on reclaimable capacity; "
+                    f"{vcpu} vCPU could not be placed on reclaimable capacity; "
                     f"priority {terms.priority} fell back in its turn"
                 )
-                ask = Ask(state.shortfall_vcpu, cause, at, reason)
+                ask = Ask(vcpu, cause, at, reason)
                 out += self._fall_back(state, terms, ask, view)
         for active in state.active:
             due = self._return_due(state, active)
@@ -436,10 +457,39 @@ class FallbackArbiter:
         rest = ask.vcpu - placed
         if rest > 0:
             beyond = self._cost(self._plan(state, rest, view), ask.at_us, view)
-            note = (
-                f"{ask.reason}; {rest} vCPU more would cost {beyond} micro-EUR beyond the daily "
-                f"cap of {terms.spend_cap_eur_micros}: paged {terms.approver}, nothing spent"
+            cap = _eur(terms.spend_cap_eur_micros)
+            more = (
+                f"{rest} vCPU more would cost {_eur(beyond)} beyond the daily cap of {cap}"
+                if beyond  # else no guaranteed pool of the work's families has room to price
+                else f"no guaranteed capacity it can run on has room for {rest} vCPU more"
             )
+            if not terms.approver:  # nobody may approve: the work waits, unspent
+                reason = (
+                    f"{ask.reason}; {more}, and the contract names no approver: the work waits "
+                    f"on reclaimable capacity, nothing spent; {terms.owner or 'its owner'} is told"
+                )
+                spent = state.spent_on(ask.at_us // DAY_US) + cost
+                withheld = FallbackWithheld(
+                    workload_id=state.facts.workload_id,
+                    vcpu=rest,
+                    spend_eur_micros=spent,
+                    cap_eur_micros=terms.spend_cap_eur_micros,
+                    would_cost_eur_micros=beyond,
+                    owner=terms.owner,
+                    approver=None,
+                    reason=reason,
+                )
+                out.append(
+                    decision(
+                        withheld,
+                        cause=ask.cause,
+                        at_us=ask.at_us,
+                        decider=NAME,
+                        discriminator=f"{trigger}/withheld/{ask.at_us}",
+                    )
+                )
+                return out
+            note = f"{ask.reason}; {more}: paged {terms.approver}, nothing spent"
             nothing = FloorSpread({}, rest, frozenset())
             escalation = Grant("escalated", trigger, nothing, 0, awaiting_approval=True, vcpu=rest)
             paged = replace(ask, reason=note)
@@ -458,12 +508,38 @@ class FallbackArbiter:
         if pending is None or p.outcome != "approved":
             return []
         at = event.occurred_at
-        plan, cost = self._fit(
-            state, min(p.vcpu, pending.vcpu), p.approved_spend_eur_micros, at, view
-        )
+        if not terms.approver or p.approver != terms.approver:
+            named = f"names {terms.approver}" if terms.approver else "names no approver"
+            reason = (
+                f"an approval of {_eur(p.approved_spend_eur_micros)} by "
+                f"{p.approver or 'someone unnamed'} was refused: the contract {named} (ADR-30); "
+                "nothing spent"
+            )
+            refused = FallbackWithheld(
+                workload_id=state.facts.workload_id,
+                vcpu=p.vcpu,
+                spend_eur_micros=state.spent_on(at // DAY_US),
+                cap_eur_micros=terms.spend_cap_eur_micros,
+                would_cost_eur_micros=p.approved_spend_eur_micros,
+                owner=terms.owner,
+                approver=terms.approver or None,
+                refused_approver=p.approver,
+                reason=reason,
+            )
+            return [
+                decision(
+                    refused, cause=Cause.of(event), at_us=at, decider=NAME, discriminator="refused"
+                )
+            ]
+        # The approval covers what was escalated, and no more than the open claims still lack
+        # now (reclaimable room may have come while the approver was asked).
+        vcpu = min(p.vcpu, pending.vcpu, _lacking_vcpu(state))
+        if vcpu <= 0:
+            return []
+        plan, cost = self._fit(state, vcpu, p.approved_spend_eur_micros, at, view)
         if not plan.allocations:
             return []
-        reason = f"approved by {p.approver} up to {p.approved_spend_eur_micros} micro-EUR"
+        reason = f"approved by {p.approver} up to {_eur(p.approved_spend_eur_micros)}"
         grant = Grant("escalated", "approval", plan, cost)
         return [self._stamp(state, terms, grant, Ask(p.vcpu, Cause.of(event), at, reason))]
 
@@ -537,14 +613,18 @@ class FallbackArbiter:
             if h.purchase_model != "reclaimable" and h.pool_id in view.pools:
                 hall = view.pools[h.pool_id].hall
                 by_hall[hall] = by_hall.get(hall, 0) + h.vcpu
-        guaranteed = eligibility.with_room(view, "guaranteed")
+        families = state.facts.needs().families
+        guaranteed = eligibility.with_room(view, "guaranteed", families=families)
         return spread_floor(vcpu, by_hall, (), guaranteed, avoid_halls=avoid_halls)
 
     def _fit(
         self, state: ArbiterState, vcpu: int, budget: int, at: int, view: RegionView
     ) -> tuple[FloorSpread, int]:
         """The largest plan for at most `vcpu` whose projected cost fits `budget`."""
-        sizes = [c.instance_vcpu for c in eligibility.with_room(view, "guaranteed")]
+        families = state.facts.needs().families
+        sizes = [
+            c.instance_vcpu for c in eligibility.with_room(view, "guaranteed", families=families)
+        ]
         step_vcpu = min(sizes) if sizes else 1
         want = vcpu
         while want > 0:
@@ -605,6 +685,12 @@ class FallbackArbiter:
         )
 
 
+def _eur(micros: int) -> str:
+    """Euros for people, to the cent (decisions' reasons never show raw micro-euros)."""
+    cents = (abs(micros) + 5_000) // 10_000
+    return f"{'-' if micros < 0 and cents else ''}€{cents // 100:,}.{cents % 100:02d}"
+
+
 def _held_by(state: ArbiterState, active: Active) -> dict[str, int]:
     """The live instances a fallback launched (instance id -> vCPU)."""
     return {
@@ -612,6 +698,11 @@ def _held_by(state: ArbiterState, active: Active) -> dict[str, int]:
         for i, h in state.facts.instances.items()
         if h.launched_by == active.cause.event_id
     }
+
+
+def _lacking_vcpu(state: ArbiterState) -> int:
+    """What the workload's open claims ask for and its instances do not cover."""
+    return state.facts.asked_vcpu - state.facts.vcpu()
 
 
 def _settled(state: ArbiterState) -> ArbiterState:

@@ -14,6 +14,10 @@ the region view. Output: `replacement_requested`, one per lost instance.
   rebuilt within 15 minutes; this decision is taken at once, the floor keeper in `fallback`
   checks that it landed).
 * A **guaranteed fallback** instance is replaced on guaranteed capacity in another hall.
+* A **spare** instance (committed, beyond the floor: the planner put it there because the
+  reclaimable spread had no room) is replaced as a reclaimable one is: on reclaimable
+  capacity, what finds no room going to the fallback arbiter, which spends only within the
+  contract's cap or with its approver's word (never guaranteed capacity without authority).
 
 Each request names the pools it keeps away from (excluded pools and, when it could avoid it,
 the lost pool's group), where it goes, and what it could not place (``unplaced_vcpu``, for the
@@ -42,16 +46,22 @@ from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.types import Cause, Input, Tick, decision
 from streams.deciders.waterfill import spread, spread_floor
-from streams.deciders.workload import LIFECYCLE_INPUTS, Held, WorkloadFacts, workload_of
+from streams.deciders.workload import (
+    DEMAND_INPUTS,
+    LIFECYCLE_INPUTS,
+    Held,
+    WorkloadFacts,
+    workload_of,
+)
 
 NAME = "replacement"
 INPUTS = frozenset(
     {
         "contract_published",
-        "capacity_claim_opened",
         "notice_received",
         "launch_failed",
         "actuation_refused",
+        *DEMAND_INPUTS,
         *LIFECYCLE_INPUTS,
     }
 )
@@ -121,7 +131,71 @@ class Replacement:
             held = Held(p.pool_id, p.vcpu, p.purchase_model, False, None, event.occurred_at)
         if held is None:
             return []  # a notice for an instance the workload is not known to hold
+        if not held.floor:
+            need = self.need_vcpu(state, p.instance_id)
+            if need < held.vcpu:
+                return [self._not_needed(state, p.instance_id, held, need, view=view, event=event)]
         return [self.request(state, p.instance_id, held, view, event)]
+
+    def need_vcpu(self, state: ReplacementState, instance_id: str) -> int:
+        """vCPU the workload's open claims still ask for once `instance_id` is gone: what
+        they ask less what it holds besides (instances already being replaced left out) and
+        the replacements requested and not yet launched. A floor instance is replaced
+        whatever this says (ADR-22: the floor is kept whatever happens)."""
+        facts = state.facts
+        held = sum(
+            h.vcpu
+            for i, h in facts.instances.items()
+            if i != instance_id and i not in state.replaced
+        )
+        return max(0, facts.asked_vcpu - held - sum(state.pending.values()))
+
+    def _not_needed(
+        self,
+        state: ReplacementState,
+        instance_id: str,
+        lost: Held,
+        need: int,
+        *,
+        view: RegionView,
+        event: Envelope,
+    ) -> Envelope:
+        """A replacement of `lost` sized to what the claims still ask (`need` < its vCPU),
+        and nothing at all when they ask for nothing more: capacity nobody asked for is not
+        launched (the ledger charges it as surplus)."""
+        facts = state.facts
+        if need > 0:
+            smaller = replace(lost, vcpu=need)
+            request = self.request(state, instance_id, smaller, view, event)
+            p = request.payload
+            assert isinstance(p, ReplacementRequested)
+            note = (
+                f"sized to {need} of its {lost.vcpu} vCPU: the open claims ask for "
+                f"{facts.asked_vcpu} vCPU"
+            )
+            reason = f"{note}; {p.caps_reason}" if p.caps_reason else note
+            return replace(request, payload=replace(p, caps_reason=reason))
+        held = facts.vcpu() - lost.vcpu
+        return self._stamp(
+            state,
+            event,
+            ReplacementRequested(
+                workload_id=facts.workload_id,
+                replaces_instance_id=instance_id,
+                vcpu=0,
+                purchase_model=lost.purchase_model,
+                excluded_pool_ids=(),
+                allocations=(),
+                replaces_pool_id=lost.pool_id,
+                floor=False,
+                caps_held=True,
+                caps_reason=(
+                    f"not replaced: without it the workload still holds {held} vCPU and its "
+                    f"open claims ask for {facts.asked_vcpu}"
+                ),
+                unplaced_vcpu=0,
+            ),
+        )
 
     def request(
         self,
@@ -132,7 +206,8 @@ class Replacement:
         event: Envelope,
     ) -> Envelope:
         """The replacement of `lost` (instance `instance_id`), caused by `event`."""
-        if lost.purchase_model == "reclaimable":
+        spare = lost.purchase_model == "committed" and not lost.floor
+        if lost.purchase_model == "reclaimable" or spare:
             return self._reclaimable(state, instance_id, lost, view, event)
         facts = state.facts
         lost_facts = view.pools.get(lost.pool_id)
@@ -142,12 +217,15 @@ class Replacement:
         for pool_id, vcpu in keep.items():
             hall = view.pools[pool_id].hall if pool_id in view.pools else pool_id
             by_hall[hall] = by_hall.get(hall, 0) + vcpu
-        committed = eligibility.with_room(view, "committed") if lost.floor else []
+        families = facts.needs().families
+        committed = (
+            eligibility.with_room(view, "committed", families=families) if lost.floor else []
+        )
         floor = spread_floor(
             lost.vcpu,
             by_hall,
             committed,
-            eligibility.with_room(view, "guaranteed"),
+            eligibility.with_room(view, "guaranteed", families=families),
             avoid_halls=frozenset({lost_hall}),
         )
         allocations = tuple(

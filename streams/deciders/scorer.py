@@ -11,8 +11,10 @@ when the region's event time reaches the boundary (the first input at or past it
 on the inputs that came before it. Rounds that no input separates are one round: the latest.
 
 **The score** of a pool is ``log10(1 + forward vCPU) - interruption_weight x observed rate -
-price_weight x price (EUR per vCPU-hour)``, every term of which the `pool_ranked` event carries,
-so a ranking can be recomputed from its own events. The observed rate is reclamations per
+price_weight x price + saving_weight x (guaranteed rate - price)`` (prices in EUR per
+vCPU-hour; the saving, never below 0, is what the ledger credits a useful vCPU-hour on the
+pool with), every term of which the `pool_ranked` event carries, so a ranking can be
+recomputed from its own events. The observed rate is reclamations per
 instance-hour of the orchestrator's instances over `observation_window_s` (in buckets); with
 less than `min_exposure_instance_h` the pool's record stands in for it.
 """
@@ -88,6 +90,7 @@ class ScorerState:
     last_input: Cause | None = None
     pools: Mapping[str, PoolFacts] = field(default_factory=dict)
     prices: Mapping[str, Latest] = field(default_factory=dict)
+    guaranteed: Mapping[str, int] = field(default_factory=dict)  # the card's guaranteed rate
     forward: Mapping[str, Latest] = field(default_factory=dict)
     observed: Mapping[str, Observed] = field(default_factory=dict)
 
@@ -131,6 +134,9 @@ class Scorer:
         if isinstance(p, RateCard):
             price = Latest(p.price_per_vcpu_h_eur_micros, event.event_id, now_us)
             changes["prices"] = put(state.prices, p.pool_id, price)
+            g = p.guaranteed_price_per_vcpu_h_eur_micros
+            if state.guaranteed.get(p.pool_id) != g:
+                changes["guaranteed"] = put(state.guaranteed, p.pool_id, g)
         elif isinstance(p, InstanceLaunched | InstanceLost | InstanceDeleted | NoticeReceived):
             seen = self._observe(state.observed.get(p.pool_id, Observed()), p, now_us)
             changes["observed"] = put(state.observed, p.pool_id, seen)
@@ -237,6 +243,9 @@ class Scorer:
                 correlation_group=state.pools[pool_id].correlation_group,
                 window_s=window_s,
                 input_event_ids=ids,
+                guaranteed_price_per_vcpu_h_eur_micros=(
+                    state.guaranteed.get(pool_id, 0) if pool_id in state.prices else None
+                ),
             )
             out.append(
                 decision(
@@ -259,10 +268,13 @@ class Scorer:
         available = forward.value if forward else 0
         price_micros = price.value if price else 0
         observed = self.observed_rate(state, pool_id, round_us)
+        guaranteed = state.guaranteed.get(pool_id, 0)
+        saving_micros = max(0, guaranteed - price_micros) if price else 0
         score = (
             math.log10(1 + available)
             - s.interruption_weight * observed
             - s.price_weight * price_micros / 1_000_000
+            + s.saving_weight * saving_micros / 1_000_000
         )
         ids = tuple(i.event_id for i in (price, forward) if i is not None)
         return score, available, observed, price_micros, ids

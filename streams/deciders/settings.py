@@ -79,6 +79,13 @@ class ScoringSettings:
     depth first (ADR-08 prefers depth over price), then interruptions, then price."""
     price_weight: float = 10.0
     """Planning value: how much a price of one euro per vCPU-hour lowers a score."""
+    saving_weight: float = 60.0
+    """How much a saving of one euro per vCPU-hour (the rate card's guaranteed rate less its
+    price: what the ledger credits a useful vCPU-hour on the pool with) raises a score.
+    Tuned on the honest figure (issue 22, docs/deciders.md): at 0 the deepest pools won
+    whatever they saved and the deciders saved less than the baseline stand-in; at 60 a
+    CPU pool's spread of discounts (about EUR 0.01 per vCPU-hour) weighs like a tenfold
+    difference in depth, and an A100's (about EUR 0.09) outweighs it."""
 
     def __post_init__(self) -> None:
         _positive(self, "ranking_interval_s", "observation_window_s", "bucket_s")
@@ -98,12 +105,26 @@ class PlacementSettings:
     """ADR-06, ADR-08: no correlation group above 30% of the workload's reclaimable capacity."""
     floor_min_halls: int = 3
     """ADR-22, quality target 'guaranteed floor': the floor spread over at least 3 halls."""
+    committed_reserve_share: float = 0.25
+    """Planning value: what the reclaimable spread leaves unplaced goes on committed room the
+    floors leave, before the fallback arbiter (reservations are paid for whether used or not,
+    so it spends nothing, and what runs on them comes off the idle floor; ADR-22: committed
+    capacity first), keeping this share of each committed pool's capacity free for floors.
+    1 keeps all of it for floors: no work beyond the floor goes on committed capacity."""
+    retry_s: int = 300
+    """Planning value: how often the vCPU of an open claim that no pool had room for are
+    placed again (only what the claims still lack; a retry that places nothing says nothing).
+    The baseline stand-in tops its claims up every 5 minutes."""
 
     def __post_init__(self) -> None:
         if not 0 < self.pool_cap_share <= self.group_cap_share <= 1:
             raise ValueError("caps must satisfy 0 < pool_cap_share <= group_cap_share <= 1")
         if self.min_pools < 1 or self.floor_min_halls < 1:
             raise ValueError("min_pools and floor_min_halls must be at least 1")
+        if self.retry_s < 1:
+            raise ValueError("retry_s must be at least 1")
+        if not 0 <= self.committed_reserve_share <= 1:
+            raise ValueError("committed_reserve_share must be between 0 and 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,6 +200,15 @@ def _fill(
                     break
                 active.append(waiting.pop(0))
                 continue
+            # The last instances: what fits in what is left, else the smallest that covers
+            # it, so a plan overshoots its request by as little as the sizes allow (a
+            # 48-vCPU instance for the last 8 vCPU is 40 vCPU running that nobody asked for).
+            fitting = [c for c in options if c.instance_vcpu <= remaining]
+            if fitting:
+                options = fitting
+            else:
+                least = min(c.instance_vcpu for c in options)
+                options = [c for c in options if c.instance_vcpu == least]
             best = min(options, key=lambda c: (level.get(c.pool_id, 0), order[c.pool_id]))
             size = best.instance_vcpu
             level[best.pool_id] = level.get(best.pool_id, 0) + size
@@ -307,6 +316,12 @@ def spread_floor(
                 ]
                 if not options:
                     break
+                fitting = [c for c in options if c.instance_vcpu <= remaining]
+                if fitting:  # as in `_fill`: the last instance overshoots as little as it can
+                    options = fitting
+                else:
+                    least = min(c.instance_vcpu for c in options)
+                    options = [c for c in options if c.instance_vcpu == least]
                 best = min(
                     options, key=lambda c: (level.get(c.hall, 0), -room[c.pool_id], c.pool_id)
                 )

@@ -4,10 +4,11 @@ The planner, the replacement decider and the fallback arbiter are keyed by workl
 the workload's `contract_published` and lifecycle events into a `WorkloadFacts`. Lifecycle
 topics are keyed by instance, so a runtime repartitions those events by `workload_id` for them.
 
-An instance is part of the **floor** when it runs on committed capacity, or on guaranteed
-capacity with the role tag ``spotcap.io/role = floor``; guaranteed instances launched for a
-fallback carry ``spotcap.io/role = fallback`` (the actuator tags what it launches with the role
-of the decision it serves, ADR-11).
+An instance is part of the **floor** when it runs on committed capacity (unless it is tagged
+``spotcap.io/role = spare``: work placed on committed room nobody's floor needed), or on
+guaranteed capacity with the role tag ``spotcap.io/role = floor``; guaranteed instances
+launched for a fallback carry ``spotcap.io/role = fallback`` (the actuator tags what it launches
+with the role of the decision it serves, ADR-11).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from schemas.events import (
     CapacityClaimOpened,
+    CapacityReleased,
     ContractPublished,
     Envelope,
     InstanceDeleted,
@@ -32,8 +34,11 @@ CLAIM_TAG = "spotcap.io/claim"  # the capacity claim an instance serves (its sch
 FLOOR_ROLE = "floor"
 FALLBACK_ROLE = "fallback"
 SPREAD_ROLE = "spread"
+SPARE_ROLE = "spare"  # beyond the floor, on committed room the floors left (already paid for)
 
 LIFECYCLE_INPUTS = frozenset({"instance_launched", "instance_lost", "instance_deleted"})
+# What the workload's schedulers ask for: a claim counts from its opening to its release.
+DEMAND_INPUTS = frozenset({"capacity_claim_opened", "capacity_released"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +49,8 @@ class Terms:
     target_vcpu: int = 0
     tolerated_per_h: float = 0.0
     spend_cap_eur_micros: int = 0
-    approver: str = ""
+    approver: str = ""  # "" when the contract names none: nothing beyond the cap is spent
+    owner: str = ""
     priority: int = 0
     deadline_at: int | None = None
     checkpoint_on_notice: bool = False
@@ -59,6 +65,7 @@ class Terms:
             tolerated_per_h=c.tolerated_interruptions_per_h,
             spend_cap_eur_micros=c.spend_cap_eur_micros,
             approver=c.approver,
+            owner=c.owner,
             priority=c.priority,
             deadline_at=c.deadline_at,
             checkpoint_on_notice=c.checkpoint_on_notice,
@@ -93,6 +100,12 @@ class WorkloadFacts:
     instances: Mapping[str, Held] = field(default_factory=dict)
     families: frozenset[str] = frozenset()
     sizes_vcpu: frozenset[int] = frozenset()
+    claims: Mapping[str, int] = field(default_factory=dict)  # open claim -> vCPU it asks for
+
+    @property
+    def asked_vcpu(self) -> int:
+        """vCPU the workload's open claims ask for (opened, not yet released)."""
+        return sum(self.claims.values())
 
     def vcpu(self, model: PurchaseModel | None = None, *, floor: bool | None = None) -> int:
         return sum(
@@ -130,13 +143,16 @@ class WorkloadFacts:
         if isinstance(p, ContractPublished):
             return replace(facts, terms=Terms.of(p))
         if isinstance(p, CapacityClaimOpened):
+            facts = replace(facts, claims=put(facts.claims, p.claim_id, p.requested_vcpu))
             families, sizes = frozenset(p.sku_families), frozenset(p.sizes_vcpu)
             if families == facts.families and sizes == facts.sizes_vcpu:
                 return facts
             return replace(facts, families=families, sizes_vcpu=sizes)
+        if isinstance(p, CapacityReleased):
+            return replace(facts, claims=drop(facts.claims, p.claim_id))
         if isinstance(p, InstanceLaunched):
             role = p.tags.get(ROLE_TAG)
-            floor = p.purchase_model == "committed" or role == FLOOR_ROLE
+            floor = role == FLOOR_ROLE or (p.purchase_model == "committed" and role != SPARE_ROLE)
             held = Held(
                 p.pool_id,
                 p.vcpu,

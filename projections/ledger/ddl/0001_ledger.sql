@@ -43,7 +43,9 @@ PARTITION BY toYYYYMM(occurred_at)
 ORDER BY (pool_id, occurred_at, event_id)
 TTL toDateTime(occurred_at) + INTERVAL 13 MONTH;
 
--- Rate cards: the prices the ledger priced with (and the SQL what-if engine will join on).
+-- Rate cards: the prices the ledger priced with (and the SQL what-if engine joins on). A card
+-- was published at `published_at` (its event's time; a card published more than the rule's
+-- allowed lateness after `valid_from` is refused) and read from the log at its position.
 CREATE TABLE IF NOT EXISTS rate_cards (
     event_id                               UUID,
     pool_id                                LowCardinality(String),
@@ -51,16 +53,24 @@ CREATE TABLE IF NOT EXISTS rate_cards (
     price_per_vcpu_h_eur_micros            Int64,
     guaranteed_price_per_vcpu_h_eur_micros Int64,
     valid_from                             DateTime64(6, 'UTC'),
-    valid_until                            DateTime64(6, 'UTC')
+    valid_until                            DateTime64(6, 'UTC'),
+    published_at                           DateTime64(6, 'UTC'),
+    topic                                  LowCardinality(String),
+    partition                              UInt32,
+    offset                                 UInt64
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(valid_from)
 ORDER BY (pool_id, valid_from, event_id)
 TTL toDateTime(valid_from) + INTERVAL 400 DAY;
 
 -- Ledger lines per workload, UTC day and cause, each naming the event that caused it, for 7
--- years. cause is 'counterfactual' (the useful work at guaranteed rates) or a cost:
--- reclaimable_spend, floor_spend, fallback_spend, wasted_work, headroom, checkpoint_storage,
--- footprint. Net saving = counterfactual - every cost (ADR-26); see docs/accounting.md.
+-- years. cause is 'counterfactual' (the useful work, what the open claims asked for, at
+-- guaranteed rates) or a cost: reclaimable_spend, floor_spend, fallback_spend, surplus
+-- (capacity running beyond what was asked for), wasted_work, headroom, checkpoint_storage,
+-- footprint, idle_floor (reservations' cost nothing ran on: workload '(platform)'). Net
+-- saving = counterfactual - every cost (ADR-26); see docs/accounting.md. `decided_by` names the
+-- decision that launched the instance (a reservation, for the idle floor); a correction line's
+-- event is the late rate card that re-priced what it touches.
 CREATE TABLE IF NOT EXISTS ledger_lines (
     workload_id       LowCardinality(String),
     day               Date,
@@ -74,11 +84,48 @@ CREATE TABLE IF NOT EXISTS ledger_lines (
     instance_id       String,
     event_type        LowCardinality(String),
     occurred_at       DateTime64(6, 'UTC'),
-    rule              LowCardinality(String)
+    rule              LowCardinality(String),
+    decided_by        String
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(day)
 ORDER BY (workload_id, day, cause, event_id)
 TTL day + INTERVAL 7 YEAR;
+
+-- What the ledger priced from the rate cards (usage intervals, wasted work), with what else
+-- the price depends on (the useful vCPU of each piece of a usage interval), at its position in
+-- the log: a rate card arriving after events it prices re-prices them from here.
+CREATE TABLE IF NOT EXISTS priced_facts (
+    event_id    UUID,
+    event_type  LowCardinality(String),
+    occurred_at DateTime64(6, 'UTC'),
+    pool_id     LowCardinality(String),
+    from_us     Int64,
+    to_us       Int64,
+    record      String,
+    payload     String,
+    pieces      Array(Tuple(Int64, Int64, Int64)),
+    decided_by  String,
+    topic       LowCardinality(String),
+    partition   UInt32,
+    offset      UInt64
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(occurred_at)
+ORDER BY (pool_id, to_us, event_id)
+TTL toDateTime(occurred_at) + INTERVAL 400 DAY;
+
+-- Facts refused past the allowed lateness (a rate card or reservation published too long after
+-- the moment it applies from): never priced, reported here and dead-lettered.
+CREATE TABLE IF NOT EXISTS late_facts (
+    event_id        UUID,
+    event_type      LowCardinality(String),
+    key             String,
+    occurred_at     DateTime64(6, 'UTC'),
+    applies_from    DateTime64(6, 'UTC'),
+    lateness_s      Float64,
+    allowed_s       Int64,
+    reason          String
+) ENGINE = ReplacingMergeTree
+ORDER BY (event_id);
 
 -- Where the ledger has read up to, per partition (inserted after the batch's rows: a crash in
 -- between re-inserts the batch, which the sorting keys above collapse).

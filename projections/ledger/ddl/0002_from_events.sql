@@ -37,6 +37,10 @@ SELECT
     tupleElement(p, 'guaranteed_price_per_vcpu_h_eur_micros')
         AS guaranteed_price_per_vcpu_h_eur_micros,
     fromUnixTimestamp64Micro(tupleElement(p, 'valid_from_at'), 'UTC') AS valid_from,
-    fromUnixTimestamp64Micro(tupleElement(p, 'valid_until_at'), 'UTC') AS valid_until
+    fromUnixTimestamp64Micro(tupleElement(p, 'valid_until_at'), 'UTC') AS valid_until,
+    occurred_at AS published_at,
+    topic,
+    partition,
+    offset
 FROM events
 WHERE event_type = 'rate_card';
