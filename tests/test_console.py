@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from console.pages.routes import MISSING, eur
 from console.whatif import shipped_rules
 from infra.servers.promtool import fetch_promtool
-from projections.ledger.rule import COST_CAUSES
+from projections.ledger.rule import COST_CAUSES, PLATFORM
 from projections.postgres.writer import FleetWriter
 from schemas.events import DrainCompleted, DrainStarted
 from spotcap.config import Settings
@@ -278,7 +278,10 @@ def test_the_savings_page_shows_the_apis_figures(console: Console) -> None:
     for k in ("counterfactual", "cost", "net_saving"):
         assert f[f"total.{k}"]["value"] == report["total"][k]
         assert f[f"total.{k}"]["text"] == eur(report["total"][k])
-    assert len(report["workloads"]) == 40
+    # The region's 40 workloads, and the platform's line (the idle floor is charged to no one).
+    assert sorted(w["workload_id"] == PLATFORM for w in report["workloads"]) == [False] * 40 + [
+        True
+    ]
     for w in report["workloads"]:
         for cause, amount in w["eur"].items():
             if cause not in ("counterfactual", "cost"):
@@ -400,7 +403,7 @@ def test_the_what_if_form_shows_the_apis_diff(console: Console) -> None:
 
 def test_the_recorded_rule_reproduces_the_recorded_ledger(console: Console) -> None:
     answer = console.api("/api/v1/reports/what-if?rule=recorded&from=2026-11-02&to=2026-11-02")
-    assert answer["identical"] and answer["rows"] == [] and answer["workloads_compared"] == 40
+    assert answer["identical"] and answer["rows"] == [] and answer["workloads_compared"] == 41
     assert (answer["from"], answer["to"]) == ("2026-11-02", "2026-11-02")
     assert {t["delta_eur"] for t in answer["totals"]} == {"0.000000"}
     page = console.served.get("/savings?rule=recorded")

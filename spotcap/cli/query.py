@@ -200,12 +200,13 @@ def query_lag(settings: Settings, *, postgres_dsn: str | None, as_json: bool) ->
 def why_command(settings: Settings, *, ident: str, postgres_dsn: str | None, as_json: bool) -> None:
     """Why did this happen? The chain of causes behind an instance, a workload or an event, in
     plain sentences, oldest first, each with its time and event id."""
+    fleet = _fleet(settings, postgres_dsn)  # a missing home is a sentence, not made
     try:
         ledger = stores(settings).open_ledger()  # the surplus behind a workload, if it opens
     except (LedgerError, StoreError):
         ledger = None
     try:
-        answer = why(_fleet(settings, postgres_dsn), ident, ledger)
+        answer = why(fleet, ident, ledger)
     except NotFoundError as error:
         fail(str(error))
     if as_json:
@@ -276,8 +277,8 @@ def report_savings(
             style=style,
         )
     show(table)
-    for sentence in late_sentences(result):
-        say(sentence, markup=False)
+    for sentence in late_sentences(result):  # prose: wrapped between words, ids stay whole
+        console.print(sentence, markup=False, highlight=False)
 
 
 @report.command("planning")
