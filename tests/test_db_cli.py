@@ -27,9 +27,10 @@ def test_db_migrate_starts_the_homes_server_and_is_idempotent(tmp_path: Path) ->
             "0003_rankings_journal",
             "0004_instance_events_view",
             "0005_consumed_topics",
+            "0006_ranked_guaranteed_rate",
         ]
         second = runner.invoke(main, [*home, "db", "migrate"])
-        assert second.exit_code == 0 and "up to date: 5 migrations applied" in second.output
+        assert second.exit_code == 0 and "up to date: 6 migrations applied" in second.output
         status = runner.invoke(main, [*home, "db", "status", "--json"])
         assert json.loads(status.output)["embedded"]["running"] is True
     finally:

@@ -327,7 +327,7 @@ def ranking_row(origin: Origin, e: Envelope) -> tuple[Any, ...]:
         p.observed_interruption_per_h, p.price_per_vcpu_h_eur_micros, p.correlation_group,
         p.window_s, uuid_array(p.input_event_ids), stamp(e.occurred_at),
         e.key, e.causation_id, e.correlation_id, stamp(e.recorded_at), e.producer,
-        origin.topic, origin.partition, origin.offset,
+        origin.topic, origin.partition, origin.offset, p.guaranteed_price_per_vcpu_h_eur_micros,
     )  # fmt: skip
 
 

@@ -48,6 +48,7 @@ RANKINGS = AppendTable(
         "topic",
         "partition",
         "offset",
+        "guaranteed_price_per_vcpu_h_eur_micros",
     ),
 )
 # The event type that `RANKINGS` journals instead of `EVENTS`.

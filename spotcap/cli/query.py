@@ -289,7 +289,7 @@ def report_savings(
 def report_planning(settings: Settings, *, first: str | None, last: str | None,
                     as_json: bool) -> None:  # fmt: skip
     """Per UTC day, vCPU-hours run by purchase model beside the reservations and the idle
-    floor: the input to guaranteed-capacity planning (ADR-22, ADR-26)."""
+    floor: the input to guaranteed-capacity planning (docs/accounting.md)."""
     first_day, last_day = _day(first, "--from"), _day(last, "--to")
     try:
         check_span(first_day, last_day)
