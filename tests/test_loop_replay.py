@@ -61,7 +61,7 @@ def test_the_embedded_runner_over_the_demos_log_makes_its_decisions_byte_for_byt
             sink,
             settings=owned_by(CONFIG.orchestrator.orchestrator_id),
             runtime=LOOP_RUNTIME,
-        ).run()
+        ).run(clock_to_last_event=True)
     finally:
         log.close()
     assert len(recorded) > 10_000

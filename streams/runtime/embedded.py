@@ -167,9 +167,16 @@ class EmbeddedRunner:
         max_events: int | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        clock_to_last_event: bool = False,
     ) -> RunReport:
         """Read from the checkpoint (or the start) to the log's end now (``until="end"``), or
-        follow the log (``until=None``) until `should_stop`; `max_events` stops early (tests)."""
+        follow the log (``until=None``) until `should_stop`; `max_events` stops early (tests).
+
+        `clock_to_last_event`: the log is a finished run whose deciders' clock went on to its
+        last event (the simulator's loop fires every timer at its due time until the run ends,
+        publishing decisions after the last input fact): at the log's end, the timers due up
+        to the latest event read (input or not, the loop's own decisions included) fire too.
+        Without it, those timers wait for a fact that brings their clock, as on a live log."""
         started = time.monotonic()
         report = RunReport()
         core = DeciderCore(self.settings, self.runtime)
@@ -193,12 +200,14 @@ class EmbeddedRunner:
             buffer_per_partition=4000,
         )
         since_checkpoint = 0
+        last_at = 0  # the latest event time read
         try:
             while not history.finished and not should_stop():
                 batch = history.read(1000, timeout_s=1.0)
                 for decoded in batch:
                     origin = decoded.origin
                     positions[(origin.topic, origin.partition)] = origin.offset + 1
+                    last_at = max(last_at, decoded.envelope.occurred_at)
                     for decision in core.process(decoded.envelope):
                         self.sink.write(decision)
                         report.decisions[decision.event_type] += 1
@@ -213,6 +222,10 @@ class EmbeddedRunner:
                     since_checkpoint = 0
                 if max_events is not None and report.events_read >= max_events:
                     break
+            if clock_to_last_event and history.finished and last_at:
+                for decision in core.advance_to(last_at):
+                    self.sink.write(decision)
+                    report.decisions[decision.event_type] += 1
             self._save(core, positions, report, decisions_before)
         finally:
             history.close()
