@@ -113,7 +113,8 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "contracts": frozenset({"pydantic", "pydantic_core", "yaml", "cryptography", "hvac"}),
     "streams": frozenset({"confluent_kafka", "fastavro", "faust"}),
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
-    "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
+    # cryptography: the node's own key and its certificate signing request (ADR-31).
+    "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3", "cryptography"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
     # The scheduler intake watches the Kubernetes API with its official client (over urllib3).
     "streams/intake": frozenset({"kubernetes", "urllib3"}),
@@ -156,6 +157,10 @@ RULES: Mapping[str, Rule] = {
     "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
     "provider/actuator": _rule([*_MIDDLE, "streams", "provider"], _THIRD_PARTY["provider"]),
+    # Node identity (ADR-31): certificates from OpenBao's PKI engine (hvac), read as X.509.
+    "provider/nodes": _rule(
+        [*_MIDDLE, "provider"], _THIRD_PARTY["provider"] | {"hvac", "cryptography"}
+    ),
     "provider/reconcile": _rule(
         [*_MIDDLE, "streams", "projections", "provider"],
         _THIRD_PARTY["provider"] | _THIRD_PARTY["projections"],
