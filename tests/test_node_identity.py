@@ -10,101 +10,35 @@ import ssl
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import hvac
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.bundle import BundleStore
-from agent.config import AgentConfigError, BundleConfig
+from agent.config import AgentConfigError
 from agent.identity import FetchError, NodeIdentityClient
 from agent.service import Agent
-from contracts.bundles import sign_bundle, verify_bundle
-from contracts.output import bundle_file_name
-from contracts.signing import FileSigner, generate_key_pem
+from contracts.bundles import verify_bundle
+from contracts.signing import generate_key_pem
 from infra import servers
 from provider.nodes import (
-    BundleService,
     NodeAuthority,
     NodeAuthorityError,
     NodeIdentity,
     revoke_on_loss,
     setup_pki,
-    start_bundle_service,
 )
 from provider.nodes.identity import identity_of_certificate, serial_text
-from provider.nodes.service import RunningService
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
 from tests.agent_support import config as agent_config
 from tests.agent_support import wait_async
-from tests.test_contracts import BASE, compile_one
-
-REGION = "eu-west-1"
-SIGNER = FileSigner(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
-
-
-@dataclass
-class Setup:
-    client: hvac.Client
-    authority: NodeAuthority
-    service: RunningService
-    bundles: Path
-    ca: Path
-    tmp: Path
+from tests.identity_support import REGION, SIGNER, Setup, bundle_service, enrol
 
 
 @pytest.fixture
 def setup(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
-    client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
-    mount = f"pki-{uuid.uuid4().hex[:8]}"
-    ca_pem = setup_pki(client, mount=mount)
-    authority = NodeAuthority(client, mount=mount)
-    bundles = tmp_path / "bundles"
-    bundles.mkdir()
-    base = compile_one(BASE).accepted[0].bundle
-    for workload in ("wl-a", "wl-b"):
-        signed = sign_bundle(base.model_copy(update={"workload_id": workload}), SIGNER)
-        (bundles / bundle_file_name(workload)).write_bytes(signed)
-    ca = tmp_path / "ca.pem"
-    ca.write_text(ca_pem)
-    service = start_bundle_service(
-        BundleService(authority, bundles), state_dir=tmp_path / "service"
-    )
-    try:
-        yield Setup(client, authority, service, bundles, ca, tmp_path)
-    finally:
-        service.stop()
-
-
-def enrol(setup: Setup, instance: str, workload: str) -> tuple[NodeIdentity, BundleConfig]:
-    """What the launch path puts on a node: its key, certificate, CA and bundle's key."""
-    identity = NodeIdentity(REGION, instance)
-    enrolment = setup.authority.enrol(identity, workload)
-    node = setup.tmp / instance
-    node.mkdir()
-    (node / "node.pem").write_text(enrolment.certificate_pem + "\n" + enrolment.ca_pem + "\n")
-    (node / "node.key").write_text(enrolment.private_key_pem or "")
-    (node / "bundle.pub").write_bytes(_public_pem())
-    config = BundleConfig(
-        path=node / "bundle.json",
-        public_key=node / "bundle.pub",
-        service_url=setup.service.address,
-        ca=setup.ca,
-        certificate=node / "node.pem",
-        key=node / "node.key",
-    )
-    return identity, config
-
-
-def _public_pem() -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    return SIGNER.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    yield from bundle_service(openbao, tmp_path)
 
 
 def lost(instance: str) -> Envelope:

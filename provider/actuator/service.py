@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from provider.actuator.actuator import MAX_AGE_S, Actuator, Counts, Journal
+from provider.actuator.actuator import MAX_AGE_S, ActionAuthority, Actuator, Counts, Journal
 from provider.actuator.book import OrderBook
 from provider.base import CapacityProvider
 from schemas.codec import Codec
@@ -59,6 +59,8 @@ class ActuatorOptions:
     poll_s: float = 0.5
     """Longest wait for the log when nothing is due."""
     max_age_s: float = MAX_AGE_S
+    authority: ActionAuthority | None = None
+    """The capacity authority asked before every call (ADR-29); None: the provider's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,7 @@ class ActuatorService:
             self.writer.flush,
             max_age_s=self.options.max_age_s,
             on_step=self.on_step,
+            authority=self.options.authority,
         )
         self.history = MergedHistory(log_, self.codec, region, TOPICS, until=None, start=positions)
         stack.callback(self.history.close)
