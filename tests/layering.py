@@ -144,7 +144,8 @@ RULES: Mapping[str, Rule] = {
     ),
     "contracts": _rule(_MIDDLE, _THIRD_PARTY["contracts"]),
     "streams": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams"]),
-    "streams/deciders": _rule(["schemas", "streams.deciders"], [], _IO_OR_CLOCK),
+    # cryptography only to verify an approver's Ed25519 signature: pure, no I/O (ADR-30).
+    "streams/deciders": _rule(["schemas", "streams.deciders"], ["cryptography"], _IO_OR_CLOCK),
     # The schedulers' demand becomes claims on the log, which the deciders read: the intake
     # writes events through the rest of streams, and alone in streams talks to the Kubernetes
     # API (the agent acts on one node and never writes the log; the deciders are pure).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -86,17 +87,60 @@ def test_a_shortfall_falls_back_within_the_cap_without_asking() -> None:
 
 def test_beyond_the_cap_it_escalates_to_the_named_approver_and_spends_nothing() -> None:
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))  # 1 EUR a day
-    [(_decided, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    [(escalated, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
     assert p.kind == "escalated" and p.awaiting_approval
     assert p.approver == "oncall-wl@example.org"
     assert p.allocations == () and p.projected_eur_micros == 0
     assert p.spend_eur_micros == 0 and p.vcpu == 64
     assert "paged oncall-wl@example.org" in p.reason
-    approval = events.reviewed("wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000)
+    approval = events.reviewed(
+        "wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
     [(approved, q)] = fallbacks(driver.feed(approval))
     assert q.kind == "escalated" and not q.awaiting_approval
     assert approved.causation_id == approval.event_id
     assert q.vcpu >= 64 and 0 < q.projected_eur_micros <= 500_000_000
+
+
+@pytest.mark.parametrize(
+    ("who", "signed_by", "answers_it", "why"),
+    [
+        ("boss@example.org", None, True, "another person, with their own valid signature"),
+        (None, "boss@example.org", True, "the named approver's name, another person's key"),
+        (None, "", True, "the named approver's name, unsigned"),
+        (None, None, False, "the named approver's signature, for another escalation"),
+    ],
+)
+def test_only_the_named_approvers_signed_answer_approves_spend(
+    who: str | None, signed_by: str | None, answers_it: bool, why: str
+) -> None:
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
+    [(escalated, _)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    review = events.reviewed(
+        "wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id if answers_it else "another-escalation",
+        approver=who, signed_by=signed_by,
+    )  # fmt: skip
+    assert fallbacks(driver.feed(review)) == [], why
+    # The escalation still waits for the named approver, whose signed answer approves it.
+    approval = events.reviewed(
+        "wl", T0_US + H + 20 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
+    [(_, q)] = fallbacks(driver.feed(approval))
+    assert q.kind == "escalated" and not q.awaiting_approval and q.vcpu >= 64
+
+
+def test_a_contract_naming_no_approver_key_gets_no_approved_fallback() -> None:
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000, "signed_approvals": False}))
+    [(escalated, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    assert p.awaiting_approval
+    approval = events.reviewed(
+        "wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
+    assert fallbacks(driver.feed(approval)) == []
 
 
 def test_fallback_is_staggered_by_priority_during_a_wave() -> None:

@@ -51,7 +51,7 @@ from schemas.events import (
     PlacementDecided,
     ReplacementRequested,
 )
-from streams.deciders import eligibility
+from streams.deciders import approval, eligibility
 from streams.deciders.observe import US_PER_H
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
@@ -73,6 +73,15 @@ INPUTS = frozenset(
         *LIFECYCLE_INPUTS,
     }
 )
+
+
+def _review_refusal(state: ArbiterState, review: FallbackReviewed) -> str | None:
+    """Why `review` settles nothing: no escalation waits, or it is not the contract's approver's
+    signed answer to it (`approval.refusal`)."""
+    terms, pending = state.facts.terms, state.escalation
+    if terms is None or pending is None:
+        return "no escalation waits for an answer"
+    return approval.refusal(review, terms.approver, terms.approver_key, pending.cause.event_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +213,11 @@ class FallbackArbiter:
             kept = tuple(a for a in state.active if a.cause.event_id != p.fallback_event_id)
             return replace(state, active=kept)
         if isinstance(p, FallbackReviewed):
-            return replace(state, escalation=None)
+            # Only the named approver's signed answer settles the escalation (ADR-30); any
+            # other review leaves it waiting for them.
+            if _review_refusal(state, p) is None:
+                return replace(state, escalation=None)
+            return state
         if isinstance(p, CapacityClaimOpened) and p.expected_duration_s:
             terms = state.facts.terms
             if terms is not None and terms.deadline_at is not None:
@@ -455,7 +468,7 @@ class FallbackArbiter:
         view: RegionView,
     ) -> list[Envelope]:
         pending = state.escalation
-        if pending is None or p.outcome != "approved":
+        if pending is None or p.outcome != "approved" or _review_refusal(state, p) is not None:
             return []
         at = event.occurred_at
         plan, cost = self._fit(

@@ -45,6 +45,8 @@ class Terms:
     tolerated_per_h: float = 0.0
     spend_cap_eur_micros: int = 0
     approver: str = ""
+    approver_key: str | None = None
+    """The approver's public key from the contract: approvals must verify against it."""
     priority: int = 0
     deadline_at: int | None = None
     checkpoint_on_notice: bool = False
@@ -59,6 +61,7 @@ class Terms:
             tolerated_per_h=c.tolerated_interruptions_per_h,
             spend_cap_eur_micros=c.spend_cap_eur_micros,
             approver=c.approver,
+            approver_key=c.approver_key,
             priority=c.priority,
             deadline_at=c.deadline_at,
             checkpoint_on_notice=c.checkpoint_on_notice,
