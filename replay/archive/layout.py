@@ -54,6 +54,9 @@ USAGE = "usage.parquet"
 CHECKPOINTS = "checkpoints.parquet"
 PRICED = "priced_events.parquet"
 PRICED_TYPES = ("instance_lost", "work_wasted", "contract_published")
+AUDIT = "audit.jsonl"
+"""The month's capacity actions, once each, with who caused them (ADR-25; optional: listed in
+the manifest when exported)."""
 DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, CHECKPOINTS, PRICED, SCHEMA)
 DATA_FILES_1 = (EVENTS, COST_LINES, SCHEMA)
 # The typed files, each with the event type it holds.
