@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import hvac
 import pytest
 from cryptography import x509
 
@@ -22,18 +23,23 @@ from agent.service import Agent
 from contracts.bundles import verify_bundle
 from contracts.signing import generate_key_pem
 from infra import servers
+from provider.actuator import ActuatorOptions, ActuatorService
+from provider.base import DECISION_TAG
 from provider.nodes import (
     NodeAuthority,
     NodeAuthorityError,
     NodeIdentity,
+    Revoker,
     revoke_on_loss,
     setup_pki,
 )
 from provider.nodes.identity import identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
+from tests.actuator_support import CODEC
 from tests.agent_support import config as agent_config
 from tests.agent_support import wait_async
 from tests.identity_support import REGION, SIGNER, Setup, bundle_service, enrol
+from tests.test_actuator import ME, Region
 
 
 @pytest.fixture
@@ -187,3 +193,44 @@ def test_the_agent_fetches_its_bundle_over_mutual_tls_at_start(setup: Setup) -> 
 def test_an_agent_config_refuses_a_plain_http_bundle_service(tmp_path: Path) -> None:
     with pytest.raises(AgentConfigError, match="https://"):
         agent_config(tmp_path, bundle={"service_url": "http://127.0.0.1:1"})
+
+
+def test_the_actuator_revokes_the_nodes_it_deletes(setup: Setup, tmp_path: Path) -> None:
+    region = Region(tmp_path / "region")
+    placed = region.placement()
+    revoker = Revoker(setup.authority)
+    options = ActuatorOptions(snapshot_every_s=0.0, poll_s=0.05, follower=revoker)
+
+    def settle() -> None:
+        with ActuatorService(region.log, CODEC, region.provider, region.state_dir,
+                             orchestrator_id=ME, options=options) as service:  # fmt: skip
+            for _ in range(20):
+                service.step()
+                if service.caught_up and not service.book.open_orders:
+                    return
+        raise AssertionError("orders still open")
+
+    settle()
+    mine = sorted(i.instance_id for i in region.provider.list_by_tag(DECISION_TAG, placed.event_id))
+    where = region.provider.region
+    serials = {i: setup.authority.enrol(NodeIdentity(where, i), "wl-a").serial for i in mine}
+    region.returned(placed, (mine[0], mine[1]))
+    settle()  # the deletes go out, and their instance_deleted into the log ...
+    settle()  # ... which the actuator reads back, as it follows the log
+    assert revoker.pending == {}
+    assert sorted(revoker.revoked) == sorted([serials[mine[0]], serials[mine[1]]])
+    assert all(setup.authority.is_revoked(serials[i]) for i in mine[:2])
+    assert not any(setup.authority.is_revoked(serials[i]) for i in mine[2:])
+
+
+def test_a_revocation_openbao_refused_is_tried_again(setup: Setup, openbao: servers.Server) -> None:
+    identity, _ = enrol(setup, "i-ffff", "wl-a")
+    unreachable = NodeAuthority(hvac.Client(url="http://127.0.0.1:9", timeout=2),
+                                mount=setup.authority._mount)  # fmt: skip
+    revoker = Revoker(unreachable)
+    revoker.observe(lost("i-ffff"))
+    assert revoker.drain() == 1 and revoker.revoked == []  # OpenBao unreachable: still pending
+    revoker._authority = setup.authority  # OpenBao is back
+    assert revoker.drain() == 0 and len(revoker.revoked) == 1
+    record = setup.authority.record(identity)
+    assert record is not None and record.retired

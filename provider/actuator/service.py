@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from provider.actuator.actuator import MAX_AGE_S, ActionAuthority, Actuator, Counts, Journal
 from provider.actuator.book import OrderBook
@@ -61,6 +61,15 @@ class ActuatorOptions:
     max_age_s: float = MAX_AGE_S
     authority: ActionAuthority | None = None
     """The capacity authority asked before every call (ADR-29); None: the provider's own."""
+    follower: FactFollower | None = None
+    """Told every event the actuator folds, then drained each step: the node revoker
+    (`provider.nodes.Revoker`, ADR-31) revokes deleted and lost instances' certificates."""
+
+
+class FactFollower(Protocol):
+    def observe(self, envelope: Envelope) -> None: ...
+
+    def drain(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +261,14 @@ class ActuatorService:
     def step(self) -> bool:
         """Fold what the log has (waiting at most until the next order is due), carry out
         what is due once caught up, snapshot when it is time; True when it snapshotted."""
+        follower = self.options.follower
         for decoded in self.history.read(2000, timeout_s=self._wait_s):
             self.book.observe(decoded.envelope)
+            if follower is not None:
+                follower.observe(decoded.envelope)
             self.events += 1
+        if follower is not None:
+            follower.drain()
         if not self.caught_up and self.history.reached(self.ends):
             self.caught_up = True
             self.actuator.recover()

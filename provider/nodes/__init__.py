@@ -14,6 +14,7 @@ from provider.nodes.authority import (
     NodeAuthority,
     NodeAuthorityError,
     NodeRecord,
+    Revoker,
     revoke_on_loss,
     setup_pki,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "NodeAuthorityError",
     "NodeIdentity",
     "NodeRecord",
+    "Revoker",
     "identity_of_certificate",
     "revoke_on_loss",
     "setup_pki",

@@ -17,6 +17,7 @@ records; a node holds none of it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from cryptography import x509
 
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
+
+log = logging.getLogger("spotcap.nodes")
 
 NODE_ROLE = "node"
 SERVICE_ROLE = "bundle-service"
@@ -284,3 +287,33 @@ def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
     if not isinstance(payload, (InstanceDeleted, InstanceLost)):
         return []
     return authority.revoke(NodeIdentity(envelope.region, payload.instance_id))
+
+
+class Revoker:
+    """Revokes the certificates of instances deleted or lost, as their events are folded; a
+    revocation OpenBao could not make waits and is tried again at the next `drain`, so a
+    control plane that lost OpenBao for a while still revokes every node it saw go."""
+
+    def __init__(self, authority: NodeAuthority) -> None:
+        self._authority = authority
+        self.pending: dict[NodeIdentity, str] = {}
+        """Identity -> the event id that retired it, not yet revoked."""
+        self.revoked: list[str] = []
+        """Every serial revoked, in order."""
+
+    def observe(self, envelope: Envelope) -> None:
+        payload = envelope.payload
+        if isinstance(payload, (InstanceDeleted, InstanceLost)):
+            identity = NodeIdentity(envelope.region, payload.instance_id)
+            self.pending.setdefault(identity, envelope.event_id)
+
+    def drain(self) -> int:
+        """Revoke what is pending; how many nodes are still pending."""
+        for identity in list(self.pending):
+            try:
+                self.revoked += self._authority.revoke(identity)
+            except NodeAuthorityError as error:
+                log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
+                continue
+            del self.pending[identity]
+        return len(self.pending)
