@@ -10,6 +10,7 @@ import ssl
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import hvac
@@ -234,3 +235,12 @@ def test_a_revocation_openbao_refused_is_tried_again(setup: Setup, openbao: serv
     assert revoker.drain() == 0 and len(revoker.revoked) == 1
     record = setup.authority.record(identity)
     assert record is not None and record.retired
+
+
+def test_the_agent_refuses_a_service_whose_certificate_names_another_host(setup: Setup) -> None:
+    _, config = enrol(setup, "i-gggg", "wl-a")
+    port = setup.service.address.rsplit(":", 1)[1]
+    elsewhere = replace(config, service_url=f"https://localhost:{port}")  # the cert names the IP
+    with pytest.raises(FetchError, match="refused the connection"):
+        NodeIdentityClient(elsewhere, REGION, "i-gggg").fetch_bundle(config.path)
+    assert not config.path.exists()

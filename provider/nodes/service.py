@@ -29,7 +29,7 @@ from typing import Any
 from cryptography import x509
 
 from contracts.output import bundle_file_name
-from provider.nodes.authority import NodeAuthority, NodeAuthorityError
+from provider.nodes.authority import NodeAuthority, NodeAuthorityError, NodeRecord
 from provider.nodes.identity import (
     IdentityError,
     NodeIdentity,
@@ -179,7 +179,7 @@ class BundleService:
             405, f"{method} {path} is not served: GET .../bundle, POST .../certificate"
         )
 
-    def _record(self, identity: NodeIdentity) -> Any:
+    def _record(self, identity: NodeIdentity) -> NodeRecord:
         try:
             record = self.authority.record(identity)
         except NodeAuthorityError as error:
