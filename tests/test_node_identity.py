@@ -19,7 +19,7 @@ from cryptography import x509
 
 from agent.bundle import BundleStore
 from agent.config import AgentConfigError
-from agent.identity import FetchError, NodeIdentityClient
+from agent.identity import FetchError, NodeIdentityClient, identity_round
 from agent.service import Agent
 from contracts.bundles import verify_bundle
 from contracts.signing import generate_key_pem
@@ -244,3 +244,19 @@ def test_the_agent_refuses_a_service_whose_certificate_names_another_host(setup:
     with pytest.raises(FetchError, match="refused the connection"):
         NodeIdentityClient(elsewhere, REGION, "i-gggg").fetch_bundle(config.path)
     assert not config.path.exists()
+
+
+def test_the_agents_round_renews_when_due_and_says_a_failure_without_raising(
+    setup: Setup,
+) -> None:
+    identity, config = enrol(setup, "i-hhhh", "wl-b")
+    start, end = NodeIdentityClient(config, REGION, "i-hhhh").expires_at_s()
+    now = [end - 60]  # a minute before the first certificate ends: long past half its life
+    due = NodeIdentityClient(config, REGION, "i-hhhh", clock=lambda: now[0])
+    assert identity_round(due, config.path) == "certificate renewed, bundle fetched"
+    now[0] = start + 1  # at the start of the new certificate's life: not due
+    assert identity_round(due, config.path) == "bundle unchanged"
+    setup.authority.revoke(identity)
+    said = identity_round(due, config.path)
+    assert said.startswith("failed: the bundle service answered 403") and "revoked" in said
+    assert verify_bundle(config.path.read_bytes(), SIGNER.public_key()).workload_id == "wl-b"
