@@ -187,14 +187,17 @@ def check_change(
         *([] if owner_ok else [f"the owner {contract.owner}'s"]),
         *([] if authority_ok else ["a higher authority's"]),
     ]
+    no_keys = not control.keyring.owners and not control.keyring.authorities
     return Finding(
         RULE,
         where,
         f"this change {described}: it needs two signatures, the owner's and a higher "
-        f"authority's; {' and '.join(missing)} is missing or does not verify",
+        f"authority's; {' and '.join(missing)} is missing or does not verify"
+        + (" (no keyring was given, so no key can verify one)" if no_keys else ""),
         f"have the owner and a capacity authority sign version {contract.version} of this "
-        f"file into {sig_file} (spotcap contracts sign), or keep the floor, cap and approver "
-        f"as published",
+        f"file into {sig_file} (spotcap contracts sign)"
+        + (" and compile with --keyring FILE" if no_keys else "")
+        + ", or keep the floor, cap and approver as published",
     )
 
 

@@ -168,3 +168,18 @@ def test_the_cli_refuses_an_unsigned_raise_after_a_first_publication(tmp_path: P
         json.loads((out / "published-contracts.json").read_text())["contracts"][0]["floor_vcpu"]
         == 20
     )
+
+
+def test_without_a_keyring_a_raise_is_refused_and_the_fix_names_the_keyring(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "etl.yaml"
+    path.write_text(contract(extra=RAISED_FLOOR))
+    sign_contract_file(path, OWNER, "data-platform")
+    sign_contract_file(path, BOARD, "capacity-board")
+    sig = path.with_name(path.name + SIGNATURES_SUFFIX)
+    control = ChangeControl(Keyring(), PUBLISHED, {path: sig.read_bytes()})
+    result = compile_contracts({path: path.read_bytes()}, FeasibilityEnv(), published_at_us=T0_US,
+                               change_control=control)  # fmt: skip
+    [refused] = [str(e) for e in result.errors]
+    assert "no keyring was given" in refused and "--keyring FILE" in refused
