@@ -27,6 +27,15 @@ class AgentConfigError(ValueError):
 class BundleConfig:
     path: Path = Path("/etc/spotcap/bundle.json")
     public_key: Path = Path("/etc/spotcap/bundle.pub")
+    service_url: str | None = None
+    """The bundle service (``https://HOST:PORT``, ADR-31); None: the bundle file is all."""
+    ca: Path = Path("/etc/spotcap/nodes-ca.pem")
+    """The nodes' CA: the bundle service's certificate must chain to it."""
+    certificate: Path = Path("/var/lib/spotcap-agent/node.pem")
+    key: Path = Path("/var/lib/spotcap-agent/node.key")
+    renew_after: float = 0.5
+    """Renew the node certificate once this fraction of its life has passed."""
+    fetch_every_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +205,17 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
     bundle = BundleConfig(
         path=_required_path(b, "path", BundleConfig().path),
         public_key=_required_path(b, "public_key", BundleConfig().public_key),
+        service_url=b.get("service_url", (str, type(None)), None) or None,
+        ca=_required_path(b, "ca", BundleConfig().ca),
+        certificate=_required_path(b, "certificate", BundleConfig().certificate),
+        key=_required_path(b, "key", BundleConfig().key),
+        renew_after=b.positive("renew_after", 0.5),
+        fetch_every_s=b.positive("fetch_every_s", 300.0),
     )
+    if bundle.service_url is not None and not bundle.service_url.startswith("https://"):
+        raise AgentConfigError(f"{source}: [bundle] service_url is https://HOST:PORT (mutual TLS)")
+    if bundle.renew_after >= 1:
+        raise AgentConfigError(f"{source}: [bundle] renew_after is a fraction below 1")
     n = top.table("notices")
     notices = NoticeConfig(
         nats=n.strings("nats"),

@@ -22,6 +22,7 @@ from agent.config import AgentConfig
 from agent.drain.base import DrainPathImpl
 from agent.drain.local import LocalDrain
 from agent.drainer import Drainer
+from agent.identity import NodeIdentityClient, identity_round
 from agent.intake import NoticeIntake, cancel_tasks
 from agent.logind import inhibit_delay_warning, kubelet_grace_s
 from agent.metrics import AgentMetrics
@@ -138,6 +139,7 @@ class Agent:
         await self.intake.start()
         self._tasks = [
             asyncio.create_task(self._deliveries(), name="agent-deliveries"),
+            *self._identity_task(),
             asyncio.create_task(self._bundle_refresh(), name="agent-bundle"),
         ]
         if self.config.vcpu > 0:
@@ -225,6 +227,22 @@ class Agent:
             deadline_at_us=message.expected_reclaim_at_us,
         )
         self.drainer.start(request, self.drainer.path_for(bundle), received_mono_s)
+
+    def _identity_task(self) -> list[asyncio.Task[None]]:
+        if not self.config.bundle.service_url:
+            return []
+        client = NodeIdentityClient(self.config.bundle, self.config.region,
+                                    self.config.instance_id)  # fmt: skip
+        return [asyncio.create_task(self._identity(client), name="agent-identity")]
+
+    async def _identity(self, client: NodeIdentityClient) -> None:
+        """Renew the node certificate when due and fetch the bundle over mutual TLS (ADR-31),
+        off the event loop: a slow service never delays a notice."""
+        while True:
+            said = await asyncio.to_thread(identity_round, client, self.config.bundle.path)
+            log.debug("bundle service: %s", said)
+            self.bundles.refresh()
+            await asyncio.sleep(self.config.bundle.fetch_every_s)
 
     async def _bundle_refresh(self) -> None:
         while True:

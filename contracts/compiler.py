@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from contracts.approvals import ChangeControl, check_change
 from contracts.bundles import Bundle, bundle_for, bundle_sha256
 from contracts.diagnose import describe_validation_error, locate, locate_finding
 from contracts.event import Publication, contract_published
@@ -129,6 +130,18 @@ class CompileResult:
 
 
 CONTRACT_SUFFIXES = (".yaml", ".yml")
+
+
+class ContractFileError(ValueError):
+    """A contract file that does not compile; the message lists its errors."""
+
+
+def contract_version_of(path: Path, data: bytes) -> tuple[str, int, str]:
+    """(workload, version, SHA-256 of the bytes) of one contract file that resolves."""
+    item = _read(path, data)
+    if item.contract is None or item.errors:
+        raise ContractFileError("; ".join(str(e) for e in item.errors) or f"{path}: no contract")
+    return item.contract.workload, item.contract.version, item.source_sha256
 
 
 def contract_files(directory: Path) -> dict[Path, bytes]:
@@ -287,11 +300,14 @@ def compile_contracts(
     published_at_us: int,
     region: str = "dev",
     source_commit: str | None = None,
+    change_control: ChangeControl | None = None,
 ) -> CompileResult:
     """Check every contract file in `files` (path -> its bytes, or its text) and build what is
     accepted. Bytes are hashed as they are (``source_sha256``) and must be UTF-8.
 
     ``published_at_us`` becomes the events' ``occurred_at``: the compiler never reads the clock.
+    With `change_control`, a change of authority (floor or cap raised, fallback approver
+    changed) is refused without the owner's and a higher authority's signatures (ADR-30).
     """
     parsed = [_read(path, files[path]) for path in sorted(files)]
     _refuse_duplicates(parsed)
@@ -312,6 +328,11 @@ def compile_contracts(
             item.errors.append(
                 locate_finding(item.path, item.loaded, floor_findings[contract.workload])
             )
+        if contract is not None and change_control is not None and not item.errors:
+            assert item.loaded is not None
+            unsigned = check_change(change_control, item.path, contract, item.source_sha256)
+            if unsigned is not None:
+                item.errors.append(locate_finding(item.path, item.loaded, unsigned))
         if contract is None or item.errors:
             continue
         bundle = bundle_for(contract, item.source_sha256)

@@ -64,6 +64,7 @@ FIELDS: tuple[tuple[str, Source], ...] = (
     ("effects_on_completion_only", "contract.restart.effects_on_completion_only"),
     ("source_path", "source_path"),
     ("source_sha256", "source_sha256"),
+    ("approver_key", "contract.fallback.approver_key"),
 )
 """(field of ``ContractPublished``, where its value comes from), in the event's field order."""
 

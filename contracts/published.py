@@ -50,6 +50,11 @@ def published_json(
             "scheduler": c.contract.scheduler,
             "tier": c.contract.tier,
             "source": c.path.as_posix(),
+            # The authority it holds: the next compile's baseline for two signatures (ADR-30).
+            "floor_vcpu": c.contract.floor_vcpu,
+            "spend_cap_eur_micros": c.contract.fallback.spend_cap_per_day_eur_micros,
+            "approver": c.contract.fallback.approver,
+            "approver_key": c.contract.fallback.approver_key,
         }
         for c in _sorted(accepted)
     ]

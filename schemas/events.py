@@ -200,6 +200,11 @@ class ContractPublished:
     """Path of the contract file in the contract repository, as given to the compiler."""
     source_sha256: str | None = None
     """Hex SHA-256 of the contract file as written; the signed bundle carries it too."""
+    approver_key: str | None = None
+    """The approver's Ed25519 public key (base64 of its 32 raw bytes), as the contract names it:
+    an approval of spend beyond the cap is accepted only when signed by this key (ADR-30);
+    null: no approval is accepted.
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -228,6 +233,7 @@ class ContractPublished:
             "source_path": self.source_path,
             "source_sha256": self.source_sha256,
             "tolerated_interruptions_per_h": self.tolerated_interruptions_per_h,
+            "approver_key": self.approver_key,
         }
 
     @classmethod
@@ -261,6 +267,7 @@ class ContractPublished:
             effects_on_completion_only=d["effects_on_completion_only"],
             source_path=d["source_path"],
             source_sha256=d["source_sha256"],
+            approver_key=d["approver_key"],
         )
 
 
@@ -1733,6 +1740,15 @@ class FallbackReviewed:
     """Until when the approval holds; null for this incident only."""
     note: str | None = None
     """The approver's note."""
+    escalation_event_id: str | None = None
+    """The escalated fallback_decided this answers; an answer to another escalation is not this
+    one's.
+    """
+    signature: str | None = None
+    """The approver's Ed25519 signature (base64) of the review's canonical statement
+    (streams.deciders.approval); the arbiter accepts an approval only when it verifies against
+    the approver_key of the workload's contract (ADR-30).
+    """
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -1743,6 +1759,8 @@ class FallbackReviewed:
             "approved_spend_eur_micros": self.approved_spend_eur_micros,
             "valid_until_at": self.valid_until_at,
             "note": self.note,
+            "escalation_event_id": self.escalation_event_id,
+            "signature": self.signature,
         }
 
     @classmethod
@@ -1755,6 +1773,8 @@ class FallbackReviewed:
             approved_spend_eur_micros=d["approved_spend_eur_micros"],
             valid_until_at=d["valid_until_at"],
             note=d["note"],
+            escalation_event_id=d["escalation_event_id"],
+            signature=d["signature"],
         )
 
 

@@ -6,21 +6,39 @@ simulation every approver answers `delay_s` later (15 minutes by default), and a
 `fallback_reviewed` with ``outcome = approved`` for the vCPU the escalation asked for, and a
 spend that covers them at the region's dearest guaranteed rate until the end of the UTC day
 (at least an hour), which is what a fallback arbiter charges an approved fallback against.
-The review names the escalation as its cause and carries its correlation (the wave).
+The review names the escalation as its cause and carries its correlation (the wave), and is
+signed with the approver's key (`approver_key`: one per approver, derived from their name, as
+the simulated contracts name it), so the arbiter checks it as it checks a person's (ADR-30).
 
 An orchestrator that escalates nothing (the baseline) never pages anyone.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+from dataclasses import replace
 from functools import partial
 
+from contracts.signing import FileSigner, raw_public_bytes
 from schemas.events import Envelope, FallbackDecided, FallbackReviewed
 from schemas.pools import PoolCatalogue
 from sim.bus import EventBus
 from sim.clock import DAY_US, HOUR_US, SECOND_US, Scheduler
+from streams.deciders.approval import review_statement
 
 PRODUCER = "sim/approver"
+
+
+def approver_signer(approver: str) -> FileSigner:
+    """The simulated approver's signing key: the same for the same name, in every run."""
+    seed = hashlib.sha256(f"spotcap-sim-approver/{approver}".encode()).digest()
+    return FileSigner.from_bytes(seed)
+
+
+def approver_key(approver: str) -> str:
+    """The base64 public key a simulated contract names for `approver`."""
+    return base64.b64encode(raw_public_bytes(approver_signer(approver).public_key())).decode()
 
 
 class Approvers:
@@ -50,15 +68,18 @@ class Approvers:
         now_us = self._clock.now_us
         horizon_us = max(HOUR_US, DAY_US - now_us % DAY_US)
         spend = asked.vcpu * self._rate_eur_micros * horizon_us // HOUR_US
+        review = FallbackReviewed(
+            workload_id=asked.workload_id,
+            approver=asked.approver,
+            outcome="approved",
+            vcpu=asked.vcpu,
+            approved_spend_eur_micros=spend,
+            note=f"approved {self._delay_us // SECOND_US} s after the page",
+            escalation_event_id=escalation.event_id,
+        )
+        signature = approver_signer(asked.approver).sign(review_statement(review))
         self._bus.emit(
-            FallbackReviewed(
-                workload_id=asked.workload_id,
-                approver=asked.approver,
-                outcome="approved",
-                vcpu=asked.vcpu,
-                approved_spend_eur_micros=spend,
-                note=f"approved {self._delay_us // SECOND_US} s after the page",
-            ),
+            replace(review, signature=base64.b64encode(signature).decode()),
             PRODUCER,
             causation_id=escalation.event_id,
             correlation_id=escalation.correlation_id,

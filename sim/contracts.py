@@ -26,6 +26,7 @@ from contracts import CompileResult, FeasibilityEnv, PoolLike, compile_contracts
 from contracts.feasibility import checkpoint_write_s
 from schemas.contracts.tiers import TIERS, CheckpointMethod, TierDefaults, TierName
 from schemas.events import RestartSemantics, Scheduler
+from sim.approver import approver_key
 
 MIB = 2**20
 REVIEWER = "capacity-review@example.org"
@@ -192,6 +193,7 @@ def _fallback(owner: Owner, cap_eur: int) -> dict[str, Any]:
     fallback: dict[str, Any] = {"spend_cap_per_day_eur_micros": f"EUR {cap_eur}.00"}
     if cap_eur:
         fallback["approver"] = f"oncall-{owner.team}@example.org"
+        fallback["approver_key"] = approver_key(fallback["approver"])
     return fallback
 
 

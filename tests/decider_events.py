@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from schemas.events import (
     Advisory,
@@ -29,6 +30,8 @@ from schemas.events import (
     ReservationCommitted,
 )
 from schemas.ids import derived_event_id
+from sim.approver import approver_key, approver_signer
+from streams.deciders.approval import review_statement
 from tests.factories import T0_US
 
 S = 1_000_000
@@ -162,7 +165,9 @@ class Events:
         checkpoint_on_notice: bool = True,
         checkpoint_interval_s: int | None = 3600,
         approver: str | None = None,
+        signed_approvals: bool = True,
     ) -> Envelope:
+        approver = f"oncall-{workload_id}@example.org" if approver is None else approver
         return self.env(
             ContractPublished(
                 workload_id=workload_id,
@@ -178,10 +183,11 @@ class Events:
                 target_vcpu=target_vcpu,
                 floor_vcpu=floor_vcpu,
                 spend_cap_eur_micros=spend_cap_eur_micros,
-                approver=f"oncall-{workload_id}@example.org" if approver is None else approver,
+                approver=approver,
                 priority=priority,
                 checkpoint_interval_s=checkpoint_interval_s,
                 deadline_at=deadline_at,
+                approver_key=approver_key(approver) if signed_approvals and approver else None,
             ),
             at_us,
         )
@@ -229,18 +235,26 @@ class Events:
         *,
         vcpu: int,
         approved_eur_micros: int,
+        escalation_event_id: str | None,
         approver: str | None = None,
+        signed_by: str | None = None,
     ) -> Envelope:
-        return self.env(
-            FallbackReviewed(
-                workload_id=workload_id,
-                approver=f"oncall-{workload_id}@example.org" if approver is None else approver,
-                outcome="approved" if approved_eur_micros else "rejected",
-                vcpu=vcpu,
-                approved_spend_eur_micros=approved_eur_micros,
-            ),
-            at_us,
+        """A review signed by `signed_by`'s simulated key (default: the approver's own; "":
+        unsigned)."""
+        name = f"oncall-{workload_id}@example.org" if approver is None else approver
+        review = FallbackReviewed(
+            workload_id=workload_id,
+            approver=name,
+            outcome="approved" if approved_eur_micros else "rejected",
+            vcpu=vcpu,
+            approved_spend_eur_micros=approved_eur_micros,
+            escalation_event_id=escalation_event_id,
         )
+        signer = name if signed_by is None else signed_by
+        if signer:
+            signature = approver_signer(signer).sign(review_statement(review))
+            review = replace(review, signature=base64.b64encode(signature).decode())
+        return self.env(review, at_us)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

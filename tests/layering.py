@@ -113,7 +113,8 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "contracts": frozenset({"pydantic", "pydantic_core", "yaml", "cryptography", "hvac"}),
     "streams": frozenset({"confluent_kafka", "fastavro", "faust"}),
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
-    "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3"}),
+    # cryptography: the node's own key and its certificate signing request (ADR-31).
+    "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3", "cryptography"}),
     "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
     # The scheduler intake watches the Kubernetes API with its official client (over urllib3).
     "streams/intake": frozenset({"kubernetes", "urllib3"}),
@@ -143,7 +144,8 @@ RULES: Mapping[str, Rule] = {
     ),
     "contracts": _rule(_MIDDLE, _THIRD_PARTY["contracts"]),
     "streams": _rule([*_MIDDLE, "streams"], _THIRD_PARTY["streams"]),
-    "streams/deciders": _rule(["schemas", "streams.deciders"], [], _IO_OR_CLOCK),
+    # cryptography only to verify an approver's Ed25519 signature: pure, no I/O (ADR-30).
+    "streams/deciders": _rule(["schemas", "streams.deciders"], ["cryptography"], _IO_OR_CLOCK),
     # The schedulers' demand becomes claims on the log, which the deciders read: the intake
     # writes events through the rest of streams, and alone in streams talks to the Kubernetes
     # API (the agent acts on one node and never writes the log; the deciders are pure).
@@ -156,6 +158,10 @@ RULES: Mapping[str, Rule] = {
     "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
     "provider/actuator": _rule([*_MIDDLE, "streams", "provider"], _THIRD_PARTY["provider"]),
+    # Node identity (ADR-31): certificates from OpenBao's PKI engine (hvac), read as X.509.
+    "provider/nodes": _rule(
+        [*_MIDDLE, "provider"], _THIRD_PARTY["provider"] | {"hvac", "cryptography"}
+    ),
     "provider/reconcile": _rule(
         [*_MIDDLE, "streams", "projections", "provider"],
         _THIRD_PARTY["provider"] | _THIRD_PARTY["projections"],

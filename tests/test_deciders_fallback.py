@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -93,17 +94,65 @@ def test_a_shortfall_falls_back_within_the_cap_without_asking() -> None:
 def test_beyond_the_cap_it_escalates_to_the_named_approver_and_spends_nothing() -> None:
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))  # 1 EUR a day
     driver.feed(events.claim("wl", 64, T0_US + H))
-    [(_decided, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    [(escalated, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
     assert p.kind == "escalated" and p.awaiting_approval
     assert p.approver == "oncall-wl@example.org"
     assert p.allocations == () and p.projected_eur_micros == 0
     assert p.spend_eur_micros == 0 and p.vcpu == 64
     assert "paged oncall-wl@example.org" in p.reason
-    approval = events.reviewed("wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000)
+    approval = events.reviewed(
+        "wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
     [(approved, q)] = fallbacks(driver.feed(approval))
     assert q.kind == "escalated" and not q.awaiting_approval
     assert approved.causation_id == approval.event_id
     assert q.vcpu >= 64 and 0 < q.projected_eur_micros <= 500_000_000
+
+
+@pytest.mark.parametrize(
+    ("who", "signed_by", "answers_it", "why"),
+    [
+        ("boss@example.org", None, True, "another person, with their own valid signature"),
+        (None, "boss@example.org", True, "the named approver's name, another person's key"),
+        (None, "", True, "the named approver's name, unsigned"),
+        (None, None, False, "the named approver's signature, for another escalation"),
+    ],
+)
+def test_only_the_named_approvers_signed_answer_approves_spend(
+    who: str | None, signed_by: str | None, answers_it: bool, why: str
+) -> None:
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
+    driver.feed(events.claim("wl", 64, T0_US + H))
+    [(escalated, _)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    review = events.reviewed(
+        "wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id if answers_it else "another-escalation",
+        approver=who, signed_by=signed_by,
+    )  # fmt: skip
+    assert fallbacks(driver.feed(review)) == [], why
+    # The escalation still waits for the named approver, whose signed answer approves it.
+    approval = events.reviewed(
+        "wl", T0_US + H + 20 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
+    [(_, q)] = fallbacks(driver.feed(approval))
+    assert q.kind == "escalated" and not q.awaiting_approval and q.vcpu >= 64
+
+
+def test_a_contract_naming_no_approver_key_gets_no_approved_fallback() -> None:
+    events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000, "signed_approvals": False}))
+    driver.feed(events.claim("wl", 64, T0_US + H))
+    [(escalated, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    assert p.awaiting_approval
+    approval = events.reviewed(
+        "wl", T0_US + H + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
+    out = driver.feed(approval)
+    assert fallbacks(out) == []
+    [refused] = withheld(out)
+    assert "the contract names no approver key" in refused.reason
 
 
 def test_fallback_is_staggered_by_priority_during_a_wave() -> None:
@@ -302,9 +351,11 @@ def test_a_contract_without_an_approver_never_spends_beyond_its_cap(
     for vcpu, gap_min, in_wave in shortfalls:
         at += gap_min * MIN
         out += driver.feed(short(events, "wl", vcpu, at, wave="wave-1" if in_wave else None))
-        out += driver.feed(
-            events.reviewed("wl", at + MIN, vcpu=vcpu, approved_eur_micros=10**9, approver="")
-        )
+        review = events.reviewed(
+            "wl", at + MIN, vcpu=vcpu, approved_eur_micros=10**9, approver="",
+            escalation_event_id=None,
+        )  # fmt: skip
+        out += driver.feed(review)
     out += driver.feed(events.rate_card(GUARANTEED[0], at + 2 * H))
     by_day: dict[int, int] = {}
     for decided, p in fallbacks(out):
@@ -323,18 +374,24 @@ def test_a_contract_without_an_approver_never_spends_beyond_its_cap(
 def test_an_approval_from_anyone_but_the_named_approver_is_refused_with_its_reason() -> None:
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
     driver.feed(events.claim("wl", 64, T0_US + H))
-    [(_, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
+    [(escalated, p)] = fallbacks(driver.feed(short(events, "wl", 64, T0_US + H)))
     assert p.awaiting_approval and p.approver == "oncall-wl@example.org"
     intruder = events.reviewed(
-        "wl", T0_US + H + MIN, vcpu=64, approved_eur_micros=500_000_000, approver="mallory"
-    )
+        "wl", T0_US + H + MIN, vcpu=64, approved_eur_micros=500_000_000, approver="mallory",
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
     out = driver.feed(intruder)
     assert fallbacks(out) == []
     [refused] = withheld(out)
     assert refused.refused_approver == "mallory" and refused.approver == "oncall-wl@example.org"
-    assert "was refused: the contract names oncall-wl@example.org" in refused.reason
+    assert "was refused: reviewed by mallory, but the contract names oncall-wl@example.org" in (
+        refused.reason
+    )
     # The escalation still waits for the named approver, who can approve it.
-    approval = events.reviewed("wl", T0_US + H + 2 * MIN, vcpu=64, approved_eur_micros=500_000_000)
+    approval = events.reviewed(
+        "wl", T0_US + H + 2 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
     [(_, q)] = fallbacks(driver.feed(approval))
     assert q.kind == "escalated" and not q.awaiting_approval and q.vcpu >= 64
 
@@ -344,13 +401,17 @@ def test_nothing_is_bought_for_what_reclaimable_capacity_took_in_the_meantime() 
     events, driver = setup(("wl", {"spend_cap_eur_micros": 1_000_000}))
     at = T0_US + H
     driver.feed(events.claim("wl", 64, at))
-    [(_, p)] = fallbacks(driver.feed(short(events, "wl", 64, at)))
+    [(escalated, p)] = fallbacks(driver.feed(short(events, "wl", 64, at)))
     assert p.awaiting_approval
     sixteens = [s for s in RECLAIMABLE if s.size_vcpu == 16]
     for n in range(4):  # the top-up's instances land
         driver.feed(events.launched(f"r-{n}", sixteens[n], "wl", at + 5 * MIN))
-    approval = events.reviewed("wl", at + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000)
-    assert fallbacks(driver.feed(approval)) == []
+    approval = events.reviewed(
+        "wl", at + 10 * MIN, vcpu=64, approved_eur_micros=500_000_000,
+        escalation_event_id=escalated.event_id,
+    )  # fmt: skip
+    out = driver.feed(approval)
+    assert fallbacks(out) == [] and withheld(out) == []  # accepted, and nothing left to buy
     # A shortfall waiting for its turn in a wave is bought only as far as the claims still
     # lack: half of it landed on reclaimable capacity meanwhile, or its claim was released.
     events, driver = setup(("wl", {"priority": 3}))

@@ -1,5 +1,6 @@
 """Capacity actions (ADR-25): which events acquire, terminate or spend capacity, and the audit
-record each becomes in the outbox. Pure: an envelope in, a JSON-able record out."""
+record each becomes in the outbox, with the identity that caused it (`actor_of`). Pure: an
+envelope in, a JSON-able record out."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from schemas.events import (
     ReplacementRequested,
 )
 
-AUDIT_RECORD_VERSION = 1
+AUDIT_RECORD_VERSION = 2
+"""2: ``actor``, the identity that caused the action."""
 
 
 def _place(p: PlacementDecided) -> str:
@@ -106,6 +108,23 @@ def workload_of(payload: Payload) -> str | None:
     return workload if isinstance(workload, str) else None
 
 
+def actor_of(envelope: Envelope) -> str:
+    """Who caused a capacity action, as the event says: the person who signed an approval
+    (``approver:<subject>``, ``(unsigned)`` when it carries no signature), the principal that
+    deleted an instance, the orchestrator whose tags a launch carries, else the component that
+    decided or did it (``producer:<name>``)."""
+    p = envelope.payload
+    if isinstance(p, FallbackReviewed):
+        return f"approver:{p.approver}" + ("" if p.signature else " (unsigned)")
+    if isinstance(p, InstanceDeleted) and p.principal:
+        return f"{p.deleted_by}:{p.principal}"
+    if isinstance(p, InstanceLaunched):
+        owner = p.tags.get("spotcap.io/owner")
+        if owner:
+            return f"orchestrator:{owner}"
+    return f"producer:{envelope.producer}"
+
+
 def audit_record(envelope: Envelope) -> dict[str, Any] | None:
     """The audit record of a capacity action, or None if the event is not one.
 
@@ -130,5 +149,6 @@ def audit_record(envelope: Envelope) -> dict[str, Any] | None:
         "causation_id": envelope.causation_id,
         "correlation_id": envelope.correlation_id,
         "producer": envelope.producer,
+        "actor": actor_of(envelope),
         "detail": payload.to_avro(),
     }

@@ -7,7 +7,8 @@ provider hands out (`poll_events`: ``instance_launched``, ``instance_deleted``, 
 its feeds publish), ``launch_failed`` when it refuses a launch, and ``actuation_refused`` when
 the actuator will not carry an order out (rule ``expired``: the order waited longer than
 `max_age_s`, so what it asked for is stale; rule ``not_owned``: the provider says the instance
-is not ours). Every event names the decision it carries out as its cause.
+is not ours; rule ``no_authority``: the actuator holds no live credential for the project,
+ADR-29, `provider.authority`). Every event names the decision it carries out as its cause.
 
 **Once, whatever is killed when.** Before a call goes out, its order is written to the
 `Journal` (``start``, fsync'd); after its answer is in the log, ``done``. An order started and
@@ -27,6 +28,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from provider.actuator.book import (
     ACTUATOR,
@@ -76,6 +78,14 @@ def launch_failed(book: OrderBook, order: Order, error: ProviderError) -> Launch
         reason=str(error),
         retryable=False,
     )
+
+
+class ActionAuthority(Protocol):
+    """Whether the actuator may make a mutating call now (ADR-29: `provider.authority`)."""
+
+    def refusal(self, call: str) -> str | None:
+        """Why `call` must not go out; None when it may."""
+        ...
 
 
 class Journal:
@@ -156,6 +166,7 @@ class Actuator:
         *,
         max_age_s: float = MAX_AGE_S,
         on_step: Callable[[str], None] | None = None,
+        authority: ActionAuthority | None = None,
     ) -> None:
         if provider.orchestrator_id != book.orchestrator_id:
             raise ValueError(
@@ -169,6 +180,7 @@ class Actuator:
         self._write = write
         self._flush = flush
         self.max_age_us = round(max_age_s * US)
+        self.authority = authority
         self.counts = Counts()
         # told "started" (journalled, nothing sent), "called" (the provider answered, nothing
         # written), "answered" (the answer is in the log, the order not yet done) and "done"
@@ -249,6 +261,10 @@ class Actuator:
         for order in self.book.ready(now_us):
             if now_us - order.not_before_us > self.max_age_us:
                 self._refuse(order, "expired", self._expired(order, now_us))
+                continue
+            refusal = self.authority.refusal(order.call) if self.authority else None
+            if refusal is not None:  # nothing sent: the order is done, refused
+                self._refuse(order, "no_authority", refusal)
                 continue
             self.journal.start(order.order_id)
             self._on_step("started")

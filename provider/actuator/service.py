@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
-from provider.actuator.actuator import MAX_AGE_S, Actuator, Counts, Journal
+from provider.actuator.actuator import MAX_AGE_S, ActionAuthority, Actuator, Counts, Journal
 from provider.actuator.book import OrderBook
 from provider.base import CapacityProvider
 from schemas.codec import Codec
@@ -59,6 +59,17 @@ class ActuatorOptions:
     poll_s: float = 0.5
     """Longest wait for the log when nothing is due."""
     max_age_s: float = MAX_AGE_S
+    authority: ActionAuthority | None = None
+    """The capacity authority asked before every call (ADR-29); None: the provider's own."""
+    follower: FactFollower | None = None
+    """Told every event the actuator folds, then drained each step: the node revoker
+    (`provider.nodes.Revoker`, ADR-31) revokes deleted and lost instances' certificates."""
+
+
+class FactFollower(Protocol):
+    def observe(self, envelope: Envelope) -> None: ...
+
+    def drain(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +240,7 @@ class ActuatorService:
             self.writer.flush,
             max_age_s=self.options.max_age_s,
             on_step=self.on_step,
+            authority=self.options.authority,
         )
         self.history = MergedHistory(log_, self.codec, region, TOPICS, until=None, start=positions)
         stack.callback(self.history.close)
@@ -249,9 +261,14 @@ class ActuatorService:
     def step(self) -> bool:
         """Fold what the log has (waiting at most until the next order is due), carry out
         what is due once caught up, snapshot when it is time; True when it snapshotted."""
+        follower = self.options.follower
         for decoded in self.history.read(2000, timeout_s=self._wait_s):
             self.book.observe(decoded.envelope)
+            if follower is not None:
+                follower.observe(decoded.envelope)
             self.events += 1
+        if follower is not None:
+            follower.drain()
         if not self.caught_up and self.history.reached(self.ends):
             self.caught_up = True
             self.actuator.recover()

@@ -28,6 +28,7 @@ from projections.ledger.store import LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA, envelope_head
 from projections.stores import Stores
 from replay.archive import layout
+from replay.archive.audit import audit_lines, read_audit
 from replay.archive.merkle import Extension, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.codec import Codec
@@ -263,9 +264,12 @@ def export_month(
     cost_lines: pa.Table,
     workdir: Path,
     on_event: Callable[[int], None] | None = None,
+    audit: bytes | None = None,
 ) -> Exported:
     """Write `month` of `region` to the archive: `history` is the region's history in order
-    (events of other months are skipped), `cost_lines` the ledger's lines of the month."""
+    (events of other months are skipped), `cost_lines` the ledger's lines of the month,
+    `audit` the month's capacity actions (`replay.archive.audit.audit_lines`; None: none
+    exported, as before ADR-25's audit record)."""
     started = time.monotonic()
     layout.check_month(month)
     months = archived_months(storage, region)
@@ -308,6 +312,10 @@ def export_month(
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
     typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
+    audit_files: dict[str, Any] = {}
+    if audit is not None:
+        (workdir / layout.AUDIT).write_bytes(audit)
+        audit_files[layout.AUDIT] = _file_entry(workdir / layout.AUDIT, audit.count(b"\n"), None)
 
     extension = Extension(
         int(chain_before["size"]),
@@ -338,6 +346,7 @@ def export_month(
                 for name, rows in typed_rows.items()
             },
             layout.SCHEMA: _file_entry(workdir / layout.SCHEMA, None, None),
+            **audit_files,
         },
         "events": {
             "count": len(events.leaves),
@@ -367,7 +376,7 @@ def export_month(
     until = layout.retain_until(month)
     # The manifest and its signature last: a month without them is not archived (a retry
     # after a crash finds the month absent and writes it again).
-    for name in (*layout.DATA_FILES, layout.MANIFEST, layout.SIGNATURE):
+    for name in (*layout.DATA_FILES, *audit_files, layout.MANIFEST, layout.SIGNATURE):
         storage.put(layout.key(region, month, name), workdir / name, until)
     return Exported(
         region,
@@ -401,6 +410,8 @@ def export_from_log(
     say("bringing the ledger up to date")
     catch_up(log, codec, region, open_writer(stores, "ledger"))
     lines = month_cost_lines(stores.open_ledger(), month)
+    say(f"reading the capacity actions of {month} from the audit topic")
+    audit = audit_lines(read_audit(log, region), month)
     say(f"reading the history for {month}")
     history = MergedHistory(
         log, codec, region, LEDGER_TOPICS, poll_records=2000, buffer_per_partition=4000
@@ -415,4 +426,5 @@ def export_from_log(
             cost_lines=lines,
             workdir=Path(tmp),
             on_event=lambda n: say(f"archiving {month}: {n:,} events"),
+            audit=audit,
         )

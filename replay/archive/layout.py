@@ -67,6 +67,9 @@ PRICED_TYPES = (
     "capacity_released",
     "reservation_committed",
 )
+AUDIT = "audit.jsonl"
+"""The month's capacity actions, once each, with who caused them (ADR-25; optional: listed in
+the manifest when exported)."""
 DATA_FILES = (EVENTS, COST_LINES, RATE_CARDS, USAGE, CHECKPOINTS, PRICED, SCHEMA)
 DATA_FILES_1 = (EVENTS, COST_LINES, SCHEMA)
 # The typed files, each with the event type it holds.

@@ -230,7 +230,8 @@ class _Month:
     def _files(self, manifest: dict[str, Any]) -> None:
         files: dict[str, Any] = manifest["files"]
         paths: dict[str, Path] = {}
-        for name in layout.data_files(manifest):
+        optional = [layout.AUDIT] if layout.AUDIT in files else []
+        for name in (*layout.data_files(manifest), *optional):
             entry = files.get(name)
             if entry is None:
                 self.fail(layout.MANIFEST, f"lists no {name}")
@@ -480,7 +481,8 @@ class _Month:
         wanted = datetime.fromisoformat(
             manifest["retention"]["retain_until"].replace("Z", "+00:00")
         )
-        for name in (*layout.data_files(manifest), layout.MANIFEST, layout.SIGNATURE):
+        optional = [layout.AUDIT] if layout.AUDIT in manifest["files"] else []
+        for name in (*layout.data_files(manifest), *optional, layout.MANIFEST, layout.SIGNATURE):
             if not self.storage.exists(self.key(name)):
                 continue
             try:

@@ -94,6 +94,8 @@ Name = Annotated[str, AfterValidator(_check_not_blank)]
 DurationS = Annotated[int, BeforeValidator(parse_duration_s)]
 SizeBytes = Annotated[int, BeforeValidator(parse_size_bytes)]
 EurMicros = Annotated[int, BeforeValidator(parse_eur_micros)]
+ApproverKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]{43}=$")]
+"""An Ed25519 public key: the base64 of its 32 raw bytes (what ``contracts keygen`` prints)."""
 RatePerH = Annotated[float, BeforeValidator(parse_rate_per_h), Field(allow_inf_nan=False)]
 
 
@@ -124,6 +126,7 @@ class FallbackDocument(_Frozen):
 
     spend_cap_per_day_eur_micros: EurMicros | None = Field(default=None, ge=0, le=MAX_EUR_MICROS)
     approver: Name | None = None
+    approver_key: ApproverKey | None = None
 
 
 _SECTIONS = ("checkpoint", "restart", "fallback")
@@ -188,6 +191,9 @@ class FallbackAuthority(_Frozen):
 
     spend_cap_per_day_eur_micros: int = Field(ge=0)
     approver: str | None = None
+    approver_key: str | None = None
+    """The approver's Ed25519 public key (base64 of 32 bytes): only approvals it signs count
+    (ADR-30). None: no approval beyond the cap is accepted."""
 
 
 class Contract(_Frozen):

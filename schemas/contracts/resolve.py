@@ -124,6 +124,7 @@ def resolve(document: ContractDocument) -> Contract:
     if r.findings:
         raise ContractFindingsError(r.findings)
     approver = document.fallback.approver if document.fallback is not None else None
+    approver_key = document.fallback.approver_key if document.fallback is not None else None
     try:
         return Contract(
             workload=document.workload,
@@ -146,7 +147,9 @@ def resolve(document: ContractDocument) -> Contract:
             deadline=document.deadline,
             priority=fields["priority"],
             fallback=FallbackAuthority(
-                spend_cap_per_day_eur_micros=fields["cap"], approver=approver
+                spend_cap_per_day_eur_micros=fields["cap"],
+                approver=approver,
+                approver_key=approver_key,
             ),
             proactive_drain_on_advisory=fields["proactive"],
             reviewed_by=document.reviewed_by,

@@ -8,6 +8,8 @@ secret is refused with Keystone's own 401 wording, which names nothing that was 
 
     GET  /v3                  version discovery
     POST /v3/auth/tokens      password or application_credential; 201, X-Subject-Token, catalogue
+    POST /v3/users/{id}/application_credentials   a new application credential of the caller's
+                              project, with its own ``expires_at`` (ADR-29: one hour)
 
 Every other API of the cloud takes the token in ``X-Auth-Token`` (`Identity.check`). Tokens
 live `token_ttl_s` of wall time (keystoneauth compares ``expires_at`` with the machine's clock;
@@ -85,6 +87,8 @@ class Identity:
         self._region = region
         self._ttl_us = token_ttl_s * 1_000_000
         self._tokens: dict[str, tuple[int, Principal]] = {}
+        self._minted: dict[str, tuple[str, int | None]] = {}
+        """Application credentials created through the API: id -> (secret, expiry or None)."""
         self._lock = threading.Lock()
         self.issued = 0
         self.refused = 0
@@ -111,6 +115,9 @@ class Identity:
         token = "gAAAA" + secrets.token_urlsafe(48)
         now = wall_us()
         expires = now + self._ttl_us
+        minted = self._minted.get(principal.application_credential_id or "")
+        if minted is not None and minted[1] is not None:
+            expires = min(expires, minted[1])  # a token outlives no credential (as Keystone)
         with self._lock:
             self._tokens = {t: v for t, v in self._tokens.items() if v[0] > now}
             self._tokens[token] = (expires, principal)
@@ -172,9 +179,58 @@ class Identity:
                 cred.get("secret"), c.application_credential_secret
             ):
                 return "application_credential", Principal(c.user_id, c.application_credential_id)
+            with self._lock:
+                minted = self._minted.get(str(cred.get("id")))
+            if (
+                minted is not None
+                and _same(cred.get("secret"), minted[0])
+                and (minted[1] is None or minted[1] > wall_us())
+            ):
+                return "application_credential", Principal(c.user_id, str(cred.get("id")))
         with self._lock:
             self.refused += 1
         raise _unauthorized()
+
+    def create_application_credential(
+        self, principal: Principal, user_id: str, body: Any
+    ) -> dict[str, Any]:
+        """A new application credential for the caller's project (Keystone's
+        ``POST /v3/users/{user_id}/application_credentials``); its secret is in this answer
+        only. `CloudError` 403 for another user, 400 for a bad ``expires_at``."""
+        # A restricted application credential's token may not make more (as Keystone): the
+        # actuator's one-hour credential cannot outlive itself.
+        if user_id != principal.user_id or principal.application_credential_id is not None:
+            raise _refusal(403, "Forbidden", "You are not authorized to perform the action.")
+        wanted = _at(body, "application_credential")
+        expires_at = wanted.get("expires_at")
+        expires_us: int | None = None
+        if expires_at is not None:
+            try:
+                parsed = datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
+            except ValueError:
+                raise _refusal(400, "Bad Request", "Invalid expires_at.") from None
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            expires_us = int(parsed.timestamp() * 1_000_000)
+        credential_id = uuid.uuid4().hex
+        secret = secrets.token_urlsafe(32)
+        with self._lock:
+            self._minted[credential_id] = (secret, expires_us)
+        c = self._credentials
+        return {
+            "application_credential": {
+                "id": credential_id,
+                "name": str(wanted.get("name") or credential_id),
+                "description": wanted.get("description"),
+                "secret": secret,
+                "expires_at": _iso(expires_us) if expires_us is not None else None,
+                "project_id": c.project_id,
+                "user_id": c.user_id,
+                "roles": [{"id": _hex_id("role/member"), "name": "member"}],
+                "unrestricted": False,
+                "links": {},
+            }
+        }
 
     def _scoped(self, body: Any) -> bool:
         """A password token is scoped to the project, by name (in the default domain) or id."""
@@ -220,6 +276,10 @@ def _same(given: Any, secret: str) -> bool:
 
 def _iso(at_us: int) -> str:
     return datetime.fromtimestamp(at_us / 1e6, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _refusal(status: int, title: str, message: str) -> CloudError:
+    return CloudError(status, {"error": {"code": status, "title": title, "message": message}})
 
 
 def _unauthorized() -> CloudError:

@@ -165,6 +165,7 @@ class ServedCloud:
         routes = [
             route("GET", "/v3", self._identity_version, auth=False),
             route("POST", "/v3/auth/tokens", self._token, auth=False),
+            route("POST", "/v3/users/([0-9a-f]+)/application_credentials", self._appcred),
             *self.nova.routes(),
             *self.placement.routes(),
             *self.leases.routes(),
@@ -271,6 +272,13 @@ class ServedCloud:
         body = request.json(_bad_auth)
         token, document = self.identity.issue(body, request.base_url)
         return Response(201, document, {"X-Subject-Token": token})
+
+    def _appcred(self, request: Request, match: Any) -> Response:
+        if request.principal is None:  # the route checks the token first
+            raise _bad_auth("no token")
+        body = request.json(_bad_auth)
+        created = self.identity.create_application_credential(request.principal, match[1], body)
+        return Response(201, created)
 
 
 def _bad_auth(why: str) -> CloudError:

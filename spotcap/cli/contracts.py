@@ -14,17 +14,18 @@ import base64
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
+from contracts.approvals import KeyringError, load_change_control, sign_contract_file
 from contracts.bundles import BundleError, verify_bundle
-from contracts.compiler import CompileResult, compile_contracts, contract_files
+from contracts.compiler import CompileResult, ContractFileError, compile_contracts, contract_files
 from contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
 from contracts.output import render_outputs, write_rendered
 from contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
-from contracts.published import DEFAULT_NAMESPACE
+from contracts.published import DEFAULT_NAMESPACE, PUBLISHED_JSON
 from contracts.signing import (
     SigningError,
     generate_key_pem,
@@ -149,6 +150,13 @@ def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> Non
         )
 
 
+def _change_control(files: dict[Path, bytes], out_dir: Path, keyring: Path | None) -> Any:
+    try:
+        return load_change_control(files, out_dir / PUBLISHED_JSON, keyring)
+    except KeyringError as error:
+        fail(str(error), "fix the keyring (format spotcap.keyring/v1) or the file named")
+
+
 # fmt: off
 @contracts.command("compile")
 @click.argument("contract_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -180,9 +188,12 @@ def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> Non
 @click.option("--source-commit", help="Commit of the contract repository the files come from.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
               help="Namespace of the spotcap-published-contracts ConfigMap.")
+@click.option("--keyring", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Owners' and higher authorities' public keys (spotcap.keyring/v1): a raised "
+              "floor or cap or a new approver needs both signatures (docs/contracts.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path,
+def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path, keyring: Path | None,
                     pools_file: Path | None, unchecked: bool, key_file: Path | None,
                     transit_key: str | None, transit_mount: str, unsigned: bool,
                     store_throughput: int, publish: bool, published_at: str | None,
@@ -224,13 +235,9 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path,
     if not files:
         fail(f"no contract files (*.yaml, *.yml) under {contract_dir}")
     env = FeasibilityEnv(pools=pools, store_throughput_bytes_per_s=store_throughput)
-    result = compile_contracts(
-        files,
-        env,
-        published_at_us=_published_at_us(published_at),
-        region=settings.region,
-        source_commit=source_commit,
-    )
+    result = compile_contracts(files, env, published_at_us=_published_at_us(published_at),
+                               region=settings.region, source_commit=source_commit,
+                               change_control=_change_control(files, out_dir, keyring))  # fmt: skip
     for rule in result.unchecked_rules:
         say(
             f"[yellow]warning:[/] rule {rule} was not checked ({RULES[rule]}): --unchecked "
@@ -283,6 +290,23 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path,
             "fix each error at the file and line named above, then compile again",
             json_report=report,
         )
+
+
+@contracts.command("sign")
+@click.argument("contract_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--as", "name", required=True, help="Who signs: the owner, or an authority.")
+@signer_options
+def sign_command(contract_file: Path, name: str, key_file: Path | None, transit_key: str | None,
+                 transit_mount: str) -> None:  # fmt: skip
+    """Sign this version of a contract file as NAME (docs/contracts.md, two signatures)."""
+    signer = open_signer(key_file, transit_key, transit_mount)
+    if signer is None:
+        fail("no --key or --transit-key to sign with", "give the signer's key", usage=True)
+    try:
+        written = sign_contract_file(contract_file, signer, name)
+    except (ContractFileError, SigningError) as error:
+        fail(f"{contract_file} was not signed: {error}", "fix the contract, then sign again")
+    say(f"{name} signed {contract_file} ({signer.key_id}) into {written}")
 
 
 # -- verify and keygen ------------------------------------------------------------------------

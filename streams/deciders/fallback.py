@@ -57,7 +57,7 @@ from schemas.events import (
     PlacementDecided,
     ReplacementRequested,
 )
-from streams.deciders import eligibility
+from streams.deciders import approval, eligibility
 from streams.deciders.observe import US_PER_H
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
@@ -80,6 +80,15 @@ INPUTS = frozenset(
         *LIFECYCLE_INPUTS,
     }
 )
+
+
+def _review_refusal(state: ArbiterState, review: FallbackReviewed) -> str | None:
+    """Why `review` settles nothing: no escalation waits, or it is not the contract's approver's
+    signed answer to it (`approval.refusal`)."""
+    terms, pending = state.facts.terms, state.escalation
+    if terms is None or pending is None:
+        return "no escalation waits for an answer"
+    return approval.refusal(review, terms.approver, terms.approver_key, pending.cause.event_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +220,11 @@ class FallbackArbiter:
             kept = tuple(a for a in state.active if a.cause.event_id != p.fallback_event_id)
             return replace(state, active=kept)
         if isinstance(p, FallbackReviewed):
-            terms = state.facts.terms
-            if terms is None or not terms.approver or p.approver != terms.approver:
-                return state  # not the named approver's answer: the escalation still waits
-            return replace(state, escalation=None)
+            # Only the named approver's signed answer settles the escalation (ADR-30); any
+            # other review leaves it waiting for them.
+            if _review_refusal(state, p) is None:
+                return replace(state, escalation=None)
+            return state
         if isinstance(p, FallbackWithheld):
             if p.refused_approver is not None:
                 return state  # a refused approval changes nothing
@@ -508,11 +518,11 @@ class FallbackArbiter:
         if pending is None or p.outcome != "approved":
             return []
         at = event.occurred_at
-        if not terms.approver or p.approver != terms.approver:
-            named = f"names {terms.approver}" if terms.approver else "names no approver"
+        why_not = _review_refusal(state, p)
+        if why_not is not None:
             reason = (
                 f"an approval of {_eur(p.approved_spend_eur_micros)} by "
-                f"{p.approver or 'someone unnamed'} was refused: the contract {named} (ADR-30); "
+                f"{p.approver or 'someone unnamed'} was refused: {why_not} (ADR-30); "
                 "nothing spent"
             )
             refused = FallbackWithheld(

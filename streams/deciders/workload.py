@@ -51,6 +51,8 @@ class Terms:
     spend_cap_eur_micros: int = 0
     approver: str = ""  # "" when the contract names none: nothing beyond the cap is spent
     owner: str = ""
+    approver_key: str | None = None
+    """The approver's public key from the contract: approvals must verify against it."""
     priority: int = 0
     deadline_at: int | None = None
     checkpoint_on_notice: bool = False
@@ -66,6 +68,7 @@ class Terms:
             spend_cap_eur_micros=c.spend_cap_eur_micros,
             approver=c.approver,
             owner=c.owner,
+            approver_key=c.approver_key,
             priority=c.priority,
             deadline_at=c.deadline_at,
             checkpoint_on_notice=c.checkpoint_on_notice,

@@ -1,0 +1,226 @@
+"""Capacity authority (ADR-29): the actuator's provider credentials are one-hour OpenStack
+application credentials, one project each, read through OpenBao; no node holds any.
+
+* The **issuer** (`CredentialIssuer`, in the control plane) holds the one identity that may make
+  application credentials in the project; before the current one is half spent it makes a new
+  one that expires an hour later and writes it to OpenBao's KV engine (version 1) at
+  ``spotcap/providers/<region>/<project>`` with that ``ttl``, so every reader is told its lease.
+* The **actuator** reads it through hvac (`ProjectAuthority`), with a token that may read that
+  path and nothing else, and reads again once `renew_after` of the lease has passed; the
+  provider's session is re-bound to the new credential (`bind`). Before every mutating call it
+  asks `refusal`: no credential for the project, one that has expired, or OpenBao unreachable
+  all refuse the call, and the actuator writes ``actuation_refused`` (rule ``no_authority``).
+
+A credential's secret is in no event, log line, error sentence or repr.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+RECORDS = "spotcap/providers"
+CREDENTIAL_TTL_S = 3600
+"""One hour (ADR-29)."""
+
+
+class NoAuthorityError(RuntimeError):
+    """No usable credential for a project; the message says why (never a secret)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCredential:
+    """An application credential of one project, as OpenBao handed it out."""
+
+    region: str
+    project: str
+    auth_url: str
+    application_credential_id: str
+    application_credential_secret: str = field(repr=False)
+    expires_at_s: float
+    lease_s: int
+    """OpenBao's lease on what was read: read again before it runs out."""
+
+    def auth_plugin(self) -> Any:
+        """A keystoneauth plugin for this credential."""
+        from keystoneauth1.identity import v3
+
+        return v3.ApplicationCredential(
+            auth_url=self.auth_url,
+            application_credential_id=self.application_credential_id,
+            application_credential_secret=self.application_credential_secret,
+        )
+
+    def connection_options(self, region_name: str) -> dict[str, Any]:
+        """Keyword arguments of ``openstack.connection.Connection`` for this credential."""
+        return {
+            "auth_type": "v3applicationcredential",
+            "auth_url": self.auth_url,
+            "application_credential_id": self.application_credential_id,
+            "application_credential_secret": self.application_credential_secret,
+            "region_name": region_name,
+        }
+
+
+def credential_path(region: str, project: str) -> str:
+    return f"{RECORDS}/{region}/{project}"
+
+
+def _why(error: Exception) -> str:
+    errors = getattr(error, "errors", None)
+    if isinstance(errors, list) and errors:
+        return "; ".join(str(e) for e in errors)
+    if isinstance(error, OSError):
+        return f"OpenBao is unreachable ({type(error).__name__})"
+    return type(error).__name__
+
+
+def setup_authority_store(client: Any, mount: str) -> None:
+    """Mount a KV version 1 engine at `mount` (leases come from each secret's ``ttl``)."""
+    client.sys.enable_secrets_engine("kv", path=mount, options={"version": "1"})
+
+
+class CredentialIssuer:
+    """Makes a project's one-hour application credentials and publishes them to OpenBao."""
+
+    def __init__(
+        self,
+        client: Any,
+        conn: Any,
+        region: str,
+        project: str,
+        *,
+        auth_url: str,
+        mount: str,
+        ttl_s: int = CREDENTIAL_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        # `client` an hvac.Client, `conn` an openstack Connection scoped to `project` with the
+        # issuer's own identity (which never leaves the issuer).
+        self._client, self._conn = client, conn
+        self.region, self.project = region, project
+        self._mount, self.ttl_s, self._clock = mount, ttl_s, clock
+        self._auth_url = auth_url
+
+    def issue(self) -> str:
+        """A new credential, published; its id (the secret goes to OpenBao only)."""
+        expires_at_s = self._clock() + self.ttl_s
+        expires_at = datetime.fromtimestamp(expires_at_s, tz=UTC)
+        try:
+            created = self._conn.identity.create_application_credential(
+                user=self._conn.current_user_id,
+                name=f"spotcap-actuator-{self.region}-{int(expires_at_s)}",
+                expires_at=expires_at.strftime("%Y-%m-%dT%H:%M:%S"),
+                description=f"spotcap actuator, {self.region}, one project, one hour (ADR-29)",
+            )
+        except Exception as error:  # openstacksdk's and keystoneauth's hierarchies
+            raise NoAuthorityError(
+                f"the issuer could not make a credential in project {self.project}: "
+                f"{type(error).__name__}"
+            ) from error
+        secret = {
+            "auth_url": self._auth_url,
+            "application_credential_id": created.id,
+            "application_credential_secret": created.secret,
+            "expires_at_s": str(int(expires_at_s)),
+            "ttl": f"{self.ttl_s}s",
+        }
+        try:
+            self._client.secrets.kv.v1.create_or_update_secret(
+                path=credential_path(self.region, self.project), secret=secret,
+                mount_point=self._mount,
+            )  # fmt: skip
+        except Exception as error:
+            raise NoAuthorityError(
+                f"cannot publish the credential of project {self.project}: {_why(error)}"
+            ) from error
+        return str(created.id)
+
+
+class ProjectAuthority:
+    """The actuator's authority in one project: the credential OpenBao holds for it, read
+    again before its lease runs out, and the provider session bound to it."""
+
+    def __init__(
+        self,
+        client: Any,
+        region: str,
+        project: str,
+        *,
+        mount: str,
+        renew_after: float = 0.5,
+        clock: Callable[[], float] = time.time,
+        session: Any = None,
+    ) -> None:
+        self._client = client
+        self.region, self.project = region, project
+        self._mount = mount
+        self._renew_after = renew_after
+        self._clock = clock
+        self._session = session
+        self._current: ProviderCredential | None = None
+        self._read_at_s = 0.0
+        self._bound: str | None = None
+        self.reads = 0
+
+    def credential(self) -> ProviderCredential:
+        """The project's credential; read from OpenBao when none is held or the lease is past
+        `renew_after`; `NoAuthorityError` when there is none, or it has expired."""
+        now = self._clock()
+        held = self._current
+        if held is None or now >= self._read_at_s + held.lease_s * self._renew_after:
+            held = self._read()
+            self._current, self._read_at_s = held, now
+        if now >= held.expires_at_s:
+            raise NoAuthorityError(
+                f"the credential of project {self.project} in {self.region} expired at "
+                f"{_iso(held.expires_at_s)} and the issuer published none since"
+            )
+        return held
+
+    def refusal(self, call: str) -> str | None:
+        """Why a `call` in this project must not go out (None: it may); binds the session to
+        the current credential first."""
+        try:
+            credential = self.credential()
+        except NoAuthorityError as error:
+            return f"no authority for {call} in project {self.project}: {error}"
+        self.bind(credential)
+        return None
+
+    def bind(self, credential: ProviderCredential) -> None:
+        if self._session is not None and self._bound != credential.application_credential_id:
+            self._session.auth = credential.auth_plugin()
+            self._bound = credential.application_credential_id
+
+    def _read(self) -> ProviderCredential:
+        path = credential_path(self.region, self.project)
+        try:
+            answer = self._client.secrets.kv.v1.read_secret(path=path, mount_point=self._mount)
+        except Exception as error:
+            if type(error).__name__ == "InvalidPath":
+                raise NoAuthorityError(
+                    f"OpenBao holds no credential for project {self.project} in {self.region} "
+                    f"({self._mount}/{path}): the actuator has no authority there"
+                ) from error
+            raise NoAuthorityError(
+                f"cannot read the credential of project {self.project}: {_why(error)}"
+            ) from error
+        self.reads += 1
+        data = answer["data"]
+        return ProviderCredential(
+            region=self.region,
+            project=self.project,
+            auth_url=str(data["auth_url"]),
+            application_credential_id=str(data["application_credential_id"]),
+            application_credential_secret=str(data["application_credential_secret"]),
+            expires_at_s=float(data["expires_at_s"]),
+            lease_s=int(answer.get("lease_duration") or 0),
+        )
+
+
+def _iso(at_s: float) -> str:
+    return datetime.fromtimestamp(at_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

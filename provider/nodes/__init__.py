@@ -1,0 +1,36 @@
+"""Node identity (ADR-31): each node's short-lived certificate from OpenBao's PKI engine, with a
+SPIFFE-style URI SAN naming its region and instance (`identity`); the authority that issues it
+at launch, renews it for the node that holds it, and revokes it when the instance is deleted or
+lost (`authority`); and the bundle service, HTTPS with mutual TLS, through which a node fetches
+its own bundle and nothing else, and renews its certificate (`service`).
+
+What it may import: `schemas`, `contracts`, `provider`; hvac (OpenBao), cryptography (X.509).
+Who calls it: the launch path (enrolment), the lifecycle follower (revocation), the command
+line's bundle service, and the tests.
+"""
+
+from provider.nodes.authority import (
+    Enrolment,
+    NodeAuthority,
+    NodeAuthorityError,
+    NodeRecord,
+    Revoker,
+    revoke_on_loss,
+    setup_pki,
+)
+from provider.nodes.identity import NodeIdentity, identity_of_certificate
+from provider.nodes.service import BundleService, start_bundle_service
+
+__all__ = [
+    "BundleService",
+    "Enrolment",
+    "NodeAuthority",
+    "NodeAuthorityError",
+    "NodeIdentity",
+    "NodeRecord",
+    "Revoker",
+    "identity_of_certificate",
+    "revoke_on_loss",
+    "setup_pki",
+    "start_bundle_service",
+]

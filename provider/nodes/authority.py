@@ -1,0 +1,319 @@
+"""The node authority (ADR-31): issues, renews and revokes nodes' certificates through OpenBao's
+PKI engine, and keeps each node's record (its workload, its certificates' serials) in OpenBao's
+KV engine, beside the certificates it describes.
+
+* At launch, `enrol` issues the node's first certificate and key (OpenBao generates them; the
+  launch path puts them on the node with its bundle's public key), with the node's SPIFFE ID as
+  its only name and a short TTL.
+* Before expiry the agent sends a certificate signing request over mutual TLS with its current
+  certificate; `renew` signs it for the same identity only: the new key never leaves the node.
+* When the instance is deleted or lost, `revoke` revokes every certificate it still holds and
+  retires its record: the bundle service refuses it from then on, even before a CRL is read.
+
+The token it holds may issue, sign and revoke on the ``node`` role and read and write the
+records; a node holds none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography import x509
+
+from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
+from schemas.events import Envelope, InstanceDeleted, InstanceLost
+
+log = logging.getLogger("spotcap.nodes")
+
+NODE_ROLE = "node"
+SERVICE_ROLE = "bundle-service"
+NODE_TTL_S = 3600
+"""A node certificate's life: short, so that a stolen one is worth little for long (ADR-31)."""
+RECORDS = "spotcap/nodes"
+
+
+class NodeAuthorityError(RuntimeError):
+    """The authority refused or could not act; the message says why and never holds a secret."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enrolment:
+    """A certificate issued to a node (the private key only when OpenBao generated it)."""
+
+    identity: NodeIdentity
+    certificate_pem: str
+    ca_pem: str
+    serial: str
+    expires_at_s: int
+    private_key_pem: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What the authority knows of a node: its workload, its unexpired serials, and whether it
+    is retired (its instance deleted or lost)."""
+
+    identity: NodeIdentity
+    workload_id: str
+    serials: dict[str, int]
+    """Serial -> expiry (Unix seconds) of every certificate issued and not yet expired."""
+    retired: bool = False
+
+
+def _why(error: Exception) -> str:
+    errors = getattr(error, "errors", None)
+    if isinstance(errors, list) and errors:
+        return "; ".join(str(e) for e in errors)
+    if isinstance(error, OSError):
+        return f"OpenBao is unreachable: {type(error).__name__}"
+    return type(error).__name__
+
+
+def setup_pki(
+    client: Any, *, mount: str = "pki", node_ttl_s: int = NODE_TTL_S, trust_domain: str = "spotcap"
+) -> str:
+    """Mount a PKI engine at `mount` with a root CA and the ``node`` and ``bundle-service``
+    roles; the CA certificate (PEM). For a fresh OpenBao (dev servers, tests); production
+    points the roles at its own intermediate CA."""
+    client.sys.enable_secrets_engine("pki", path=mount, config={"max_lease_ttl": "87600h"})
+    answer = client.adapter.post(
+        f"/v1/{mount}/root/generate/internal",
+        json={"common_name": f"{trust_domain} nodes", "ttl": "87600h", "key_type": "ec"},
+    )
+    client.adapter.post(
+        f"/v1/{mount}/roles/{NODE_ROLE}",
+        json={
+            "allowed_uri_sans": f"spiffe://{trust_domain}/*",
+            "allow_any_name": False,
+            "require_cn": False,
+            "enforce_hostnames": False,
+            "server_flag": False,
+            "client_flag": True,
+            "key_type": "any",
+            "ttl": f"{node_ttl_s}s",
+            "max_ttl": f"{node_ttl_s}s",
+            "use_csr_sans": False,
+            "use_csr_common_name": False,
+            "no_store": False,
+        },
+    )
+    client.adapter.post(
+        f"/v1/{mount}/roles/{SERVICE_ROLE}",
+        json={
+            "allow_any_name": True,
+            "allow_ip_sans": True,
+            "allow_localhost": True,
+            "enforce_hostnames": False,
+            "server_flag": True,
+            "client_flag": False,
+            "key_type": "ec",
+            "ttl": "720h",
+            "max_ttl": "720h",
+        },
+    )
+    return str(answer["data"]["certificate"])
+
+
+class NodeAuthority:
+    """Issues, renews and revokes node certificates; keeps the nodes' records."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        mount: str = "pki",
+        kv_mount: str = "secret",
+        ttl_s: int = NODE_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        # `client` is an hvac.Client (hvac ships no type information).
+        self._client = client
+        self._mount = mount
+        self._kv_mount = kv_mount
+        self.ttl_s = ttl_s
+        self._clock = clock
+
+    # -- certificates ------------------------------------------------------------------------
+
+    def enrol(self, identity: NodeIdentity, workload_id: str) -> Enrolment:
+        """A node's first certificate and key, at launch; records the node's workload."""
+        data = self._post(
+            f"issue/{NODE_ROLE}",
+            {"uri_sans": identity.uri, "ttl": f"{self.ttl_s}s", "key_type": "ec", "key_bits": 256},
+            f"issue a certificate for {identity}",
+        )
+        enrolment = self._enrolment(identity, data, with_key=True)
+        record = self.record(identity)
+        serials = dict(record.serials) if record is not None and not record.retired else {}
+        self._save(NodeRecord(identity, workload_id, self._live(serials, enrolment)))
+        return enrolment
+
+    def renew(self, identity: NodeIdentity, csr_pem: str) -> Enrolment:
+        """Sign the node's new key (its CSR) for the same identity; refused for a retired or
+        unknown node. The CSR's own names are ignored: the identity is the caller's."""
+        record = self.record(identity)
+        if record is None or record.retired:
+            state = "retired (its instance was deleted or lost)" if record else "not enrolled"
+            raise NodeAuthorityError(f"{identity} is {state}: no certificate is renewed for it")
+        data = self._post(
+            f"sign/{NODE_ROLE}",
+            {"csr": csr_pem, "uri_sans": identity.uri, "ttl": f"{self.ttl_s}s"},
+            f"sign the renewal of {identity}",
+        )
+        enrolment = self._enrolment(identity, data, with_key=False)
+        self._save(NodeRecord(identity, record.workload_id, self._live(record.serials, enrolment)))
+        return enrolment
+
+    def revoke(self, identity: NodeIdentity) -> list[str]:
+        """Revoke every unexpired certificate of the node and retire it; the serials revoked.
+        Idempotent: a second call revokes nothing more."""
+        record = self.record(identity)
+        if record is None:
+            return []
+        revoked = []
+        for serial in sorted(record.serials):
+            self._post("revoke", {"serial_number": serial}, f"revoke {serial} of {identity}")
+            revoked.append(serial)
+        self._save(NodeRecord(identity, record.workload_id, {}, retired=True))
+        return revoked
+
+    def is_revoked(self, serial: str) -> bool:
+        """Whether OpenBao has revoked the certificate with that serial (an unknown serial
+        counts as revoked: it was not issued here)."""
+        try:
+            answer = self._client.adapter.get(f"/v1/{self._mount}/cert/{serial}")
+        except Exception as error:  # hvac's InvalidPath for an unknown serial
+            if type(error).__name__ == "InvalidPath":
+                return True
+            raise NodeAuthorityError(f"cannot read certificate {serial}: {_why(error)}") from error
+        return int(answer["data"].get("revocation_time") or 0) != 0
+
+    def service_certificate(self, host: str) -> Enrolment:
+        """A server certificate (and key) for the bundle service at `host` (an IP or name)."""
+        key = "ip_sans" if host.replace(".", "").isdigit() or ":" in host else "alt_names"
+        data = self._post(
+            f"issue/{SERVICE_ROLE}",
+            {"common_name": "bundle-service", key: host},
+            f"issue the bundle service's certificate for {host}",
+        )
+        return self._enrolment(NodeIdentity("-", "bundle-service"), data, with_key=True)
+
+    def ca_pem(self) -> str:
+        answer = self._client.adapter.get(f"/v1/{self._mount}/ca/pem")
+        return answer.text if hasattr(answer, "text") else str(answer)
+
+    # -- records -----------------------------------------------------------------------------
+
+    def record(self, identity: NodeIdentity) -> NodeRecord | None:
+        try:
+            answer = self._client.secrets.kv.v2.read_secret_version(
+                path=self._path(identity), mount_point=self._kv_mount,
+                raise_on_deleted_version=True,
+            )  # fmt: skip
+        except Exception as error:
+            if type(error).__name__ == "InvalidPath":
+                return None
+            raise NodeAuthorityError(
+                f"cannot read the record of {identity}: {_why(error)}"
+            ) from error
+        data = answer["data"]["data"]
+        return NodeRecord(
+            identity,
+            str(data["workload_id"]),
+            {str(k): int(v) for k, v in json.loads(data["serials"]).items()},
+            retired=data.get("retired") == "yes",
+        )
+
+    def _save(self, record: NodeRecord) -> None:
+        secret = {
+            "workload_id": record.workload_id,
+            "serials": json.dumps(record.serials, sort_keys=True),
+            "retired": "yes" if record.retired else "no",
+        }
+        try:
+            self._client.secrets.kv.v2.create_or_update_secret(
+                path=self._path(record.identity), secret=secret, mount_point=self._kv_mount
+            )
+        except Exception as error:
+            raise NodeAuthorityError(
+                f"cannot write the record of {record.identity}: {_why(error)}"
+            ) from error
+
+    def _path(self, identity: NodeIdentity) -> str:
+        # Per PKI mount: a record lists the serials of that mount's certificates.
+        return f"{RECORDS}/{self._mount}/{identity.region}/{identity.instance_id}"
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _live(self, serials: dict[str, int], new: Enrolment) -> dict[str, int]:
+        now = self._clock()
+        kept = {s: exp for s, exp in serials.items() if exp > now}
+        kept[new.serial] = new.expires_at_s
+        return kept
+
+    def _post(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        try:
+            answer = self._client.adapter.post(f"/v1/{self._mount}/{path}", json=body)
+        except Exception as error:  # hvac's hierarchy and requests' connection errors
+            raise NodeAuthorityError(f"cannot {what}: {_why(error)}") from error
+        return dict(answer["data"]) if answer and answer.get("data") else {}
+
+    def _enrolment(
+        self, identity: NodeIdentity, data: dict[str, Any], *, with_key: bool
+    ) -> Enrolment:
+        pem = str(data["certificate"])
+        certificate = x509.load_pem_x509_certificate(pem.encode())
+        if identity.region != "-" and identity_of_certificate(certificate) != identity:
+            raise NodeAuthorityError(f"OpenBao issued a certificate that does not name {identity}")
+        return Enrolment(
+            identity,
+            pem,
+            str(data["issuing_ca"]),
+            serial_text(certificate),
+            int(certificate.not_valid_after_utc.timestamp()),
+            str(data["private_key"]) if with_key else None,
+        )
+
+
+def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
+    """On an instance's deletion or loss, revoke its node's certificates (the serials revoked;
+    none for any other event)."""
+    payload = envelope.payload
+    if not isinstance(payload, (InstanceDeleted, InstanceLost)):
+        return []
+    return authority.revoke(NodeIdentity(envelope.region, payload.instance_id))
+
+
+class Revoker:
+    """Revokes the certificates of instances deleted or lost, as their events are folded; a
+    revocation OpenBao could not make waits and is tried again at the next `drain`, so a
+    control plane that lost OpenBao for a while still revokes every node it saw go."""
+
+    def __init__(self, authority: NodeAuthority) -> None:
+        self._authority = authority
+        self.pending: dict[NodeIdentity, str] = {}
+        """Identity -> the event id that retired it, not yet revoked."""
+        self.revoked: list[str] = []
+        """Every serial revoked, in order."""
+
+    def observe(self, envelope: Envelope) -> None:
+        payload = envelope.payload
+        if isinstance(payload, (InstanceDeleted, InstanceLost)):
+            identity = NodeIdentity(envelope.region, payload.instance_id)
+            self.pending.setdefault(identity, envelope.event_id)
+
+    def drain(self) -> int:
+        """Revoke what is pending; how many nodes are still pending."""
+        for identity in list(self.pending):
+            try:
+                self.revoked += self._authority.revoke(identity)
+            except NodeAuthorityError as error:
+                log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
+                continue
+            del self.pending[identity]
+        return len(self.pending)

@@ -1,0 +1,232 @@
+"""The bundle service (ADR-31): HTTPS with mutual TLS, through which each node fetches its own
+signed bundle and renews its own certificate.
+
+TLS refuses a client with no certificate, or one not issued by the nodes' CA, before any
+request is read. A request is then answered only for the node its certificate names, and only
+while that certificate is not revoked and the node not retired:
+
+* ``GET /v1/nodes/<region>/<instance>/bundle``: the node's signed bundle, byte for byte as the
+  compiler wrote it (``<bundles>/<workload>.bundle.json``); the agent verifies its signature;
+* ``POST /v1/nodes/<region>/<instance>/certificate`` with a PEM certificate signing request:
+  a new certificate for the same identity (JSON: ``certificate``, ``ca``, ``expires_at_s``).
+
+Every refusal is a status and one sentence; no secret is in any answer or log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import tempfile
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+
+from contracts.output import bundle_file_name
+from provider.nodes.authority import NodeAuthority, NodeAuthorityError, NodeRecord
+from provider.nodes.identity import (
+    IdentityError,
+    NodeIdentity,
+    identity_of_certificate,
+    serial_text,
+)
+
+log = logging.getLogger("spotcap.bundles")
+
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_CSR_BYTES = 16 * 1024
+
+
+class _RefusedError(Exception):
+    def __init__(self, status: int, sentence: str) -> None:
+        super().__init__(sentence)
+        self.status = status
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], context: ssl.SSLContext, service: BundleService
+    ) -> None:
+        self.context = context
+        self.service = service
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, peer = self.socket.accept()
+        # The handshake runs in the request's thread (`_Handler.setup`), never in accept's.
+        tls = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return tls, peer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        self.request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            self.request.do_handshake()
+        except (ssl.SSLError, OSError) as error:
+            log.info("bundle service: TLS refused %s: %s", self.client_address[0], error)
+            self._failed = True
+        else:
+            self._failed = False
+        super().setup()
+
+    def handle(self) -> None:
+        if not self._failed:
+            super().handle()
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("bundle service: " + format, *args)
+
+    def _answer(self, method: str) -> None:
+        try:
+            caller = self.server.service.caller(self.request.getpeercert(binary_form=True))
+            body = b""
+            if method == "POST":
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_CSR_BYTES:
+                    raise _RefusedError(413, f"a signing request is at most {MAX_CSR_BYTES} bytes")
+                body = self.rfile.read(length)
+            status, kind, data = self.server.service.route(caller, method, self.path, body)
+        except _RefusedError as refusal:
+            status, kind = refusal.status, "text/plain; charset=utf-8"
+            data = (str(refusal) + "\n").encode()
+            log.info("bundle service: %s %s refused (%d): %s", method, self.path, status, refusal)
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@dataclass
+class BundleService:
+    """Serves `bundles` (the compiler's bundle directory) to the nodes `authority` enrolled."""
+
+    authority: NodeAuthority
+    bundles: Path
+
+    def caller(self, der: bytes | None) -> tuple[NodeIdentity, str]:
+        """The node the peer certificate names, and its serial; refused if it names none, is
+        revoked, or belongs to a retired node."""
+        if not der:
+            raise _RefusedError(401, "no client certificate: a node presents its own")
+        certificate = x509.load_der_x509_certificate(der)
+        try:
+            identity = identity_of_certificate(certificate)
+        except IdentityError as error:
+            raise _RefusedError(403, f"the certificate names no node: {error}") from error
+        serial = serial_text(certificate)
+        try:
+            revoked = self.authority.is_revoked(serial)
+        except NodeAuthorityError as error:
+            raise _RefusedError(503, f"cannot check the certificate now: {error}") from error
+        if revoked:
+            raise _RefusedError(403, f"the certificate {serial} of {identity} is revoked")
+        return identity, serial
+
+    def route(
+        self, caller: tuple[NodeIdentity, str], method: str, path: str, body: bytes
+    ) -> tuple[int, str, bytes]:
+        identity, _ = caller
+        parts = path.strip("/").split("/")
+        if len(parts) != 6 or parts[:2] != ["v1", "nodes"] or parts[3] != "instance":
+            raise _RefusedError(404, f"no such path {path!r}: /v1/nodes/REGION/instance/ID/bundle")
+        asked = NodeIdentity(parts[2], parts[4], identity.trust_domain)
+        if asked != identity:
+            raise _RefusedError(
+                403,
+                f"this certificate is {identity}; a node fetches only its own bundle and "
+                "renews only its own certificate",
+            )
+        record = self._record(identity)
+        if method == "GET" and parts[5] == "bundle":
+            try:
+                data = (self.bundles / bundle_file_name(record.workload_id)).read_bytes()
+            except OSError as error:
+                raise _RefusedError(
+                    404, f"no bundle for workload {record.workload_id} ({error.strerror})"
+                ) from error
+            return 200, "application/json", data
+        if method == "POST" and parts[5] == "certificate":
+            try:
+                enrolment = self.authority.renew(identity, body.decode("ascii"))
+            except (NodeAuthorityError, UnicodeDecodeError) as error:
+                raise _RefusedError(403, f"no renewal for {identity}: {error}") from error
+            answer = {
+                "certificate": enrolment.certificate_pem,
+                "ca": enrolment.ca_pem,
+                "expires_at_s": enrolment.expires_at_s,
+            }
+            return 200, "application/json", json.dumps(answer).encode()
+        raise _RefusedError(
+            405, f"{method} {path} is not served: GET .../bundle, POST .../certificate"
+        )
+
+    def _record(self, identity: NodeIdentity) -> NodeRecord:
+        try:
+            record = self.authority.record(identity)
+        except NodeAuthorityError as error:
+            raise _RefusedError(503, str(error)) from error
+        if record is None:
+            raise _RefusedError(403, f"{identity} is not enrolled")
+        if record.retired:
+            raise _RefusedError(403, f"{identity} is retired: its instance was deleted or lost")
+        return record
+
+
+@dataclass
+class RunningService:
+    address: str
+    """``https://HOST:PORT``."""
+    server: _Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def start_bundle_service(
+    service: BundleService, host: str = "127.0.0.1", port: int = 0, state_dir: Path | None = None
+) -> RunningService:
+    """Serve `service` on `host:port` (0: any free port) in a thread, with a server certificate
+    from the authority; its key in a 0600 file of `state_dir` (a private temporary folder if
+    None), which `ssl` needs to load it."""
+    enrolment = service.authority.service_certificate(host)
+    folder = state_dir or Path(tempfile.mkdtemp(prefix="spotcap-bundles-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path, ca_path = folder / "server.pem", folder / "server.key", folder / "ca.pem"
+    cert_path.write_text(enrolment.certificate_pem + "\n" + enrolment.ca_pem + "\n")
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(enrolment.private_key_pem or "")
+    ca_path.write_text(service.authority.ca_pem())
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_cert_chain(cert_path, key_path)
+    context.load_verify_locations(cafile=ca_path)
+    server = _Server((host, port), context, service)
+    bound_port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, name="bundle-service", daemon=True)
+    thread.start()
+    name = f"[{host}]" if ":" in host else host
+    return RunningService(f"https://{name}:{bound_port}", server, thread)

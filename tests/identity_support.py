@@ -1,0 +1,90 @@
+"""The bundle service on a fresh PKI mount of the session's OpenBao, and nodes enrolled on it
+as the launch path would: for tests/test_node_identity.py and tests/test_capacity_authority.py."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import hvac
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agent.config import BundleConfig
+from contracts.bundles import sign_bundle
+from contracts.output import bundle_file_name
+from contracts.signing import FileSigner
+from infra import servers
+from provider.nodes import (
+    BundleService,
+    NodeAuthority,
+    NodeIdentity,
+    setup_pki,
+    start_bundle_service,
+)
+from provider.nodes.service import RunningService
+from tests.test_contracts import BASE, compile_one
+
+REGION = "eu-west-1"
+SIGNER = FileSigner(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+
+
+@dataclass
+class Setup:
+    client: hvac.Client
+    authority: NodeAuthority
+    service: RunningService
+    bundles: Path
+    ca: Path
+    tmp: Path
+
+
+def bundle_service(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
+    """Body of a fixture: the service, its authority and two workloads' signed bundles."""
+    client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
+    mount = f"pki-{uuid.uuid4().hex[:8]}"
+    ca_pem = setup_pki(client, mount=mount)
+    authority = NodeAuthority(client, mount=mount)
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    base = compile_one(BASE).accepted[0].bundle
+    for workload in ("wl-a", "wl-b"):
+        signed = sign_bundle(base.model_copy(update={"workload_id": workload}), SIGNER)
+        (bundles / bundle_file_name(workload)).write_bytes(signed)
+    ca = tmp_path / "ca.pem"
+    ca.write_text(ca_pem)
+    service = start_bundle_service(
+        BundleService(authority, bundles), state_dir=tmp_path / "service"
+    )
+    try:
+        yield Setup(client, authority, service, bundles, ca, tmp_path)
+    finally:
+        service.stop()
+
+
+def enrol(setup: Setup, instance: str, workload: str) -> tuple[NodeIdentity, BundleConfig]:
+    """What the launch path puts on a node: its key, certificate, CA and bundle's key."""
+    identity = NodeIdentity(REGION, instance)
+    enrolment = setup.authority.enrol(identity, workload)
+    node = setup.tmp / instance
+    node.mkdir()
+    (node / "node.pem").write_text(enrolment.certificate_pem + "\n" + enrolment.ca_pem + "\n")
+    (node / "node.key").write_text(enrolment.private_key_pem or "")
+    (node / "bundle.pub").write_bytes(_public_pem())
+    config = BundleConfig(
+        path=node / "bundle.json",
+        public_key=node / "bundle.pub",
+        service_url=setup.service.address,
+        ca=setup.ca,
+        certificate=node / "node.pem",
+        key=node / "node.key",
+    )
+    return identity, config
+
+
+def _public_pem() -> bytes:
+    return SIGNER.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
