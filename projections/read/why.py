@@ -312,7 +312,12 @@ def why(conn: Connection, ident: str) -> Answer:
         return why_workload(conn, ident)  # a workload, with or without a published contract
     except NotFoundError:
         pass
-    raise NotFoundError(
+    raise nothing_called(ident)
+
+
+def nothing_called(ident: str) -> NotFoundError:
+    """What `why` answers when `ident` names nothing (also to whom it names nothing of theirs)."""
+    return NotFoundError(
         f"nothing called {ident!r} in the fleet state: give an event id, an instance id or a "
         "workload id (see `spotcap query instances` and `spotcap query workloads`)"
     )
