@@ -177,6 +177,14 @@ def _head(
         )
     if not signed_by(public_key, signature, data):
         return fail("its signature does not verify under the trusted key: it was changed")
+    if storage.enforces_retention:  # each version locked, so an older head cannot be put back
+        for name in (layout.HEAD, layout.HEAD_SIGNATURE):
+            try:
+                held = storage.retention(layout.head_key(region, name))
+            except ArchiveError as error:
+                return fail(f"{name}'s retention cannot be read: {error}")
+            if held is None or held.mode != "COMPLIANCE":
+                return fail(f"{name} is not locked in compliance mode: it was put over the head")
     try:
         head = json.loads(data)
         named, sha = str(head["month"]), str(head["manifest_sha256"])
