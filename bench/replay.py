@@ -204,6 +204,7 @@ def export_only(stores: Stores, where: Path) -> tuple[int, float, float, float]:
                 history=((d.origin, d.envelope) for d in history),
                 cost_lines=lines,
                 workdir=Path(tmp),
+                now_us=int(time.time() * 1_000_000),
             )
         export_s, export_cpu = time.monotonic() - started, time.process_time() - cpu
     finally:

@@ -11,10 +11,12 @@ pages at / for people (`console.pages`).
   /openapi.json, with the errors as really answered; `errors`: every failure as a problem
   document of one sentence;
 - `metrics`: the Prometheus collector; `whatif`: what-if accounting; `archive`: the archive desk;
+- `signin`: who sends a request (OIDC bearer tokens verified against the issuer's keys, their
+  groups as roles); `roles`: which role reaches which route, and a workload owner's view;
 - `app`: the application that puts them together; `server`: the socket and uvicorn.
 
 What it may import: `schemas`, `contracts`, `streams`, `projections` (the read side, the
 stores), `replay` (rules, what-if, the archive), and FastAPI, Starlette, uvicorn, pydantic,
-Jinja2 and prometheus_client. Who calls it: the command line's `spotcap serve`, which hands it
-the stores and the log of the configured home (`spotcap.wiring`).
+Jinja2, prometheus_client and PyJWT. Who calls it: the command line's `spotcap serve`, which
+hands it the stores and the log of the configured home (`spotcap.wiring`) and the issuer.
 """

@@ -29,16 +29,20 @@ from console.models import (
     Workload,
 )
 from console.openapi import errors
+from console.roles import hidden, reads_every_workload, viewer_of
+from console.signin import EVERYONE, Viewer
 from projections.ledger.writer import LEDGER_PROJECTION
 from projections.postgres.writer import FLEET_PROJECTION
 from projections.read import fleet as fq
+from projections.read import savings as sv
 from projections.read.lag import Positions, fleet_positions, lag_rows, ledger_positions
+from projections.read.ownership import owned_by, subject_owned_by
 from projections.read.rows import json_row
-from projections.read.savings import savings, savings_by_day
+from projections.read.savings import DailySavings, savings, savings_by_day
 from projections.read.spread import Caps, fallbacks, spread
 from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
 from projections.read.wave import last_wave
-from projections.read.why import NotFoundError, why
+from projections.read.why import NotFoundError, nothing_called, why
 from streams.deciders.settings import PlacementSettings
 
 MAX_LIMIT = 10_000
@@ -86,8 +90,13 @@ async def _known_parameters(request: Request) -> None:
             )
 
 
+async def _viewer(request: Request) -> Viewer:
+    return viewer_of(request)
+
+
 KnownParameters = Depends(_known_parameters)
 Access = Annotated[ReadAccess, Depends(_access)]
+Seen = Annotated[Viewer, Depends(_viewer)]  # who asks (console.roles let them through)
 Id = Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN,
                          description="An event id, an instance id or a workload id.")]  # fmt: skip
 PoolId = Annotated[str | None, Query(min_length=1, max_length=200, pattern=ID_PATTERN,
@@ -166,6 +175,7 @@ def get_exclusions(
             "`spotcap query instances --json`.")  # fmt: skip
 def get_instances(
     access: Access,
+    viewer: Seen,
     *,
     workload: WorkloadId = None,
     pool: PoolId = None,
@@ -173,6 +183,8 @@ def get_instances(
     since: Since = None,
     limit: Limit = fq.DEFAULT_LIMIT,
 ) -> list[dict[str, Any]]:
+    if hidden(access, viewer, workload, every=viewer.fleet_wide):
+        return []
     with access.fleet() as conn:
         rows = fq.instances(
             conn, workload=workload, pool=pool, state=state, since=since, limit=limit
@@ -184,20 +196,28 @@ def get_instances(
             summary="Workloads", description="Workloads: their contract and the capacity live "
             "for them now. As `spotcap query workloads --json`.")  # fmt: skip
 def get_workloads(
-    access: Access, workload: WorkloadId = None, limit: Limit = fq.DEFAULT_LIMIT
+    access: Access, viewer: Seen, workload: WorkloadId = None, limit: Limit = fq.DEFAULT_LIMIT
 ) -> list[dict[str, Any]]:
     with access.fleet() as conn:
-        return [json_row(r) for r in fq.workloads(conn, workload=workload, limit=limit)]
+        if viewer.fleet_wide:
+            return [json_row(r) for r in fq.workloads(conn, workload=workload, limit=limit)]
+        rows = fq.workloads(conn, workload=workload, limit=MAX_LIMIT)
+        return [json_row(r) for r in rows if r["owner"] in viewer.teams][:limit]
 
 
 PLACEMENT = PlacementSettings()
 CAPS = Caps(PLACEMENT.pool_cap_share, PLACEMENT.group_cap_share)
 
 
-def read_spread(access: ReadAccess, workload: str) -> list[dict[str, Any]]:
-    """The workload's spread; NotFoundError when there is no such workload."""
+def read_spread(
+    access: ReadAccess, workload: str, viewer: Viewer = EVERYONE
+) -> list[dict[str, Any]]:
+    """The workload's spread; NotFoundError when there is no such workload (or none the
+    viewer may see)."""
     with access.fleet() as conn:
-        if not fq.workloads(conn, workload=workload, limit=1):
+        if not fq.workloads(conn, workload=workload, limit=1) or not (
+            viewer.fleet_wide or owned_by(conn, workload, viewer.teams)
+        ):
             raise NotFoundError(
                 f"no workload {workload[:80]!r} in the fleet state: the workloads are listed "
                 "at /api/v1/workloads"
@@ -209,8 +229,8 @@ def read_spread(access: ReadAccess, workload: str) -> list[dict[str, Any]]:
             responses=errors(400, 404, 503), summary="A workload's spread",
             description="How the workload's live capacity spreads over pools, halls and "
             "correlation groups, each share against the planner's cap (ADR-08).")  # fmt: skip
-def get_spread(access: Access, id: Id) -> list[dict[str, Any]]:
-    return read_spread(access, id)
+def get_spread(access: Access, viewer: Seen, id: Id) -> list[dict[str, Any]]:
+    return read_spread(access, id, viewer)
 
 
 @router.get("/fallbacks", response_model=list[Fallback], responses=errors(400, 503),
@@ -218,8 +238,10 @@ def get_spread(access: Access, id: Id) -> list[dict[str, Any]]:
             "(restoring the floor, within the spend cap, escalated to the approver), newest "
             "first.")  # fmt: skip
 def get_fallbacks(
-    access: Access, workload: WorkloadId = None, limit: Limit = fq.DEFAULT_LIMIT
+    access: Access, viewer: Seen, workload: WorkloadId = None, limit: Limit = fq.DEFAULT_LIMIT
 ) -> list[dict[str, Any]]:
+    if hidden(access, viewer, workload, every=viewer.fleet_wide):
+        return []
     with access.fleet() as conn:
         return [json_row(r) for r in fallbacks(conn, workload=workload, limit=limit)]
 
@@ -266,8 +288,10 @@ def get_lag(access: Access) -> list[dict[str, Any]]:
             summary="Why", description="The chain of causes behind an event, an instance or a "
             "workload (tried in that order), oldest first, each step a sentence with its time "
             "and event id. As `spotcap why ID --json`.")  # fmt: skip
-def get_why(access: Access, id: Id) -> dict[str, Any]:
+def get_why(access: Access, viewer: Seen, id: Id) -> dict[str, Any]:
     with access.fleet() as conn, access.ledger() as ledger:
+        if not viewer.fleet_wide and not subject_owned_by(conn, id, viewer.teams):
+            raise nothing_called(id)  # another team's, answered as nothing at all
         return why(conn, id, ledger).as_json()
 
 
@@ -277,6 +301,7 @@ def get_why(access: Access, id: Id) -> dict[str, Any]:
             "report savings --json`.")  # fmt: skip
 def get_savings(
     access: Access,
+    viewer: Seen,
     first: FirstDay = None,
     last: LastDay = None,
     workload: WorkloadId = None,
@@ -285,6 +310,8 @@ def get_savings(
         check_span(first, last)
     except ValueError as error:
         raise BadParameterError(str(error)) from error
+    if hidden(access, viewer, workload, every=reads_every_workload(viewer)):
+        return sv.SavingsReport(first, last, []).as_json()
     with access.ledger() as store:
         return savings(store, first_day=first, last_day=last, workload=workload).as_json()
 
@@ -295,6 +322,7 @@ def get_savings(
             "in euros as decimal strings.")  # fmt: skip
 def get_daily_savings(
     access: Access,
+    viewer: Seen,
     first: FirstDay = None,
     last: LastDay = None,
     workload: WorkloadId = None,
@@ -303,6 +331,8 @@ def get_daily_savings(
         check_span(first, last)
     except ValueError as error:
         raise BadParameterError(str(error)) from error
+    if hidden(access, viewer, workload, every=reads_every_workload(viewer)):
+        return DailySavings(workload, {}).as_json()
     with access.ledger() as store:
         report = savings_by_day(store, first_day=first, last_day=last, workload=workload)
         return report.as_json()

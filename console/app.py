@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client.exposition import choose_encoder
@@ -18,11 +19,14 @@ from prometheus_client.exposition import choose_encoder
 from console import api, archive, errors, whatif
 from console.access import ReadAccess
 from console.archive import ArchiveDesk
+from console.errors import problem
 from console.metrics import registry_for
 from console.openapi import errors as error_responses
 from console.openapi import openapi_document
 from console.pages import archive as archive_page
 from console.pages import routes as pages
+from console.roles import authorize
+from console.signin import EVERYONE, Issuer, SignInError
 from replay.archive.storage import LocalStorage
 
 DESCRIPTION = """\
@@ -43,10 +47,23 @@ METRICS_TYPES = {
 }
 
 
-def create_app(access: ReadAccess, desk: ArchiveDesk | None = None) -> FastAPI:
+def create_app(
+    access: ReadAccess, desk: ArchiveDesk | None = None, issuer: Issuer | None = None
+) -> FastAPI:
     """The app over `access`; the archive is `desk` (default: the home's archive directory,
-    ``<home>/archive``, with no key to verify with)."""
+    ``<home>/archive``, with no key to verify with). With an `issuer`, every route but the
+    OpenAPI description and the stylesheet needs a token from it, and serves only the roles
+    `console.roles` lets through; without one, everyone is let through (loopback only: the
+    command line refuses any other address)."""
+
+    async def signed_in(request: Request) -> None:
+        viewer = EVERYONE
+        if issuer is not None:  # the issuer's keys may need fetching: off the event loop
+            viewer = await run_in_threadpool(issuer.viewer, request.headers.get("authorization"))
+        authorize(request, viewer)
+
     app = FastAPI(
+        dependencies=[Depends(signed_in)],
         title="spotcap",
         version="1",
         summary="The fleet state, the cause chains and the net saving of one region.",
@@ -59,6 +76,19 @@ def create_app(access: ReadAccess, desk: ArchiveDesk | None = None) -> FastAPI:
         LocalStorage(access.stores.home / "archive"), access.region
     )
     errors.install(app, api.HINTS)
+
+    async def refused(request: Request, error: Exception) -> Response:
+        """401/403/503 of sign-in: a problem document for the API, a page for people."""
+        assert isinstance(error, SignInError)
+        headers = {"WWW-Authenticate": 'Bearer realm="spotcap"'} if error.status == 401 else {}
+        if request.url.path.startswith(("/api/", "/metrics")):
+            return problem(error.status, str(error), headers)
+        title = {401: "Sign in", 403: "Not for your role"}.get(error.status, "Sign-in is down")
+        response = pages.page(request, "error.html", error.status, title=title, detail=str(error))
+        response.headers.update(headers)
+        return response
+
+    app.add_exception_handler(SignInError, refused)
     app.include_router(api.router)
     app.include_router(whatif.router)
     app.include_router(archive.router)

@@ -15,6 +15,11 @@ PROBLEM_JSON = "application/problem+json"
 ERROR_DESCRIPTIONS = {
     400: "A parameter is malformed, out of range or unknown; `detail` says which and how to "
     "write it.",
+    401: "Sign-in is required (the server has an OIDC issuer) and the request carries no valid "
+    "bearer token; `detail` says why (missing, expired, for another audience or issuer, not "
+    "signed by the issuer's keys).",
+    403: "The token is valid but its roles do not reach this path, or a workload owner asked "
+    "for every workload's rows; `detail` says which group grants it (docs/security.md).",
     404: "Nothing by that id; `detail` says what was looked for.",
     409: "The server was not started with what this needs (e.g. the archive's public key); "
     "`detail` says which option to start it with.",
@@ -26,10 +31,10 @@ ERROR_DESCRIPTIONS = {
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The documented error responses of a route: `statuses` and 500."""
+    """The documented error responses of a route: `statuses`, sign-in's 401 and 403, and 500."""
     return {
         status: {"model": Problem, "description": ERROR_DESCRIPTIONS[status]}
-        for status in sorted({*statuses, 500})
+        for status in sorted({*statuses, 401, 403, 500})
     }
 
 
@@ -75,6 +80,14 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
                             "schema": {"type": "integer"},
                         }
                     }
+    # Sign-in (docs/security.md): a bearer token of the server's OIDC issuer, or none on a
+    # loopback server started without one.
+    doc.setdefault("components", {})["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                   "description": "An ID token of the OIDC issuer `spotcap serve` was started "
+                   "with (--oidc-issuer); its groups give the roles."}
+    }  # fmt: skip
+    doc["security"] = [{"bearer": []}, {}]
     schemas = doc.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)

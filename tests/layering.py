@@ -122,10 +122,10 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "sim": frozenset({"yaml"}),
     "replay": frozenset({"fastavro", "pyarrow", "boto3", "botocore", "cryptography"}),
     # The HTTP server: FastAPI on Starlette, served by uvicorn; its models are pydantic's; its
-    # metrics prometheus_client's; the pages Jinja2's (with markupsafe).
+    # metrics prometheus_client's; the pages Jinja2's (with markupsafe); sign-in PyJWT's.
     "console": frozenset(
         {"fastapi", "starlette", "uvicorn", "pydantic", "jinja2", "markupsafe"}
-        | {"prometheus_client"}
+        | {"prometheus_client", "jwt"}
     ),
     # The command line: click parses, rich prints.
     "spotcap": frozenset({"click", "rich"}),

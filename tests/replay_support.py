@@ -16,6 +16,7 @@ from spotcap.config import Settings
 from tests.home import project, run_demo
 
 NOV_29_US = EPOCH_US + 27 * DAY_US  # 2026-11-29T00:00Z: three days span two months
+OCT_30_US = EPOCH_US - 3 * DAY_US  # 2026-10-30T00:00Z: two months that are over
 
 
 class History:
@@ -40,6 +41,8 @@ class History:
         return json.loads(result.stdout)
 
 
-def small_config(region: str = "rp", days: float = 3, workloads: int = 30) -> SimConfig:
+def small_config(
+    region: str = "rp", days: float = 3, workloads: int = 30, start_us: int = NOV_29_US
+) -> SimConfig:
     """A small region over the turn of November 2026 (two months for the archive's chain)."""
-    return SimConfig(seed=3, days=days, region=region, workloads=workloads, start_us=NOV_29_US)
+    return SimConfig(seed=3, days=days, region=region, workloads=workloads, start_us=start_us)

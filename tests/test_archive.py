@@ -9,6 +9,7 @@ import base64
 import json
 import shutil
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,16 @@ from replay.archive import layout
 from replay.archive.export import Exported
 from replay.archive.verify import Finding, MonthReport, failure_sentence
 from replay.rule_file import shipped_rule_path
-from tests.replay_support import History
+from tests.replay_support import OCT_30_US, History, small_config
 
-MONTHS = ("2026-11", "2026-12")
+MONTHS = ("2026-10", "2026-11")
+
+
+@pytest.fixture(scope="module")
+def replay_history(tmp_path_factory: pytest.TempPathFactory, chdb_path: Path) -> History:
+    """A small region over the turn of October 2026: two months, both over (a month is archived
+    once it has ended), for the chain."""
+    return History(tmp_path_factory.mktemp("archive-history"), small_config(start_us=OCT_30_US))
 
 
 @pytest.fixture(scope="module")
@@ -72,23 +80,23 @@ def copy_of(where: Path, tmp_path: Path) -> Path:
 
 
 def test_months_and_an_export_say_themselves() -> None:
-    note = Finding("2026-11", "retention", "a directory locks nothing", error=False)
-    fine = MonthReport("2026-11", 10, [note])
-    broken = MonthReport("2026-12", 5, [Finding("2026-12", "events.parquet", "changed")] * 2)
+    note = Finding("2026-10", "retention", "a directory locks nothing", error=False)
+    fine = MonthReport("2026-10", 10, [note])
+    broken = MonthReport("2026-11", 5, [Finding("2026-11", "events.parquet", "changed")] * 2)
     assert (fine.problems, fine.result()) == (0, "verified")
     assert (broken.problems, broken.result()) == (2, "2 problems")
     assert MonthReport("2027-01", 1, broken.findings[:1]).result() == "1 problem"
     assert failure_sentence([fine, broken]) == (
-        "the archive does not verify: 1 month(s) with problems (2026-12)"
+        "the archive does not verify: 1 month(s) with problems (2026-11)"
     )
-    done = Exported("dev", "2026-11", 87_574, 5_058, "ab" * 32, 90_000, "00", 1.25)
+    done = Exported("dev", "2026-10", 87_574, 5_058, "ab" * 32, 90_000, "00", 1.25)
     said = done.describe("the local archive at /a", "ed25519:k", locked=False)
     assert said == (
-        "archived 2026-11 of region dev to the local archive at /a: 87,574 events and 5,058 cost"
+        "archived 2026-10 of region dev to the local archive at /a: 87,574 events and 5,058 cost"
         " lines in 1.2 s; tree head abababababababab... signed by ed25519:k, chain of 90,000 events"
     )
     locked = done.describe("s3://b/p", "ed25519:k", locked=True)
-    assert "to s3://b/p with Object Lock until 2033-12-01: 87,574 events" in locked
+    assert "to s3://b/p with Object Lock until 2033-11-01: 87,574 events" in locked
 
 
 def test_two_months_verify_and_chain(
@@ -99,11 +107,11 @@ def test_two_months_verify_and_chain(
     notes = [f["message"] for m in report["months"] for f in m["findings"]]
     assert all("locks nothing" in n for n in notes)
     nov, dec = (json.loads((archive / "rp" / m / layout.MANIFEST).read_text()) for m in MONTHS)
-    assert dec["chain"]["previous_month"] == "2026-11"
+    assert dec["chain"]["previous_month"] == "2026-10"
     assert dec["chain"]["previous_size"] == nov["chain"]["size"] == nov["merkle"]["size"]
     assert dec["chain"]["size"] == nov["merkle"]["size"] + dec["merkle"]["size"]
     assert dec["chain"]["consistency_proof"]
-    assert nov["retention"]["retain_until"] == "2033-12-01T00:00:00.000000Z"
+    assert nov["retention"]["retain_until"] == "2033-11-01T00:00:00.000000Z"
     text = replay_history.cli(
         "archive",
         "verify",
@@ -112,9 +120,9 @@ def test_two_months_verify_and_chain(
         "--public-key",
         str(keys[1]),
         "--month",
-        "2026-12",
+        "2026-11",
     )
-    assert "verified" in text and "2026-11" not in text.split("note")[0].split("┃")[-1]
+    assert "verified" in text and "2026-10" not in text.split("note")[0].split("┃")[-1]
 
 
 def test_months_are_archived_once_and_in_order(
@@ -124,7 +132,7 @@ def test_months_are_archived_once_and_in_order(
         "archive",
         "export",
         "--month",
-        "2026-11",
+        "2026-10",
         "--archive",
         str(archive),
         "--key",
@@ -134,14 +142,14 @@ def test_months_are_archived_once_and_in_order(
     assert "already archived" in again
     fresh = tmp_path / "fresh"
     out = replay_history.cli(
-        "archive", "export", "--month", "2026-12", "--archive", str(fresh), "--key", str(keys[0])
+        "archive", "export", "--month", "2026-11", "--archive", str(fresh), "--key", str(keys[0])
     )
-    assert "archived 2026-12" in out
+    assert "archived 2026-11" in out
     late = replay_history.cli(
         "archive",
         "export",
         "--month",
-        "2026-11",
+        "2026-10",
         "--archive",
         str(fresh),
         "--key",
@@ -156,19 +164,19 @@ def test_verify_finds_a_changed_byte(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path, name: str
 ) -> None:
     where = copy_of(archive, tmp_path)
-    path = where / "rp" / "2026-11" / name
+    path = where / "rp" / "2026-10" / name
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     report = verify(replay_history, where, keys[1], code=1)
     found = errors(report)
     assert len(found) == 1, found
-    assert found[0].startswith(f"2026-11: {name}: SHA-256 is ")
+    assert found[0].startswith(f"2026-10: {name}: SHA-256 is ")
     assert "changed after export" in found[0]
 
 
 def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Path) -> None:
-    folder = archive / "rp" / "2026-11"
+    folder = archive / "rp" / "2026-10"
     manifest = json.loads((folder / layout.MANIFEST).read_bytes())
     assert manifest["format"] == layout.FORMAT
     events = pq.read_table(folder / layout.EVENTS, columns=["event_type", "payload"])
@@ -223,24 +231,39 @@ def test_the_typed_files_hold_the_months_cards_usage_and_checkpoints(archive: Pa
 
 
 def sign_and_relink(where: Path, signer: FileSigner, manifest: dict[str, Any]) -> None:
-    """Write 2026-11's `manifest` signed again, and 2026-12's link to it with it."""
-    folder = where / "rp" / "2026-11"
+    """Write 2026-10's `manifest` signed again, and 2026-11's link to it with it."""
+    folder = where / "rp" / "2026-10"
     data = layout.canonical_json(manifest)
     (folder / layout.MANIFEST).write_bytes(data)
     (folder / layout.SIGNATURE).write_bytes(signer.sign(data))
-    later = where / "rp" / "2026-12"
+    later = where / "rp" / "2026-11"
     manifest = json.loads((later / layout.MANIFEST).read_bytes())
     manifest["chain"]["previous_manifest_sha256"] = layout.sha256_hex(data)
     data = layout.canonical_json(manifest)
     (later / layout.MANIFEST).write_bytes(data)
     (later / layout.SIGNATURE).write_bytes(signer.sign(data))
+    sign_head(where, signer, "2026-11")
+
+
+def sign_head(where: Path, signer: FileSigner, month: str) -> None:
+    """The archive's head naming `month` (as its manifest now is), signed: as an exporter
+    with the key would have written it after `month`."""
+    manifest = (where / "rp" / month / layout.MANIFEST).read_bytes()
+    chain = json.loads(manifest)["chain"]
+    head = layout.canonical_json(
+        {"format": layout.HEAD_FORMAT, "region": "rp", "month": month,
+         "manifest_sha256": layout.sha256_hex(manifest),
+         "chain": {"size": chain["size"], "root": chain["root"]}}
+    )  # fmt: skip
+    (where / "rp" / layout.HEAD).write_bytes(head)
+    (where / "rp" / layout.HEAD_SIGNATURE).write_bytes(signer.sign(head))
 
 
 def as_format_1(where: Path, private_key: Path) -> None:
-    """Rewrite 2026-11 of the archive at `where` as format 1 wrote it (no typed files), signed
-    again, and 2026-12's link to its manifest with it: an archive begun before format 2."""
+    """Rewrite 2026-10 of the archive at `where` as format 1 wrote it (no typed files), signed
+    again, and 2026-11's link to its manifest with it: an archive begun before format 2."""
     signer = FileSigner.from_bytes(private_key.read_bytes())
-    folder = where / "rp" / "2026-11"
+    folder = where / "rp" / "2026-10"
     manifest = json.loads((folder / layout.MANIFEST).read_bytes())
     manifest["format"] = layout.FORMAT_1
     for name in layout.DERIVED_FILES:
@@ -250,11 +273,11 @@ def as_format_1(where: Path, private_key: Path) -> None:
 
 
 def signed_again(where: Path, private_key: Path, names: tuple[str, ...], edit: Any) -> None:
-    """2026-11 of the archive at `where` with its manifest edited by `edit` and the entries of
+    """2026-10 of the archive at `where` with its manifest edited by `edit` and the entries of
     the files `names` (rewritten by the caller) brought up to date, signed again, and
-    2026-12's link to its manifest with it: as an exporter with the key would have written."""
+    2026-11's link to its manifest with it: as an exporter with the key would have written."""
     signer = FileSigner.from_bytes(private_key.read_bytes())
-    folder = where / "rp" / "2026-11"
+    folder = where / "rp" / "2026-10"
     manifest = json.loads((folder / layout.MANIFEST).read_bytes())
     edit(manifest)
     for name in names:
@@ -273,7 +296,7 @@ def test_a_month_of_format_2_verifies_and_replays(
     format 4) only losses, waste and contracts among its priced events: a replay takes the
     claims, launches and reservations from its events file."""
     where = copy_of(archive, tmp_path)
-    cards = where / "rp" / "2026-11" / layout.RATE_CARDS
+    cards = where / "rp" / "2026-10" / layout.RATE_CARDS
     pq.write_table(pq.read_table(cards).select(layout.RATE_CARDS_SCHEMA_2.names), cards)
     priced = where / "rp" / "2026-11" / layout.PRICED
     table = pq.read_table(priced)
@@ -297,7 +320,7 @@ def test_verify_finds_a_wrong_integral_under_a_good_signature(
 ) -> None:
     """The integrals a replay prices from are checked against the cards, not only hashed."""
     where = copy_of(archive, tmp_path)
-    path = where / "rp" / "2026-11" / layout.RATE_CARDS
+    path = where / "rp" / "2026-10" / layout.RATE_CARDS
     cards = pq.read_table(path)
     column = cards.column(layout.PRICE_INTEGRAL).to_pylist()
     column[7] += 1
@@ -311,7 +334,7 @@ def test_verify_finds_a_wrong_integral_under_a_good_signature(
     assert len(found) == 1, found
     card = cards.column("event_id")[7].as_py()
     assert found[0].startswith(
-        f"2026-11: {layout.RATE_CARDS}: {layout.PRICE_INTEGRAL} of card {card}"
+        f"2026-10: {layout.RATE_CARDS}: {layout.PRICE_INTEGRAL} of card {card}"
     )
 
 
@@ -328,7 +351,7 @@ def test_a_month_of_format_1_verifies_and_replays(
             "--archive", str(where), "--diff", "--engine", engine,
         )  # fmt: skip
         assert replayed["diff"]["identical"], replayed["diff"]["rows"][:5]
-    (where / "rp" / "2026-11" / layout.SIGNATURE).write_bytes(b"\0" * 64)
+    (where / "rp" / "2026-10" / layout.SIGNATURE).write_bytes(b"\0" * 64)
     assert any("signature" in e for e in errors(verify(replay_history, where, keys[1], code=1)))
 
 
@@ -336,39 +359,39 @@ def test_verify_finds_a_deleted_month(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
     where = copy_of(archive, tmp_path)
-    shutil.rmtree(where / "rp" / "2026-11")
+    shutil.rmtree(where / "rp" / "2026-10")
     found = errors(verify(replay_history, where, keys[1], code=1))
     assert any(
-        f.startswith("2026-11: month: is missing") and "2026-12's manifest links to it" in f
+        f.startswith("2026-10: month: is missing") and "2026-11's manifest links to it" in f
         for f in found
     ), found
-    assert any(f.startswith("2026-12: chain: links to 2026-11, which is missing") for f in found)
-    one = errors(verify(replay_history, where, keys[1], "--month", "2026-11", code=1))
-    assert one and "is not in" in one[0] and "2026-12's chain links back" in one[0]
+    assert any(f.startswith("2026-11: chain: links to 2026-10, which is missing") for f in found)
+    one = errors(verify(replay_history, where, keys[1], "--month", "2026-10", code=1))
+    assert one and "is not in" in one[0] and "2026-11's chain links back" in one[0]
 
 
 def test_verify_finds_an_edited_manifest(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
     where = copy_of(archive, tmp_path)
-    path = where / "rp" / "2026-12" / layout.MANIFEST
+    path = where / "rp" / "2026-11" / layout.MANIFEST
     manifest = json.loads(path.read_text())
     manifest["files"][layout.COST_LINES]["rows"] += 1
     path.write_bytes(layout.canonical_json(manifest))
     found = errors(verify(replay_history, where, keys[1], code=1))
     assert any(
-        f.startswith("2026-12: signature: does not verify")
+        f.startswith("2026-11: signature: does not verify")
         and "was changed after it was signed" in f
         for f in found
     ), found
-    assert any(f.startswith("2026-12: cost_lines.parquet: holds") for f in found), found
+    assert any(f.startswith("2026-11: cost_lines.parquet: holds") for f in found), found
 
 
 def test_verify_finds_a_forged_root(
     replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
     where = copy_of(archive, tmp_path)
-    path = where / "rp" / "2026-11" / layout.MANIFEST
+    path = where / "rp" / "2026-10" / layout.MANIFEST
     manifest = json.loads(path.read_text())
     manifest["merkle"]["root"] = "ab" * 32
     forger_pem, _ = generate_key_pem()
@@ -379,14 +402,14 @@ def test_verify_finds_a_forged_root(
     (path.parent / layout.SIGNATURE).write_bytes(forger.sign(data))
     found = errors(verify(replay_history, where, keys[1], code=1))
     assert any(
-        f.startswith("2026-11: signature: the manifest is signed by")
+        f.startswith("2026-10: signature: the manifest is signed by")
         and "not by the public key given" in f
         for f in found
     ), found
     assert any(
-        f.startswith("2026-11: merkle: the events give a tree of") and "abab" in f for f in found
+        f.startswith("2026-10: merkle: the events give a tree of") and "abab" in f for f in found
     ), found
-    assert any(f.startswith("2026-12: chain:") for f in found), found  # the link broke too
+    assert any(f.startswith("2026-11: chain:") for f in found), found  # the link broke too
 
 
 def test_an_inclusion_proof_holds_and_a_changed_event_fails(
@@ -394,7 +417,7 @@ def test_an_inclusion_proof_holds_and_a_changed_event_fails(
 ) -> None:
     import pyarrow.parquet as pq
 
-    ids = pq.read_table(archive / "rp" / "2026-12" / layout.EVENTS, columns=["event_id"])
+    ids = pq.read_table(archive / "rp" / "2026-11" / layout.EVENTS, columns=["event_id"])
     event_id = ids.column(0)[len(ids) // 3].as_py()
     proof_file = tmp_path / "proof.json"
     replay_history.cli(
@@ -402,7 +425,7 @@ def test_an_inclusion_proof_holds_and_a_changed_event_fails(
         "prove",
         event_id,
         "--month",
-        "2026-12",
+        "2026-11",
         "--archive",
         str(archive),
         "--out",
@@ -434,12 +457,12 @@ def test_an_inclusion_proof_holds_and_a_changed_event_fails(
         "prove",
         str(uuid.uuid4()),
         "--month",
-        "2026-12",
+        "2026-11",
         "--archive",
         str(archive),
         code=1,
     )
-    assert "is not in the archive of 2026-12" in missing
+    assert "is not in the archive of 2026-11" in missing
 
 
 @pytest.mark.parametrize("engine", ["clickhouse", "python"])
@@ -471,16 +494,16 @@ def test_replay_from_the_archive_reproduces_the_recorded_ledger(
         "--engine",
         engine,
         "--from",
-        "2026-12-01",
+        "2026-11-01",
     )
-    assert dec["diff"]["identical"] and dec["from"] == "2026-12-01"
+    assert dec["diff"]["identical"] and dec["from"] == "2026-11-01"
 
 
 def test_a_changed_archive_is_not_replayed(
     replay_history: History, archive: Path, tmp_path: Path
 ) -> None:
     where = copy_of(archive, tmp_path)
-    path = where / "rp" / "2026-11" / layout.EVENTS
+    path = where / "rp" / "2026-10" / layout.EVENTS
     path.write_bytes(path.read_bytes() + b"\0")
     out = replay_history.cli(
         "replay",
@@ -492,7 +515,7 @@ def test_a_changed_archive_is_not_replayed(
         str(where),
         code=1,
     )
-    assert "does not match its manifest" in out and "archive verify --month 2026-11" in out
+    assert "does not match its manifest" in out and "archive verify --month 2026-10" in out
 
 
 def test_export_signs_through_openbao_transit(
@@ -515,6 +538,75 @@ def test_export_signs_through_openbao_transit(
     monkeypatch.setenv("BAO_TOKEN", token)
     where = tmp_path / "archive"
     replay_history.json(
-        "archive", "export", "--month", "2026-11", "--archive", str(where), "--transit-key", name
+        "archive", "export", "--month", "2026-10", "--archive", str(where), "--transit-key", name
     )
     assert verify(replay_history, where, tmp_path / "transit.pub")["ok"]
+
+
+def test_a_month_without_typed_events_verifies(
+    replay_history: History, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A month with no usage, checkpoint or loss events (here no events at all: the month
+    before the history begins) verifies as it was exported: its typed files hold the month's
+    none of them each once."""
+    fresh = tmp_path / "quiet"
+    done = replay_history.json(
+        "archive", "export", "--month", "2026-09", "--archive", str(fresh), "--key", str(keys[0])
+    )
+    assert done["events"] == 0
+    report = verify(replay_history, fresh, keys[1])
+    assert report["ok"], errors(report)
+
+
+def test_a_month_that_is_not_over_is_not_archived(
+    replay_history: History, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A month is written once: before its end (this month, by the clock) an export would seal
+    it without the events still to come, so it is refused in one sentence, and nothing is
+    written."""
+    now = datetime.now(UTC)
+    for month in (f"{now.year:04d}-{now.month:02d}", f"{now.year + 1:04d}-01"):
+        said = replay_history.cli(
+            "archive", "export", "--month", month, "--archive", str(tmp_path / "a"),
+            "--key", str(keys[0]), code=1,
+        )  # fmt: skip
+        assert f"{month} is not over" in said and "export it once it has ended" in said
+    assert not list((tmp_path / "a").rglob(layout.MANIFEST))
+
+
+def test_a_deleted_newest_month_is_found(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The chain has no month after the newest to link back to it: the signed head does. The
+    newest month deleted is found by the head; the head deleted too, by its absence; the head
+    rolled back to the month before (signed with the key), by `--through` the month the
+    auditor expects."""
+    assert verify(replay_history, archive, keys[1], "--through", "2026-11")["ok"]
+    where = copy_of(archive, tmp_path)
+    shutil.rmtree(where / "rp" / "2026-11")
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(
+        f.startswith("2026-11: head: names 2026-11 as the newest month, which is missing")
+        and "the newest month was deleted" in f
+        for f in found
+    ), found
+    (where / "rp" / layout.HEAD).unlink()
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(f.startswith("2026-10: head: is missing from") for f in found), found
+    sign_head(where, FileSigner.from_bytes(keys[0].read_bytes()), "2026-10")
+    assert verify(replay_history, where, keys[1])["ok"]  # consistent, as far as it goes ...
+    found = errors(verify(replay_history, where, keys[1], "--through", "2026-11", code=1))
+    assert found == [  # ... but not as far as the auditor knows it must
+        "2026-11: archive: ends at 2026-10, before 2026-11: the months after it are missing "
+        f"from the local archive at {where} (deleted, or never exported)"
+    ]
+
+
+def test_a_changed_head_is_found(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    where = copy_of(archive, tmp_path)
+    head = where / "rp" / layout.HEAD
+    head.write_bytes(head.read_bytes().replace(b"2026-11", b"2026-12"))
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(f.startswith("2026-11: head: its signature does not verify") for f in found), found

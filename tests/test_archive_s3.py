@@ -87,6 +87,40 @@ def test_an_archive_on_s3_is_locked_and_verified(
     assert len(versions) == 2
 
 
+def test_the_head_on_s3_is_locked_and_its_deletion_found(
+    replay_history: History, s3_env: Any, tmp_path: Path
+) -> None:
+    """The signed head is locked like the months; deleting it (a delete marker: the locked
+    version stays) is found, as is a head put over it without a lock."""
+    private_pem, public_pem = generate_key_pem()
+    (tmp_path / "k").write_bytes(private_pem)
+    (tmp_path / "k.pub").write_bytes(public_pem)
+    bucket = f"archive-{uuid.uuid4().hex[:10]}"
+    url = f"s3://{bucket}/finance"
+    replay_history.json(
+        "archive", "export", "--month", "2026-11", "--archive", url, "--key", str(tmp_path / "k")
+    )
+    head = "finance/" + layout.head_key("rp")
+    assert s3_env.get_object_retention(Bucket=bucket, Key=head)["Retention"]["Mode"] == (
+        "COMPLIANCE"
+    )
+    args = ["archive", "verify", "--archive", url, "--public-key", str(tmp_path / "k.pub")]
+    assert replay_history.json(*args)["ok"]
+    signed = s3_env.get_object(Bucket=bucket, Key=head)["Body"].read()
+    s3_env.put_object(Bucket=bucket, Key=head, Body=signed)  # the same bytes, unlocked
+    found = replay_history.json(*args, code=1)
+    messages = [f"{f['subject']}: {f['message']}" for m in found["months"] for f in m["findings"]]
+    assert "head: head.json is not locked in compliance mode: it was put over the head" in (
+        messages
+    ), messages
+    s3_env.delete_object(Bucket=bucket, Key=head)  # a delete marker over both versions
+    found = replay_history.json(*args, code=1)
+    messages = [f"{f['subject']}: {f['message']}" for m in found["months"] for f in m["findings"]]
+    assert any(m.startswith("head: is missing from") for m in messages), messages
+    versions = s3_env.list_object_versions(Bucket=bucket, Prefix=head)["Versions"]
+    assert len(versions) == 2  # the locked head is still there, for whoever looks
+
+
 def test_replay_from_an_s3_archive(replay_history: History, s3_env: Any, tmp_path: Path) -> None:
     private_pem, _ = generate_key_pem()
     (tmp_path / "k").write_bytes(private_pem)

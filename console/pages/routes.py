@@ -24,6 +24,8 @@ from console import api, whatif
 from console.access import ReadAccess, StoreUnavailableError
 from console.errors import BadParameterError, NotConfiguredError
 from console.pages import charts
+from console.roles import viewer_of
+from console.signin import SignInError
 from projections.ledger.rule import COST_CAUSES
 from projections.read.counts import fleet_counts
 from projections.read.times import check_span, parse_day
@@ -145,21 +147,24 @@ def workloads(request: Request) -> HTMLResponse:
     return guarded(
         request,
         lambda: page(request, "workloads.html",
-                      workloads=api.get_workloads(access, workload=None, limit=api.MAX_LIMIT)),
+                      workloads=api.get_workloads(access, viewer_of(request), workload=None,
+                                                  limit=api.MAX_LIMIT)),
     )  # fmt: skip
 
 
 @router.get("/workloads/{workload_id}", response_class=HTMLResponse)
 def workload(request: Request, workload_id: str) -> HTMLResponse:
-    access = _access(request)
+    access, viewer = _access(request), viewer_of(request)
 
     def render() -> HTMLResponse:
-        spread = api.read_spread(access, workload_id)  # NotFoundError for an unknown workload
-        (contract,) = api.get_workloads(access, workload=workload_id, limit=1)
-        fallbacks = api.get_fallbacks(access, workload=workload_id, limit=api.MAX_LIMIT)
-        instances = api.get_instances(access, workload=workload_id, pool=None, state=None,
-                                      since=None, limit=api.MAX_LIMIT)  # fmt: skip
-        daily = api.get_daily_savings(access, first=None, last=None, workload=workload_id)
+        # NotFoundError for an unknown workload, or another team's
+        spread = api.read_spread(access, workload_id, viewer)
+        (contract,) = api.get_workloads(access, viewer, workload=workload_id, limit=1)
+        fallbacks = api.get_fallbacks(access, viewer, workload=workload_id, limit=api.MAX_LIMIT)
+        instances = api.get_instances(access, viewer, workload=workload_id, pool=None,
+                                      state=None, since=None, limit=api.MAX_LIMIT)  # fmt: skip
+        daily = api.get_daily_savings(access, viewer, first=None, last=None,
+                                      workload=workload_id)  # fmt: skip
         groups = [
             (d["day"], [charts.Bar("counterfactual", Decimal(d["eur"]["counterfactual"]),
                                    charts.PALETTE[0]),
@@ -190,7 +195,8 @@ def why(request: Request, id: str | None = None) -> HTMLResponse:
             raise BadParameterError(
                 "an id is 1 to 200 printable characters: paste an event, instance or workload id"
             )
-        return page(request, "why.html", ident=ident, answer=api.get_why(access, ident))
+        answer = api.get_why(access, viewer_of(request), ident)
+        return page(request, "why.html", ident=ident, answer=answer)
 
     return guarded(request, render)
 
@@ -215,8 +221,12 @@ def savings(request: Request) -> HTMLResponse:
             check_span(first, last)
         except ValueError as error:
             raise BadParameterError(str(error)) from error
-        report = api.get_savings(access, first=first, last=last, workload=None)
+        viewer = viewer_of(request)
+        report = api.get_savings(access, viewer, first=first, last=last, workload=None)
         rule = params.get("rule") or ""
+        if rule and "finance" not in viewer.roles:
+            raise SignInError(403, "what-if is for the finance role, and your token does not "
+                              "grant it: ask for the group spotcap-finance")  # fmt: skip
         what_if = whatif.read_what_if(access, rule, first, last) if rule else None
         net = [charts.Bar(w["workload_id"], Decimal(w["eur"]["net_saving"]), charts.PALETTE[2])
                for w in report["workloads"]]  # fmt: skip

@@ -406,7 +406,12 @@ def why(conn: Connection, ident: str, ledger: LedgerStore | None = None) -> Answ
         return why_workload(conn, ident, ledger=ledger)  # with or without a published contract
     except NotFoundError:
         pass
-    raise NotFoundError(
+    raise nothing_called(ident)
+
+
+def nothing_called(ident: str) -> NotFoundError:
+    """What `why` answers when `ident` names nothing (also to whom it names nothing of theirs)."""
+    return NotFoundError(
         f"nothing called {ident!r} in the fleet state: give an event id, an instance id or a "
         "workload id (see `spotcap query instances` and `spotcap query workloads`)"
     )

@@ -254,6 +254,19 @@ def _file_entry(path: Path, rows: int | None, schema: pa.Schema | None) -> dict[
     return entry
 
 
+def check_over(month: str, now_us: int) -> None:
+    """Refuse `month` unless it has ended by `now_us` (the wall clock, in microseconds): a
+    month is written once, so an export before its end would seal it without the events still
+    to come, and a later full export could never join the chain."""
+    layout.check_month(month)
+    _, end_us = layout.month_bounds_us(month)
+    if now_us < end_us:
+        raise ArchiveError(
+            f"{month} is not over: it ends {iso(end_us)[:16].replace('T', ' ')} UTC, and a month "
+            "is archived once, with all its events: export it once it has ended"
+        )
+
+
 def export_month(
     storage: ArchiveStorage,
     signer: Signer,
@@ -263,15 +276,17 @@ def export_month(
     history: Iterable[Positioned],
     cost_lines: pa.Table,
     workdir: Path,
+    now_us: int,
     on_event: Callable[[int], None] | None = None,
     audit: bytes | None = None,
 ) -> Exported:
     """Write `month` of `region` to the archive: `history` is the region's history in order
     (events of other months are skipped), `cost_lines` the ledger's lines of the month,
     `audit` the month's capacity actions (`replay.archive.audit.audit_lines`; None: none
-    exported, as before ADR-25's audit record)."""
+    exported, as before ADR-25's audit record); the month must be over by `now_us`
+    (`check_over`)."""
     started = time.monotonic()
-    layout.check_month(month)
+    check_over(month, now_us)
     months = archived_months(storage, region)
     if month in months:
         raise ArchiveError(
@@ -378,6 +393,17 @@ def export_month(
     # after a crash finds the month absent and writes it again).
     for name in (*layout.DATA_FILES, *audit_files, layout.MANIFEST, layout.SIGNATURE):
         storage.put(layout.key(region, month, name), workdir / name, until)
+    # Then the head names this month as the newest (its signature first: a head is read with
+    # its signature, and a head newer than its signature fails verify rather than passing).
+    head = layout.canonical_json(
+        {"format": layout.HEAD_FORMAT, "region": region, "month": month,
+         "manifest_sha256": layout.sha256_hex(manifest_bytes),
+         "chain": {"size": extension.size, "root": chain_root.hex()}}
+    )  # fmt: skip
+    (workdir / layout.HEAD).write_bytes(head)
+    (workdir / layout.HEAD_SIGNATURE).write_bytes(signer.sign(head))
+    for name in (layout.HEAD_SIGNATURE, layout.HEAD):
+        storage.put(layout.head_key(region, name), workdir / name, until)
     return Exported(
         region,
         month,
@@ -400,12 +426,16 @@ def export_from_log(
     stores: Stores,
     month: str,
     on_step: Callable[[str], None] | None = None,
+    now_us: int | None = None,
 ) -> Exported:
     """`export_month` of `region`'s `month` from the log: the ledger is brought up to date
     first (so the month's cost lines are complete), then the history is read in its merged
-    order. `on_step` hears what is being done, in words."""
+    order. `on_step` hears what is being done, in words. The month must be over by `now_us`
+    (default: the wall clock now)."""
     from projections.catchup import catch_up, open_writer  # the catch-up's libraries
 
+    now_us = int(time.time() * 1_000_000) if now_us is None else now_us
+    check_over(month, now_us)  # before the catch-up, which may take minutes
     say = on_step or (lambda _: None)
     say("bringing the ledger up to date")
     catch_up(log, codec, region, open_writer(stores, "ledger"))
@@ -425,6 +455,7 @@ def export_from_log(
             history=((d.origin, d.envelope) for d in history),
             cost_lines=lines,
             workdir=Path(tmp),
+            now_us=now_us,
             on_event=lambda n: say(f"archiving {month}: {n:,} events"),
             audit=audit,
         )

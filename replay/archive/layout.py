@@ -49,6 +49,12 @@ FORMAT_1 = "spotcap-archive/1"
 FORMAT_2 = "spotcap-archive/2"
 FORMAT_3 = "spotcap-archive/3"
 PROOF_FORMAT = "spotcap-inclusion-proof/1"
+HEAD_FORMAT = "spotcap-archive-head/1"
+HEAD = "head.json"
+"""The archive's signed head, ``REGION/head.json`` (with ``head.sig``): the newest month, its
+manifest's SHA-256 and the chain's size and root, rewritten at each export (on S3, a new
+version of the same key, each locked): without it the newest month could be deleted unseen."""
+HEAD_SIGNATURE = "head.sig"
 EVENTS = "events.parquet"
 COST_LINES = "cost_lines.parquet"
 SCHEMA = "envelope.avsc"
@@ -257,6 +263,11 @@ def _us(moment: datetime) -> int:
 
 def key(region: str, month: str, name: str) -> str:
     return f"{region}/{month}/{name}"
+
+
+def head_key(region: str, name: str = HEAD) -> str:
+    """The key of the region's head (`HEAD`) or of its signature (`HEAD_SIGNATURE`)."""
+    return f"{region}/{name}"
 
 
 _CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

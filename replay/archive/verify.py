@@ -109,9 +109,12 @@ def verify_archive(
     public_key: Ed25519PublicKey,
     region: str,
     month: str | None = None,
+    *,
     on_month: Callable[[str], None] | None = None,
+    through: str | None = None,
 ) -> list[MonthReport]:
-    """Check every month of `region` (or one, with its link to the one before)."""
+    """Check every month of `region` (or one, with its link to the one before), and, for the
+    whole archive, its signed head; with `through`, that the archive reaches that month."""
     signed = archived_months(storage, region)
     present = _months_in(storage, region)
     reports: list[MonthReport] = []
@@ -138,7 +141,71 @@ def verify_archive(
             reports.append(_Month(storage, public_key, region, m, Path(tmp) / m).check())
     if month is None:
         reports.extend(_gaps(storage, region, signed))
+        reports.extend(_head(storage, public_key, region, signed, through))
     return reports
+
+
+def _head(
+    storage: ArchiveStorage,
+    public_key: Ed25519PublicKey,
+    region: str,
+    signed: list[str],
+    through: str | None,
+) -> list[MonthReport]:
+    """The archive's signed head names its newest month, which must be there and be the newest;
+    with `through`, the newest must reach that month (a head rolled back with its newest month
+    deleted is found only so: the auditor says which month the archive must hold)."""
+    newest = signed[-1] if signed else None
+    report = MonthReport(newest or "-")
+
+    def fail(message: str) -> list[MonthReport]:
+        report.findings.append(Finding(report.month, "head", message))
+        return [report, *short]
+
+    short: list[MonthReport] = []
+    if through is not None and (newest is None or newest < through):
+        missing = f"the months after it are missing from {storage.describe()}"
+        short.append(MonthReport(through, findings=[Finding(
+            through, "archive", f"ends at {newest or 'no month'}, before {through}: "
+            f"{missing} (deleted, or never exported)")]))  # fmt: skip
+    try:
+        data = storage.read(layout.head_key(region))
+        signature = storage.read(layout.head_key(region, layout.HEAD_SIGNATURE))
+    except ArchiveError:
+        return fail(
+            f"is missing from {storage.describe()}: without the signed head a deleted newest "
+            "month cannot be told from one never exported (an export writes it)"
+        )
+    if not signed_by(public_key, signature, data):
+        return fail("its signature does not verify under the trusted key: it was changed")
+    if storage.enforces_retention:  # each version locked, so an older head cannot be put back
+        for name in (layout.HEAD, layout.HEAD_SIGNATURE):
+            try:
+                held = storage.retention(layout.head_key(region, name))
+            except ArchiveError as error:
+                return fail(f"{name}'s retention cannot be read: {error}")
+            if held is None or held.mode != "COMPLIANCE":
+                return fail(f"{name} is not locked in compliance mode: it was put over the head")
+    try:
+        head = json.loads(data)
+        named, sha = str(head["month"]), str(head["manifest_sha256"])
+    except (ValueError, KeyError, TypeError):
+        return fail("is not a head of this format (a signed JSON naming a month)")
+    if named not in signed:
+        report.month = named
+        return fail(
+            f"names {named} as the newest month, which is missing from {storage.describe()} "
+            f"(its manifest's SHA-256 was {sha}): the newest month was deleted"
+        )
+    if named != newest:
+        return fail(f"names {named} as the newest month, but {newest} is archived after it")
+    try:
+        manifest = storage.read(layout.key(region, named, layout.MANIFEST))
+    except ArchiveError:
+        return fail(f"names {named}, whose manifest cannot be read")
+    if layout.sha256_hex(manifest) != sha:
+        return fail(f"names {named}'s manifest with SHA-256 {sha}, not the one archived")
+    return short
 
 
 def _gaps(storage: ArchiveStorage, region: str, months: list[str]) -> list[MonthReport]:
@@ -355,7 +422,9 @@ class _Month:
         if (
             len(held) != len(wanted)
             or len(pc.unique(held)) != len(held)
-            or not pc.all(pc.is_in(held, value_set=wanted)).as_py()
+            # min_count=0: all of nothing is true (by default arrow says null, and an empty
+            # month, with none of these events, failed its own verify)
+            or not pc.all(pc.is_in(held, value_set=wanted), min_count=0).as_py()
         ):
             self.fail(
                 name,

@@ -115,22 +115,30 @@ def export_command(settings: Settings, *, month: str, location: str | None, key_
 
 @archive.command("verify")
 @click.option("--month", default=None, help="Check this month only (YYYY-MM); default all.")
+@click.option("--through", default=None, metavar="YYYY-MM",
+              help="The month the archive must reach (a deleted newest month is found so).")
 @public_key_option
 @archive_option
 @click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON.")
 @click.pass_obj
 def verify_command(
     settings: Settings,
+    *,
     month: str | None,
+    through: str | None,
     public_key_file: Path,
     location: str | None,
     as_json: bool,
 ) -> None:
     """Check the archive with only the archive and the public key (no database, no log):
-    every file's SHA-256, the signatures, the Merkle trees, the chain between months and the
-    Object Lock retention. Exit 1 and name exactly what is wrong if anything is."""
+    every file's SHA-256, the signatures, the Merkle trees, the chain between months, the
+    signed head (the newest month) and the Object Lock retention. Exit 1 and name exactly what
+    is wrong if anything is."""
     public_key = read_public_key(public_key_file)
     month = _month(month) if month else None
+    through = _month(through) if through else None
+    if month and through:
+        fail("--month checks one month and --through the whole archive: give one", usage=True)
     try:
         storage = open_archive(settings, location)
         with spinner("", quiet=as_json) as step:
@@ -141,6 +149,7 @@ def verify_command(
                 settings.region,
                 month,
                 on_month=lambda m: step.update(task, description=f"verifying {m}"),
+                through=through,
             )
     except ArchiveError as error:
         fail(str(error))

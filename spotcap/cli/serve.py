@@ -28,11 +28,16 @@ from spotcap.home import hold_home
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The archive signer's public key: the one key the Archive page's verify "
               "trusts (without it, the months are listed but not verified).")
+@click.option("--oidc-issuer", envvar="SPOTCAP_OIDC_ISSUER", default=None, metavar="URL",
+              help="Require sign-in with tokens of this OIDC issuer (docs/security.md).")
+@click.option("--oidc-audience", envvar="SPOTCAP_OIDC_AUDIENCE", default=None, metavar="ID",
+              help="This server's client id: the audience its tokens must name.")
 @click.option("--log-level", type=click.Choice(["warning", "info", "debug"]), default="info",
               show_default=True, help="info logs each request (the access log) on stderr.")
 @click.pass_obj
 def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
-          location: str | None, public_key_file: Path | None, log_level: str) -> None:
+          location: str | None, public_key_file: Path | None, oidc_issuer: str | None,
+          oidc_audience: str | None, log_level: str) -> None:
     # fmt: on
     """Serve the read side over HTTP, read-only: the console at /, the JSON API under
     /api/v1, its OpenAPI description at /openapi.json and Prometheus metrics at /metrics.
@@ -40,6 +45,10 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     The console's pages (docs/console.md) and the API answer the queries of `spotcap query`,
     `why` and `report savings`, `replay` with the shipped rules, and `archive verify` over the
     archive --archive names with the key --archive-public-key gives.
+
+    With --oidc-issuer and --oidc-audience every request needs a token of that issuer, and
+    each role reads its own part (docs/security.md); without them it serves everyone, and only
+    on a loopback address.
 
     The server stays up when a store is down: the endpoints that need it answer 503 with a
     sentence saying how to bring it back. Ctrl-C (or SIGTERM) stops it.
@@ -49,9 +58,17 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     from console.app import create_app
     from console.archive import ArchiveDesk
     from console.server import ListenError, listen, serve, url_of
+    from console.signin import Issuer, SignInError, without_issuer
     from replay.archive.storage import ArchiveError
     from spotcap.wiring import open_archive, open_log, stores
 
+    if bool(oidc_issuer) != bool(oidc_audience):
+        fail("--oidc-issuer and --oidc-audience go together: give both or neither", usage=True)
+    try:
+        issuer = Issuer(oidc_issuer, oidc_audience) if oidc_issuer and oidc_audience else None
+        no_sign_in = None if issuer else without_issuer(host)
+    except SignInError as error:
+        fail(str(error), usage=True)
     settings = need_home(with_postgres(settings, postgres_dsn), log=True, fleet=True, ledger=True)
     hold_home(settings)
     key = read_public_key(public_key_file) if public_key_file else None
@@ -71,13 +88,15 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
             "endpoints answer 503 until it is back",
             err=True,
         )
+    if no_sign_in:
+        say(f"[yellow]warning:[/] {escape(no_sign_in)}", err=True)
     url = url_of(sock)
     click.echo(
         f"serving region {settings.region} of {settings.home} on {url}: console {url}/, API "
         f"{url}/api/v1, description {url}/openapi.json, metrics {url}/metrics (Ctrl-C stops)"
     )
     try:
-        serve(create_app(access, desk), sock, log_level)
+        serve(create_app(access, desk, issuer), sock, log_level)
     finally:
         access.close()
     say("stopped", markup=False, err=True)
