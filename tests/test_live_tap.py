@@ -70,9 +70,18 @@ def test_the_tap_writes_the_regions_own_facts_and_leaves_the_actuators(tmp_path:
     while region.advance() < config.end_us:
         assert time.monotonic() < deadline, "the region did not reach its end"
         time.sleep(0.01)
+    expected = [e for e in published if e.event_type not in WRITTEN_BY_THE_ACTUATOR]
+    claims = [e for e in expected if e.event_type.startswith("capacity_")]
+    assert claims
+    # The claims wait for the release (the market on the log); everything else is written.
+    while tap.written < len(expected) - len(claims):
+        assert time.monotonic() < deadline, "the tap did not write the region's facts"
+        time.sleep(0.05)
+    time.sleep(0.2)  # a few more of the tap's rounds: still no claim
+    assert tap.written == len(expected) - len(claims)
+    tap.release_demand()
     tap.close()
     written = [d.envelope for d in MergedHistory(log, codec, "tap", EVENT_TOPICS)]
-    expected = [e for e in published if e.event_type not in WRITTEN_BY_THE_ACTUATOR]
     assert expected and tap.written == len(written)
     assert sorted(e.event_id for e in written) == sorted(e.event_id for e in expected)
     kinds = {e.event_type for e in written}

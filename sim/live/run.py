@@ -29,9 +29,10 @@ from schemas.events import Envelope
 from sim.cloud import CloudConfig, ServedCloud
 from sim.cloud.serve import write_client_files
 from sim.demo import events_in_log
+from sim.live.agents import RealAgents
 from sim.live.processes import SPOTCAP, LiveError, Servers, Service, wait_until
 from sim.live.scenario import OWNER, Plan, Scenario
-from sim.live.tap import RegionTap
+from sim.live.tap import AGENTS, RegionTap
 from sim.report import DecisionSummary
 from sim.summary import RunSummary
 from streams.kafka import KafkaLog
@@ -75,6 +76,7 @@ class LiveRun:
     nats: str = ""
     lines: dict[str, str] = field(default_factory=dict)
     plan: Plan | None = None
+    agents: RealAgents | None = None
 
     def __post_init__(self) -> None:
         self.servers = Servers(self.folder / "servers")
@@ -177,6 +179,23 @@ def _cloud_and_actuator(run: LiveRun, log: KafkaLog, codec: Codec) -> None:
     )
     run.service("actuator", "run", "actuator", "--provider", str(provider), "--orchestrator-id",
                 OWNER, "--state", str(run.folder / "actuator"))  # fmt: skip
+    if scenario.agents:
+        run.agents = RealAgents(run.folder / "agents", run.globals(), cloud)
+        run.agents.prepare(scenario.sim_config(), run.folder / "cloud" / "catalogue.yaml")
+    tap = run.tap  # the log's market records beyond the tap's are the actuator's
+    wait_until(
+        lambda: _market_facts(log, run.region) > tap.market_taken,
+        run.config.patience_s,
+        "the actuator to put the provider's first rate cards on the log",
+        run.services,
+    )
+    tap.release_demand()
+
+
+def _market_facts(log: KafkaLog, region: str) -> int:
+    """How many records the region's market topic holds."""
+    ends = region_end_offsets(log, region).get(f"{region}.market") or {}
+    return sum(ends.values())
 
 
 def _until_the_span_is_over(run: LiveRun) -> None:
@@ -189,6 +208,7 @@ def _until_the_span_is_over(run: LiveRun) -> None:
     while not region.ended:
         for service in run.services:
             service.check()
+        _start_agents(run)
         if run.tap is not None and run.tap.failure is not None:
             raise LiveError(f"the region's facts could not be written: {run.tap.failure}")
         if time.monotonic() > deadline:
@@ -199,6 +219,20 @@ def _until_the_span_is_over(run: LiveRun) -> None:
                     f"{cloud.summary()['servers']} servers")  # fmt: skip
             next_say += 15.0
         time.sleep(0.5)
+
+
+def _start_agents(run: LiveRun) -> None:
+    """A real agent on each node the scenario chose, once chosen (the tap stops simulating
+    that node's agent first)."""
+    agents, plan, cloud, tap = run.agents, run.plan, run.cloud, run.tap
+    if agents is None or plan is None or cloud is None or tap is None:
+        return
+    for instance_id, workload_id, pool_id in plan.agent_instances:
+        if instance_id not in agents.agents:
+            with cloud.region.lock:
+                tap.agents.real.add(instance_id)
+            run.say(f"starting a real agent on {instance_id} ({workload_id})")
+            agents.start(instance_id, workload_id, pool_id)
 
 
 def _until_quiet(run: LiveRun, log: KafkaLog) -> None:
@@ -251,6 +285,10 @@ def _catch_up(run: LiveRun) -> None:
 
 
 def _stop_services(run: LiveRun) -> None:
+    if run.agents is not None:
+        for name, line in run.agents.stop().items():
+            if line:
+                run.lines[name] = line
     for service in reversed(run.services):
         line = service.stop()
         if line:
@@ -276,9 +314,12 @@ def summarise(log: KafkaLog, codec: Codec, run: LiveRun) -> dict[str, Any]:
     misbehaving = run.plan.misbehaving_pool_ids if run.plan is not None else ()
     summary = RunSummary(sim.catalogue)
     decisions = DecisionSummary(misbehaving)
+    drains: list[Envelope] = []
     for envelope in region_events(log, codec, run.region):
         summary.observe(envelope)
         decisions.observe(envelope)
+        if envelope.event_type == "drain_started":
+            drains.append(envelope)
     report = summary.report(misbehaving)
     report.update(
         region=run.region,
@@ -290,6 +331,10 @@ def summarise(log: KafkaLog, codec: Codec, run: LiveRun) -> dict[str, Any]:
     report["decisions"] = decisions.report()
     cloud = run.cloud.summary()
     report["live"] = {
+        "drains": {
+            "by real agents": sum(1 for e in drains if e.producer != AGENTS),
+            "by simulated agents": sum(1 for e in drains if e.producer == AGENTS),
+        },
         "services": dict(run.lines),
         "cloud": {k: cloud[k] for k in ("servers", "requests", "notices_published")},
         "tap_written": run.tap.written if run.tap is not None else 0,
@@ -304,10 +349,11 @@ def live_lines(report: dict[str, Any]) -> list[str]:
     cloud = live["cloud"]
     lines = [
         f"live: {live['span_s'] / 60:g} sim minutes at {live['speed']:g}x took "
-        f"{live['sim_wall_s']:.0f} s of wall time ({live['wall_s']:.0f} s with starting and "
-        f"stopping); the cloud answered {cloud['requests']:,} requests, published "
+        f"{live['sim_wall_s']:.0f} s of wall time ({live['wall_s']:.0f} s in all)",
+        f"the cloud answered {cloud['requests']:,} requests, published "
         f"{cloud['notices_published']:,} notices and ran {cloud['servers']:,} servers at the end",
         f"the region's own facts written by its tap: {live['tap_written']:,}",
+        "drains started: " + ", ".join(f"{n:,} {who}" for who, n in live["drains"].items()),
     ]
     lines += [f"{name}: {line}" for name, line in sorted(live["services"].items())]
     lines.append(f"servers' data, services' logs and state: {live['folder']}")

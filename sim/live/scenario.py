@@ -2,11 +2,14 @@
 pool that misbehaves (reclaimed far above its record and price) and one hall-wide wave at a
 set time, in the hall that then runs the most reclaimable instances.
 
-The misbehaving pool is chosen when it starts to misbehave (`misbehave_at_s`): the reclaimable
-pool outside the wave's hall that runs the most instances then (the deciders chose where to
-place, so no pool can be named before), each of its instances reclaimed with a notice, one
-every `misbehave_every_s`, and what is launched there later reclaimed at
-`misbehaving_rate_per_h` per instance-hour. The scenario's `Plan` says which pool it was.
+The misbehaving pool is chosen when it starts to misbehave (`misbehave_at_s`): the
+reclaimable pool outside the wave's hall that runs the most instances then (the deciders chose
+where to place, so no pool can be named before), each of its instances reclaimed with a notice,
+one every `misbehave_every_s` from `agents_lead_s` later (time for the real agents of its first
+`agents` instances to start: `Plan.agent_instances`), and what is launched there later
+reclaimed at `misbehaving_rate_per_h` per instance-hour. A moment that finds nothing to act on
+(no reclaimable instance placed yet, after a slow start) comes again `retry_s` later. The
+`Plan` says what it chose.
 
 Everything else is the simulator's own (`sim.region`): the workloads, their claims and their
 work, the rate cards and forecasts. What differs from the demo's region is what a live run needs
@@ -17,6 +20,7 @@ scenario's one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -44,10 +48,16 @@ class Scenario:
     wave_spread_s: int = 120
     wave_pressure_s: int = 1800
     notice_s: int = 120
-    misbehave_at_s: int = 600
+    misbehave_at_s: int = 420
+    agents: int = 2
+    """Real agents, on the misbehaving pool's first instances (the rest are simulated)."""
+    agents_lead_s: int = 480
+    """From choosing the misbehaving pool to its first reclaim: time for its agents to start."""
     misbehave_every_s: int = 30
     misbehaving_rate_per_h: float = 6.0
     usage_interval_s: int = 600
+    retry_s: int = 60
+    """A moment that finds no reclaimable instance to act on is tried again this much later."""
     claim_deadline_s: int = 1800
 
     def sim_config(self) -> SimConfig:
@@ -87,6 +97,8 @@ class Plan:
     sim: RegionSim
     misbehaving_pool_ids: tuple[str, ...] = ()
     wave_hall: str | None = None
+    agent_instances: list[tuple[str, str, str]] = field(default_factory=list)
+    """(instance, workload, pool) of the nodes that get a real agent, once chosen."""
     _taken: set[str] = field(default_factory=set)
 
     def _running(self, pool_id: str) -> int:
@@ -105,18 +117,36 @@ class Plan:
         others = [p for h in sorted(self.sim.catalogue.halls()) if h != wave_hall
                   for p in self._reclaimable(h)] or self._reclaimable(wave_hall)  # fmt: skip
         pool_id = max(others, key=self._running)
+        if not self._running(pool_id):  # nothing placed there yet: choose a little later
+            self._again(self.misbehave)
+            return
         self.misbehaving_pool_ids = (pool_id,)
         self.sim.reclaimer.rate_per_instance_h[pool_id] = self.scenario.misbehaving_rate_per_h
         every_us = self.scenario.misbehave_every_s * SECOND_US
-        for n, instance_id in enumerate(self.sim.provider.reclaimable_ids(pool_id)):
-            self.sim.clock.after(n * every_us, partial(self._reclaim, instance_id))
+        lead_us = self.scenario.agents_lead_s * SECOND_US
+        ids = self.sim.provider.reclaimable_ids(pool_id)
+        for instance_id in ids[: self.scenario.agents]:
+            workload_id = self.sim.provider.get(instance_id).workload_id
+            self.agent_instances.append((instance_id, workload_id, pool_id))
+        for n, instance_id in enumerate(ids):
+            self.sim.clock.after(lead_us + n * every_us, partial(self._reclaim, instance_id))
+
+    def _again(self, action: Callable[[], None]) -> None:
+        """`action` again after `retry_s`, within the span."""
+        at_us = self.sim.now_us() + self.scenario.retry_s * SECOND_US
+        if at_us < self.sim.config.end_us:
+            self.sim.clock.at(at_us, action)
 
     def _reclaim(self, instance_id: str) -> None:
         self.sim.provider.start_reclaim(instance_id, self.scenario.notice_s)
 
     def wave(self) -> None:
         s = self.scenario
-        self.wave_hall = hall = self._busiest_hall()
+        hall = self._busiest_hall()
+        if not sum(map(self._running, self._reclaimable(hall))):  # nothing to take back yet
+            self._again(self.wave)
+            return
+        self.wave_hall = hall
         self.sim.reclaimer.start_wave(
             Wave(
                 wave_id=WAVE_ID,

@@ -13,6 +13,12 @@ notice of one of spotcap's instances it writes the agent's `drain_started` (one 
 later, under the id a real agent derives from the notice, so a real agent of the same node
 writes the same event) and its `drain_completed` (`drain_s` later, before the deadline).
 
+The schedulers' claims (the ``demand`` topic's events but the contracts) are held until
+`release_demand`: the live run releases them once the actuator has put the provider's first
+rate cards and forecasts on the log, so that the deciders never plan a claim without prices
+(on a loaded machine the actuator starts many sim seconds after the region's first claims).
+They keep their event time; the deciders take them in the order they arrive.
+
 Handlers run under the region's lock and only queue; the tap's own thread writes and flushes
 every `flush_s`, so the region never waits on the log.
 """
@@ -27,6 +33,7 @@ from collections import deque
 from schemas.codec import Codec
 from schemas.events import (
     Advisory,
+    ContractPublished,
     DrainCompleted,
     DrainStarted,
     Envelope,
@@ -128,11 +135,14 @@ class RegionTap:
         self._writer = EventWriter(log_, codec, region.region, flush_every=10_000)
         self._flush_s = flush_s
         self._queue: deque[Envelope] = deque()
+        self._held: list[Envelope] | None = []  # the claims, until released (None: released)
         self.agents = SimulatedAgents(region.region)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: Exception | None = None
         self.written = 0
+        self.market_taken = 0
+        """Market facts (pools, reservations) taken to write so far."""
         region.on_every(self._take)
 
     def start(self) -> None:
@@ -150,8 +160,21 @@ class RegionTap:
     def _take(self, envelope: Envelope) -> None:  # under the region's lock
         if envelope.event_type == NoticeReceived.EVENT_TYPE:
             self.agents.noticed(envelope)
-        if envelope.event_type not in WRITTEN_BY_THE_ACTUATOR:
+        if envelope.event_type in WRITTEN_BY_THE_ACTUATOR:
+            return
+        if type(envelope.payload).TOPIC == "market":
+            self.market_taken += 1
+        if self._held is not None and _is_claim(envelope):
+            self._held.append(envelope)
+        else:
             self._queue.append(envelope)
+
+    def release_demand(self) -> None:
+        """Write the claims held so far, and every claim from now on as it comes."""
+        with self._region.lock:
+            if self._held is not None:
+                self._queue.extend(self._held)
+                self._held = None
 
     def _run(self) -> None:
         try:
@@ -172,3 +195,10 @@ class RegionTap:
         if taken:
             self._writer.flush()
             self.written += len(taken)
+
+
+def _is_claim(envelope: Envelope) -> bool:
+    return (
+        type(envelope.payload).TOPIC == "demand"
+        and envelope.event_type != ContractPublished.EVENT_TYPE
+    )
