@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Protocol
 
@@ -42,3 +43,26 @@ class ScaledClock:
     def restart(self) -> None:
         """Event time is `origin_us` again from now (when the scaled feed starts)."""
         self._start_s = time.monotonic()
+
+
+class AnchoredClock:
+    """Event time of a region whose clock runs `speed` times faster than the machine's
+    real-time clock from an anchor (a served cloud's, `spotcap demo --live`): the same sim time
+    every process of the machine computes, so notices' deadlines compare as the cloud's."""
+
+    def __init__(self, sim_start_us: int, wall_start_us: int, speed: float) -> None:
+        self._sim_start_us = sim_start_us
+        self._wall_start_us = wall_start_us
+        self.speed = speed
+
+    @classmethod
+    def from_file(cls, path: str) -> AnchoredClock:
+        """From a JSON file with ``sim_start_us``, ``wall_start_us`` and ``speed``."""
+        with open(path, encoding="utf-8") as handle:
+            anchor = json.load(handle)
+        return cls(int(anchor["sim_start_us"]), int(anchor["wall_start_us"]),
+                   float(anchor["speed"]))  # fmt: skip
+
+    def now_us(self) -> int:
+        elapsed_us = max(0, time.time_ns() // 1_000 - self._wall_start_us)
+        return self._sim_start_us + int(elapsed_us * self.speed)

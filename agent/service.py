@@ -317,7 +317,9 @@ def no_bundle(config: AgentConfig) -> tuple[str, str]:
 
 
 async def run_until_stopped(
-    config: AgentConfig, beside: Callable[[threading.Event], None] | None = None
+    config: AgentConfig,
+    beside: Callable[[threading.Event], None] | None = None,
+    clock: Clock | None = None,
 ) -> None:
     """Run the agent until SIGTERM or SIGINT (SIGHUP reloads the bundle, as `systemctl reload`
     does); `beside`, if given, runs in a thread of its own until the agent stops and is told so
@@ -328,7 +330,7 @@ async def run_until_stopped(
         loop.add_signal_handler(sig, stop.set)
     beside_stop = threading.Event()
     thread = None
-    async with Agent(config) as node:
+    async with Agent(config, clock=clock) as node:
         loop.add_signal_handler(signal.SIGHUP, node.bundles.load)
         if node.metrics_port is not None:
             host = config.metrics_listen.rpartition(":")[0] if config.metrics_listen else ""

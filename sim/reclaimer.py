@@ -145,6 +145,10 @@ class Reclaimer:
 
     # -- waves ------------------------------------------------------------------------------
 
+    def start_wave(self, wave: Wave) -> None:
+        """Start `wave` now, beside the planned ones (a scenario's own wave)."""
+        self._wave(wave)
+
     def _wave(self, wave: Wave) -> None:
         provider, rng = self._provider, self._rng
         provider.set_hall_pressure(wave.hall, True)

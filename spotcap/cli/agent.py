@@ -51,10 +51,13 @@ def agent() -> None:
 @agent.command("run")
 @_CONFIG
 @click.option("--ship", is_flag=True, help="Also ship the spool into the event log (embedded).")
+@click.option("--clock", "clock_file", type=click.Path(exists=True, dir_okay=False), help="Event "
+              "time from a served cloud's clock anchor (JSON), as `spotcap demo --live` runs it.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="The least severe messages the agent logs.")
 @click.pass_context
-def run_command(ctx: click.Context, config_path: Path, ship: bool, log_level: str) -> None:
+def run_command(ctx: click.Context, config_path: Path, ship: bool, clock_file: str | None,
+                log_level: str) -> None:  # fmt: skip
     # fmt: on
     """Run the agent until SIGTERM or Ctrl-C (logs go to stderr, one line per step)."""
     config = _config(config_path)
@@ -63,10 +66,12 @@ def run_command(ctx: click.Context, config_path: Path, ship: bool, log_level: st
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from agent.clock import AnchoredClock
     from agent.service import run_until_stopped
 
     settings = (ctx.find_object(Settings) or Settings.load()) if ship else None
-    asyncio.run(run_until_stopped(config, _shipping(config, settings) if settings else None))
+    clock = AnchoredClock.from_file(clock_file) if clock_file else None
+    asyncio.run(run_until_stopped(config, _shipping(config, settings) if settings else None, clock))
 
 
 def _shipping(config: AgentConfig, settings: Settings) -> Any:

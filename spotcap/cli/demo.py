@@ -21,6 +21,7 @@ from sim.demo import (
     run_demo,
     write_contract_files,
 )
+from sim.live import LiveConfig, LiveError, Scenario, live_lines, run_live
 from sim.region import SimConfig
 from sim.report import (
     comparison_rows,
@@ -44,11 +45,11 @@ from streams.log import LogError
 
 # fmt: off
 @click.command("demo")
-@click.option("--days", type=FiniteFloatRange(min=0, min_open=True, max=400), default=7.0,
-              show_default=True, help="Sim days to run.")
+@click.option("--days", type=FiniteFloatRange(min=0, min_open=True, max=400), default=None,
+              help="Sim days to run (default 7; with --live 1/24: one sim hour).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of every random choice.")
-@click.option("--workloads", type=click.IntRange(min=0), default=220, show_default=True,
-              help="Workloads.")
+@click.option("--workloads", type=click.IntRange(min=0), default=None,
+              help="Workloads (default 220; with --live 10).")
 @click.option("--catalogue", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Pool catalogue file (default: the demo region generated from the seed).")
 @click.option("--contracts-out", type=click.Path(file_okay=False, path_type=Path),
@@ -69,16 +70,29 @@ from streams.log import LogError
               "the log.")
 @click.option("--all-exclusions", is_flag=True,
               help="List every exclusion in the summary (default: the first ten).")
+@click.option("--live", is_flag=True, help="Run the live topology instead, every service a real "
+              "process on real servers, over the region served as a cloud (docs/operating.md).")
+@click.option("--speed", type=click.FloatRange(min=1, max=1000), default=30.0, show_default=True,
+              help="With --live: sim seconds per wall second.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
-def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogue: Path | None,
-         contracts_out: Path | None, orchestrator: str, compare: bool, fresh: bool,
-         projections: bool, all_exclusions: bool, as_json: bool) -> None:
+def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | None,
+         catalogue: Path | None, contracts_out: Path | None, orchestrator: str, compare: bool,
+         fresh: bool, projections: bool, all_exclusions: bool, live: bool, speed: float,
+         as_json: bool) -> None:
     # fmt: on
     """Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the log.
 
     Deterministic: the same seed and options write the same log, byte for byte.
     """
+    if live and (catalogue or contracts_out or fresh or orchestrator != DEFAULT_ORCHESTRATOR):
+        fail("--live runs the deciders over a region of its own: --catalogue, --contracts-out, "
+             "--fresh and --orchestrator do not apply", "leave them out, or leave out --live")
+    if live:
+        scenario = Scenario(seed, round((days or 1 / 24) * 86_400),
+                            10 if workloads is None else workloads, settings.region)  # fmt: skip
+        return _live(settings, LiveConfig(scenario, speed, kafka=settings.kafka_bootstrap), as_json)
+    days, workloads = days or 7.0, 220 if workloads is None else workloads
     try:
         config = checked_config(
             SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads),
@@ -151,6 +165,20 @@ def demo(settings: Settings, *, days: float, seed: int, workloads: int, catalogu
     if contracts_out is not None:
         files = report["contracts_out"]["files"]
         say(contract_files_sentence(files, contracts_out, catalogue, seed), markup=False)
+
+
+def _live(settings: Settings, config: LiveConfig, as_json: bool) -> None:
+    try:
+        report = run_live(config, settings.home, lambda text: say(text, markup=False, err=True))
+    except LiveError as error:
+        fail(str(error), error.hint)
+    if as_json:
+        emit_json(report)
+        return
+    print_summary(report)
+    print_decisions(report["decisions"], 10)
+    for line in live_lines(report):
+        say(line, markup=False)
 
 
 def _check_region(settings: Settings) -> None:
