@@ -32,7 +32,9 @@ Two more paths read through what the processors run, on both logs:
 Each round runs every path's two sides, and the side that goes first alternates from round
 to round (project first in odd rounds, bare first in even ones), so order effects on a shared
 machine cancel; the ratio of each round is its own pair's, reported as the median and range
-over the rounds (at least 4 for a figure worth quoting). Without --kafka, a single-node broker
+over the rounds (at least 4 for a figure worth quoting). The CPU ratio is the same over events
+per CPU-second of this process (librdkafka's threads included, the broker's not), which the
+machine's other load disturbs far less than wall time. Without --kafka, a single-node broker
 is started with infra/servers/ for the run. `--profile` runs each project path once more under
 cProfile and prints its top entries. At the end, the embedded log's peak memory (RSS) of
 writing and of reading back a log of 7 and of 30 demo days (`bench/log_memory.py`).
@@ -82,6 +84,11 @@ class Measured:
     project: Callable[[int], tuple[int, float]]
     bare: Callable[[int], tuple[int, float]]
     rates: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"project": [], "bare": []}
+    )
+    # Events per CPU-second of this process (librdkafka's threads included, the broker's
+    # not): what the machine's other load disturbs least.
+    cpu_rates: dict[str, list[float]] = dataclasses.field(
         default_factory=lambda: {"project": [], "bare": []}
     )
 
@@ -313,7 +320,9 @@ def run_rounds(paths: list[Measured], rounds: int) -> None:
         for path in paths:
             for side in order:
                 run = path.project if side == "project" else path.bare
+                cpu = time.process_time()
                 count, seconds = run(r)
+                path.cpu_rates[side].append(count / (time.process_time() - cpu))
                 path.rates[side].append(count / seconds)
         done = ", ".join(
             f"{p.name} {p.rates['project'][-1] / p.rates['bare'][-1]:.2f}x" for p in paths
@@ -324,15 +333,19 @@ def run_rounds(paths: list[Measured], rounds: int) -> None:
 def report(paths: list[Measured]) -> None:
     print(
         f"\n{'path':<24} {'project events/s':>17} {'bare events/s':>17} "
-        f"{'ratio: median (range)':>22}"
+        f"{'ratio: median (range)':>22} {'CPU ratio':>18}"
     )
     for p in paths:
         ratios = [a / b for a, b in zip(p.rates["project"], p.rates["bare"], strict=True)]
-        spread = f"{statistics.median(ratios):.2f} ({_range(ratios, '{:.2f}')})"
+        cpu = [a / b for a, b in zip(p.cpu_rates["project"], p.cpu_rates["bare"], strict=True)]
         print(
             f"{p.name:<24} {_range(p.rates['project'], '{:,.0f}'):>17} "
-            f"{_range(p.rates['bare'], '{:,.0f}'):>17} {spread:>22}"
+            f"{_range(p.rates['bare'], '{:,.0f}'):>17} {_spread(ratios):>22} {_spread(cpu):>18}"
         )
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f} ({_range(ratios, '{:.2f}')})"
 
 
 def _range(values: list[float], fmt: str) -> str:

@@ -144,13 +144,25 @@ def _zigzag_uncached(n: int) -> bytes:
 
 # Lengths of keys and values, and block counts, are mostly below this: looked up, not built.
 _SMALL_LONGS = tuple(_zigzag_uncached(n) for n in range(8192))
+# Larger longs (offsets, timestamps, checksums) 14 bits at a time: the two varint bytes of
+# each 14-bit group followed by more, and the last group's one or two.
+_GROUP = 1 << 14
+_FOLLOWED = tuple(bytes(((u & 0x7F) | 0x80, (u >> 7) | 0x80)) for u in range(_GROUP))
+_LAST = tuple(
+    bytes((u,)) if u < 0x80 else bytes(((u & 0x7F) | 0x80, u >> 7)) for u in range(_GROUP)
+)
 
 
 def _zigzag(n: int) -> bytes:
     """Avro's encoding of a long (zigzag varint)."""
     if 0 <= n < 8192:
         return _SMALL_LONGS[n]
-    return _zigzag_uncached(n)
+    z = (n << 1) ^ (n >> 63)
+    out = b""
+    while z >= _GROUP:
+        out += _FOLLOWED[z & 0x3FFF]
+        z >>= 14
+    return out + _LAST[z]
 
 
 def read_long(buf: bytes, pos: int) -> tuple[int, int]:
@@ -453,7 +465,11 @@ def whole_records(  # noqa: PLR0917 (one loop over the body, kept flat for speed
                 return None  # (a varint past 64 bits: fastavro's reader would wrap it)
             tag = data[pos]
             if tag == 2:
-                size, pos = read_long(data, pos + 1)
+                size = data[pos + 1]
+                if size < 0x80:  # a one-byte length (keys are short)
+                    size, pos = (size >> 1) ^ -(size & 1), pos + 2
+                else:
+                    size, pos = read_long(data, pos + 1)
                 if size < 0 or pos + size > end:
                     return None
                 key: bytes | None = data[pos : pos + size]

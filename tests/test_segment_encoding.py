@@ -14,6 +14,7 @@ from streams.segment import (
     _BODY,
     SYNC_SIZE,
     Header,
+    _zigzag,
     decode_block,
     decode_carefully,
     encode_block,
@@ -169,3 +170,10 @@ def test_the_fast_path_reads_damaged_bytes_as_the_careful_one(
     fast, careful = _both(damaged, 7, None, len(records))
     assert fast == careful
     assert careful.problems or careful.records != records or careful.held != len(records)  # type: ignore[attr-defined]
+
+
+@given(LONGS)
+def test_longs_encode_as_fastavro_writes_them(n: int) -> None:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, "long", n)
+    assert _zigzag(n) == out.getvalue()
