@@ -26,8 +26,9 @@ Two more paths read through what the processors run, on both logs:
   committed after each batch; 500 records a poll, as the projections run it) vs the bare
   read + decode loop of the same log.
 * MergedHistory: `streams.merged.MergedHistory` over every event topic (the order catch-up,
-  rebuild, replay and export read in) vs the bare read + decode loop and a sort of the
-  envelopes by (occurred_at, topic) with Python's `sorted`.
+  rebuild, replay and export read in) vs the bare read + decode loop with the envelopes put
+  in history order: `heapq.merge` of the per-topic container files (each already in order),
+  or, on Kafka, one `sorted` by (occurred_at, topic, partition, offset).
 
 Each round runs every path's two sides, and the side that goes first alternates from round
 to round (project first in odd rounds, bare first in even ones), so order effects on a shared
