@@ -1,27 +1,32 @@
-"""Time `spotcap demo` and measure its peak memory.
+"""Time `spotcap demo`, stage by stage, and measure its wall time, CPU time and peak memory.
 
-1. Speed: a run of the default region (220 workloads, ~140 pools, the baseline orchestrator)
-   written to a fresh embedded log, and, as the reference, the simulation alone (the same
-   events, no encoding, no log). Prints wall time, events/s, the ratio, and events by topic.
-   Target: a 7-day run in under a minute.
-2. Peak RSS (issue 6: history in bounded memory): `spotcap demo --days D --no-projections`
-   (the simulation and its writer into the log) in a fresh process for each of `--rss-days`
-   (7 and 30 by default), its peak resident set from the kernel (`wait4`'s rusage of that
-   child), next to the simulation alone in a fresh process for the same days; with
-   `--projections`, the demo as it runs by default, materialising the projections after the
-   run (`bench/projections.py` measures those). Target: the 30-day demo within 1.5x the 7-day
-   one. These run first, while this process is small: Linux counts the parent's resident set
-   at the child's `exec` in the child's peak, so a parent that had already run the demo would
-   hide the child's own figure.
+1. The demo as `spotcap demo` runs it (`--days`, seed 1, the deciders, the baseline compared,
+   both projections; `--no-projections` leaves them out), in a fresh process for each of
+   `--rss-days` (7 and 30 by default): its wall time, CPU time (user + system, the process
+   and its children: the embedded PostgreSQL counts) and peak resident set (`wait4`'s rusage
+   of that child). Targets (issue 26): 7 days in at most 90 s wall and 400 MiB, the 30-day
+   peak at most 1.2x the 7-day one. These run first, while this process is small: Linux counts
+   the parent's resident set at the child's `exec` in the child's peak.
+2. The stages of the same work, one after the other in this process (the events held in
+   memory between them, so the RSS column is this bench's, not the demo's): simulate and
+   decide (the deciders' share timed apart), the baseline compared, encode (`Codec.encode`),
+   append (the encoded records through the embedded log's producer, a flush per 50,000 as the
+   demo flushes) and project (`sim.materialise`: both projections brought up to date). Each
+   stage: wall, CPU (`time.process_time`), its own peak RSS (the kernel's high-water mark reset
+   before it) and events/s.
 
     .venv/bin/python bench/demo.py [--days 7] [--seed 1] [--profile]
-                                   [--rss-days 7 30 | --no-rss] [--projections]
+                                   [--rss-days 7 30 | --no-rss] [--no-projections]
+                                   [--no-stages]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
+import json
+import math
 import os
 import pstats
 import resource
@@ -29,12 +34,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from schemas.codec import Codec
+    from schemas.events import Envelope
+    from sim import SimConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-RSS_TARGET_RATIO = 1.5
+RSS_TARGET_RATIO = 1.2
+RSS_TARGET_MIB = 400
+WALL_TARGET_S = 90.0
 # The reference child: the same simulation, its events counted and dropped.
 _SIM_ALONE = """
 import sys
@@ -44,55 +58,183 @@ print(sum(len(batch) for batch in RegionSim(config).run()))
 """
 
 
-def speed(days: float, seed: int, profile: bool) -> None:
+@dataclasses.dataclass
+class Stage:
+    name: str
+    events: int
+    wall_s: float
+    cpu_s: float
+    peak_mib: float
+
+
+class _Timed:
+    """A callable that adds its own wall and CPU time to totals (the deciders' share of the
+    loop: what the orchestrator's calls take, the events they publish included)."""
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self.call = call
+        self.seconds = 0.0
+        self.cpu_s = 0.0
+
+    def __call__(self, *args: Any) -> Any:
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            return self.call(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.cpu_s += time.process_time() - cpu
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's high-water mark of this process's resident set (Linux 4.0+)."""
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+
+
+def _peak_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _stage(name: str, events: int, work: Callable[[], Any]) -> tuple[Stage, Any]:
+    _reset_peak()
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = work()
+    stage = Stage(name, events, time.perf_counter() - wall, time.process_time() - cpu, _peak_mib())
+    return stage, result
+
+
+def stages(days: float, seed: int, projections: bool, profile: bool) -> None:
     # Imported here, after the RSS children ran: they must not inherit this process's size.
     from schemas.codec import Codec
-    from sim import RegionSim, SimConfig
-    from sim.demo import run_demo
-    from streams.embedded import EmbeddedLog
+    from sim import SimConfig
 
     config = SimConfig(seed=seed, days=days, region="bench")
-    start = time.perf_counter()
-    count = sum(len(batch) for batch in RegionSim(config).run())
-    sim_s = time.perf_counter() - start
-    print(f"simulation alone: {count:,} events in {sim_s:.1f} s ({count / sim_s:,.0f} events/s)")
+    codec = Codec()
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    done, events = _simulation_stages(config)
+    stage, encoded = _stage("encode", len(events), lambda: [codec.encode(e) for e in events])
+    done.append(stage)
+    done += _log_stages(config, codec, events, encoded, projections)
+    if profiler:
+        profiler.disable()
+    print(
+        f"\nstages of a {days:g}-day demo (seed {seed}), {len(events):,} events, "
+        "one after the other:"
+    )
+    print(f"  {'stage':<20} {'wall s':>8} {'CPU s':>8} {'peak RSS':>10} {'events/s':>10}")
+    for st in done:
+        rss = "" if math.isnan(st.peak_mib) else f"{st.peak_mib:,.0f} MiB"
+        cpu_text = "" if math.isnan(st.cpu_s) else f"{st.cpu_s:,.1f}"
+        rate = st.events / st.wall_s
+        print(f"  {st.name:<20} {st.wall_s:>8,.1f} {cpu_text:>8} {rss:>10} {rate:>10,.0f}")
+    total = [st for st in done if not st.name.startswith(" ")]
+    wall, cpu = sum(s.wall_s for s in total), sum(s.cpu_s for s in total)
+    print(f"  {'total':<20} {wall:>8,.1f} {cpu:>8,.1f}")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
+
+def _simulation_stages(config: SimConfig) -> tuple[list[Stage], list[Envelope]]:
+    """The deciders' run (their share timed apart), then the baseline's for the comparison."""
+    from sim import RegionSim
+    from sim.clock import HOUR_US
+    from sim.demo import simulate_only
+    from sim.loop import DecidersOrchestrator, owned_by
+
+    settings = owned_by(config.orchestrator.orchestrator_id)
+    driver = DecidersOrchestrator(config.orchestrator.orchestrator_id, settings)
+    observe, act = _Timed(driver.observe), _Timed(driver.act)
+    driver.observe, driver.act = observe, act  # type: ignore[method-assign,assignment]
+
+    def simulate() -> list[Envelope]:
+        sim = RegionSim(config, orchestrator=driver)
+        return [e for batch in sim.run(HOUR_US) for e in batch]
+
+    stage, events = _stage("simulate + decide", 0, simulate)
+    n = stage.events = len(events)
+    decide_cpu = observe.cpu_s + act.cpu_s
+    decide = Stage("  of which decide", n, observe.seconds + act.seconds, decide_cpu, math.nan)
+    baseline, _ = _stage("baseline compared", n, lambda: simulate_only(config))
+    return [stage, decide, baseline], events
+
+
+def _log_stages(
+    config: SimConfig,
+    codec: Codec,
+    events: list[Envelope],
+    encoded: list[bytes],
+    projections: bool,
+) -> list[Stage]:
+    """Append the encoded events to a fresh embedded log, then project it."""
+    from projections.stores import Stores
+    from sim.demo import FLUSH_EVENTS
+    from sim.materialise import materialise
+    from streams.embedded import EmbeddedLog
+    from streams.schema_store import publish_schema
+    from streams.topics import region_topics, topic_name
+
+    region, n = config.region, len(events)
+    kinds = {type(e.payload) for e in events}
+    topics = {kind: topic_name(region, kind.TOPIC) for kind in kinds}
+    done = []
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-") as home:
         log = EmbeddedLog(Path(home) / "log")
-        profiler = cProfile.Profile() if profile else None
-        start = time.perf_counter()
-        if profiler:
-            profiler.enable()
-        report = run_demo(log, Codec(), Path(home) / "log" / "_runs", config)
-        if profiler:
-            profiler.disable()
+        log.apply_topics(region_topics(region))
+
+        def append() -> None:
+            producer = log.producer()
+            first_ms = events[0].occurred_at // 1000
+            publish_schema(producer, region, codec.schema, timestamp_ms=first_ms)
+            for i, (envelope, value) in enumerate(zip(events, encoded, strict=True), 1):
+                producer.produce(
+                    topics[type(envelope.payload)],
+                    value,
+                    key=envelope.key.encode(),
+                    timestamp_ms=envelope.occurred_at // 1000,
+                )
+                if i % FLUSH_EVENTS == 0:
+                    producer.flush()
+            producer.flush()
+            producer.close()
+
+        done.append(_stage("append", n, append)[0])
+        if projections:
+            stores = Stores(Path(home), region=region)
+            try:
+                done.append(
+                    _stage(
+                        "project", n, lambda: materialise(log, codec, region, stores, rebuild=True)
+                    )[0]
+                )
+            finally:
+                stores.stop_embedded_postgres()
         log.close()
-        wall_s = time.perf_counter() - start
-        log_bytes = sum(p.stat().st_size for p in Path(home).rglob("*.avro"))
-    events = report["events"]
-    print(
-        f"spotcap demo --days {days:g} --seed {seed}: {events:,} events, "
-        f"{log_bytes / 2**20:,.0f} MiB of log, in {wall_s:.1f} s wall "
-        f"({events / wall_s:,.0f} events/s; {sim_s / wall_s:.2f}x the simulation alone's rate; "
-        f"target < 60 s for 7 days)"
-    )
-    for topic, n in sorted(report["events_by_topic"].items(), key=lambda kv: -kv[1]):
-        print(f"  {topic:<10} {n:>9,} events")
-    if profiler:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    return done
 
 
-def peak_rss_mib(command: list[str]) -> tuple[float, float]:
-    """Run `command` in a child process; its peak RSS (MiB) and wall time (s)."""
+def peak_rss_mib(command: list[str], out: Path | None = None) -> tuple[float, float, float]:
+    """Run `command` in a child process; its peak RSS (MiB), wall time (s) and CPU time (s,
+    user + system, its children's included)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
     env["PYTHONPATH"] = str(ROOT)
     start = time.perf_counter()
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=ROOT)
-    _, status, usage = os.wait4(child.pid, 0)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(out or os.devnull, "wb") as stdout:
+        child = subprocess.Popen(command, env=env, stdout=stdout, cwd=ROOT)
+        _, status, usage = os.wait4(child.pid, 0)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed with exit code {child.returncode}")
-    return usage.ru_maxrss / 1024, time.perf_counter() - start  # Linux: ru_maxrss is in KiB
+    wall_s = time.perf_counter() - start
+    # The child's own and its reaped children's (a server it leaves running is not counted).
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return usage.ru_maxrss / 1024, wall_s, cpu_s  # Linux: ru_maxrss is in KiB
 
 
 def memory(days_list: list[float], seed: int, projections: bool) -> None:
@@ -101,19 +243,31 @@ def memory(days_list: list[float], seed: int, projections: bool) -> None:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     what = "with" if projections else "--no-projections: without"
     print(
-        f"peak RSS, each run in a fresh process (seed {seed}; spotcap demo {what} the "
-        f"projections; this process: {own:.0f} MiB):"
+        f"spotcap demo {what} the projections, each run in a fresh process (seed {seed}; "
+        f"this process: {own:.0f} MiB); targets at 7 days: {WALL_TARGET_S:.0f} s wall, "
+        f"{RSS_TARGET_MIB} MiB:"
     )
-    print(f"  {'sim days':>8}  {'simulation alone':>16}  {'spotcap demo':>12}  {'demo wall':>9}")
+    print(
+        f"  {'sim days':>8}  {'events':>10}  {'wall':>7}  {'CPU':>7}  {'peak RSS':>9}  "
+        f"{'simulation alone: RSS':>21}"
+    )
     for days in days_list:
-        alone, _ = peak_rss_mib([python, "-c", _SIM_ALONE, str(days), str(seed)])
+        alone, _, _ = peak_rss_mib([python, "-c", _SIM_ALONE, str(days), str(seed)])
         with tempfile.TemporaryDirectory(prefix="spotcap-bench-rss-") as home:
             command = [python, "-m", "spotcap.cli", "--home", home, "--region", "bench"]
             options = ["--days", str(days), "--seed", str(seed), "--json"]
             if not projections:
                 options.append("--no-projections")
-            demo[days], wall_s = peak_rss_mib([*command, "demo", *options])
-        print(f"  {days:>8g}  {alone:>12,.0f} MiB  {demo[days]:>8,.0f} MiB  {wall_s:>7.0f} s")
+            out = Path(home) / "report.json"
+            try:
+                demo[days], wall_s, cpu_s = peak_rss_mib([*command, "demo", *options], out)
+            finally:
+                _stop_postgres(Path(home))
+            events = json.loads(out.read_text())["events"]
+        print(
+            f"  {days:>8g}  {events:>10,}  {wall_s:>5.0f} s  {cpu_s:>5.0f} s  "
+            f"{demo[days]:>5,.0f} MiB  {alone:>17,.0f} MiB"
+        )
     if len(demo) >= 2:
         first, last = min(demo), max(demo)
         ratio = demo[last] / demo[first]
@@ -124,20 +278,29 @@ def memory(days_list: list[float], seed: int, projections: bool) -> None:
         )
 
 
+def _stop_postgres(home: Path) -> None:
+    from projections.stores import Stores
+
+    if (home / "postgres").exists():
+        Stores(home).stop_embedded_postgres()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--days", type=float, default=7.0, help="days of the stages' run")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--profile", action="store_true", help="cProfile the full run")
+    parser.add_argument("--profile", action="store_true", help="cProfile the stages")
     parser.add_argument("--rss-days", type=float, nargs="+", default=[7.0, 30.0])
-    parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS runs")
+    parser.add_argument("--no-rss", action="store_true", help="skip the whole-demo runs")
+    parser.add_argument("--no-stages", action="store_true", help="skip the stages")
     parser.add_argument(
-        "--projections", action="store_true", help="peak RSS of the demo with its projections"
+        "--no-projections", action="store_true", help="leave the projections out of both"
     )
     args = parser.parse_args()
     if not args.no_rss:
-        memory(args.rss_days, args.seed, args.projections)
-    speed(args.days, args.seed, args.profile)
+        memory(args.rss_days, args.seed, not args.no_projections)
+    if not args.no_stages:
+        stages(args.days, args.seed, not args.no_projections, args.profile)
 
 
 if __name__ == "__main__":

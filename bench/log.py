@@ -1,7 +1,7 @@
 """Log throughput, events/s, through the project's paths and, in the same run on the same
 events, through the libraries alone (`bench/log_bare.py`); prints the project/bare ratios.
 
-    .venv/bin/python bench/log.py [--days 3] [--rounds 2] [--flush-every 50000]
+    .venv/bin/python bench/log.py [--days 3] [--rounds 4] [--flush-every 50000]
                                   [--kafka HOST:PORT | --no-kafka] [--profile]
                                   [--rss-days 7,30 | --no-rss]
 
@@ -19,8 +19,23 @@ Four paths, each from typed envelopes to typed envelopes:
 * Embedded read + decode: `DecodingReader` over `EmbeddedLog.consumer` vs fastavro's
   container reader over those files, building the same envelopes.
 
-Rounds interleave project and bare (project, bare, project, bare), so a busy machine slows
-both alike; the ratio of each round is its own pair's. Without --kafka, a single-node broker
+Two more paths read through what the processors run, on both logs:
+
+* Processor: `streams.processing.runner.Processor` (a `Message` per record through decode,
+  the dead-letter guard, the step, the batch, a sink that takes the rows, the positions
+  committed after each batch; 500 records a poll, as the projections run it) vs the bare
+  read + decode loop of the same log.
+* MergedHistory: `streams.merged.MergedHistory` over every event topic (the order catch-up,
+  rebuild, replay and export read in) vs the bare read + decode loop with the envelopes put
+  in history order: `heapq.merge` of the per-topic container files (each already in order),
+  or, on Kafka, one `sorted` by (occurred_at, topic, partition, offset).
+
+Each round runs every path's two sides, and the side that goes first alternates from round
+to round (project first in odd rounds, bare first in even ones), so order effects on a shared
+machine cancel; the ratio of each round is its own pair's, reported as the median and range
+over the rounds (at least 4 for a figure worth quoting). The CPU ratio is the same over events
+per CPU-second of this process (librdkafka's threads included, the broker's not), which the
+machine's other load disturbs far less than wall time. Without --kafka, a single-node broker
 is started with infra/servers/ for the run. `--profile` runs each project path once more under
 cProfile and prints its top entries. At the end, the embedded log's peak memory (RSS) of
 writing and of reading back a log of 7 and of 30 demo days (`bench/log_memory.py`).
@@ -32,11 +47,12 @@ import argparse
 import cProfile
 import dataclasses
 import pstats
+import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,10 +62,15 @@ from bench.log_memory import measure as measure_memory
 from infra import servers
 from schemas.codec import Codec
 from schemas.events import Envelope
+from streams.deadletter import DeadLetters
 from streams.embedded import EmbeddedLog
 from streams.kafka import KafkaLog
-from streams.log import EventLog
-from streams.reader import DecodingReader
+from streams.log import EventLog, TopicPartition
+from streams.merged import MergedHistory
+from streams.processing.dead_letters import DeadLetterGuard, DeadLetterPolicy
+from streams.processing.factory import ChainFactory
+from streams.processing.runner import Processor
+from streams.reader import Decoded, Decoder, DecodingReader
 from streams.topics import EVENT_TOPICS, region_topics, topic_name
 from streams.writer import EventWriter
 
@@ -64,6 +85,11 @@ class Measured:
     project: Callable[[int], tuple[int, float]]
     bare: Callable[[int], tuple[int, float]]
     rates: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"project": [], "bare": []}
+    )
+    # Events per CPU-second of this process (librdkafka's threads included, the broker's
+    # not): what the machine's other load disturbs least.
+    cpu_rates: dict[str, list[float]] = dataclasses.field(
         default_factory=lambda: {"project": [], "bare": []}
     )
 
@@ -127,6 +153,56 @@ def read_through_project(
     return count - untimed, seconds
 
 
+class _Rows:
+    """The processor's sink: takes each batch's rows (the positions are then committed)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def write(
+        self, rows: Sequence[Envelope], positions: Mapping[TopicPartition, int], timeout_s: float
+    ) -> None:
+        self.rows += len(rows)
+
+
+def _envelope_of(decoded: Decoded) -> Sequence[Envelope]:
+    return (decoded.envelope,)
+
+
+def process_through_project(
+    log: EventLog, region: str, count: int, *, wait_first: bool
+) -> tuple[int, float]:
+    """Run `count` events through a `Processor` (decode, guard, step, batch, sink, commit);
+    with `wait_first` the clock starts once the first records were taken (Kafka's group join
+    is not counted). Returns the events timed and the seconds."""
+    codec = Codec()
+    topics = [topic_name(region, t) for t in EVENT_TOPICS]
+    guard = DeadLetterGuard(DeadLetters(log.producer(), codec, region, "bench"), DeadLetterPolicy())
+    sink = _Rows()
+    factory = ChainFactory(lambda partitions: _envelope_of, sink, Decoder(codec), guard)
+    processor = Processor(log, f"bench-{uuid.uuid4().hex}", topics, factory)
+    if wait_first:
+        while not processor.processed:
+            processor.run_once()
+    untimed = processor.processed
+    start = time.perf_counter()
+    while processor.processed < count:
+        processor.run_once()
+    processor.close()  # joins the chain: the last batch written, its positions committed
+    seconds = time.perf_counter() - start
+    assert sink.rows == count, f"processed {sink.rows} of {count} events"
+    return count - untimed, seconds
+
+
+def merge_through_project(log: EventLog, region: str, count: int) -> tuple[int, float]:
+    """Read every event topic through `MergedHistory` to its end."""
+    start = time.perf_counter()
+    merged = sum(1 for _ in MergedHistory(log, Codec(), region, EVENT_TOPICS))
+    seconds = time.perf_counter() - start
+    assert merged == count, f"merged {merged} of {count} events"
+    return count, seconds
+
+
 def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[Measured]:
     n = len(events)
     region = events[0].region
@@ -162,9 +238,29 @@ def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[
         assert got == n, f"bare read {got} of {n}"
         return n, time.perf_counter() - start
 
+    def process_project(r: int) -> tuple[int, float]:
+        log = EmbeddedLog(read_log)
+        timed = process_through_project(log, region, n, wait_first=False)
+        log.close()
+        return timed
+
+    def merge_project(r: int) -> tuple[int, float]:
+        log = EmbeddedLog(read_log)
+        timed = merge_through_project(log, region, n)
+        log.close()
+        return timed
+
+    def merge_bare(r: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        got = log_bare.container_read_merged(read_bare)
+        assert got == n, f"bare merged read {got} of {n}"
+        return n, time.perf_counter() - start
+
     return [
         Measured("embedded append", append_project, append_bare),
         Measured("embedded read + decode", read_project, read_bare_),
+        Measured("embedded Processor", process_project, read_bare_),
+        Measured("embedded MergedHistory", merge_project, merge_bare),
     ]
 
 
@@ -199,33 +295,58 @@ def kafka_paths(bootstrap: str, events: list[Envelope], flush_every: int) -> lis
         assert untimed + timed == n, f"bare consume read {untimed + timed} of {n}"
         return timed, seconds
 
+    def process_project(r: int) -> tuple[int, float]:
+        return process_through_project(kafka, read_region, n, wait_first=True)
+
+    def merge_project(r: int) -> tuple[int, float]:
+        return merge_through_project(kafka, read_region, n)
+
+    def merge_bare(r: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        got = log_bare.kafka_consume_merged(bootstrap, f"bare-{uuid.uuid4().hex}", read_topics, n)
+        assert got == n, f"bare merged consume read {got} of {n}"
+        return n, time.perf_counter() - start
+
     return [
         Measured("Kafka produce", produce_project, produce_bare),
         Measured("Kafka consume + decode", consume_project, consume_bare),
+        Measured("Kafka Processor", process_project, consume_bare),
+        Measured("Kafka MergedHistory", merge_project, merge_bare),
     ]
 
 
 def run_rounds(paths: list[Measured], rounds: int) -> None:
     for r in range(rounds):
+        order = ("project", "bare") if r % 2 == 0 else ("bare", "project")
         for path in paths:
-            for side in ("project", "bare"):
+            for side in order:
                 run = path.project if side == "project" else path.bare
+                cpu = time.process_time()
                 count, seconds = run(r)
+                path.cpu_rates[side].append(count / (time.process_time() - cpu))
                 path.rates[side].append(count / seconds)
         done = ", ".join(
             f"{p.name} {p.rates['project'][-1] / p.rates['bare'][-1]:.2f}x" for p in paths
         )
-        print(f"  round {r + 1}/{rounds}: {done}", flush=True)
+        print(f"  round {r + 1}/{rounds} ({order[0]} first): {done}", flush=True)
 
 
 def report(paths: list[Measured]) -> None:
-    print(f"\n{'path':<24} {'project events/s':>20} {'bare events/s':>20} {'project/bare':>14}")
+    print(
+        f"\n{'path':<24} {'project events/s':>17} {'bare events/s':>17} "
+        f"{'ratio: median (range)':>22} {'CPU ratio':>18}"
+    )
     for p in paths:
         ratios = [a / b for a, b in zip(p.rates["project"], p.rates["bare"], strict=True)]
+        cpu = [a / b for a, b in zip(p.cpu_rates["project"], p.cpu_rates["bare"], strict=True)]
         print(
-            f"{p.name:<24} {_range(p.rates['project'], '{:,.0f}'):>20} "
-            f"{_range(p.rates['bare'], '{:,.0f}'):>20} {_range(ratios, '{:.2f}x'):>14}"
+            f"{p.name:<24} {_range(p.rates['project'], '{:,.0f}'):>17} "
+            f"{_range(p.rates['bare'], '{:,.0f}'):>17} {_spread(ratios):>22} {_spread(cpu):>18}"
         )
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f} ({_range(ratios, '{:.2f}')})"
 
 
 def _range(values: list[float], fmt: str) -> str:
@@ -245,11 +366,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--days", type=float, default=3.0, help="demo days of events")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--flush-every", type=int, default=50_000, help="events per flush")
     parser.add_argument("--kafka", default=None, help="bootstrap servers of a running broker")
     parser.add_argument("--no-kafka", action="store_true")
     parser.add_argument("--profile", action="store_true", help="profile each project path")
+    parser.add_argument(
+        "--only", default="", help="run only the paths whose name holds this text (e.g. embedded)"
+    )
     parser.add_argument("--rss-days", default="7,30", help="log lengths for the memory figures")
     parser.add_argument("--no-rss", action="store_true", help="leave out the memory figures")
     args = parser.parse_args()
@@ -259,7 +383,7 @@ def main() -> None:
     print(
         f"{len(events):,} events of a {args.days:g}-day demo (seed {args.seed}), "
         f"mean {mean:.0f} bytes encoded; flush every {args.flush_every:,}; "
-        f"{args.rounds} rounds of project, bare"
+        f"{args.rounds} rounds, the side run first alternating"
     )
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-log-") as tmp:
         paths = embedded_paths(events, args.flush_every, Path(tmp))
@@ -270,6 +394,7 @@ def main() -> None:
                 server = servers.start_kafka(Path(tmp) / "kafka")
                 bootstrap = server.address
             paths += kafka_paths(bootstrap, events, args.flush_every)
+        paths = [p for p in paths if args.only.lower() in p.name.lower()]
         try:
             run_rounds(paths, args.rounds)
             report(paths)

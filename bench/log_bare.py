@@ -8,6 +8,8 @@ framing checks, no dead letters, no per-record delivery reports, no checksums, n
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import io
 import logging
 import os
@@ -138,6 +140,33 @@ def kafka_consume(bootstrap: str, group: str, topics: list[str], count: int) -> 
     yield decoded - first
 
 
+def kafka_consume_merged(bootstrap: str, group: str, topics: list[str], count: int) -> int:
+    """Consume and decode `count` events as `kafka_consume` does, keeping each envelope with
+    its topic, then put them in history order (occurred_at, topic) with one sort; returns
+    how many."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "logger": _KAFKA_LOG, **CONSUMER_CONFIG}
+    )
+    consumer.subscribe(topics)
+    schema, read = parsed_schema(), fastavro.schemaless_reader
+    keyed: list[tuple[int, Any, Any, Any, Envelope]] = []
+    while len(keyed) < count:
+        for message in consumer.consume(min(5000, count - len(keyed)), timeout=1.0):
+            stream = io.BytesIO(message.value())  # type: ignore[arg-type]
+            stream.seek(10)  # the single-object header
+            record: Any = read(stream, schema, None, return_record_name=True)
+            envelope = from_record(record)
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            keyed.append((envelope.occurred_at, topic, partition, offset, envelope))
+    consumer.close()
+    keyed.sort(key=_history_order)
+    return len(keyed)
+
+
+def _history_order(item: tuple[int, Any, Any, Any, Envelope]) -> tuple[int, Any, Any, Any]:
+    return item[0], item[1], item[2], item[3]
+
+
 def container_write(
     root: Path, events: list[Envelope], topic_of: Callable[[Envelope], str], flush_every: int
 ) -> None:
@@ -177,3 +206,25 @@ def container_read(root: Path) -> int:
                 from_record(record)  # type: ignore[arg-type]
                 decoded += 1
     return decoded
+
+
+def container_read_merged(root: Path) -> int:
+    """fastavro's container reader over every file, to envelopes, merged in history order
+    (occurred_at, then topic) with `heapq.merge` (each file is in its writer's order)."""
+    with contextlib.ExitStack() as files:
+        iterators = [
+            _keyed(path.stem, files.enter_context(path.open("rb")))
+            for path in sorted(root.glob("*.avro"))
+        ]
+        return sum(1 for _ in heapq.merge(*iterators, key=_merge_key))
+
+
+def _keyed(topic: str, file: BinaryIO) -> Iterator[tuple[int, str, Envelope]]:
+    record: Any
+    for record in fastavro.reader(file, return_record_name=True):
+        envelope = from_record(record)
+        yield envelope.occurred_at, topic, envelope
+
+
+def _merge_key(item: tuple[int, str, Envelope]) -> tuple[int, str]:
+    return item[0], item[1]

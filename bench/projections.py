@@ -12,11 +12,14 @@ The region is simulated for D days (default 2; 30 for the rebuild figure of DESI
 an embedded log under a temporary home. Every path decodes the same raw records:
 
 - fleet: decode + `FleetWriter.write` (journal, state rows, append rows, offsets, one
-  transaction per batch); bare: decode + one COPY of (event_id, type, time, key, payload) per
-  batch into a plain table, committed.
+  transaction per batch); bare: fastavro's decode (the libraries alone, not the project's
+  codec) + one COPY of (event_id, type, time, key, payload) per batch into a plain table and
+  the batch's offsets upserted, in one transaction.
 - ledger: decode + `LedgerWriter.prepare` (pricing, the Arrow tables) + `store_batch` (events,
-  and through their views rankings and rate cards; priced lines; offsets); bare: decode + one
-  Arrow insert of the event rows per batch.
+  and through their views rankings and rate cards; priced lines; offsets); bare: fastavro's
+  decode + one Arrow insert of the event rows and one of the batch's offsets per batch.
+  (Neither bare loop writes the projection's own rows and indexes, nor prices: that would be
+  the projection written again.)
 - `--only fleet` or `--only ledger` measures that projection and its bare loop alone (the
   other's rounds skipped; with `--only ledger --no-rebuild` no PostgreSQL is started).
 - rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
@@ -40,6 +43,7 @@ measures the neighbours as much as the code, and the CPU ratio is the one that r
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
@@ -52,8 +56,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import fastavro
 import pyarrow as pa
 
+from bench import log_bare
 from infra import servers
 from projections.catchup import BATCH_EVENTS, run_projections
 from projections.eventtime import ts
@@ -88,6 +94,21 @@ def read_records(log: EmbeddedLog, region: str, topics: tuple[str, ...]) -> list
 
 def decoded(codec: Codec, batch: list[Record]) -> list[tuple[Origin, Envelope]]:
     return [(r.origin, codec.decode(r.value or b"", r.origin)) for r in batch]
+
+
+_SCHEMA = log_bare.parsed_schema()
+
+
+def bare_decoded(batch: list[Record]) -> list[tuple[Origin, Envelope]]:
+    """The bare loops' decode: fastavro's schemaless reader past the single-object header,
+    to the same typed envelopes (`bench/log_bare.py`), without the project's codec."""
+    read, schema, out = fastavro.schemaless_reader, _SCHEMA, []
+    for r in batch:
+        stream = io.BytesIO(r.value or b"")
+        stream.seek(10)
+        record: Any = read(stream, schema, None, return_record_name=True)
+        out.append((Origin(r.topic, r.partition, r.offset), log_bare.from_record(record)))
+    return out
 
 
 def positions(rows: list[tuple[Origin, Envelope]]) -> dict[tuple[str, int], int]:
@@ -176,26 +197,35 @@ def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timi
         "CREATE TABLE bare_events (event_id uuid PRIMARY KEY, event_type text,"
         " occurred_at timestamptz, key text, payload jsonb)"
     )
+    conn.execute("DROP TABLE IF EXISTS bare_offsets")
+    conn.execute(
+        "CREATE TABLE bare_offsets (topic text, partition int, next_offset bigint,"
+        " PRIMARY KEY (topic, partition))"
+    )
     clock = Clock(conn.info.backend_pid)
     clock.start()
     for i in range(0, len(records), size):
-        with (
-            conn.transaction(),
-            conn.cursor() as cur,
-            cur.copy("COPY bare_events FROM STDIN") as copy,
-        ):
-            for _, e in decoded(codec, records[i : i + size]):
-                copy.write_row(
-                    (
-                        e.event_id,
-                        e.event_type,
-                        ts(e.occurred_at),
-                        e.key,
-                        json.dumps(e.payload.to_avro()),
+        rows = bare_decoded(records[i : i + size])
+        with conn.transaction(), conn.cursor() as cur:
+            with cur.copy("COPY bare_events FROM STDIN") as copy:
+                for _, e in rows:
+                    copy.write_row(
+                        (
+                            e.event_id,
+                            e.event_type,
+                            ts(e.occurred_at),
+                            e.key,
+                            json.dumps(e.payload.to_avro()),
+                        )
                     )
-                )
+            cur.executemany(
+                "INSERT INTO bare_offsets VALUES (%s, %s, %s) ON CONFLICT (topic, partition)"
+                " DO UPDATE SET next_offset = excluded.next_offset",
+                [(t, p, o) for (t, p), o in positions(rows).items()],
+            )
     timing = clock.stop()
     conn.execute("DROP TABLE bare_events")
+    conn.execute("DROP TABLE bare_offsets")
     conn.close()
     return timing
 
@@ -223,6 +253,11 @@ def create_bare_events(store: ChdbStore) -> None:
         " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
         " ENGINE = MergeTree ORDER BY (event_type, occurred_at)"
     )
+    store.command("DROP TABLE IF EXISTS bare_offsets")
+    store.command(
+        "CREATE TABLE bare_offsets (topic String, partition Int32, next_offset Int64)"
+        " ENGINE = ReplacingMergeTree ORDER BY (topic, partition)"
+    )
 
 
 def insert_bare_events(store: ChdbStore, rows: list[tuple[Origin, Envelope]]) -> None:
@@ -241,6 +276,17 @@ def insert_bare_events(store: ChdbStore, rows: list[tuple[Origin, Envelope]]) ->
             }
         ),
     )
+    done = positions(rows)
+    store.insert(
+        "bare_offsets",
+        pa.table(
+            {
+                "topic": pa.array([t for t, _ in done], pa.string()),
+                "partition": pa.array([p for _, p in done], pa.int32()),
+                "next_offset": pa.array(list(done.values()), pa.int64()),
+            }
+        ),
+    )
 
 
 def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> Timing:
@@ -249,7 +295,7 @@ def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> T
     clock = Clock()
     clock.start()
     for i in range(0, len(records), size):
-        insert_bare_events(store, decoded(codec, records[i : i + size]))
+        insert_bare_events(store, bare_decoded(records[i : i + size]))
     timing = clock.stop()
     store.command("DROP DATABASE bench")
     return timing

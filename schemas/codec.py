@@ -139,7 +139,10 @@ class Codec:
 
     def decode(self, data: bytes, origin: Origin = UNKNOWN_ORIGIN) -> Envelope:
         """One envelope from framed bytes; a `CodecError` naming `origin` if that fails."""
-        writer, reader, body_start = self._writer_for(data, origin)
+        if data.startswith(self._header):  # written with this codec's schema: no resolution
+            writer, reader, body_start = self._reader, None, len(self._header)
+        else:
+            writer, reader, body_start = self._writer_for(data, origin)
         stream = io.BytesIO(data)
         stream.seek(body_start)
         try:

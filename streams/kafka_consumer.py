@@ -373,7 +373,8 @@ def bounded(call: Callable[[], _T], timeout_s: float, timeout_error: LogTimeoutE
 
 
 def _record(message: Any) -> Record:
-    headers: Headers = tuple((k, v or b"") for k, v in message.headers() or ())
+    raw = message.headers()  # None for most records: no generator made for them
+    headers: Headers = tuple((k, v or b"") for k, v in raw) if raw else ()
     return Record(
         message.topic(),
         message.partition(),

@@ -294,8 +294,9 @@ class MergedHistory:
                 continue  # past the end taken at the start, or already read
             partition.position = record.offset + 1
             self._records_read += 1
+            origin = record.origin
             try:
-                event = Decoded(record.origin, decode(record))
+                event = Decoded(origin, decode(record, origin))
             except CodecError as error:
                 self._undecodable += 1
                 _LOG.warning("merged history: skipped an undecodable record: %s", error)

@@ -20,7 +20,8 @@ class Decode:
     def submit(self, item: Message[Record]) -> None:
         record = item.record
         try:
-            decoded = Decoded(record.origin, self._decoder.decode(record))
+            origin = record.origin
+            decoded = Decoded(origin, self._decoder.decode(record, origin))
         except CodecError as error:
             self._guard.check(record, error)
             self._next.submit(Message(None, record))  # its position still moves, in order
