@@ -298,7 +298,7 @@ def test_a_month_of_format_2_verifies_and_replays(
     where = copy_of(archive, tmp_path)
     cards = where / "rp" / "2026-10" / layout.RATE_CARDS
     pq.write_table(pq.read_table(cards).select(layout.RATE_CARDS_SCHEMA_2.names), cards)
-    priced = where / "rp" / "2026-11" / layout.PRICED
+    priced = where / "rp" / "2026-10" / layout.PRICED
     table = pq.read_table(priced)
     keep = pc.is_in(table.column("event_type"), value_set=pa.array(layout.PRICED_TYPES_3))
     pq.write_table(table.filter(keep), priced)
