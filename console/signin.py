@@ -194,3 +194,19 @@ def without_issuer(host: str) -> str:
         f"no sign-in: no --oidc-issuer is configured, so on loopback ({host}) anyone on this "
         "machine reads everything; give --oidc-issuer and --oidc-audience to require sign-in"
     )
+
+
+def sign_in_for(
+    host: str, issuer: str | None, audience: str | None
+) -> tuple[Issuer | None, str | None]:
+    """What `spotcap serve --oidc-issuer --oidc-audience` on `host` requires: the issuer (None:
+    no sign-in) and, without one, the warning to print; SignInError (the sentence saying how
+    to fix it) for an issuer without an audience or the other way round, or for no issuer on
+    an address other than loopback."""
+    if bool(issuer) != bool(audience):
+        raise SignInError(
+            401, "--oidc-issuer and --oidc-audience go together: give both or neither"
+        )
+    if issuer and audience:
+        return Issuer(issuer, audience), None
+    return None, without_issuer(host)

@@ -6,7 +6,7 @@ what acts on it. Modules, bottom up: `source` (YAML with line numbers), `feasibi
 (a)-(e) over `PoolLike` pools), `diagnose` (errors with file, line, field and fix), `compiler`
 (`compile_contracts`), `signing` (`FileSigner`, `TransitSigner`), `bundles` (sign and
 `verify_bundle`), `published` and `output` (the admission lists and the bundle directory),
-`pool_file` (the ``--pools`` file).
+`pool_file` (the ``--pools`` file), `flags` (what ``compile``'s flags may not combine).
 
 What it may import: `schemas`; pydantic, PyYAML, cryptography and hvac (OpenBao transit).
 Who calls it: `spotcap contracts`, the agent (bundles), the archive (signing).

@@ -20,8 +20,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -114,6 +116,21 @@ def generate_key_pem() -> tuple[bytes, bytes]:
     return private_pem, public_pem
 
 
+def write_key_pair(key_file: Path) -> tuple[Path, Ed25519PublicKey]:
+    """Write a new private key to `key_file` (PEM, mode 0600) and its public key to
+    <key_file>.pub, never over an existing file; return that file and the public key."""
+    public_file = key_file.with_name(key_file.name + ".pub")
+    for existing in (key_file, public_file):
+        if existing.exists():
+            raise SigningError(f"{existing} exists; refusing to overwrite a key")
+    private_pem, public_pem = generate_key_pem()
+    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(private_pem)
+    public_file.write_bytes(public_pem)
+    return public_file, load_private_key(private_pem).public_key()
+
+
 class FileSigner:
     """Signs with a private key held in memory (loaded from a key file)."""
 
@@ -161,6 +178,21 @@ def transit_signer_from_env(
         environ.get("BAO_ADDR") or environ.get("VAULT_ADDR"),
         environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN"),
     )
+
+
+def signer_for(
+    key_file: Path | None, transit_key: str | None, transit_mount: str, environ: Mapping[str, str]
+) -> Signer | None:
+    """The signer of a key file, else of a transit key (`transit_signer_from_env`); None for
+    neither. SigningError when it cannot sign (a key file's names the file)."""
+    if key_file is not None:
+        try:
+            return FileSigner.from_bytes(key_file.read_bytes())
+        except SigningError as error:
+            raise SigningError(f"{key_file}: {error}") from error
+    if transit_key is not None:
+        return transit_signer_from_env(transit_key, transit_mount, environ)
+    return None
 
 
 def _why(error: Exception) -> str:

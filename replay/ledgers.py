@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 from projections.ledger.rule import CAUSES, COST_CAUSES, COUNTERFACTUAL
 from projections.ledger.store import LedgerStore
@@ -19,6 +19,16 @@ EPOCH_DAY = date(1970, 1, 1)
 
 def day_number(day: date) -> int:
     return (day - EPOCH_DAY).days
+
+
+def day_span(first: datetime | None, last: datetime | None) -> tuple[int | None, int | None]:
+    """The first and last days (``--from``, ``--to``; None: open) as day numbers; ValueError
+    when the first is after the last."""
+    first_day = None if first is None else day_number(first.date())
+    last_day = None if last is None else day_number(last.date())
+    if first_day is not None and last_day is not None and first_day > last_day:
+        raise ValueError("--from is after --to")
+    return first_day, last_day
 
 
 def day_date(number: int) -> date:

@@ -8,9 +8,35 @@ from typing import Any
 from projections.catchup import ShowProgress, run_projections
 from projections.money import eur_string, eur_text
 from projections.read.savings import savings
-from projections.stores import Stores
+from projections.stores import StoreError, Stores
 from schemas.codec import Codec
-from streams.log import EventLog
+from streams.log import EventLog, LogError
+
+NO_PROJECTIONS = "or run the demo with --no-projections"
+
+
+class ProjectionsError(RuntimeError):
+    """The demo's projections cannot be checked or brought up to date; `hint` says what to do."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def check_region(stores: Stores) -> None:
+    """Before the demo runs: the projections hold this region (or none), so that a run of
+    another region is refused before it simulates, not after; ProjectionsError if not."""
+    from projections.ledger.store import LedgerError
+    from projections.postgres.connection import FleetDatabaseError
+    from projections.provenance import RegionMismatchError
+
+    try:
+        stores.check_region()
+    except RegionMismatchError as error:
+        hint = "run the demo of another region in a home of its own (--home)"
+        raise ProjectionsError(str(error), hint) from error
+    except (StoreError, FleetDatabaseError, LedgerError) as error:
+        raise ProjectionsError(str(error), NO_PROJECTIONS) from error
 
 
 def materialise(
@@ -22,7 +48,26 @@ def materialise(
     rebuild: bool,
     show: ShowProgress | None = None,
 ) -> dict[str, Any]:
-    """Bring both projections up to date (or rebuild them) and report on them."""
+    """Bring both projections up to date (or rebuild them) and report on them;
+    ProjectionsError when a store or the log fails."""
+    from projections.ledger.store import LedgerError
+    from projections.postgres.connection import FleetDatabaseError
+
+    try:
+        return _materialise(log, codec, region, stores, rebuild=rebuild, show=show)
+    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+        raise ProjectionsError(str(error), NO_PROJECTIONS) from error
+
+
+def _materialise(
+    log: EventLog,
+    codec: Codec,
+    region: str,
+    stores: Stores,
+    *,
+    rebuild: bool,
+    show: ShowProgress | None,
+) -> dict[str, Any]:
     runs = run_projections(
         log, codec, region, stores, ("fleet", "ledger"), fresh=rebuild, show=show
     )

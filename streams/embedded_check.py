@@ -161,6 +161,16 @@ def repair(
         log.close()
 
 
+def repair_readme(done: list[Repaired], root: Path) -> Path | None:
+    """The README saying what `repair` moved aside from the log at `root`, and why (None:
+    nothing was moved)."""
+    first = next((r.moved_to for r in done if r.moved_to), None)
+    if first is None:
+        return None
+    quarantine = root / "_quarantine"
+    return quarantine / first.relative_to(quarantine).parts[0] / "README"
+
+
 def _repair_partition(
     log: EmbeddedLog, partition: Partition, run: str, *, dry_run: bool
 ) -> list[Repaired]:

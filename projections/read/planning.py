@@ -23,7 +23,7 @@ from projections.ledger.rule import (
     SURPLUS,
 )
 from projections.ledger.store import LedgerStore
-from projections.money import eur_string
+from projections.money import eur_string, eur_text
 from projections.read.savings import _where
 
 MODELS = ("reclaimable", "committed", "guaranteed")
@@ -111,3 +111,17 @@ def planning(
             if cause == SURPLUS:
                 d.surplus_vcpu_h += q
     return PlanningReport([days[k] for k in sorted(days)])
+
+
+PLANNING_COLUMNS = ("day", *(f"{m} vCPU-h" for m in MODELS), "surplus vCPU-h", "reserved vCPU-h",
+                    "idle vCPU-h", "idle floor")  # fmt: skip
+"""The columns of `planning_rows`."""
+
+
+def planning_rows(report: PlanningReport) -> list[tuple[str, ...]]:
+    """The report for people: one row per UTC day, then the total; vCPU-hours whole, the idle
+    floor in euros."""
+    days = [*((d, d.day.isoformat()) for d in report.days), (report.total, "total")]
+    return [(label, *(f"{d.run_vcpu_h[m]:,.0f}" for m in MODELS), f"{d.surplus_vcpu_h:,.0f}",
+             f"{d.reserved_vcpu_h:,.0f}", f"{d.idle_vcpu_h:,.0f}",
+             eur_text(d.idle_floor_eur_micros)) for d, label in days]  # fmt: skip

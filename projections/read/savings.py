@@ -128,6 +128,18 @@ def savings(
     )
 
 
+SAVINGS_COLUMNS = ("workload", *(cause.replace("_", " ") for cause in CAUSES), "net saving")
+"""The columns of `savings_rows`: the workload, each cost line, the net saving."""
+
+
+def savings_rows(report: SavingsReport) -> list[tuple[str, ...]]:
+    """The report for people: one row per workload, then the total; money as euro text."""
+    return [
+        (w.workload_id, *(eur_text(w.by_cause[c]) for c in CAUSES), eur_text(w.net_saving))
+        for w in [*report.workloads, report.total]
+    ]
+
+
 def late_sentences(report: SavingsReport) -> list[str]:
     """What the total's platform line and late facts mean, in sentences for people."""
     total = report.total

@@ -129,13 +129,8 @@ def spool_command(config_path: Path, as_json: bool) -> None:
     if as_json:
         emit_json(status)
         return
-    show(table(
-            f"spool {config.spool_dir}",
-            ("segment", "bytes"),
-            ((s["name"], f"{s['bytes']:,}") for s in status["segments"]),
-            right=("bytes",),
-        )
-    )
+    rows = ((s["name"], f"{s['bytes']:,}") for s in status["segments"])
+    show(table(f"spool {config.spool_dir}", ("segment", "bytes"), rows, right=("bytes",)))
     shipped = status["shipped"]
     console.print(
         f"total {status['total_bytes']:,} bytes of {config.spool.max_bytes:,}; shipped up to "

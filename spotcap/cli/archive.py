@@ -9,6 +9,7 @@ settings (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...).
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -85,22 +86,18 @@ def export_command(settings: Settings, *, month: str, location: str | None, key_
         )
     try:
         storage = open_archive(settings, location, create=True)
-        log = open_log(settings)
-        try:
-            with spinner("", quiet=as_json) as step:
-                task = step.add_task("starting", total=None)
-                done = export_from_log(
-                    storage,
-                    signer,
-                    log=log,
-                    codec=make_codec(settings),
-                    region=settings.region,
-                    stores=stores(settings),
-                    month=month,
-                    on_step=lambda s: step.update(task, description=s),
-                )
-        finally:
-            log.close()
+        with closing(open_log(settings)) as log, spinner("", quiet=as_json) as step:
+            task = step.add_task("starting", total=None)
+            done = export_from_log(
+                storage,
+                signer,
+                log=log,
+                codec=make_codec(settings),
+                region=settings.region,
+                stores=stores(settings),
+                month=month,
+                on_step=lambda s: step.update(task, description=s),
+            )
     except (ArchiveError, StoreError, LedgerError, LogError, SigningError) as error:
         fail(str(error))
     if as_json:
@@ -169,13 +166,9 @@ def verify_command(
     def result(r: MonthReport) -> str:
         return f"[red]{r.result()}[/]" if r.problems else f"[green]{r.result()}[/]"
 
-    show(table(
-            f"{storage.describe()}, region {settings.region}",
-            ("month", "events", "result"),
-            ((r.month, f"{r.events:,}", result(r)) for r in reports),
-            right=("events",),
-        )
-    )
+    title = f"{storage.describe()}, region {settings.region}"
+    rows = ((r.month, f"{r.events:,}", result(r)) for r in reports)
+    show(table(title, ("month", "events", "result"), rows, right=("events",)))
     for r in reports:
         for f in r.findings:
             say(f"{'[red]problem[/]' if f.error else '[dim]note[/]'} {f}")

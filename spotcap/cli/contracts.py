@@ -11,8 +11,8 @@ the events' time (``--published-at`` to fix it); the compiler itself never does.
 from __future__ import annotations
 
 import base64
-import os
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +22,16 @@ from rich.table import Table
 from contracts.approvals import KeyringError, load_change_control, sign_contract_file
 from contracts.bundles import BundleError, verify_bundle
 from contracts.compiler import CompileResult, ContractFileError, compile_contracts, contract_files
-from contracts.feasibility import RULES, RULES_NEEDING_POOLS, FeasibilityEnv
+from contracts.feasibility import RULES, FeasibilityEnv
+from contracts.flags import NO_SIGNER, compile_flag_refusal
 from contracts.output import render_outputs, write_rendered
 from contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
 from contracts.published import DEFAULT_NAMESPACE, PUBLISHED_JSON
 from contracts.signing import (
     SigningError,
-    generate_key_pem,
     key_id_of,
-    load_private_key,
     raw_public_bytes,
+    write_key_pair,
 )
 from schemas.contracts.model import parse_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
@@ -102,11 +102,8 @@ def _publish(settings: Settings, result: CompileResult, codec: Codec) -> int:
     from streams.writer import publish
 
     try:
-        log = open_log(settings)
-        try:
+        with closing(open_log(settings)) as log:
             return publish(log, codec, settings.region, result.events)
-        finally:
-            log.close()
     except LogError as error:
         fail(f"publishing to {describe_log(settings)} failed: {error}; nothing was written")
 
@@ -127,27 +124,6 @@ def _published_at_us(published_at: str | None) -> int:
     except ValueError:
         fail(f"--published-at {published_at!r} is not an ISO 8601 timestamp with a timezone",
              "write it like 2026-11-30T09:00:00Z", usage=True)  # fmt: skip
-
-
-def _check_signing_flags(*, signing: bool, unsigned: bool, publish: bool) -> None:
-    """Refuse, before compiling, what would publish or admit unsigned bundles."""
-    if unsigned and signing:
-        fail("give --key or --transit-key, or --unsigned, not both", usage=True)
-    if unsigned and publish:
-        fail(
-            "--unsigned contracts are not published: every node agent refuses their bundles, "
-            "and admission would let their work in",
-            "give --key KEYFILE or --transit-key NAME to publish, or leave out --publish to "
-            "try them out",
-            usage=True,
-        )
-    if publish and not signing:
-        fail(
-            "--publish needs signed bundles; nothing was written",
-            "give --key KEYFILE (create one with `spotcap contracts keygen --out FILE`) or "
-            "--transit-key NAME",
-            usage=True,
-        )
 
 
 def _change_control(files: dict[Path, bytes], out_dir: Path, keyring: Path | None) -> Any:
@@ -207,24 +183,11 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path, ke
     contracts out. Unchecked or unsigned contracts are never published.
     """
     settings = _settings(ctx)
-    if pools_file is None and not unchecked:
-        rules = " and ".join(f"{rule} ({RULES[rule]})" for rule in RULES_NEEDING_POOLS)
-        fail(
-            f"rules {rules} need the pool catalogue; nothing was written",
-            "give --pools FILE (format spotcap.pools/v1, e.g. examples/region/demo-region.yaml), "
-            "or --unchecked to try contracts out before a catalogue exists",
-            usage=True,
-        )
-    if pools_file is None and publish:
-        fail(
-            "--unchecked contracts are not published: their floors and rates were never "
-            "checked against the pool catalogue, and admission would let their work in",
-            "give --pools FILE to publish, or leave out --publish to try them out",
-            usage=True,
-        )
-    _check_signing_flags(
-        signing=key_file is not None or transit_key is not None, unsigned=unsigned, publish=publish
-    )
+    signing = key_file is not None or transit_key is not None
+    flags = compile_flag_refusal(pools=pools_file is not None, unchecked=unchecked,
+                                 signing=signing, unsigned=unsigned, publish=publish)  # fmt: skip
+    if flags is not None:
+        fail(*flags, usage=True)
     pools = None
     if pools_file is not None:
         try:
@@ -251,13 +214,7 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path, ke
     if result.ok:
         signer = open_signer(key_file, transit_key, transit_mount)
         if signer is None and not unsigned:
-            fail(
-                "no --key or --transit-key: bundles must be signed for nodes and admission to "
-                "use them; nothing was written",
-                "give --key KEYFILE (create one with `spotcap contracts keygen --out FILE`) or "
-                "--transit-key NAME, or --unsigned to try contracts out",
-                usage=True,
-            )
+            fail(*NO_SIGNER, usage=True)
         if signer is None:
             say(
                 "[yellow]warning:[/] --unsigned: bundles are written unsigned and every node "
@@ -352,16 +309,10 @@ def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the key files and key id as JSON.")
 def keygen_command(key_file: Path, as_json: bool) -> None:
     """Create an Ed25519 signing key (PEM, mode 0600) and its public key (<out>.pub)."""
-    public_file = key_file.with_name(key_file.name + ".pub")
-    for existing in (key_file, public_file):
-        if existing.exists():
-            fail(f"{existing} exists; refusing to overwrite a key")
-    private_pem, public_pem = generate_key_pem()
-    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(private_pem)
-    public_file.write_bytes(public_pem)
-    public_key = load_private_key(private_pem).public_key()
+    try:
+        public_file, public_key = write_key_pair(key_file)
+    except SigningError as error:
+        fail(str(error))
     key_id = key_id_of(public_key)
     if as_json:
         emit_json(

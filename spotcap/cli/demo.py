@@ -4,6 +4,7 @@ log, then the projections are materialised (`sim.materialise`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -115,42 +116,39 @@ def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | 
         transient=True,
         disable=as_json,
     )
-    log = open_log(settings)
-    try:
-        with bar:
-            task = bar.add_task(f"region {settings.region} ({orchestrator})", total=days)
-            baseline_task = (
-                bar.add_task("the baseline, to compare", total=days, start=False)
-                if compare and orchestrator != BASELINE
-                else None
+    # The log is closed before the projections read: the embedded log's writer lock goes with it.
+    with closing(open_log(settings)) as log, bar:
+        task = bar.add_task(f"region {settings.region} ({orchestrator})", total=days)
+        baseline_task = (
+            bar.add_task("the baseline, to compare", total=days, start=False)
+            if compare and orchestrator != BASELINE
+            else None
+        )
+
+        def baseline_progress(done: float) -> None:
+            if baseline_task is not None:
+                bar.start_task(baseline_task)
+                bar.update(baseline_task, completed=done)
+
+        try:
+            report = run_demo(
+                log,
+                make_codec(settings),
+                runs_dir(settings),
+                config,
+                lambda d: bar.update(task, completed=d),
+                fresh=fresh,
+                orchestrator=orchestrator,
+                compare=compare,
+                on_baseline_progress=baseline_progress,
+                say=lambda text: say(text, markup=False, err=True),
             )
-
-            def baseline_progress(done: float) -> None:
-                if baseline_task is not None:
-                    bar.start_task(baseline_task)
-                    bar.update(baseline_task, completed=done)
-
-            try:
-                report = run_demo(
-                    log,
-                    make_codec(settings),
-                    runs_dir(settings),
-                    config,
-                    lambda d: bar.update(task, completed=d),
-                    fresh=fresh,
-                    orchestrator=orchestrator,
-                    compare=compare,
-                    on_baseline_progress=baseline_progress,
-                    say=lambda text: say(text, markup=False, err=True),
-                )
-            except DemoRefusedError as error:
-                bar.stop()
-                fail(str(error), error.hint)
-            except LogError as error:
-                bar.stop()
-                fail(str(error))
-    finally:
-        log.close()  # the embedded log's writer lock goes with it, before the projections read
+        except DemoRefusedError as error:
+            bar.stop()
+            fail(str(error), error.hint)
+        except LogError as error:
+            bar.stop()
+            fail(str(error))
     report["log"] = describe_log(settings)
     if projections:
         report["projections"] = _materialise(settings, rebuild=fresh, quiet=as_json)
@@ -182,43 +180,32 @@ def _live(settings: Settings, config: LiveConfig, as_json: bool) -> None:
 
 
 def _check_region(settings: Settings) -> None:
-    """Before anything runs: the home's projections hold this region (or none), so that a run
-    of another region is refused before it simulates, not after."""
-    from projections.ledger.store import LedgerError
-    from projections.postgres.connection import FleetDatabaseError
-    from projections.provenance import RegionMismatchError
-    from projections.stores import StoreError
+    """Before anything runs: the home's projections hold this region (or none)."""
+    from sim.materialise import ProjectionsError, check_region
 
     try:
-        stores(settings).check_region()
-    except RegionMismatchError as error:
-        fail(str(error), "run the demo of another region in a home of its own (--home)")
-    except (StoreError, FleetDatabaseError, LedgerError) as error:
-        fail(str(error), "or run the demo with --no-projections")
+        check_region(stores(settings))
+    except ProjectionsError as error:
+        fail(str(error), error.hint)
 
 
 def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
     # Imported here: the stores' libraries (pyarrow, psycopg) weigh ~50 MiB of memory that a
     # run without projections does not need.
-    from projections.ledger.store import LedgerError
-    from projections.postgres.connection import FleetDatabaseError
-    from projections.stores import StoreError
-    from sim.materialise import materialise
+    from sim.materialise import ProjectionsError, materialise
 
-    log = open_log(settings)
-    try:
-        return materialise(
-            log,
-            make_codec(settings),
-            settings.region,
-            stores(settings),
-            rebuild=rebuild,
-            show=show_progress(rebuild, quiet),
-        )
-    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
-        fail(str(error), "or run the demo with --no-projections")
-    finally:
-        log.close()
+    with closing(open_log(settings)) as log:
+        try:
+            return materialise(
+                log,
+                make_codec(settings),
+                settings.region,
+                stores(settings),
+                rebuild=rebuild,
+                show=show_progress(rebuild, quiet),
+            )
+        except ProjectionsError as error:
+            fail(str(error), error.hint)
 
 
 # -- the report for people ------------------------------------------------------------------

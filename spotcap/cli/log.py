@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import closing
 from typing import Any
 
 import click
@@ -144,6 +145,7 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
     the writer lock: stop whatever is writing the log first.
     """
     from streams.embedded_check import repair as fix
+    from streams.embedded_check import repair_readme
 
     log = _embedded(settings, "repair")
     topics = _topics(settings, log, topic_names)
@@ -162,12 +164,10 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
     say(f"{verb} {len(done):,} {'part' if len(done) == 1 else 'parts'} of the embedded log:")
     for r in done:
         say(r.describe(settings.log_dir), markup=False)
-    first = next((r.moved_to for r in done if r.moved_to), None)
+    readme = repair_readme(done, settings.log_dir)
     if dry_run:
         say("nothing was changed (--dry-run)")
-    elif first is not None:
-        quarantine = settings.log_dir / "_quarantine"
-        readme = quarantine / first.relative_to(quarantine).parts[0] / "README"
+    elif readme is not None:
         say(f"what was moved and why: {readme}", markup=False)
 
 
@@ -268,27 +268,25 @@ def _print_events(
     topic = physical_name(settings.region, topic)
     region = topic.partition(".")[0] if "." in topic else settings.region
     idle_s = _KAFKA_IDLE_S if settings.kafka_bootstrap else _EMBEDDED_IDLE_S
-    log = open_log(settings)
     printed = 0
-    try:
-        with quiet_damage_warnings():  # damage is printed as undecodable records
-            for item in browse(
-                log, make_codec(settings), topic, region, wanted, follow=follow, idle_s=idle_s
-            ):
-                if isinstance(item, Undecodable):
-                    _print_undecodable(item, as_json)
-                else:
-                    show = event_json if as_json else event_line
-                    click.echo(show(item.origin, item.envelope))
-                    printed += 1
-    except LogStalledError as error:
-        fail(str(error), "check that the log is reachable, then run the command again")
-    except LogError as error:
-        fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
-    except KeyboardInterrupt:
-        printed = -1
-    finally:
-        log.close()
+    with closing(open_log(settings)) as log:
+        try:
+            with quiet_damage_warnings():  # damage is printed as undecodable records
+                for item in browse(
+                    log, make_codec(settings), topic, region, wanted, follow=follow, idle_s=idle_s
+                ):
+                    if isinstance(item, Undecodable):
+                        _print_undecodable(item, as_json)
+                    else:
+                        show = event_json if as_json else event_line
+                        click.echo(show(item.origin, item.envelope))
+                        printed += 1
+        except LogStalledError as error:
+            fail(str(error), "check that the log is reachable, then run the command again")
+        except LogError as error:
+            fail(str(error), f"the topics of region {settings.region}: `spotcap topics list`")
+        except KeyboardInterrupt:
+            printed = -1
     if not as_json and not follow and printed >= 0:
         noun = "event" if printed == 1 else "events"
         err_console.print(f"[dim]{printed:,} {noun} from {topic}[/]", highlight=False)

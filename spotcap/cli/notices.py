@@ -71,17 +71,6 @@ def serve(settings: Settings, *, nats_url: str | None, metadata_host: str, metad
         emit_json(dataclasses.asdict(counts), indent=None)
         return
     columns = ("notices", "advisories", "withdrawn", "relay failures")
-    show(table(
-            f"notices served for region {settings.region}",
-            columns,
-            [
-                (
-                    f"{counts.notices:,}",
-                    f"{counts.advisories:,}",
-                    f"{counts.withdrawn:,}",
-                    f"{counts.relay_failures:,}",
-                )
-            ],
-            right=columns,
-        )
-    )
+    counted = (counts.notices, counts.advisories, counts.withdrawn, counts.relay_failures)
+    title = f"notices served for region {settings.region}"
+    show(table(title, columns, [tuple(f"{n:,}" for n in counted)], right=columns))

@@ -101,21 +101,15 @@ def open_signer(
     key_file: Path | None, transit_key: str | None, transit_mount: str
 ) -> Signer | None:
     """The signer the options name (None: neither), or a sentence saying why it cannot sign."""
-    from contracts.signing import FileSigner, SigningError, transit_signer_from_env
+    from contracts.signing import SigningError, signer_for
 
     if key_file is not None and transit_key is not None:
         fail("give --key or --transit-key, not both", usage=True)
-    if key_file is not None:
-        try:
-            return FileSigner.from_bytes(key_file.read_bytes())
-        except SigningError as error:
-            fail(f"{key_file}: {error}", "create a key with `spotcap contracts keygen --out FILE`")
-    if transit_key is not None:
-        try:
-            return transit_signer_from_env(transit_key, transit_mount, os.environ)
-        except SigningError as error:
-            fail(str(error))
-    return None
+    try:
+        return signer_for(key_file, transit_key, transit_mount, os.environ)
+    except SigningError as error:
+        hint = "create a key with `spotcap contracts keygen --out FILE`" if key_file else ""
+        fail(str(error), hint)
 
 
 def need_home(settings: Settings, *, log: bool = False, fleet: bool = False,

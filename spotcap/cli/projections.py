@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,21 +44,19 @@ def show_progress(fresh: bool, quiet: bool) -> ShowProgress:
 def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
     need_home(settings, log=True)
     hold_home(settings, exclusive=fresh)  # a rebuild drops the tables others read
-    log = open_log(settings)
-    try:
-        reports = run_projections(
-            log,
-            make_codec(settings),
-            settings.region,
-            stores(settings),
-            PROJECTIONS[what],
-            fresh=fresh,
-            show=show_progress(fresh, as_json),
-        )
-    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
-        fail(str(error))
-    finally:
-        log.close()
+    with closing(open_log(settings)) as log:
+        try:
+            reports = run_projections(
+                log,
+                make_codec(settings),
+                settings.region,
+                stores(settings),
+                PROJECTIONS[what],
+                fresh=fresh,
+                show=show_progress(fresh, as_json),
+            )
+        except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+            fail(str(error))
     if as_json:
         emit_json([r.as_json() for r in reports], sort_keys=False)
         return
@@ -119,14 +117,12 @@ def rebuild(settings: Settings, /, what: str, postgres_dsn: str | None, *, as_js
 
     need_home(settings, log=True)
     hold_home(settings, exclusive=True)
-    log = open_log(settings)
-    try:
-        provider = provider_for(settings, provider_file, orchestrator_id or OWNER)
-        report = rebuild_fleet(stores(settings), provider, log, make_codec(settings))
-    except PROBLEMS as error:
-        fail(f"the rebuild from the provider stopped: {error}")
-    finally:
-        log.close()
+    with closing(open_log(settings)) as log:
+        try:
+            provider = provider_for(settings, provider_file, orchestrator_id or OWNER)
+            report = rebuild_fleet(stores(settings), provider, log, make_codec(settings))
+        except PROBLEMS as error:
+            fail(f"the rebuild from the provider stopped: {error}")
     if as_json:
         emit_json(report.as_json(), sort_keys=False)
         return

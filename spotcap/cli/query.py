@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from datetime import date, datetime
 from typing import Any
 
@@ -11,9 +12,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from projections.ledger.rule import CAUSES
 from projections.ledger.store import LedgerError
-from projections.money import eur_text
 from projections.postgres.connection import FleetDatabaseError
 from projections.postgres.lifecycle import STATES
 from projections.read import fleet as fq
@@ -28,14 +27,14 @@ from projections.read.columns import (
     as_time,
 )
 from projections.read.lag import read_lag
-from projections.read.planning import MODELS, planning
+from projections.read.planning import PLANNING_COLUMNS, planning, planning_rows
 from projections.read.rows import json_row
-from projections.read.savings import late_sentences, savings
+from projections.read.savings import SAVINGS_COLUMNS, late_sentences, savings, savings_rows
 from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
 from projections.read.why import NotFoundError, why
 from projections.stores import StoreError
 from spotcap.cli.options import need_home, postgres_option, with_postgres
-from spotcap.cli.output import console, emit_json, say, show
+from spotcap.cli.output import console, emit_json, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
@@ -55,12 +54,12 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, 
         emit_json([json_row(r) for r in rows])
         return
     shown = "the first " if cut else ""
-    table = Table(title=f"{title} ({shown}{len(rows):,} rows)")
+    out = Table(title=f"{title} ({shown}{len(rows):,} rows)")
     for label, _, _, right in columns:
-        table.add_column(label, justify="right" if right else "left", overflow="fold")
+        out.add_column(label, justify="right" if right else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
-    show(table)
+        out.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
+    show(out)
 
 
 def _since(value: str | None) -> datetime | None:
@@ -184,11 +183,8 @@ def query_lag(settings: Settings, *, postgres_dsn: str | None, as_json: bool) ->
     """How far each projection is behind the log, per partition."""
     need_home(settings, log=True, ledger=True)
     conn = _fleet(settings, postgres_dsn)
-    log = open_log(settings)
-    try:
+    with closing(open_log(settings)) as log:
         rows = read_lag(log, settings.region, conn, stores(with_postgres(settings, postgres_dsn)))
-    finally:
-        log.close()
     emit(rows, LAG, "projection lag", as_json)
 
 
@@ -263,20 +259,10 @@ def report_savings(
         emit_json(result.as_json())
         return
     span = f"{first or 'the start'} to {last or 'the end'}"
-    table = Table(title=f"net saving per workload, {span} (rate-card saving)")
-    table.add_column("workload")
-    for cause in CAUSES:
-        table.add_column(cause.replace("_", " "), justify="right")
-    table.add_column("net saving", justify="right")
-    for w in [*result.workloads, result.total]:
-        style = "bold" if w.workload_id == "total" else None
-        table.add_row(
-            w.workload_id,
-            *(eur_text(w.by_cause[c]) for c in CAUSES),
-            eur_text(w.net_saving),
-            style=style,
-        )
-    show(table)
+    title = f"net saving per workload, {span} (rate-card saving)"
+    out = table(title, SAVINGS_COLUMNS, savings_rows(result), right=SAVINGS_COLUMNS[1:])
+    out.rows[-1].style = "bold"  # the total
+    show(out)
     for sentence in late_sentences(result):  # prose: wrapped between words, ids stay whole
         console.print(sentence, markup=False, highlight=False)
 
@@ -301,14 +287,7 @@ def report_planning(settings: Settings, *, first: str | None, last: str | None,
     if as_json:
         emit_json(result.as_json())
         return
-    columns = ("day", *(f"{m} vCPU-h" for m in MODELS), "surplus vCPU-h", "reserved vCPU-h",
-               "idle vCPU-h", "idle floor")  # fmt: skip
-    table = Table(title="vCPU-hours run and the reservations beside them (from the ledger)")
-    for n, column in enumerate(columns):
-        table.add_column(column, justify="left" if n == 0 else "right")
-    for d, label in [*((d, d.day.isoformat()) for d in result.days), (result.total, "total")]:
-        table.add_row(label, *(f"{d.run_vcpu_h[m]:,.0f}" for m in MODELS),
-                      f"{d.surplus_vcpu_h:,.0f}", f"{d.reserved_vcpu_h:,.0f}",
-                      f"{d.idle_vcpu_h:,.0f}", eur_text(d.idle_floor_eur_micros),
-                      style="bold" if label == "total" else None)  # fmt: skip
-    show(table)
+    title = "vCPU-hours run and the reservations beside them (from the ledger)"
+    out = table(title, PLANNING_COLUMNS, planning_rows(result), right=PLANNING_COLUMNS[1:])
+    out.rows[-1].style = "bold"  # the total
+    show(out)

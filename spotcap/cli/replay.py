@@ -8,6 +8,7 @@ SQL generated from the rule, over the ledger's tables or the archive's Parquet f
 
 from __future__ import annotations
 
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import click
 from projections.ledger.store import LedgerError
 from projections.stores import StoreError
 from replay.archive.storage import ArchiveError
-from replay.ledgers import DiffRow, day_number, diff, recorded_amounts
+from replay.ledgers import DiffRow, day_span, diff, recorded_amounts
 from replay.report import (
     LINES,
     SHORT,
@@ -39,10 +40,6 @@ from spotcap.fail import fail
 from spotcap.home import hold_home
 from spotcap.wiring import make_codec, open_archive, open_log, stores
 from streams.log import LogError
-
-
-def _day(value: datetime | None) -> int | None:
-    return None if value is None else day_number(value.date())
 
 
 # fmt: off
@@ -90,9 +87,10 @@ def replay(ctx: click.Context, *, rules_file: Path | None, first: datetime | Non
         rule = load_rule(rules_file)
     except RuleError as error:
         fail(str(error), "docs/accounting.md describes the rule format")
-    first_day, last_day = _day(first), _day(last)
-    if first_day is not None and last_day is not None and first_day > last_day:
-        fail("--from is after --to", usage=True)
+    try:
+        first_day, last_day = day_span(first, last)
+    except ValueError as error:
+        fail(str(error), usage=True)
     if source == "kafka" and not settings.kafka_bootstrap:
         fail(
             "--source kafka needs Kafka: give --kafka HOST:PORT (or SPOTCAP_KAFKA_BOOTSTRAP)",
@@ -151,13 +149,10 @@ def _run(
             storage = open_archive(settings, location)
             return replay_archive(storage, settings.region, rule, stores(settings), engine=engine,
                                   first_day=first_day, last_day=last_day, on_progress=show)
-        log = open_log(settings)
-        try:
+        with closing(open_log(settings)) as log:
             return replay_log(log, make_codec(settings), settings.region, rule, stores(settings),
                               engine=engine, first_day=first_day, last_day=last_day,
                               on_progress=show)
-        finally:
-            log.close()
 
 
 # -- output ---------------------------------------------------------------------------------

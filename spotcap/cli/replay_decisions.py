@@ -3,6 +3,7 @@ what would have differed (`replay.decisions`, docs/replay-decisions.md)."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ from replay.decisions_text import (
     what_if_summary,
     what_if_title,
 )
-from replay.ledgers import day_number
+from replay.ledgers import day_span
 from spotcap.cli.options import need_home
 from spotcap.cli.output import emit_json, err_console, say, show, table
 from spotcap.config import Settings
@@ -30,10 +31,6 @@ from streams.deciders.settings_keys import (
 )
 
 ORCHESTRATOR_CHOICES = ("deciders", "baseline")
-
-
-def _day(value: datetime | None) -> int | None:
-    return None if value is None else day_number(value.date())
 
 
 # fmt: off
@@ -79,9 +76,10 @@ def decisions(settings: Settings, *, assignments: tuple[str, ...], orchestrator:
             "drop --set, or re-run with --orchestrator deciders",
             usage=True,
         )
-    first_day, last_day = _day(first), _day(last)
-    if first_day is not None and last_day is not None and first_day > last_day:
-        fail("--from is after --to", usage=True)
+    try:
+        first_day, last_day = day_span(first, last)
+    except ValueError as error:
+        fail(str(error), usage=True)
 
     need_home(settings, log=True)
     hold_home(settings)
@@ -126,8 +124,7 @@ def _what_if(
         transient=True,
         disable=quiet,
     )
-    log = open_log(settings)
-    with progress:
+    with closing(open_log(settings)) as log, progress:
         sim = progress.add_task(
             f"simulating again ({orchestrator})", total=run.config.days, done=""
         )
@@ -167,8 +164,6 @@ def _what_if(
         except LogError as error:
             progress.stop()
             fail(str(error))
-        finally:
-            log.close()
 
 
 # -- output ---------------------------------------------------------------------------------

@@ -58,15 +58,12 @@ def serve(settings: Settings, *, host: str, port: int, postgres_dsn: str | None,
     from console.app import create_app
     from console.archive import ArchiveDesk
     from console.server import ListenError, listen, serve, url_of
-    from console.signin import Issuer, SignInError, without_issuer
+    from console.signin import SignInError, sign_in_for
     from replay.archive.storage import ArchiveError
     from spotcap.wiring import open_archive, open_log, stores
 
-    if bool(oidc_issuer) != bool(oidc_audience):
-        fail("--oidc-issuer and --oidc-audience go together: give both or neither", usage=True)
     try:
-        issuer = Issuer(oidc_issuer, oidc_audience) if oidc_issuer and oidc_audience else None
-        no_sign_in = None if issuer else without_issuer(host)
+        issuer, no_sign_in = sign_in_for(host, oidc_issuer, oidc_audience)
     except SignInError as error:
         fail(str(error), usage=True)
     settings = need_home(with_postgres(settings, postgres_dsn), log=True, fleet=True, ledger=True)

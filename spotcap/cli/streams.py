@@ -8,6 +8,7 @@ log (`projections.follow.serve`); `relay`, the outbox's capacity actions to the 
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +111,11 @@ def intake_command(settings: Settings, /, **options: Any) -> None:
     """Write capacity claims for pending pods and Slurm jobs with a contract, until SIGTERM."""
     from streams.intake.service import IntakeError, serve
 
-    event_log = open_log(settings, service=True)
-    try:
-        report = serve(event_log, make_codec(settings), settings.region, **options)
-    except IntakeError as error:
-        fail(str(error), "docs/operating.md says how to run the intake", usage=error.usage)
-    finally:
-        event_log.close()
+    with closing(open_log(settings, service=True)) as event_log:
+        try:
+            report = serve(event_log, make_codec(settings), settings.region, **options)
+        except IntakeError as error:
+            fail(str(error), "docs/operating.md says how to run the intake", usage=error.usage)
     click.echo(report.describe())
 
 
@@ -145,14 +144,12 @@ def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
 
     settings = need_home(with_postgres(settings, postgres_dsn), log=True)
     hold_home(settings)
-    event_log = open_log(settings)
-    try:
-        report = serve(event_log, make_codec(settings), settings.region, stores(settings),
-                       PROJECTIONS[what], interval_s=interval_s)
-    except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
-        fail(f"the projections of region {settings.region} stopped: {error}")
-    finally:
-        event_log.close()
+    with closing(open_log(settings)) as event_log:
+        try:
+            report = serve(event_log, make_codec(settings), settings.region, stores(settings),
+                           PROJECTIONS[what], interval_s=interval_s)
+        except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
+            fail(f"the projections of region {settings.region} stopped: {error}")
     click.echo(report.describe())
 
 
@@ -180,18 +177,16 @@ def relay_command(settings: Settings, postgres_dsn: str | None, once: bool, inte
 
     settings = need_home(with_postgres(settings, postgres_dsn), fleet=True)
     hold_home(settings)
-    event_log = open_log(settings)
-    try:
-        conn = stores(settings).open_fleet()
+    with closing(open_log(settings)) as event_log:
         try:
-            report = serve(event_log, conn, settings.region, once=once, interval_s=interval_s,
-                           batch_size=batch_size)
-        finally:
-            conn.close()
-    except (StoreError, FleetDatabaseError, RelayError, LogError) as error:
-        fail(f"the outbox relay of region {settings.region} stopped: {error}")
-    finally:
-        event_log.close()
+            conn = stores(settings).open_fleet()
+            try:
+                report = serve(event_log, conn, settings.region, once=once, interval_s=interval_s,
+                               batch_size=batch_size)
+            finally:
+                conn.close()
+        except (StoreError, FleetDatabaseError, RelayError, LogError) as error:
+            fail(f"the outbox relay of region {settings.region} stopped: {error}")
     click.echo(f"audit: {report.sent} actions sent, {report.pending} pending")
 
 

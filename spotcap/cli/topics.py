@@ -3,6 +3,8 @@ run writing the region finished (`streams.runs`)."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import click
 from rich.markup import escape
 
@@ -25,13 +27,11 @@ def topics_apply(settings: Settings, as_json: bool) -> None:
     from streams.log import LogError
     from streams.topics import applied_rows, region_topics
 
-    log = open_log(settings)
-    try:
-        changes = log.apply_topics(region_topics(settings.region))
-    except LogError as error:
-        fail(str(error))
-    finally:
-        log.close()
+    with closing(open_log(settings)) as log:
+        try:
+            changes = log.apply_topics(region_topics(settings.region))
+        except LogError as error:
+            fail(str(error))
     if as_json:
         emit_json([{"topic": c.name, "action": c.action, "detail": c.detail} for c in changes])
         return
@@ -60,13 +60,11 @@ def topics_list(settings: Settings, as_json: bool) -> None:
     from streams.topics import end_offset_rows, end_offsets_json, region_end_offsets
 
     run = last_run(runs_dir(settings), settings.region)
-    log = open_log(settings)
-    try:
-        ends_of = region_end_offsets(log, settings.region)
-    except LogError as error:
-        fail(str(error))
-    finally:
-        log.close()
+    with closing(open_log(settings)) as log:
+        try:
+            ends_of = region_end_offsets(log, settings.region)
+        except LogError as error:
+            fail(str(error))
     if as_json:
         emit_json(end_offsets_json(ends_of, run))
         return
