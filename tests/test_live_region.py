@@ -15,9 +15,13 @@ time.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,8 +38,7 @@ from schemas.events import (
     UsageInterval,
 )
 from sim.live import WAVE_ID, LiveConfig, Scenario, region_events, run_live
-from spotcap.config import Settings
-from spotcap.wiring import stores
+from sim.live.processes import child_env
 from streams.kafka import KafkaLog
 from streams.runtime.core import DERIVED_PREFIX, is_input
 from streams.runtime.embedded import ListSink, replay_journal
@@ -54,6 +57,30 @@ def ancestors(event: Envelope, by_id: dict[str, Envelope]) -> Iterator[Envelope]
         seen.add(cause)
         yield by_id[cause]
         cause = by_id[cause].causation_id
+
+
+# The ledger the live run's services wrote under its home, read by a process of its own: this
+# one's chdb holds the suite's shared data path (SPOTCAP_CHDB_PATH; chdb opens one per process).
+_PRICED_USAGE = """
+import json, sys
+from pathlib import Path
+from projections.ledger.store import ChdbStore
+from projections.stores import LEDGER_DATABASE
+store = ChdbStore(Path(sys.argv[1]) / "ledger", LEDGER_DATABASE)
+rows = store.query("SELECT event_id FROM ledger_lines WHERE event_type = 'usage_interval' "
+                   "AND amount_eur_micros > 0")
+print(json.dumps(sorted(str(r["event_id"]) for r in rows)))
+store.close()
+"""
+
+
+def priced_usage(home: Path) -> list[str]:
+    """The ids of the usage intervals the live run's ledger priced above zero."""
+    done = subprocess.run([sys.executable, "-c", _PRICED_USAGE, str(home)], env=child_env(),
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ids: list[str] = json.loads(done.stdout)
+    return ids
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +133,7 @@ def test_a_noticed_instance_is_drained_replaced_and_its_replacement_priced(
     for e in events:
         if isinstance(e.payload, UsageInterval):
             usage.setdefault(e.payload.instance_id, []).append(e)
-    ledger = stores(Settings.load(home=live["home"], region=live["region"])).open_ledger()
-    try:
-        priced = {str(r["event_id"]) for r in ledger.query(
-            "SELECT event_id FROM ledger_lines WHERE event_type = 'usage_interval' "
-            "AND amount_eur_micros > 0")}  # fmt: skip
-    finally:
-        ledger.close()
+    priced = set(priced_usage(live["home"]))
     losses = {e.payload.instance_id: e for e in events if isinstance(e.payload, InstanceLost)}
     chains = []
     for notice in notices:

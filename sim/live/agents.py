@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sim.cloud import ServedCloud
 from sim.demo import write_contract_files
-from sim.live.processes import SPOTCAP, LiveError, Service
+from sim.live.processes import SPOTCAP, LiveError, Service, child_env
 from sim.region import SimConfig
 
 
@@ -44,7 +44,9 @@ class RealAgents:
             ["contracts", "compile", str(contracts), "--out", str(bundles), "--pools",
              str(catalogue), "--key", str(key)],
         ):  # fmt: skip
-            done = subprocess.run([SPOTCAP, *argv], capture_output=True, text=True, check=False)
+            done = subprocess.run(
+                [SPOTCAP, *argv], env=child_env(), capture_output=True, text=True, check=False
+            )
             if done.returncode != 0:
                 raise LiveError(f"the agents' bundles: `spotcap {' '.join(argv[:2])}` failed: "
                                 f"{done.stderr.strip()[-1500:]}")  # fmt: skip

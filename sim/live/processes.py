@@ -21,6 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 
 
+def child_env() -> dict[str, str]:
+    """The environment of every `spotcap` child of a live run: this one's, without its
+    SPOTCAP_ settings (each child is told its home, region, log and database by option; a
+    shared chdb path of this process, SPOTCAP_CHDB_PATH, is one a child could not open
+    beside it)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
+
+
 class LiveError(RuntimeError):
     """The live region cannot go on; `hint` says what to do."""
 
@@ -102,9 +110,10 @@ class Service:
 
     def start(self) -> Service:
         self.folder.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen([SPOTCAP, *self.argv], stdout=out, stderr=err, env=env)
+            self.proc = subprocess.Popen(
+                [SPOTCAP, *self.argv], stdout=out, stderr=err, env=child_env()
+            )
         return self
 
     def alive(self) -> bool:

@@ -30,7 +30,7 @@ from sim.cloud import CloudConfig, ServedCloud
 from sim.cloud.serve import write_client_files
 from sim.demo import events_in_log
 from sim.live.agents import RealAgents
-from sim.live.processes import SPOTCAP, LiveError, Servers, Service, wait_until
+from sim.live.processes import SPOTCAP, LiveError, Servers, Service, child_env, wait_until
 from sim.live.scenario import OWNER, Plan, Scenario
 from sim.live.tap import AGENTS, RegionTap
 from sim.report import DecisionSummary
@@ -258,6 +258,7 @@ def _fleet_caught_up(run: LiveRun) -> bool:
     by `_catch_up` once it stopped)."""
     done = subprocess.run(
         [SPOTCAP, *run.globals(), "query", "lag", "--postgres", run.postgres, "--json"],
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=run.config.patience_s,
@@ -274,6 +275,7 @@ def _catch_up(run: LiveRun) -> None:
     when they were at the log's end) and says so."""
     done = subprocess.run(
         [SPOTCAP, *run.globals(), "project", "--postgres", run.postgres],
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=run.config.patience_s,
