@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
-from spotcap.fail import EXIT_INTERRUPTED, fail
+from spotcap.fail import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, fail
 
 # errno -> (what it means in words, what a person can do about it)
 _OS_ERRORS: dict[int, tuple[str, str]] = {
@@ -86,6 +88,15 @@ def crash_report(error: BaseException) -> Path:
     return path
 
 
+def reader_went_away() -> NoReturn:
+    """The reader of stdout stopped reading (`spotcap log cat | head`): nothing is wrong, so
+    nothing is said; exit as a command killed by SIGPIPE would, with stdout pointed at
+    /dev/null so the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
 def fail_on(error: BaseException) -> None:
     """Stop with a sentence for `error` (returns only for exits, which pass through)."""
     from projections.provenance import LogReplacedError, RegionMismatchError
@@ -99,6 +110,8 @@ def fail_on(error: BaseException) -> None:
              exit_code=EXIT_INTERRUPTED)  # fmt: skip
     if isinstance(error, (LogError, RegistryError, LogReplacedError, RegionMismatchError)):
         fail(str(error))
+    if isinstance(error, BrokenPipeError):
+        reader_went_away()
     if isinstance(error, OSError):
         message, fix = explain_os_error(error)
         fail(message, fix)

@@ -282,6 +282,29 @@ def test_tail_follows_new_events_until_ctrl_c(where: tuple[list[str], EventLog])
     assert tail.stderr is not None and "Traceback" not in tail.stderr.read()
 
 
+def test_cat_into_a_reader_that_stops_early_exits_quietly(tmp_path: Path) -> None:
+    """`spotcap log cat lifecycle | head -1`: the reader goes away, which is no error: no
+    sentence, no traceback, the status a shell gives a writer stopped by SIGPIPE."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.apply_topics(region_topics(REGION))
+    write(log, REGION, 0, 2000, flush_every=500)  # far more than a pipe's buffer holds
+    log.close()
+    where = ["--home", str(tmp_path), "--region", REGION]
+    cat = subprocess.Popen(
+        [sys.executable, "-m", "spotcap.cli", *where, "log", "cat", "lifecycle"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert cat.stdout is not None and cat.stderr is not None
+    first = cat.stdout.readline()
+    cat.stdout.close()
+    stderr = cat.stderr.read().decode()
+    assert cat.wait(timeout=120) == 141, stderr
+    assert b"notice_received" in first
+    assert stderr == ""
+
+
 def wait_for(condition: Any, what: str, timeout_s: float = 240.0) -> None:
     """Until `condition`, within a wait generous for a loaded machine (a Kafka consumer group's
     first assignment alone can take tens of seconds there)."""
