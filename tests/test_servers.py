@@ -274,3 +274,29 @@ def test_kube_apiserver_answers_and_keeps_its_token_off_command_lines(
     for pid in (kubernetes.pid, status["companions"][0]["pid"]):
         assert token not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
     assert token not in kubernetes.log_path.read_text()
+
+
+def test_commands_starting_one_postgres_at_once_share_one_server(tmp_path: Path) -> None:
+    """Two `spotcap` commands on one home may both start its embedded PostgreSQL at the same
+    moment: one initdb, one postmaster, and every caller gets its address."""
+    data_dir = tmp_path / "pg"
+    command = [sys.executable, "-m", "infra.servers", "postgres"]
+    starts = [
+        subprocess.Popen(
+            [*command, "start", "--dir", str(data_dir)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    try:
+        said = [start.communicate(timeout=300) for start in starts]
+        assert [start.returncode for start in starts] == [0, 0, 0], [err for _, err in said]
+        assert len({json.loads(out)["address"] for out, _ in said}) == 1
+        assert len({json.loads(out)["pid"] for out, _ in said}) == 1
+    finally:
+        subprocess.run(
+            [*command, "stop", "--dir", str(data_dir)], cwd=REPO_ROOT, timeout=120, check=False
+        )

@@ -19,6 +19,7 @@ from infra.servers.process import (
     ServerError,
     alive,
     append_log,
+    file_lock,
     free_ports,
     kill,
     owns,
@@ -145,6 +146,13 @@ def start_postgres(data_dir: Path, timeout_s: float = 60) -> Server:
     """
     name = "postgres"
     data_dir = prepare_dir(data_dir)
+    # Two commands on one home may start its server at the same moment: one starts it, the
+    # other waits here and then finds it running.
+    with file_lock(data_dir / ".start.lock"):
+        return _start_locked(data_dir, name, timeout_s)
+
+
+def _start_locked(data_dir: Path, name: str, timeout_s: float) -> Server:
     existing = running(data_dir, name)
     if existing is not None:
         return existing
