@@ -63,9 +63,13 @@ def plan(
     *,
     pause_s: tuple[float, float] = (10.0, 40.0),
     down_s: tuple[float, float] = (2.0, 10.0),
+    pauses: dict[str, float] | None = None,
 ) -> tuple[Fault, ...]:
     """Every (target, how) once, in a seeded random order at seeded random moments of
-    `window_s` (sim seconds), pauses of `pause_s` and server downtimes of `down_s` (wall s)."""
+    `window_s` (sim seconds), pauses of `pause_s` and server downtimes of `down_s` (wall s);
+    `pauses` fixes the pause of a target (default: the broker's is 40 s, longer than its
+    clients' 30 s deadlines, as when the region's sequencer used to exit on it)."""
+    fixed = {"kafka": 40.0} if pauses is None else pauses
     rng = random.Random(seed)
     pairs = [(t, h) for t in targets for h in hows]
     rng.shuffle(pairs)
@@ -75,6 +79,8 @@ def plan(
     for (target, how), at_s in zip(pairs, moments, strict=True):
         span = pause_s if how == "stop" else down_s
         for_s = round(rng.uniform(*span), 1) if how == "stop" or target in SERVERS else 0.0
+        if how == "stop" and target in fixed:
+            for_s = fixed[target]
         faults.append(Fault(target, how, at_s, for_s))
     return tuple(faults)
 
@@ -145,10 +151,15 @@ class Injector:
             else:
                 self._restart_server(fault.target)
             return
-        service = self._service(fault.target)
-        proc = service.proc
-        if proc is None or proc.poll() is not None:
-            raise LiveError(f"the fault {fault.describe()}: {service.name} is not running")
+        deadline = time.monotonic() + 300.0  # a service its supervisor is restarting: wait
+        while True:
+            service = self._service(fault.target)
+            proc = service.proc
+            if proc is not None and proc.poll() is None:
+                break
+            if time.monotonic() > deadline:
+                raise LiveError(f"the fault {fault.describe()}: {service.name} is not running")
+            time.sleep(0.5)
         proc.send_signal(sig)
         if fault.how == "stop":
             time.sleep(fault.for_s)

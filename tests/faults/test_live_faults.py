@@ -47,6 +47,8 @@ def test_the_schedule_faults_every_server_and_service_both_ways() -> None:
         (t, h) for t in (*SERVERS, *SERVICES) for h in HOWS
     }
     assert all(600 <= f.at_s <= 3300 for f in FAULTS)
+    (broker_pause,) = [f for f in FAULTS if f.target == "kafka" and f.how == "stop"]
+    assert broker_pause.for_s == 40.0  # beyond the clients' 30 s deadlines
     assert plan(SEED, window_s=(600, 3300)) == FAULTS  # seeded: the same moments every run
 
 
