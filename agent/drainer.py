@@ -85,8 +85,18 @@ class Drainer:
         trigger: DrainTrigger,
         cause_event_id: str,
         deadline_at_us: int,
+        issued_at_us: int | None = None,
     ) -> DrainRequest:
-        """The drain a notice (or an advisory) asks for, with the contract's fields."""
+        """The drain a notice (or an advisory) asks for, with the contract's fields.
+
+        With the notice's `issued_at_us`, its deadline is never later, by this node's clock,
+        than the notice's own term (deadline - issued) from now: a node clock behind the
+        provider's would otherwise give the drain more time than the notice did (a clock 10
+        minutes behind: 12 minutes for a 2-minute notice). A clock that agrees, or is ahead,
+        keeps the notice's deadline (a notice delivered late has less time left, not more)."""
+        if issued_at_us is not None:
+            term_us = max(0, deadline_at_us - issued_at_us)
+            deadline_at_us = min(deadline_at_us, self._clock.now_us() + term_us)
         if bundle is None:
             budget_s = max(1.0, (deadline_at_us - self._clock.now_us()) / 1e6)
             return DrainRequest(

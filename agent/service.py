@@ -210,6 +210,7 @@ class Agent:
                 trigger="notice",
                 cause_event_id=message.event_id,
                 deadline_at_us=message.deadline_at_us,
+                issued_at_us=message.issued_at_us,
             )
             self.drainer.start(request, self.drainer.path_for(bundle), received_mono_s)
             return

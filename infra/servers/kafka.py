@@ -25,7 +25,7 @@ from infra.servers.process import (
     append_log,
     cache_dir,
     file_lock,
-    free_ports,
+    ports_of,
     prepare_dir,
     running,
     spawn,
@@ -147,7 +147,7 @@ def _kafka_properties(data_dir: Path, broker_port: int, controller_port: int) ->
         # Retention checked every 5 s (default 5 min), so a test sees what retention deletes.
         "log.retention.check.interval.ms": "5000",
     }
-    lines = ["# written by infra.servers; ports are chosen afresh on every start"]
+    lines = ["# written by infra.servers; a restart keeps its ports when free (ports.json)"]
     lines += [f"{k}={v}" for k, v in props.items()]
     return "\n".join(lines) + "\n"
 
@@ -192,7 +192,7 @@ def start_kafka(data_dir: Path, timeout_s: float = 120, *, java: str | None = No
     java_bin = _java(java)
     log_path = data_dir / "kafka.log"
     props_path = data_dir / "server.properties"
-    broker_port, controller_port = free_ports(2)
+    broker_port, controller_port = ports_of(data_dir, 2)
     props_path.write_text(_kafka_properties(data_dir, broker_port, controller_port))
     classpath = f"{libs}/*"
     log4j = f"-Dlog4j2.configurationFile={KAFKA_LOG4J2}"

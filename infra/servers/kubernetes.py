@@ -42,8 +42,8 @@ from infra.servers.process import (
     Server,
     ServerError,
     cache_dir,
-    free_ports,
     kill,
+    ports_of,
     prepare_dir,
     running,
     spawn,
@@ -200,7 +200,7 @@ def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
     pki.mkdir(exist_ok=True)
     sa_key, sa_pub = _service_account_keys(pki)
     token = _admin_token(data_dir)
-    client_port, peer_port, api_port = free_ports(3)
+    client_port, peer_port, api_port = ports_of(data_dir, 3)
     etcd_log = data_dir / "etcd.log"
     peer = f"http://127.0.0.1:{peer_port}"
     etcd_proc = spawn(

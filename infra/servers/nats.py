@@ -11,7 +11,7 @@ from pathlib import Path
 
 from infra.servers.process import (
     Server,
-    free_ports,
+    ports_of,
     prepare_dir,
     running,
     spawn,
@@ -57,7 +57,7 @@ def start_nats(data_dir: Path, timeout_s: float = 30) -> Server:
     if existing is not None:
         return existing
     log_path = data_dir / "nats.log"
-    (port,) = free_ports(1)
+    (port,) = ports_of(data_dir, 1)
     argv = [
         _nats_binary(),
         "-js",

@@ -20,9 +20,9 @@ from infra.servers.process import (
     alive,
     append_log,
     file_lock,
-    free_ports,
     kill,
     owns,
+    ports_of,
     prepare_dir,
     running,
     state_of,
@@ -132,10 +132,16 @@ def _pg_tool(
 
 
 def _stop_stale_postmaster(pgdata: Path) -> None:
+    """Stop a postmaster of this cluster that lost its state file; forget one that died (a
+    SIGKILL): its lock file would stop the next start while the dead process is a zombie no
+    one reaps (PostgreSQL's check, kill(pid, 0), succeeds on a zombie)."""
     with contextlib.suppress(ValueError, OSError, IndexError):
-        pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+        lock = pgdata / "postmaster.pid"
+        pid = int(lock.read_text().splitlines()[0])
         if owns(pid, pgdata):
             kill(pid, "postgres")
+        elif not alive(pid):
+            lock.unlink()
 
 
 def start_postgres(data_dir: Path, timeout_s: float = 60) -> Server:
@@ -173,7 +179,7 @@ def _start_locked(data_dir: Path, name: str, timeout_s: float) -> Server:
         run("initdb", ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"])
         timings["initdb_s"] = round(time.monotonic() - t0, 3)
     _stop_stale_postmaster(pgdata)  # a server of this cluster that lost its state file
-    (port,) = free_ports(1)
+    (port,) = ports_of(data_dir, 1)
     t1 = time.monotonic()
     # -k "": no Unix socket (TCP only, so the length of data_dir's path does not matter).
     opts = f'-h 127.0.0.1 -p {port} -k ""'

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 STATE_FILE = "server.json"
+PORTS_FILE = "ports.json"
 LOG_TAIL_LINES = 40
 
 # Processes started by this Python process, kept so that they can be reaped (no zombies, no
@@ -97,6 +98,32 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _bindable(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:``port`` (connections of a stopped server in TIME_WAIT do
+    not count: servers bind with SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def ports_of(data_dir: Path, count: int) -> list[int]:
+    """The ports of the server of ``data_dir``: those it had before (``ports.json``) when all
+    are free again, so that clients that knew its address reconnect after a restart (a crash,
+    a SIGKILL, a stop); else free ones, remembered for the next start."""
+    path = data_dir / PORTS_FILE
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        had = [int(p) for p in json.loads(path.read_text())]
+        if len(had) == count and all(map(_bindable, had)):
+            return had
+    ports = free_ports(count)
+    path.write_text(json.dumps(ports) + "\n")
+    return ports
 
 
 def tcp_connects(port: int, timeout: float = 0.5) -> bool:

@@ -34,7 +34,7 @@ from pathlib import Path
 from infra.servers.process import (
     Server,
     ServerError,
-    free_ports,
+    ports_of,
     prepare_dir,
     running,
     spawn,
@@ -184,7 +184,7 @@ def start_slurm(data_dir: Path, timeout_s: float = 60) -> Server:
     log_path = data_dir / "slurm.log"
     munge = _prepare_munge(data_dir)
     munge_socket = munge / "munge.sock"
-    ctld_port, slurmd_port = free_ports(2)
+    ctld_port, slurmd_port = ports_of(data_dir, 2)
     conf = _write_conf(data_dir, munge_socket, ctld_port, slurmd_port)
     # slurmctld reads job_submit.lua from slurm.conf's folder.
     shutil.copyfile(JOB_SUBMIT_FILTER, data_dir / "job_submit.lua")

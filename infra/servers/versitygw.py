@@ -26,7 +26,7 @@ from infra.servers.gobuild import GoCommand, fetch_go_command
 from infra.servers.process import (
     Server,
     ServerError,
-    free_ports,
+    ports_of,
     prepare_dir,
     running,
     spawn,
@@ -134,7 +134,7 @@ def start_versitygw(data_dir: Path, timeout_s: float = 30) -> Server:
             )
         )
     access_key, secret_key = versitygw_credentials(data_dir)
-    (port,) = free_ports(1)
+    (port,) = ports_of(data_dir, 1)
     address = f"http://127.0.0.1:{port}"
     iam = data_dir / "iam"  # internal accounts (versitygw_create_user), kept across restarts
     iam.mkdir(exist_ok=True)

@@ -51,8 +51,19 @@ class Servers:
     folder: Path
     started: list[str] = field(default_factory=list)
 
+    def restart(self, name: str, timeout_s: float = 300.0) -> str:
+        """Start server `name` again after it stopped (on the ports it had, so its clients
+        reconnect); whoever started it first still stops it."""
+        return self._start(name, timeout_s)
+
     def start(self, name: str, timeout_s: float = 300.0) -> str:
-        """Start server `name`; its address."""
+        """Start server `name`; its address. `stop` stops it."""
+        address = self._start(name, timeout_s)
+        if name not in self.started:
+            self.started.append(name)
+        return address
+
+    def _start(self, name: str, timeout_s: float) -> str:
         if not (REPO / "infra" / "servers").is_dir():
             raise LiveError(
                 f"no infra/servers beside {REPO}: the live region starts its servers from a "
@@ -72,7 +83,6 @@ class Servers:
                 f"{name} did not start: {done.stderr.strip()[-2000:]}",
                 "see the server's own error above (`python -m infra.servers --help`)",
             )
-        self.started.append(name)
         return str(json.loads(done.stdout)["address"])
 
     def stop(self) -> None:
@@ -93,12 +103,26 @@ class Servers:
 
 @dataclass
 class Service:
-    """One ``spotcap GLOBAL... ARGS...`` child process; stdout and stderr to files."""
+    """One ``spotcap GLOBAL... ARGS...`` child process; stdout and stderr to files.
+
+    Supervised (`supervise`): a service that stops on its own (a crash, a SIGKILL, an error it
+    exits on when a server it needs went away) is started again by `check`, after a backoff
+    (1 s, doubled for each stop that follows a start within a minute, up to 30 s; back to 1 s
+    after a minute's run), at most `max_restarts` times; each restart is recorded
+    (`restarts`) and noted in its log. The services are built to be restarted: they go on from
+    what the log, their state and the broker's committed offsets hold."""
 
     name: str
     argv: Sequence[str]
     folder: Path
     proc: subprocess.Popen[bytes] | None = None
+    supervise: bool = True
+    max_restarts: int = 20
+    restarts: list[int] = field(default_factory=list)
+    """The exit code of each stop that was followed by a restart."""
+    _restart_at: float | None = None
+    _started_at: float = 0.0
+    _quick_stops: int = 0
 
     @property
     def out(self) -> Path:
@@ -110,7 +134,9 @@ class Service:
 
     def start(self) -> Service:
         self.folder.mkdir(parents=True, exist_ok=True)
-        with self.out.open("wb") as out, self.err.open("wb") as err:
+        mode = "ab" if self.restarts else "wb"
+        self._started_at = time.monotonic()
+        with self.out.open(mode) as out, self.err.open(mode) as err:
             self.proc = subprocess.Popen(
                 [SPOTCAP, *self.argv], stdout=out, stderr=err, env=child_env()
             )
@@ -120,19 +146,38 @@ class Service:
         return self.proc is not None and self.proc.poll() is None
 
     def check(self) -> None:
-        """Raise `LiveError` if it stopped."""
-        if self.proc is not None and self.proc.poll() is not None:
+        """Raise `LiveError` if it stopped and is not (or no longer) restarted; else start it
+        again once its backoff is over."""
+        if self.proc is None or self.proc.poll() is None:
+            return
+        code = self.proc.returncode
+        if not self.supervise or len(self.restarts) >= self.max_restarts:
             raise LiveError(
-                f"{self.name} stopped (exit {self.proc.returncode}); its log {self.err} ends:\n"
-                f"{tail(self.err)}",
+                f"{self.name} stopped (exit {code}"
+                f"{f', after {len(self.restarts)} restarts' if self.restarts else ''}); "
+                f"its log {self.err} ends:\n{tail(self.err)}",
                 "fix what its log says and run again",
             )
+        now = time.monotonic()
+        if self._restart_at is None:
+            ran_s = now - self._started_at
+            self._quick_stops = self._quick_stops + 1 if ran_s < 60.0 else 0
+            wait_s = min(30.0, 2.0 ** max(0, self._quick_stops - 1))
+            self._restart_at = now + wait_s
+            with self.err.open("a") as err:
+                err.write(f"[supervisor] {self.name} stopped (exit {code}); "
+                          f"starting it again in {wait_s:.0f} s\n")  # fmt: skip
+        if now >= self._restart_at:
+            self._restart_at = None
+            self.restarts.append(code)
+            self.start()
 
     def said(self) -> str:
         return tail(self.err, 100_000)
 
     def stop(self, timeout_s: float = 90.0) -> str:
         """SIGTERM, then SIGKILL after `timeout_s`; what it printed on stdout."""
+        self.supervise = False
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

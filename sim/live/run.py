@@ -30,6 +30,7 @@ from sim.cloud import CloudConfig, ServedCloud
 from sim.cloud.serve import write_client_files
 from sim.demo import events_in_log
 from sim.live.agents import RealAgents
+from sim.live.faults import Fault, Injector
 from sim.live.processes import SPOTCAP, LiveError, Servers, Service, child_env, wait_until
 from sim.live.scenario import OWNER, Plan, Scenario
 from sim.live.tap import AGENTS, RegionTap
@@ -57,6 +58,8 @@ class LiveConfig:
     """The longest wait for any one step (a server, a service, the projections)."""
     quiet_s: float = 8.0
     """After the span: the log is quiet when no record arrived for this long."""
+    faults: tuple[Fault, ...] = ()
+    """Servers and services killed or paused during the span (`sim.live.faults`)."""
 
 
 @dataclass
@@ -77,6 +80,9 @@ class LiveRun:
     lines: dict[str, str] = field(default_factory=dict)
     plan: Plan | None = None
     agents: RealAgents | None = None
+    injector: Injector | None = None
+    restarts: dict[str, int] = field(default_factory=dict)
+    """How often each service's supervisor started it again."""
 
     def __post_init__(self) -> None:
         self.servers = Servers(self.folder / "servers")
@@ -87,6 +93,18 @@ class LiveRun:
 
     def globals(self) -> list[str]:
         return ["--home", str(self.home), "--region", self.region, "--kafka", self.kafka]
+
+    def watched(self) -> list[Service]:
+        """Every service and real agent, for their supervisors' checks."""
+        agents = list(self.agents.agents.values()) if self.agents is not None else []
+        return [*self.services, *agents]
+
+    def by_name(self) -> dict[str, Service]:
+        return {service.name: service for service in self.watched()}
+
+    def sim_s(self) -> float:
+        region = self.cloud.region if self.cloud is not None else None
+        return 0.0 if region is None else (region.now_us() - region.config.start_us) / 1e6
 
     def service(self, name: str, *args: str) -> Service:
         service = Service(name, [*self.globals(), *args], self.folder / "logs").start()
@@ -117,6 +135,7 @@ def run_live(config: LiveConfig, home: Path, say: Say) -> dict[str, Any]:
             sim_started = time.monotonic()
             _cloud_and_actuator(run, log, codec)
             _until_the_span_is_over(run)
+            _until_the_faults_are_over(run)
             sim_wall_s = time.monotonic() - sim_started
             _until_quiet(run, log)
             run.say("stopping the services")
@@ -126,6 +145,8 @@ def run_live(config: LiveConfig, home: Path, say: Say) -> dict[str, Any]:
         finally:
             log.close()
     finally:
+        if run.injector is not None:
+            run.injector.close()
         _stop_services(run)
         if run.tap is not None:
             run.tap.close()
@@ -138,6 +159,8 @@ def run_live(config: LiveConfig, home: Path, say: Say) -> dict[str, Any]:
         "sim_wall_s": round(sim_wall_s, 1),
         "wall_s": round(time.monotonic() - started, 1),
         "folder": str(run.folder),
+        "faults": run.injector.done if run.injector is not None else [],
+        "restarts": run.restarts,
     }
     return report
 
@@ -190,6 +213,9 @@ def _cloud_and_actuator(run: LiveRun, log: KafkaLog, codec: Codec) -> None:
         run.services,
     )
     tap.release_demand()
+    if config.faults:
+        run.injector = Injector(config.faults, run.servers, run.by_name, run.sim_s, run.say)
+        run.injector.start()
 
 
 def _market_facts(log: KafkaLog, region: str) -> int:
@@ -206,8 +232,9 @@ def _until_the_span_is_over(run: LiveRun) -> None:
     timeout_s = run.config.scenario.span_s / run.config.speed + run.config.patience_s
     deadline = time.monotonic() + timeout_s
     while not region.ended:
-        for service in run.services:
+        for service in run.watched():
             service.check()
+        _check_faults(run)
         _start_agents(run)
         if run.tap is not None and run.tap.failure is not None:
             raise LiveError(f"the region's facts could not be written: {run.tap.failure}")
@@ -219,6 +246,24 @@ def _until_the_span_is_over(run: LiveRun) -> None:
                     f"{cloud.summary()['servers']} servers")  # fmt: skip
             next_say += 15.0
         time.sleep(0.5)
+
+
+def _check_faults(run: LiveRun) -> None:
+    if run.injector is not None and run.injector.failure is not None:
+        raise LiveError(f"a fault could not be injected: {run.injector.failure}")
+
+
+def _until_the_faults_are_over(run: LiveRun) -> None:
+    """Faults still due when the span ended run before the run winds down."""
+    injector = run.injector
+    if injector is None:
+        return
+
+    def over() -> bool:
+        _check_faults(run)
+        return injector.finished
+
+    wait_until(over, run.config.patience_s, "the faults to be over", run.watched(), every_s=1.0)
 
 
 def _start_agents(run: LiveRun) -> None:
@@ -247,9 +292,9 @@ def _until_quiet(run: LiveRun, log: KafkaLog) -> None:
             last_ends[0], last_change_s[0] = ends, time.monotonic()
         return time.monotonic() - last_change_s[0] >= run.config.quiet_s
 
-    wait_until(quiet, run.config.patience_s, "the log to be quiet", run.services, every_s=1.0)
+    wait_until(quiet, run.config.patience_s, "the log to be quiet", run.watched(), every_s=1.0)
     wait_until(lambda: _fleet_caught_up(run), run.config.patience_s,
-               "the fleet state to catch up", run.services, every_s=2.0)  # fmt: skip
+               "the fleet state to catch up", run.watched(), every_s=2.0)  # fmt: skip
 
 
 def _fleet_caught_up(run: LiveRun) -> bool:
@@ -287,6 +332,9 @@ def _catch_up(run: LiveRun) -> None:
 
 
 def _stop_services(run: LiveRun) -> None:
+    for service in run.watched():
+        if service.restarts:
+            run.restarts[service.name] = len(service.restarts)
     if run.agents is not None:
         for name, line in run.agents.stop().items():
             if line:
@@ -317,7 +365,9 @@ def summarise(log: KafkaLog, codec: Codec, run: LiveRun) -> dict[str, Any]:
     summary = RunSummary(sim.catalogue)
     decisions = DecisionSummary(misbehaving)
     drains: list[Envelope] = []
+    logged: set[str] = set()
     for envelope in region_events(log, codec, run.region):
+        logged.add(envelope.event_id)
         summary.observe(envelope)
         decisions.observe(envelope)
         if envelope.event_type == "drain_started":
@@ -340,6 +390,8 @@ def summarise(log: KafkaLog, codec: Codec, run: LiveRun) -> dict[str, Any]:
         "services": dict(run.lines),
         "cloud": {k: cloud[k] for k in ("servers", "requests", "notices_published")},
         "tap_written": run.tap.written if run.tap is not None else 0,
+        "tap_missing": len(run.tap.written_ids - logged) if run.tap is not None else 0,
+        "tap_rewrites": run.tap.rewrites if run.tap is not None else 0,
     }
     return report
 
@@ -357,6 +409,15 @@ def live_lines(report: dict[str, Any]) -> list[str]:
         f"the region's own facts written by its tap: {live['tap_written']:,}",
         "drains started: " + ", ".join(f"{n:,} {who}" for who, n in live["drains"].items()),
     ]
+    if live["tap_missing"] or live["tap_rewrites"]:
+        lines.append(f"facts written again after the broker failed: {live['tap_rewrites']:,}; "
+                     f"missing from the log: {live['tap_missing']:,}")  # fmt: skip
+    for fault in live.get("faults", []):
+        lines.append(f"fault at sim second {fault['began_sim_s']:,}: {fault['target']} "
+                     f"{fault['how']} ({fault['lasted_s']:g} s)")  # fmt: skip
+    if live.get("restarts"):
+        lines.append("restarted by their supervisors: " + ", ".join(
+            f"{name} {n}x" for name, n in sorted(live["restarts"].items())))  # fmt: skip
     lines += [f"{name}: {line}" for name, line in sorted(live["services"].items())]
     lines.append(f"servers' data, services' logs and state: {live['folder']}")
     return lines

@@ -20,14 +20,19 @@ rate cards and forecasts on the log, so that the deciders never plan a claim wit
 They keep their event time; the deciders take them in the order they arrive.
 
 Handlers run under the region's lock and only queue; the tap's own thread writes and flushes
-every `flush_s`, so the region never waits on the log.
+every `flush_s`, so the region never waits on the log. A flush the broker does not acknowledge
+(paused, restarted) is written again by a new producer after a backoff, until acknowledged:
+the log may then hold a record twice under one event id (readers drop such resends), never
+lose one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import threading
+import time
 from collections import deque
 
 from schemas.codec import Codec
@@ -47,7 +52,7 @@ from schemas.events import (
 from schemas.ids import derived_event_id
 from sim.clock import SECOND_US
 from sim.cloud import CloudRegion
-from streams.log import EventLog
+from streams.log import EventLog, LogError
 from streams.writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -132,7 +137,12 @@ class RegionTap:
         self, region: CloudRegion, log_: EventLog, codec: Codec, *, flush_s: float = 0.2
     ) -> None:
         self._region = region
+        self._log, self._codec = log_, codec
         self._writer = EventWriter(log_, codec, region.region, flush_every=10_000)
+        self.rewrites = 0
+        self.written_ids: set[str] = set()
+        """The ids of every fact written and acknowledged (a run checks the log holds each)."""
+        """Flushes the broker did not acknowledge, written again."""
         self._flush_s = flush_s
         self._queue: deque[Envelope] = deque()
         self._held: list[Envelope] | None = []  # the claims, until released (None: released)
@@ -155,7 +165,8 @@ class RegionTap:
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
-        self._writer.close()
+        with contextlib.suppress(LogError):  # what it held was acknowledged or written again
+            self._writer.close()
 
     def _take(self, envelope: Envelope) -> None:  # under the region's lock
         if envelope.event_type == NoticeReceived.EVENT_TYPE:
@@ -190,11 +201,34 @@ class RegionTap:
             taken = list(self._queue)
             self._queue.clear()
             taken += self.agents.due(self._region.now_us())
-        for envelope in taken:
-            self._writer.write(envelope)
         if taken:
-            self._writer.flush()
+            self._write_until_acknowledged(taken)
             self.written += len(taken)
+            self.written_ids.update(envelope.event_id for envelope in taken)
+
+    def _write_until_acknowledged(self, taken: list[Envelope]) -> None:
+        wait_s, attempts = 0.5, 0
+        while True:
+            attempts += 1
+            try:
+                for envelope in taken:
+                    self._writer.write(envelope)
+                self._writer.flush()
+                return
+            except LogError as error:
+                if attempts >= 30:  # ~5 minutes: the broker is not coming back
+                    raise
+                log.warning("the log did not take %d facts (%s); writing them again in %.1f s",
+                            len(taken), error, wait_s)  # fmt: skip
+            time.sleep(wait_s)
+            wait_s = min(wait_s * 2, 10.0)
+            self.rewrites += 1
+            old, self._writer = (
+                self._writer,
+                EventWriter(self._log, self._codec, self._region.region, flush_every=10_000),
+            )
+            with contextlib.suppress(LogError):
+                old.close()
 
 
 def _is_claim(envelope: Envelope) -> bool:

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 
 import faust
 from faust.tables.table import Table
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, EventT, StreamT
 
 from schemas.codec import Codec
@@ -136,6 +137,32 @@ class Runner(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
 
     def restore(self, data: dict[str, Any]) -> None: ...
+
+
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's aiokafka consumer thread, but a commit with nothing of this worker's to commit
+    is no commit: after a rebalance (a broker restarted, a worker gone) Faust may commit offsets
+    of partitions it no longer holds, filters them out and hands aiokafka an empty dict, which
+    aiokafka refuses (``ValueError({})``, aiokafka.util.commit_structure_validate) and Faust
+    then crashes the worker on."""
+
+    async def _commit(self, offsets: Any) -> bool:
+        assigned = self.assignment()
+        if not any(tp in assigned for tp in offsets):
+            return False
+        done: bool = await super()._commit(offsets)
+        return done
+
+
+class _Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _Transport(faust_aiokafka.Transport):
+    """Faust's aiokafka transport with `_ConsumerThread`."""
+
+    Consumer = _Consumer
 
 
 class PartitionedTable(Table[bytes, bytes]):
@@ -641,6 +668,7 @@ def build_app(config: FaustConfig) -> tuple[faust.App, dict[str, StageHost]]:
         table_standby_replicas=0,
         loghandlers=[],
     )
+    app.transport = _Transport(app.conf.broker_consumer, app)
     settings = config.settings
     hosts: dict[str, StageHost] = {}
 

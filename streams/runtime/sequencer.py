@@ -26,6 +26,7 @@ default role, which runs it beside the workers).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -361,8 +362,55 @@ def run_sequencer(
     runtime: RuntimeSettings | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[Sequencer, JournalRouter], None] | None = None,
+    backoff_s: tuple[float, float] = (1.0, 30.0),
 ) -> None:
-    """Sequence and route until `should_stop` (a SIGTERM handler sets it)."""
+    """Sequence and route until `should_stop` (a SIGTERM handler sets it).
+
+    A broker that stops answering (paused, restarted, unreachable: a `LogError`) costs a
+    fresh start from the journal's tail after a backoff (`backoff_s`: the first wait, doubled
+    up to the second), not the process: recovery appends nothing twice (module docstring),
+    and the router copies again what it had not committed. A journal raced by another
+    sequencer (`JournalConflictError`) still ends the run."""
+    first_wait_s, longest_wait_s = backoff_s
+    wait_s = first_wait_s
+    while not should_stop():
+        try:
+            _sequence_and_route(
+                bootstrap,
+                codec,
+                topics,
+                settings=settings,
+                runtime=runtime,
+                should_stop=should_stop,
+                on_step=on_step,
+            )
+            return
+        except JournalConflictError:
+            raise
+        except LogError as error:
+            _LOG.warning(
+                "sequencer of %s: the broker failed (%s); starting again from the journal's "
+                "tail in %.0f s",
+                topics.region,
+                error,
+                wait_s,
+            )
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not should_stop():
+            time.sleep(0.1)
+        wait_s = min(wait_s * 2, longest_wait_s)
+
+
+def _sequence_and_route(
+    bootstrap: str,
+    codec: Codec,
+    topics: RuntimeTopics,
+    *,
+    settings: DeciderSettings | None,
+    runtime: RuntimeSettings | None,
+    should_stop: Callable[[], bool],
+    on_step: Callable[[Sequencer, JournalRouter], None] | None,
+) -> None:
     sequencer = Sequencer(bootstrap, codec, topics, settings=settings, runtime=runtime)
     router = JournalRouter(bootstrap, topics)
     try:
@@ -381,5 +429,7 @@ def run_sequencer(
             if not appended and not routed:
                 time.sleep(0.01)
     finally:
-        sequencer.close()
-        router.close()
+        with contextlib.suppress(LogError):  # a broker that is gone leaves nothing to flush
+            sequencer.close()
+        with contextlib.suppress(LogError):
+            router.close()

@@ -1,0 +1,1 @@
+"""Faults: servers and processes killed and paused under the live region."""
