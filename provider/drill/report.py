@@ -9,6 +9,7 @@ finished, "running" while it has not. `COLUMNS` and `cells` lay a row out for a 
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,9 +72,16 @@ def as_json(rows: list[DrillRow]) -> list[dict[str, Any]]:
     return [asdict(r) for r in rows]
 
 
-def notes(rows: list[DrillRow]) -> list[str]:
-    """One line per failure or refusal, under the table."""
-    return [f"{r.drill_id[:8]} {r.result}: {why}" for r in rows for why in r.why]
+def notes(rows: list[DrillRow], width: int = 80) -> list[str]:
+    """Each failure or refusal, wrapped to `width`, for under the table."""
+    return [
+        line
+        for r in rows
+        for why in r.why
+        for line in textwrap.wrap(
+            f"{r.drill_id[:8]} {r.result}: {why}", width, subsequent_indent="  "
+        )
+    ]
 
 
 def describe(outcome: DrillOutcome) -> list[str]:
