@@ -2388,6 +2388,201 @@ class DrillFinished:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class BundleCanaried:
+    """A new contract bundle went to the canary partition of the region first: the nodes of the
+    workload in a declared share of its pools hold it, the others keep the previous bundle
+    until it is promoted (ADR-32).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "bundle_canaried"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.BundleCanaried"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The contract version whose bundle is canaried."""
+    contract_sha256: str
+    """SHA-256 of the new bundle (the contract_published's contract_sha256)."""
+    previous_contract_sha256: str
+    """SHA-256 of the bundle the other nodes keep, and the canary returns to on a rollback."""
+    canary_pool_ids: tuple[str, ...]
+    """The canary partition: the pools whose nodes of the workload get the new bundle."""
+    canary_share_ratio: float
+    """The declared share of the workload's pools in the canary partition."""
+    hold_s: int
+    """How long the health figures must hold before the bundle is promoted."""
+    max_notice_to_drain_p99_ms: int
+    """Rolled back when notice to drain start (p99, nearest rank) in the partition exceeds this."""
+    max_drain_failures: int
+    """Rolled back when more drains than this complete unverified or overrun."""
+    max_losses_without_drain: int
+    """Rolled back when more instances than this are lost without a verified drain."""
+    max_dead_letters: int
+    """Rolled back when more records than this are dead-lettered in the region during the hold."""
+    min_drains: int
+    """Promoted only when at least this many drains in the partition proved the bundle; else
+    rolled back as unproven.
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "previous_contract_sha256": self.previous_contract_sha256,
+            "canary_pool_ids": list(self.canary_pool_ids),
+            "canary_share_ratio": self.canary_share_ratio,
+            "hold_s": self.hold_s,
+            "max_notice_to_drain_p99_ms": self.max_notice_to_drain_p99_ms,
+            "max_drain_failures": self.max_drain_failures,
+            "max_losses_without_drain": self.max_losses_without_drain,
+            "max_dead_letters": self.max_dead_letters,
+            "min_drains": self.min_drains,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            previous_contract_sha256=d["previous_contract_sha256"],
+            canary_pool_ids=tuple(d["canary_pool_ids"]),
+            canary_share_ratio=d["canary_share_ratio"],
+            hold_s=d["hold_s"],
+            max_notice_to_drain_p99_ms=d["max_notice_to_drain_p99_ms"],
+            max_drain_failures=d["max_drain_failures"],
+            max_losses_without_drain=d["max_losses_without_drain"],
+            max_dead_letters=d["max_dead_letters"],
+            min_drains=d["min_drains"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BundlePromoted:
+    """The canaried bundle's health figures held for the declared time: it goes to every node of
+    the workload (ADR-32).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "bundle_promoted"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.BundlePromoted"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The contract version promoted."""
+    contract_sha256: str
+    """SHA-256 of the promoted bundle."""
+    held_s: int
+    """How long the figures held (the declared hold, or 0 when nothing ran to canary)."""
+    drains: int
+    """Drains started in the canary partition during the hold."""
+    notice_to_drain_p99_ms: int | None
+    """p99 (nearest rank) of notice to drain start in the partition; null when none drained."""
+    drain_failures: int
+    """Drains completed unverified or overrun."""
+    losses_without_drain: int
+    """Instances lost without a verified drain."""
+    dead_letters: int
+    """Records dead-lettered in the region during the hold."""
+    reason: str
+    """Why, in words, with the figures against their limits."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "held_s": self.held_s,
+            "drains": self.drains,
+            "notice_to_drain_p99_ms": self.notice_to_drain_p99_ms,
+            "drain_failures": self.drain_failures,
+            "losses_without_drain": self.losses_without_drain,
+            "dead_letters": self.dead_letters,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            held_s=d["held_s"],
+            drains=d["drains"],
+            notice_to_drain_p99_ms=d["notice_to_drain_p99_ms"],
+            drain_failures=d["drain_failures"],
+            losses_without_drain=d["losses_without_drain"],
+            dead_letters=d["dead_letters"],
+            reason=d["reason"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BundleRolledBack:
+    """The canaried bundle broke a health limit in its canary partition, or was not proven in its
+    hold: the canary nodes return to the previous bundle (ADR-32).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "bundle_rolled_back"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.BundleRolledBack"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The contract version rolled back."""
+    contract_sha256: str
+    """SHA-256 of the bundle rolled back."""
+    previous_contract_sha256: str
+    """SHA-256 of the bundle the canary nodes return to."""
+    rule: str
+    """The limit broken: notice_to_drain_p99, drain_failures, losses_without_drain, dead_letters,
+    or unproven (fewer drains than min_drains in the hold).
+    """
+    reason: str
+    """Why, in words, with the figure against its limit."""
+    drains: int
+    """Drains started in the canary partition so far."""
+    notice_to_drain_p99_ms: int | None
+    """p99 (nearest rank) of notice to drain start so far; null when none drained."""
+    evidence_event_ids: tuple[str, ...]
+    """The events that broke the limit (the last one first)."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "previous_contract_sha256": self.previous_contract_sha256,
+            "rule": self.rule,
+            "reason": self.reason,
+            "drains": self.drains,
+            "notice_to_drain_p99_ms": self.notice_to_drain_p99_ms,
+            "evidence_event_ids": list(self.evidence_event_ids),
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            previous_contract_sha256=d["previous_contract_sha256"],
+            rule=d["rule"],
+            reason=d["reason"],
+            drains=d["drains"],
+            notice_to_drain_p99_ms=d["notice_to_drain_p99_ms"],
+            evidence_event_ids=tuple(d["evidence_event_ids"]),
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -2429,6 +2624,9 @@ Payload: TypeAlias = (
     | DrillStarted
     | DrillRefused
     | DrillFinished
+    | BundleCanaried
+    | BundlePromoted
+    | BundleRolledBack
 )
 """Any event payload: one of the event record classes."""
 
@@ -2474,6 +2672,9 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.DrillStarted": DrillStarted,
         "spotcap.events.DrillRefused": DrillRefused,
         "spotcap.events.DrillFinished": DrillFinished,
+        "spotcap.events.BundleCanaried": BundleCanaried,
+        "spotcap.events.BundlePromoted": BundlePromoted,
+        "spotcap.events.BundleRolledBack": BundleRolledBack,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -2520,6 +2721,9 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "drill_started": DrillStarted,
         "drill_refused": DrillRefused,
         "drill_finished": DrillFinished,
+        "bundle_canaried": BundleCanaried,
+        "bundle_promoted": BundlePromoted,
+        "bundle_rolled_back": BundleRolledBack,
     }
 )
 """Event classes by event type (``notice_received``)."""
