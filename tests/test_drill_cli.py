@@ -93,3 +93,25 @@ def test_drill_run_and_report_on_a_served_cloud(
     assert refused.returncode == 0 and "refused (no_instances)" in refused.stdout
     share = spotcap(*drill, "--pool", POOL, "--share", "0")
     assert_one_sentence(share, "(0, 0.25]")
+
+
+def test_drill_run_wait_finishes_the_drill_on_the_providers_clock(
+    clouds: Callable[..., ServedCloud], tmp_path: Path
+) -> None:
+    cloud = clouds(speed=20.0)
+    provider_file = write_client_files(cloud, tmp_path / "client")
+    home = tmp_path / "home"
+    ours = adapter(cloud)
+    ours.launch(LaunchRequest(POOL, "wl-1", owned_tags(OWNER, "wl-1")))
+    to_log(home, ours.poll_events())
+    start_us = cloud.region.now_us()
+    where = ["--home", str(home), "--region", REGION]
+    done = spotcap(*where, "drill", "run", "--provider", str(provider_file),
+                   "--orchestrator-id", OWNER, "--pool", POOL, "--wait")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    # It waited out the notice and the grace (240 s of the cloud's time), then measured: with
+    # nobody writing the provider's notices to the log, the drill fails and says why.
+    assert cloud.region.now_us() >= start_us + 240 * SECOND_US
+    lines = done.stdout.splitlines()
+    assert "started: 1 of 1 instances" in lines[0], done.stdout
+    assert "finished (1 reclaimed" in lines[1] and "no notice reached the log" in lines[1]

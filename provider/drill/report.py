@@ -85,23 +85,25 @@ def notes(rows: list[DrillRow], width: int = 80) -> list[str]:
 
 
 def describe(outcome: DrillOutcome) -> list[str]:
-    """What a run did, one line each."""
-    lines = []
-    for f in outcome.finished:
-        verdict = "passed" if f.passed else "FAILED: " + "; ".join(f.failures)
-        p99 = "-" if f.notice_to_drain_p99_ms is None else f"{f.notice_to_drain_p99_ms:,} ms"
-        lines.append(
-            f"drill {f.drill_id} finished ({f.reclaimed_count} reclaimed, notice to drain p99 "
-            f"{p99}, {f.replaced_in_time_count} replaced in time): {verdict}"
-        )
+    """What a run did, one line each, in the order it happened."""
+    new = outcome.started.drill_id if outcome.started is not None else None
+    lines = [_finished(f) for f in outcome.finished if f.drill_id != new]
     if outcome.started is not None:
         s = outcome.started
         lines.append(f"drill {s.drill_id} started: {len(s.instance_ids)} of "
                      f"{s.pool_instance_count} instances of {s.pool_id} reclaimed with "
                      f"{s.notice_s} s notice")  # fmt: skip
+    lines += [f"reclaim refused by the provider: {e}" for e in outcome.reclaim_errors]
+    lines += [_finished(f) for f in outcome.finished if f.drill_id == new]
     if outcome.refused is not None:
         lines.append(f"drill refused ({outcome.refused.rule}): {outcome.refused.reason}")
     if outcome.already_ran is not None and outcome.started is None:
         lines.append(f"drill {outcome.already_ran} already ran today")
-    lines += [f"reclaim refused by the provider: {e}" for e in outcome.reclaim_errors]
     return lines or ["nothing to do: no drill due, none to finish"]
+
+
+def _finished(f: DrillFinished) -> str:
+    verdict = "passed" if f.passed else "FAILED: " + "; ".join(f.failures)
+    p99 = "-" if f.notice_to_drain_p99_ms is None else f"{f.notice_to_drain_p99_ms:,} ms"
+    return (f"drill {f.drill_id} finished ({f.reclaimed_count} reclaimed, notice to drain p99 "
+            f"{p99}, {f.replaced_in_time_count} replaced in time): {verdict}")  # fmt: skip

@@ -12,9 +12,10 @@ One run (`run_drill`), as a cron job or by hand:
    as the drill's), and asks the provider to reclaim each through its own path, the drill's id
    as correlation id.
 
-With `wait`, the run then waits (on the provider's clock) until the drill can be finished and
-finishes it. Writing goes through `write`, reading the region's events through `read`: the
-caller opens the log (the command line) or hands a simulated region's events (tests).
+With `wait`, the run then waits (on the provider's clock, at most the drill's window plus
+`WAIT_PATIENCE_S` of wall time) until the drill can be finished, and finishes it. Writing
+goes through `write`, reading the region's events through `read`: the caller opens the log
+(the command line) or hands a simulated region's events (tests).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from streams.deciders.drill import (
     refused,
     started,
 )
+
+WAIT_PATIENCE_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +143,14 @@ def run_drill(
         except ProviderError as error:  # measured as "no notice" in its drill_finished
             outcome.reclaim_errors.append(f"{instance_id}: {error}")
     if wait:
-        until_us = at_us + (request.notice_s + gate.settings.grace_s) * US
+        window_s = request.notice_s + gate.settings.grace_s
+        until_us = at_us + window_s * US
+        # Bounded: a provider clock at wall speed or faster gets there within the window; one
+        # that stalls leaves the drill to the next run, which finishes it.
+        deadline = time.monotonic() + window_s + WAIT_PATIENCE_S
         while provider.now_us() < until_us:
+            if time.monotonic() > deadline:
+                return outcome
             time.sleep(poll_s)
         last = run_drill(provider, read, write, None, settings=settings)
         outcome.finished += last.finished

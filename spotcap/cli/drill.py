@@ -15,7 +15,7 @@ from spotcap.wiring import make_codec, open_log
 
 @click.group()
 def drill() -> None:
-    """The daily drill (ADR-33, docs/operating.md)."""
+    """The daily drill: a share of a pool reclaimed, measured (docs/operating.md)."""
 
 
 @drill.command("run")
