@@ -41,7 +41,8 @@ class _Seen:
 
 
 def measure(start: DrillStarted, events: list[Envelope]) -> DrillFinished:
-    """The figures of the drill `start` from the region's events (any order, any extra)."""
+    """The figures of the drill `start` from the region's events (any order, any extra: the
+    price is the pool's latest rate card among them, before the drill or during it)."""
     seen = {i: _Seen() for i in start.instance_ids}
     by_replacement: dict[str, str] = {}  # a replacement or a decision it caused -> instance
     wasted_vcpu_s = 0.0

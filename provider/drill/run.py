@@ -72,7 +72,8 @@ def finish_due(
         if not isinstance(p, DrillStarted) or p.drill_id in done:
             continue
         if at_us >= event.occurred_at + (p.notice_s + grace_s) * US:
-            figures = measure(p, [e for e in events if e.occurred_at >= event.occurred_at])
+            # What the log held up to the finish: a replay of a longer log measures the same.
+            figures = measure(p, [e for e in events if e.occurred_at <= at_us])
             out.append(finished(p.drill_id, event.region, at_us, figures, event.event_id))
     return out
 
