@@ -37,7 +37,9 @@ def main() -> None:
     while region.sim.now_us() + step_us < config.end_us:
         region.advance(step_us // 1_000_000 - args.finish_s, step_s=600)
         pool, _ = region.busiest_pool()
-        out = run_drill(region.provider, region.read, region.write, DrillRequest(pool, args.share))
+        drill_id = f"bench-{args.seed}-{region.sim.now_us()}"  # the same run, the same drills
+        request = DrillRequest(pool, args.share, drill_id=drill_id)
+        out = run_drill(region.provider, region.read, region.write, request)
         region.advance(args.finish_s, step_s=1)
         done = run_drill(region.provider, region.read, region.write, None).finished
         hour = (region.sim.now_us() - config.start_us) / HOUR_US
