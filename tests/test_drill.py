@@ -223,3 +223,24 @@ def test_the_schedule_runs_each_entry_once_a_day(region: DrilledRegion, tmp_path
     plan_file.write_text('drills:\n  - pool: p\n    share: 0.05\n    at: "25:00"\n')
     with pytest.raises(DrillPlanError, match="UTC time of day"):
         load_plan(plan_file)
+
+
+def test_a_drills_own_notices_are_no_wave_even_without_its_correlation_id() -> None:
+    """The OpenStack feeds give the drill's notices without the reclaim's correlation id: the
+    gate knows them by their instances."""
+    gate = DrillGate(DrillSettings(wave_window_s=300, wave_min_notices=5))
+    ids = tuple(f"i-{n}" for n in range(5))
+    start = DrillStarted("d-1", "p", 0.25, 20, ids, 120, "manual")
+    began = Envelope("00000000-0000-4000-8000-000000000100", "drill_started", 0, 0, REGION, "p",
+                     None, "d-1", "drill", start)  # fmt: skip
+    finished = DrillFinished("d-1", "p", 5, 5, 5, 5, 1000, 1000, 5, 5, 0.0, 0, True, ())
+    ended = Envelope("00000000-0000-4000-8000-000000000101", "drill_finished", 250 * SECOND_US,
+                     250 * SECOND_US, REGION, "p", None, "d-1", "drill", finished)  # fmt: skip
+    notices = [
+        Envelope(f"00000000-0000-4000-8000-{n:012d}", "notice_received", (n + 1) * SECOND_US,
+                 (n + 1) * SECOND_US, REGION, i, None, None, "agent/x",
+                 NoticeReceived(i, "p", "w", (n + 121) * SECOND_US, "metadata"))
+        for n, i in enumerate(ids)
+    ]  # fmt: skip
+    state = gate.fold([began, *notices, ended])
+    assert gate.judge(state, 260 * SECOND_US) is None

@@ -69,7 +69,9 @@ def test_drill_run_and_report_on_a_served_cloud(
         if isinstance(event.payload, NoticeReceived):
             agents.noticed(event)
     notices = [e for e in noticed if e.event_type == "notice_received"]
-    assert len(notices) == 2 and len({e.correlation_id for e in notices}) == 1
+    # The notices come through the feeds without the reclaim's correlation id (the gate knows
+    # them as the drill's by their instances).
+    assert len(notices) == 2 and {e.correlation_id for e in notices} == {None}
     settle(cloud, start_us + 300 * SECOND_US)
     to_log(home, [*noticed, *ours.poll_events(), *agents.due(cloud.region.now_us())])
 

@@ -51,6 +51,7 @@ class GateState:
     breakers: tuple[tuple[str, str], ...] = ()  # (breaker, trip event id), open ones
     running: tuple[tuple[str, str], ...] = ()  # (drill id, drill_started event id)
     drills: frozenset[str] = frozenset()  # every drill id seen started
+    drilled: frozenset[str] = frozenset()  # every instance a drill reclaimed
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,9 @@ class DrillGate:
         latest_us = max(state.latest_us, event.occurred_at)
         p = event.payload
         if isinstance(p, NoticeReceived):
-            if event.correlation_id in state.drills:
+            # A drill's own notice: by its correlation id, or by its instance where the notice
+            # path does not carry the reclaim's correlation id (the OpenStack feeds).
+            if event.correlation_id in state.drills or p.instance_id in state.drilled:
                 return replace(state, latest_us=latest_us)
             horizon = latest_us - self.settings.wave_window_s * US
             in_wave = event.correlation_id is not None
@@ -97,6 +100,7 @@ class DrillGate:
                 latest_us=latest_us,
                 running=(*state.running, (p.drill_id, event.event_id)),
                 drills=state.drills | {p.drill_id},
+                drilled=state.drilled | set(p.instance_ids),
             )
         if isinstance(p, DrillFinished):
             kept_r = tuple(r for r in state.running if r[0] != p.drill_id)
