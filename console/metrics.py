@@ -127,6 +127,15 @@ def _fleet_metrics(counts: FleetCounts) -> Iterable[Metric]:
     for d in counts.drains:
         drains.add_metric([d.path, str(d.verified).lower(), str(d.overrun).lower()], d.count)
     yield drains
+    drills = CounterMetricFamily(
+        "spotcap_drill_runs",
+        "Daily drills (ADR-33) by pool and result: passed, failed, or refused (a wave, a "
+        "breaker, another drill running).",
+        labels=["pool", "result"],
+    )
+    for r in counts.drill_runs:
+        drills.add_metric([r.pool, r.result], r.count)
+    yield drills
 
 
 def _projection_metrics(rows: list[dict[str, Any]]) -> Iterable[Metric]:

@@ -41,6 +41,8 @@ WORKLOAD_TAG = "spotcap.io/workload"
 POOL_TAG = "spotcap.io/pool"
 DECISION_TAG = "spotcap.io/decision"  # the decision an instance was launched for
 CALL_TAG = "spotcap.io/call"  # the order (actuation_ordered) whose call launched it
+# The node agent release a launch boots with (ADR-32: a new agent reaches only new launches).
+AGENT_VERSION_TAG = "spotcap.io/agent-version"
 MIN_NOTICE_S = 120
 
 InstanceState = Literal["active", "noticed", "gone"]

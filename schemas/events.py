@@ -2202,6 +2202,387 @@ class FallbackWithheld:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class DrillStarted:
+    """The daily drill reclaimed a share of a pool through the provider's own reclaim path, so
+    the real notice, drain and replacement path is exercised on an ordinary day (ADR-33).
+    Every notice, drain and replacement it causes carries the drill's id as correlation id.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "drill_started"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.DrillStarted"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "pool_id"
+
+    drill_id: str
+    """The drill's id: the correlation id of everything it causes."""
+    pool_id: str
+    """The pool: SKU family x size x hall x purchase model (ADR-06)."""
+    share_ratio: float
+    """The share of the pool's running instances the drill asked to reclaim."""
+    pool_instance_count: int
+    """The orchestrator's instances running in the pool when the drill chose."""
+    instance_ids: tuple[str, ...]
+    """The instances the drill asked the provider to reclaim."""
+    notice_s: int
+    """The notice the drill asked the provider to give (at least the contract's 120 s)."""
+    plan: str
+    """Where the drill came from: 'manual' (spotcap drill run --pool) or the schedule entry it
+    ran.
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "drill_id": self.drill_id,
+            "pool_id": self.pool_id,
+            "share_ratio": self.share_ratio,
+            "pool_instance_count": self.pool_instance_count,
+            "instance_ids": list(self.instance_ids),
+            "notice_s": self.notice_s,
+            "plan": self.plan,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            drill_id=d["drill_id"],
+            pool_id=d["pool_id"],
+            share_ratio=d["share_ratio"],
+            pool_instance_count=d["pool_instance_count"],
+            instance_ids=tuple(d["instance_ids"]),
+            notice_s=d["notice_s"],
+            plan=d["plan"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DrillRefused:
+    """The daily drill did not run: a real wave is in progress, a breaker is open, another drill
+    is still running or the pool has nothing to reclaim (ADR-33). Nothing was sent to the
+    provider.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "drill_refused"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.DrillRefused"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "pool_id"
+
+    drill_id: str
+    """The id the drill would have had."""
+    pool_id: str
+    """The pool: SKU family x size x hall x purchase model (ADR-06)."""
+    share_ratio: float
+    """The share of the pool the drill asked to reclaim."""
+    rule: str
+    """The rule that refused it: wave (real notices in the window), breaker (an actuator breaker
+    is open), drill_running (another drill has not finished) or no_instances (the pool has no
+    instance of ours to reclaim).
+    """
+    reason: str
+    """Why, in words, with the figures the rule compared."""
+    evidence_event_ids: tuple[str, ...]
+    """The events the refusal rests on (the wave's notices, the breaker's trip, the running
+    drill's start).
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "drill_id": self.drill_id,
+            "pool_id": self.pool_id,
+            "share_ratio": self.share_ratio,
+            "rule": self.rule,
+            "reason": self.reason,
+            "evidence_event_ids": list(self.evidence_event_ids),
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            drill_id=d["drill_id"],
+            pool_id=d["pool_id"],
+            share_ratio=d["share_ratio"],
+            rule=d["rule"],
+            reason=d["reason"],
+            evidence_event_ids=tuple(d["evidence_event_ids"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DrillFinished:
+    """What a drill measured once its notices' deadlines had passed: notice to drain, drains
+    verified, replacements launched before the deadline, and what it cost (ADR-33). It passes
+    when every reclaimed instance was noticed, drained and verified and replaced in time.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "drill_finished"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.DrillFinished"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "pool_id"
+
+    drill_id: str
+    """The drill's id (its drill_started)."""
+    pool_id: str
+    """The pool: SKU family x size x hall x purchase model (ADR-06)."""
+    reclaimed_count: int
+    """Instances the drill asked to reclaim."""
+    noticed_count: int
+    """Of those, instances whose notice reached the log."""
+    drained_count: int
+    """Of those, instances whose drain started."""
+    drain_verified_count: int
+    """Of those, drains completed and verified, without overrun."""
+    notice_to_drain_p99_ms: int | None
+    """p99 (nearest rank) of notice to drain start over the drained instances; null when none
+    drained.
+    """
+    notice_to_drain_max_ms: int | None
+    """The slowest notice to drain start; null when none drained."""
+    replacements_requested_count: int
+    """Replacements the deciders requested for the drilled instances."""
+    replaced_in_time_count: int
+    """Drilled instances whose replacement was launched before their deadline."""
+    work_wasted_vcpu_s: float
+    """Work lost on the drilled instances (since their last checkpoint)."""
+    cost_eur_micros: int
+    """What the drill cost: the wasted work priced at the pool's latest rate card."""
+    passed: bool
+    """Every drilled instance noticed, drained and verified, and replaced in time."""
+    failures: tuple[str, ...]
+    """What failed, one line each (empty when passed)."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "drill_id": self.drill_id,
+            "pool_id": self.pool_id,
+            "reclaimed_count": self.reclaimed_count,
+            "noticed_count": self.noticed_count,
+            "drained_count": self.drained_count,
+            "drain_verified_count": self.drain_verified_count,
+            "notice_to_drain_p99_ms": self.notice_to_drain_p99_ms,
+            "notice_to_drain_max_ms": self.notice_to_drain_max_ms,
+            "replacements_requested_count": self.replacements_requested_count,
+            "replaced_in_time_count": self.replaced_in_time_count,
+            "work_wasted_vcpu_s": self.work_wasted_vcpu_s,
+            "cost_eur_micros": self.cost_eur_micros,
+            "passed": self.passed,
+            "failures": list(self.failures),
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            drill_id=d["drill_id"],
+            pool_id=d["pool_id"],
+            reclaimed_count=d["reclaimed_count"],
+            noticed_count=d["noticed_count"],
+            drained_count=d["drained_count"],
+            drain_verified_count=d["drain_verified_count"],
+            notice_to_drain_p99_ms=d["notice_to_drain_p99_ms"],
+            notice_to_drain_max_ms=d["notice_to_drain_max_ms"],
+            replacements_requested_count=d["replacements_requested_count"],
+            replaced_in_time_count=d["replaced_in_time_count"],
+            work_wasted_vcpu_s=d["work_wasted_vcpu_s"],
+            cost_eur_micros=d["cost_eur_micros"],
+            passed=d["passed"],
+            failures=tuple(d["failures"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BundleCanaried:
+    """A new contract bundle went to the canary partition of the region first: the nodes of the
+    workload in a declared share of its pools hold it, the others keep the previous bundle
+    until it is promoted (ADR-32).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "bundle_canaried"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.BundleCanaried"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The contract version whose bundle is canaried."""
+    contract_sha256: str
+    """SHA-256 of the new bundle (the contract_published's contract_sha256)."""
+    previous_contract_sha256: str
+    """SHA-256 of the bundle the other nodes keep, and the canary returns to on a rollback."""
+    canary_pool_ids: tuple[str, ...]
+    """The canary partition: the pools whose nodes of the workload get the new bundle."""
+    canary_share_ratio: float
+    """The declared share of the workload's pools in the canary partition."""
+    hold_s: int
+    """How long the health figures must hold before the bundle is promoted."""
+    max_notice_to_drain_p99_ms: int
+    """Rolled back when notice to drain start (p99, nearest rank) in the partition exceeds this."""
+    max_drain_failures: int
+    """Rolled back when more drains than this complete unverified or overrun."""
+    max_losses_without_drain: int
+    """Rolled back when more instances than this are lost without a verified drain."""
+    max_dead_letters: int
+    """Rolled back when more records than this are dead-lettered in the region during the hold."""
+    min_drains: int
+    """Promoted only when at least this many drains in the partition proved the bundle; else
+    rolled back as unproven.
+    """
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "previous_contract_sha256": self.previous_contract_sha256,
+            "canary_pool_ids": list(self.canary_pool_ids),
+            "canary_share_ratio": self.canary_share_ratio,
+            "hold_s": self.hold_s,
+            "max_notice_to_drain_p99_ms": self.max_notice_to_drain_p99_ms,
+            "max_drain_failures": self.max_drain_failures,
+            "max_losses_without_drain": self.max_losses_without_drain,
+            "max_dead_letters": self.max_dead_letters,
+            "min_drains": self.min_drains,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            previous_contract_sha256=d["previous_contract_sha256"],
+            canary_pool_ids=tuple(d["canary_pool_ids"]),
+            canary_share_ratio=d["canary_share_ratio"],
+            hold_s=d["hold_s"],
+            max_notice_to_drain_p99_ms=d["max_notice_to_drain_p99_ms"],
+            max_drain_failures=d["max_drain_failures"],
+            max_losses_without_drain=d["max_losses_without_drain"],
+            max_dead_letters=d["max_dead_letters"],
+            min_drains=d["min_drains"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BundlePromoted:
+    """The canaried bundle's health figures held for the declared time: it goes to every node of
+    the workload (ADR-32).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "bundle_promoted"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.BundlePromoted"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The contract version promoted."""
+    contract_sha256: str
+    """SHA-256 of the promoted bundle."""
+    held_s: int
+    """How long the figures held (the declared hold, or 0 when nothing ran to canary)."""
+    drains: int
+    """Drains started in the canary partition during the hold."""
+    notice_to_drain_p99_ms: int | None
+    """p99 (nearest rank) of notice to drain start in the partition; null when none drained."""
+    drain_failures: int
+    """Drains completed unverified or overrun."""
+    losses_without_drain: int
+    """Instances lost without a verified drain."""
+    dead_letters: int
+    """Records dead-lettered in the region during the hold."""
+    reason: str
+    """Why, in words, with the figures against their limits."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "held_s": self.held_s,
+            "drains": self.drains,
+            "notice_to_drain_p99_ms": self.notice_to_drain_p99_ms,
+            "drain_failures": self.drain_failures,
+            "losses_without_drain": self.losses_without_drain,
+            "dead_letters": self.dead_letters,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            held_s=d["held_s"],
+            drains=d["drains"],
+            notice_to_drain_p99_ms=d["notice_to_drain_p99_ms"],
+            drain_failures=d["drain_failures"],
+            losses_without_drain=d["losses_without_drain"],
+            dead_letters=d["dead_letters"],
+            reason=d["reason"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BundleRolledBack:
+    """The canaried bundle broke a health limit in its canary partition, or was not proven in its
+    hold: the canary nodes return to the previous bundle (ADR-32).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "bundle_rolled_back"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.BundleRolledBack"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The contract version rolled back."""
+    contract_sha256: str
+    """SHA-256 of the bundle rolled back."""
+    previous_contract_sha256: str
+    """SHA-256 of the bundle the canary nodes return to."""
+    rule: str
+    """The limit broken: notice_to_drain_p99, drain_failures, losses_without_drain, dead_letters,
+    or unproven (fewer drains than min_drains in the hold).
+    """
+    reason: str
+    """Why, in words, with the figure against its limit."""
+    drains: int
+    """Drains started in the canary partition so far."""
+    notice_to_drain_p99_ms: int | None
+    """p99 (nearest rank) of notice to drain start so far; null when none drained."""
+    evidence_event_ids: tuple[str, ...]
+    """The events that broke the limit (the last one first)."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "previous_contract_sha256": self.previous_contract_sha256,
+            "rule": self.rule,
+            "reason": self.reason,
+            "drains": self.drains,
+            "notice_to_drain_p99_ms": self.notice_to_drain_p99_ms,
+            "evidence_event_ids": list(self.evidence_event_ids),
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            previous_contract_sha256=d["previous_contract_sha256"],
+            rule=d["rule"],
+            reason=d["reason"],
+            drains=d["drains"],
+            notice_to_drain_p99_ms=d["notice_to_drain_p99_ms"],
+            evidence_event_ids=tuple(d["evidence_event_ids"]),
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -2240,6 +2621,12 @@ Payload: TypeAlias = (
     | ActuationOrdered
     | DriftDetected
     | FallbackWithheld
+    | DrillStarted
+    | DrillRefused
+    | DrillFinished
+    | BundleCanaried
+    | BundlePromoted
+    | BundleRolledBack
 )
 """Any event payload: one of the event record classes."""
 
@@ -2282,6 +2669,12 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.ActuationOrdered": ActuationOrdered,
         "spotcap.events.DriftDetected": DriftDetected,
         "spotcap.events.FallbackWithheld": FallbackWithheld,
+        "spotcap.events.DrillStarted": DrillStarted,
+        "spotcap.events.DrillRefused": DrillRefused,
+        "spotcap.events.DrillFinished": DrillFinished,
+        "spotcap.events.BundleCanaried": BundleCanaried,
+        "spotcap.events.BundlePromoted": BundlePromoted,
+        "spotcap.events.BundleRolledBack": BundleRolledBack,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -2325,6 +2718,12 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "actuation_ordered": ActuationOrdered,
         "drift_detected": DriftDetected,
         "fallback_withheld": FallbackWithheld,
+        "drill_started": DrillStarted,
+        "drill_refused": DrillRefused,
+        "drill_finished": DrillFinished,
+        "bundle_canaried": BundleCanaried,
+        "bundle_promoted": BundlePromoted,
+        "bundle_rolled_back": BundleRolledBack,
     }
 )
 """Event classes by event type (``notice_received``)."""

@@ -158,6 +158,9 @@ RULES: Mapping[str, Rule] = {
     "agent/ship": _rule([*_MIDDLE, "streams", "agent"], _THIRD_PARTY["agent"]),
     "provider": _rule([*_MIDDLE, "provider"], _THIRD_PARTY["provider"]),
     "provider/actuator": _rule([*_MIDDLE, "streams", "provider"], _THIRD_PARTY["provider"]),
+    # The daily drill (ADR-33) reads the region's events and writes its own through the log,
+    # and asks the gate (a decider) whether it may run.
+    "provider/drill": _rule([*_MIDDLE, "streams", "provider"], _THIRD_PARTY["provider"]),
     # Node identity (ADR-31): certificates from OpenBao's PKI engine (hvac), read as X.509.
     "provider/nodes": _rule(
         [*_MIDDLE, "provider"], _THIRD_PARTY["provider"] | {"hvac", "cryptography"}

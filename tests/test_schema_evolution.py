@@ -112,27 +112,27 @@ def test_adding_an_optional_field_is_accepted(schema_copy: Path) -> None:
 
 
 def test_adding_an_event_type_is_accepted_and_removing_one_refused(schema_copy: Path) -> None:
-    (schema_copy / "drill_started.avsc").write_text(
+    (schema_copy / "game_day_started.avsc").write_text(
         json.dumps(
             {
                 "type": "record",
-                "name": "DrillStarted",
+                "name": "GameDayStarted",
                 "namespace": "spotcap.events",
-                "doc": "A reclamation drill (ADR-33) started.",
+                "doc": "A quarterly game day started.",
                 "spotcap.topic": "decisions",
                 "spotcap.key": "region",
-                "fields": [{"name": "drill_id", "type": "string", "doc": "The drill."}],
+                "fields": [{"name": "game_day_id", "type": "string", "doc": "The game day."}],
             }
         )
     )
     edit(
         schema_copy,
         "envelope.avsc",
-        lambda r: field(r, "payload")["type"].append("spotcap.events.DrillStarted"),
+        lambda r: field(r, "payload")["type"].append("spotcap.events.GameDayStarted"),
     )
     code, output = check(schema_copy)
     assert code == 0, output
-    assert "drill" in output.lower()
+    assert "game" in output.lower()
 
     edit(
         schema_copy,

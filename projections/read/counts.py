@@ -29,6 +29,13 @@ class Drains:
 
 
 @dataclass(frozen=True, slots=True)
+class DrillRuns:
+    pool: str
+    result: str  # passed | failed | refused
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class FleetCounts:
     decisions_by_type: dict[str, int]  # every decision type, 0 when none was applied
     exclusions_active: int
@@ -36,6 +43,7 @@ class FleetCounts:
     fallback_decisions_by_kind: dict[str, int]  # every kind (authority)
     fallback_spend_eur_micros_by_kind: dict[str, int]
     drains: list[Drains]
+    drill_runs: list[DrillRuns]  # the daily drill's results by pool (ADR-33)
 
 
 def fleet_counts(conn: Connection) -> FleetCounts:
@@ -65,4 +73,13 @@ def fleet_counts(conn: Connection) -> FleetCounts:
             " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
         )
     ]
-    return FleetCounts(decisions, int(active), states, fallback_n, fallback_eur, drains)
+    drill_runs = [
+        DrillRuns(str(pool), str(result), int(n))
+        for pool, result, n in conn.execute(
+            "SELECT key, CASE WHEN event_type = 'drill_refused' THEN 'refused'"
+            " WHEN (payload->>'passed')::boolean THEN 'passed' ELSE 'failed' END, count(*)"
+            " FROM events WHERE event_type IN ('drill_finished', 'drill_refused')"
+            " GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+    ]
+    return FleetCounts(decisions, int(active), states, fallback_n, fallback_eur, drains, drill_runs)

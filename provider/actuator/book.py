@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from provider.base import (
+    AGENT_VERSION_TAG,
     CALL_TAG,
     DECISION_TAG,
     POOL_TAG,
@@ -154,8 +155,13 @@ class _Bounded(OrderedDict[str, Any]):
 class OrderBook:
     """The actuator's fold of one region's log (see the module's doc)."""
 
-    def __init__(self, orchestrator_id: str, memory: int | None = None) -> None:
+    def __init__(
+        self, orchestrator_id: str, memory: int | None = None, *, agent_version: str | None = None
+    ) -> None:
         self.orchestrator_id = orchestrator_id
+        self.agent_version = agent_version
+        """The agent release new launches boot with (ADR-32): set it to release a new agent;
+        the launches after carry it, the instances running keep the version they booted with."""
         self.memory = memory
         self._pools: dict[str, tuple[str, int]] = {}  # pool -> (purchase model, vCPU)
         self._claim_of: _Bounded = _Bounded(memory)  # event or instance id -> claim
@@ -282,6 +288,8 @@ class OrderBook:
         claim = self._claim_of.get(order.cause_id)
         if claim is not None:
             extra[CLAIM_TAG] = claim
+        if self.agent_version is not None:
+            extra[AGENT_VERSION_TAG] = self.agent_version
         return LaunchRequest(
             pool_id,
             order.workload_id,

@@ -61,6 +61,9 @@ class ActuatorOptions:
     max_age_s: float = MAX_AGE_S
     authority: ActionAuthority | None = None
     """The capacity authority asked before every call (ADR-29); None: the provider's own."""
+    agent_version: str | None = None
+    """The node agent release new launches boot with, stamped on each (ADR-32; None: no tag).
+    Existing nodes keep theirs: a new agent reaches only new launches."""
     follower: FactFollower | None = None
     """Told every event the actuator folds, then drained each step: the node revoker
     (`provider.nodes.Revoker`, ADR-31) revokes deleted and lost instances' certificates."""
@@ -220,7 +223,9 @@ class ActuatorService:
         log_.apply_topics([spec for spec in region_topics(region) if spec.name in wanted])
         self.topic_ids = {name: log_.topic_id(name) for name in names}
         book, positions = self.state.load(self.topic_ids, self.options.memory)
-        self.book = book or OrderBook(self.orchestrator_id, self.options.memory)
+        self.book = book or OrderBook(
+            self.orchestrator_id, self.options.memory, agent_version=self.options.agent_version
+        )
         if self.book.orchestrator_id != self.orchestrator_id:
             raise ActuatorStateError(
                 f"{self.state.book_path} holds the orders of orchestrator "

@@ -30,6 +30,8 @@ LAZY_COMMANDS = {name: LazyCommand(load, short_help) for name, load, short_help 
     ("demo", lambda: import_module("spotcap.cli.demo").demo,
      "Simulate a region (pools, reclaims, waves, 220 workloads) and write its events to the "
      "log."),
+    ("drill", lambda: import_module("spotcap.cli.drill").drill,
+     "The daily drill: a share of a pool reclaimed, measured (docs/operating.md)."),
     ("events", lambda: import_module("spotcap.cli.schemas").events,
      "List the event catalogue: every event type, its topic, key and meaning."),
     ("log", lambda: import_module("spotcap.cli.log").log_group,
