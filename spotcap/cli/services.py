@@ -3,6 +3,7 @@ talk to the provider (`provider.actuator`, `provider.reconcile`; docs/operating.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ import click
 from projections.postgres.connection import FleetDatabaseError
 from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
+from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
@@ -27,7 +29,7 @@ from streams.log import LogError
 from streams.writer import EventWriter
 
 PROBLEMS = (ProviderConfigError, ProviderError, ActuatorStateError, LogError, StoreError,
-            FleetDatabaseError, OSError)  # fmt: skip
+            FleetDatabaseError, NoAuthorityError, OSError)  # fmt: skip
 provider_option = click.option(
     "--provider", "provider_file", required=True, metavar="FILE",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -81,17 +83,22 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 
     Reads the region's log (Kafka with --kafka, else the home's embedded log), launches and
     deletes as the actuator guard ordered, and writes the provider's answers to the log.
+    With SPOTCAP_AUTHORITY_PROJECT (and BAO_ADDR, BAO_TOKEN) it acts with that project's
+    short-lived credentials read from OpenBao, and refuses what it has no authority for.
     """
     need_home(settings, log=True)
     side: list[Envelope] = []
     stop = _stop_on_signals()
     try:
         provider = provider_for(settings, provider_file, orchestrator_id, side)
+        authority = authority_from_env(os.environ, settings.region, provider.session)
+        if authority is not None:
+            say(f"capacity authority: {authority.describe()}", err=True)
         counts = run_actuator(
             open_log(settings, service=True), make_codec(settings), provider,
             state or settings.home / "actuator" / settings.region,
             orchestrator_id=orchestrator_id, should_stop=stop.is_set,
-            options=ActuatorOptions(max_age_s=max_age_s), side_events=side,
+            options=ActuatorOptions(max_age_s=max_age_s, authority=authority), side_events=side,
             on_progress=lambda p: say(p.describe(), err=True),
         )  # fmt: skip
     except PROBLEMS as error:
