@@ -19,7 +19,7 @@ from provider.nodes.authority import (
     setup_pki,
 )
 from provider.nodes.identity import NodeIdentity, identity_of_certificate
-from provider.nodes.service import BundleService, start_bundle_service
+from provider.nodes.service import BundleService, bundle_service_from_env, start_bundle_service
 
 __all__ = [
     "BundleService",
@@ -29,6 +29,7 @@ __all__ = [
     "NodeIdentity",
     "NodeRecord",
     "Revoker",
+    "bundle_service_from_env",
     "identity_of_certificate",
     "revoke_on_loss",
     "setup_pki",

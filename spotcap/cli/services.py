@@ -16,6 +16,7 @@ from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
 from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
+from provider.nodes import NodeAuthorityError, bundle_service_from_env
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
@@ -158,3 +159,24 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         return
     for line in report.lines():
         say(line)
+
+
+@click.command("bundles")
+@click.option("--bundles", "folder", required=True, type=click.Path(path_type=Path),
+              help="The signed bundles: `spotcap contracts compile --key`'s --out.")  # fmt: skip
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
+@click.option("--pki-mount", default="pki", show_default=True,
+              help="OpenBao's PKI engine of the nodes' CA (BAO_ADDR, BAO_TOKEN).")  # fmt: skip
+@click.pass_obj
+def bundles(settings: Settings, /, folder: Path, host: str, port: int, pki_mount: str) -> None:
+    """Serve each node its own signed bundle over mutual TLS (ADR-31), until SIGTERM."""
+    stop = _stop_on_signals()
+    try:
+        home = settings.home / "bundles"
+        running = bundle_service_from_env(os.environ, folder, host, port, pki_mount, state_dir=home)
+    except (NodeAuthorityError, OSError) as error:
+        fail(f"the bundle service did not start: {error}")
+    say(f"bundle service at {running.address} (mutual TLS, nodes' CA of {pki_mount})", err=True)
+    stop.wait()
+    running.stop()
