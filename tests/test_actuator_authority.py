@@ -23,11 +23,13 @@ import yaml
 
 from infra import servers
 from provider.authority import CredentialIssuer, credential_path, setup_authority_store
+from provider.nodes import NodeIdentity
 from schemas.events import ActuationRefused, InstanceDeleted, InstanceLaunched
 from sim.cloud import ServedCloud
 from sim.cloud.serve import write_client_files
 from tests.actuator_support import Decisions
 from tests.cloud_support import CATALOGUE, OWNER, POOL, REGION, clock_of, connect, served_clouds
+from tests.identity_support import Setup, bundle_service
 
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 PROJECT = "spotcap"
@@ -201,3 +203,38 @@ def test_an_authority_without_openbao_says_what_to_set(
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN" in done.stderr, done.stderr
+
+
+@pytest.fixture
+def setup(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
+    (tmp_path / "nodes").mkdir()
+    yield from bundle_service(openbao, tmp_path / "nodes")
+
+
+def test_the_actuator_command_revokes_the_nodes_it_deletes(
+    openbao: servers.Server, clouds: Callable[..., ServedCloud], setup: Setup, tmp_path: Path
+) -> None:
+    cloud = clouds()
+    provider_file = write_client_files(cloud, tmp_path / "client")
+    decisions = Decisions(tmp_path / "home" / "log", REGION, OWNER, clock_of(cloud.access).now_us)
+    decisions.pools(CATALOGUE)
+    placed = decisions.placement((POOL,), vcpu_each=16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTCAP_", "BAO_"))}
+    env |= {"SPOTCAP_NODES_PKI_MOUNT": setup.mount, "BAO_ADDR": openbao.address,
+            "BAO_TOKEN": servers.openbao_token(openbao)}  # fmt: skip
+    actuator = Actuator(tmp_path, provider_file, env)
+    try:
+        launched = wait_for(decisions, actuator, InstanceLaunched, 2)
+        ids = sorted(e.instance_id for e in launched)
+        serials = [setup.authority.enrol(NodeIdentity(REGION, i), "wl-a").serial for i in ids]
+        decisions.returned(placed, (ids[0],))
+        wait_for(decisions, actuator, InstanceDeleted, 1)
+        deadline = time.monotonic() + PATIENCE_S
+        while not setup.authority.is_revoked(serials[0]):  # once the actuator reads it back
+            assert time.monotonic() < deadline and actuator.proc.poll() is None
+            time.sleep(0.3)
+    finally:
+        actuator.stop()
+    assert not setup.authority.is_revoked(serials[1])
+    journal = tmp_path / "home" / "actuator" / REGION / "revocations"
+    assert f"revoked {REGION} {ids[0]}" in journal.read_text().splitlines()

@@ -16,6 +16,7 @@ from provider.nodes.authority import (
     NodeRecord,
     Revoker,
     revoke_on_loss,
+    revoker_from_env,
     setup_pki,
 )
 from provider.nodes.identity import NodeIdentity, identity_of_certificate
@@ -32,6 +33,7 @@ __all__ = [
     "bundle_service_from_env",
     "identity_of_certificate",
     "revoke_on_loss",
+    "revoker_from_env",
     "setup_pki",
     "start_bundle_service",
 ]

@@ -16,7 +16,7 @@ from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
 from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
-from provider.nodes import NodeAuthorityError, bundle_service_from_env
+from provider.nodes import NodeAuthorityError, bundle_service_from_env, revoker_from_env
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
@@ -30,7 +30,7 @@ from streams.log import LogError
 from streams.writer import EventWriter
 
 PROBLEMS = (ProviderConfigError, ProviderError, ActuatorStateError, LogError, StoreError,
-            FleetDatabaseError, NoAuthorityError, OSError)  # fmt: skip
+            FleetDatabaseError, NoAuthorityError, NodeAuthorityError, OSError)  # fmt: skip
 provider_option = click.option(
     "--provider", "provider_file", required=True, metavar="FILE",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -85,7 +85,8 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
     Reads the region's log (Kafka with --kafka, else the home's embedded log), launches and
     deletes as the actuator guard ordered, and writes the provider's answers to the log.
     With SPOTCAP_AUTHORITY_PROJECT (and BAO_ADDR, BAO_TOKEN) it acts with that project's
-    short-lived credentials read from OpenBao, and refuses what it has no authority for.
+    short-lived credentials read from OpenBao, and refuses what it has no authority for; with
+    SPOTCAP_NODES_PKI_MOUNT it revokes the certificates of the nodes deleted or lost.
     """
     need_home(settings, log=True)
     side: list[Envelope] = []
@@ -95,11 +96,12 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         authority = authority_from_env(os.environ, settings.region, provider.session)
         if authority is not None:
             say(f"capacity authority: {authority.describe()}", err=True)
+        folder = state or settings.home / "actuator" / settings.region
+        nodes = revoker_from_env(os.environ, folder / "revocations")  # durable, ADR-31
         counts = run_actuator(
-            open_log(settings, service=True), make_codec(settings), provider,
-            state or settings.home / "actuator" / settings.region,
-            orchestrator_id=orchestrator_id, should_stop=stop.is_set,
-            options=ActuatorOptions(max_age_s=max_age_s, authority=authority), side_events=side,
+            open_log(settings, service=True), make_codec(settings), provider, folder,
+            orchestrator_id=orchestrator_id, should_stop=stop.is_set, side_events=side,
+            options=ActuatorOptions(max_age_s=max_age_s, authority=authority, follower=nodes),
             on_progress=lambda p: say(p.describe(), err=True),
         )  # fmt: skip
     except PROBLEMS as error:
