@@ -27,6 +27,8 @@ DEFAULT_MOUNT = "spotcap-authority"
 """The KV (version 1) mount the issuer publishes to, unless SPOTCAP_AUTHORITY_MOUNT names one."""
 CREDENTIAL_TTL_S = 3600
 """One hour (ADR-29)."""
+RETRY_S = 30.0
+"""After a failed read, how long the actuator's steps wait before asking OpenBao again."""
 
 
 class NoAuthorityError(RuntimeError):
@@ -166,6 +168,7 @@ class ProjectAuthority:
         self._current: ProviderCredential | None = None
         self._read_at_s = 0.0
         self._bound: str | None = None
+        self._failed_at_s = float("-inf")
         self.reads = 0
 
     def credential(self) -> ProviderCredential:
@@ -192,6 +195,16 @@ class ProjectAuthority:
             return f"no authority for {call} in project {self.project}: {error}"
         self.bind(credential)
         return None
+
+    def keep_fresh(self) -> None:
+        """Renew and re-bind the credential once its lease is half spent, so that reads too go
+        out with a live one; after a failed attempt, try again only `RETRY_S` later (a step
+        must not wait on an unreachable OpenBao each time; a mutating call still asks)."""
+        now = self._clock()
+        if now < self._failed_at_s + RETRY_S:
+            return
+        if self.refusal("reading the provider") is not None:
+            self._failed_at_s = now
 
     def describe(self) -> str:
         """Where the authority comes from, in words (no token, no secret)."""

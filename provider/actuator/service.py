@@ -270,7 +270,7 @@ class ActuatorService:
         if follower is not None:
             follower.drain()
         if self.options.authority is not None:  # renews before the lease ends, reads included
-            self.options.authority.refusal("reading the provider")
+            self.options.authority.keep_fresh()
         if not self.caught_up and self.history.reached(self.ends):
             self.caught_up = True
             self.actuator.recover()
