@@ -47,6 +47,13 @@ METRICS_TYPES = {
 }
 
 
+API_ROUTERS = (api.router, whatif.router, archive.router)
+"""The API's routers, in the order the app includes them (before /metrics)."""
+PAGE_ROUTERS = (pages.router, archive_page.router)
+"""The console pages' routers (after /metrics); a test reads every route from these and the
+app's own list (`app.routes`)."""
+
+
 def create_app(
     access: ReadAccess, desk: ArchiveDesk | None = None, issuer: Issuer | None = None
 ) -> FastAPI:
@@ -89,9 +96,8 @@ def create_app(
         return response
 
     app.add_exception_handler(SignInError, refused)
-    app.include_router(api.router)
-    app.include_router(whatif.router)
-    app.include_router(archive.router)
+    for router in API_ROUTERS:
+        app.include_router(router)
     registry = registry_for(access)
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
@@ -106,8 +112,8 @@ def create_app(
         encode, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encode(registry), media_type=content_type)
 
-    app.include_router(pages.router)
-    app.include_router(archive_page.router)
+    for router in PAGE_ROUTERS:
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="console-static")
 
     def openapi() -> dict[str, Any]:

@@ -17,14 +17,18 @@ A credential's secret is in no event, log line, error sentence or repr.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 RECORDS = "spotcap/providers"
+DEFAULT_MOUNT = "spotcap-authority"
+"""The KV (version 1) mount the issuer publishes to, unless SPOTCAP_AUTHORITY_MOUNT names one."""
 CREDENTIAL_TTL_S = 3600
 """One hour (ADR-29)."""
+RETRY_S = 30.0
+"""After a failed read, how long the actuator's steps wait before asking OpenBao again."""
 
 
 class NoAuthorityError(RuntimeError):
@@ -164,6 +168,7 @@ class ProjectAuthority:
         self._current: ProviderCredential | None = None
         self._read_at_s = 0.0
         self._bound: str | None = None
+        self._failed_at_s = float("-inf")
         self.reads = 0
 
     def credential(self) -> ProviderCredential:
@@ -190,6 +195,23 @@ class ProjectAuthority:
             return f"no authority for {call} in project {self.project}: {error}"
         self.bind(credential)
         return None
+
+    def keep_fresh(self) -> None:
+        """Renew and re-bind the credential once its lease is half spent, so that reads too go
+        out with a live one; after a failed attempt, try again only `RETRY_S` later (a step
+        must not wait on an unreachable OpenBao each time; a mutating call still asks)."""
+        now = self._clock()
+        if now < self._failed_at_s + RETRY_S:
+            return
+        if self.refusal("reading the provider") is not None:
+            self._failed_at_s = now
+
+    def describe(self) -> str:
+        """Where the authority comes from, in words (no token, no secret)."""
+        return (
+            f"provider credentials of project {self.project} from OpenBao "
+            f"({self._mount}/{credential_path(self.region, self.project)})"
+        )
 
     def bind(self, credential: ProviderCredential) -> None:
         if self._session is not None and self._bound != credential.application_credential_id:
@@ -220,6 +242,33 @@ class ProjectAuthority:
             expires_at_s=float(data["expires_at_s"]),
             lease_s=int(answer.get("lease_duration") or 0),
         )
+
+
+def authority_from_env(
+    environ: Mapping[str, str], region: str, session: Any
+) -> ProjectAuthority | None:
+    """The actuator's authority as the environment configures it: SPOTCAP_AUTHORITY_PROJECT
+    (the project; unset: None, the provider file's own credentials), SPOTCAP_AUTHORITY_MOUNT
+    (default `DEFAULT_MOUNT`), OpenBao at BAO_ADDR (else VAULT_ADDR) with the token BAO_TOKEN
+    (else VAULT_TOKEN). `session` (the provider's keystoneauth session) is bound at once to the
+    project's credential when OpenBao holds one (and before every mutating call)."""
+    project = environ.get("SPOTCAP_AUTHORITY_PROJECT")
+    if not project:
+        return None
+    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
+    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
+    if not address or not token:
+        raise NoAuthorityError(
+            "SPOTCAP_AUTHORITY_PROJECT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and "
+            f"BAO_TOKEN (or VAULT_TOKEN), a token that may read {RECORDS}/{region}/{project}"
+        )
+    import hvac  # loads requests: only an actuator with an authority needs it
+
+    mount = environ.get("SPOTCAP_AUTHORITY_MOUNT") or DEFAULT_MOUNT
+    client = hvac.Client(url=address, token=token)
+    authority = ProjectAuthority(client, region, project, mount=mount, session=session)
+    authority.refusal("the actuator's start")  # binds the session when a credential exists
+    return authority
 
 
 def _iso(at_s: float) -> str:

@@ -39,6 +39,8 @@ class Setup:
     bundles: Path
     ca: Path
     tmp: Path
+    mount: str
+    """The nodes' PKI mount."""
 
 
 def bundle_service(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
@@ -59,7 +61,7 @@ def bundle_service(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
         BundleService(authority, bundles), state_dir=tmp_path / "service"
     )
     try:
-        yield Setup(client, authority, service, bundles, ca, tmp_path)
+        yield Setup(client, authority, service, bundles, ca, tmp_path, mount)
     finally:
         service.stop()
 

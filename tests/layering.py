@@ -115,7 +115,10 @@ _THIRD_PARTY: dict[str, frozenset[str]] = {
     "projections": frozenset({"psycopg", "chdb", "clickhouse_connect", "pyarrow"}),
     # cryptography: the node's own key and its certificate signing request (ADR-31).
     "agent": frozenset({"nats", "kubernetes", "prometheus_client", "urllib3", "cryptography"}),
-    "provider": frozenset({"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml"}),
+    # hvac: the actuator's short-lived project credentials, read from OpenBao (ADR-29).
+    "provider": frozenset(
+        {"openstack", "keystoneauth1", "requests", "nats", "pydantic", "yaml", "hvac"}
+    ),
     # The scheduler intake watches the Kubernetes API with its official client (over urllib3).
     "streams/intake": frozenset({"kubernetes", "urllib3"}),
     # The simulated region reads pool catalogues and writes contract files (YAML).

@@ -610,3 +610,59 @@ def test_a_changed_head_is_found(
     head.write_bytes(head.read_bytes().replace(b"2026-11", b"2026-12"))
     found = errors(verify(replay_history, where, keys[1], code=1))
     assert any(f.startswith("2026-11: head: its signature does not verify") for f in found), found
+
+
+def test_an_export_stopped_before_the_head_is_found_and_completed(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A crash after 2026-11's signed manifest and before the head (the head still names
+    2026-10), or between the head's signature and the head: verify says so in one sentence,
+    and the export run again completes the head, once."""
+    signer = FileSigner.from_bytes(keys[0].read_bytes())
+    where = copy_of(archive, tmp_path)
+    head, head_sig = where / "rp" / layout.HEAD, where / "rp" / layout.HEAD_SIGNATURE
+    complete = head.read_bytes()
+    sign_head(where, signer, "2026-10")  # what the archive held before 2026-11's head
+    stopped = (
+        "2026-11: head: does not name 2026-11 yet: an export of 2026-11 stopped after the "
+        "month's signed manifest and before the archive's signed head; run `spotcap archive "
+        "export --month 2026-11` again to complete it"
+    )
+    assert errors(verify(replay_history, where, keys[1], code=1)) == [stopped]
+
+    def export_again() -> Any:
+        return replay_history.json("archive", "export", "--month", "2026-11", "--archive",
+                                   str(where), "--key", str(keys[0]))  # fmt: skip
+
+    done = export_again()
+    assert done["completed_head"] is True and done["month"] == "2026-11"
+    assert head.read_bytes() == complete
+    assert verify(replay_history, where, keys[1], "--through", "2026-11")["ok"]
+    again = replay_history.cli("archive", "export", "--month", "2026-11", "--archive",
+                               str(where), "--key", str(keys[0]), code=1)  # fmt: skip
+    assert "already archived" in again  # complete now: nothing more to write
+
+    # Stopped between the head's signature (2026-11's) and the head (still 2026-10's).
+    sign_head(where, signer, "2026-10")
+    head_sig.write_bytes(signer.sign(complete))
+    assert errors(verify(replay_history, where, keys[1], code=1)) == [stopped]
+    said = replay_history.cli("archive", "export", "--month", "2026-11", "--archive",
+                              str(where), "--key", str(keys[0]))  # fmt: skip
+    assert "stopped before writing the archive's signed head" in said
+    assert head.read_bytes() == complete
+    assert verify(replay_history, where, keys[1])["ok"]
+
+
+def test_a_head_put_back_under_a_month_that_does_not_link_to_it_is_not_completed(
+    replay_history: History, archive: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Only a head naming the month the newest links back to is an export that stopped: a
+    head changed otherwise stays a finding, and the export does not overwrite it."""
+    where = copy_of(archive, tmp_path)
+    head = where / "rp" / layout.HEAD
+    head.write_bytes(head.read_bytes().replace(b"2026-11", b"2026-09"))
+    found = errors(verify(replay_history, where, keys[1], code=1))
+    assert any(f.startswith("2026-11: head: its signature does not verify") for f in found), found
+    again = replay_history.cli("archive", "export", "--month", "2026-11", "--archive",
+                               str(where), "--key", str(keys[0]), code=1)  # fmt: skip
+    assert "already archived" in again

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.routing import APIRoute
+from starlette.routing import Mount, Route
 
 from console.access import ReadAccess
-from console.app import create_app
+from console.app import API_ROUTERS, PAGE_ROUTERS, create_app
 from console.roles import AREAS
 from infra import servers
 from projections.stores import Stores
@@ -72,21 +73,28 @@ MISSING = "no-such-workload-anywhere"
 
 
 def app_routes(tmp: Path) -> tuple[set[tuple[str, str]], set[str]]:
-    """The app's routes from its routing table: (method, path) of each API route and page (an
-    included router's too: FastAPI keeps it as one entry with its routes in it), and the paths
-    of the others (the OpenAPI description, the mounted assets)."""
+    """The app's routes, from its public route list (`app.routes`) and the public routes of the
+    routers it includes (`console.app.API_ROUTERS`, `PAGE_ROUTERS`): (method, path) of each
+    API route and page, and the paths of the others (the OpenAPI description, the mounted
+    assets). An entry of `app.routes` that is none of these is an included router: there must
+    be exactly one per router listed, so a router included and not listed fails the test."""
     app = create_app(ReadAccess(Stores(tmp), "dev", lambda: EmbeddedLog(tmp / "log")))
+    routers = (*API_ROUTERS, *PAGE_ROUTERS)
     routed: set[tuple[str, str]] = set()
     others: set[str] = set()
+    included = 0
     for entry in app.routes:
-        included = getattr(entry, "effective_route_contexts", None)
-        routes = list(included()) if included else [entry]
-        for route in routes:
-            if isinstance(route, APIRoute) or hasattr(route, "original_route"):
-                path = str(getattr(route, "path_format", ""))
-                routed |= {(m, path) for m in getattr(route, "methods", ())}
-            else:
-                others.add(str(getattr(route, "path", "")))
+        if isinstance(entry, APIRoute):
+            routed |= {(m, entry.path_format) for m in entry.methods or ()}
+        elif isinstance(entry, (Route, Mount)):
+            others.add(entry.path)
+        else:
+            included += 1
+    assert included == len(routers), "the app includes a router that the test does not read"
+    for router in routers:
+        for route in router.routes:
+            assert isinstance(route, APIRoute), f"{route!r}: not an API route or page"
+            routed |= {(m, route.path_format) for m in route.methods or ()}
     return routed, others
 
 

@@ -87,6 +87,10 @@ class ActionAuthority(Protocol):
         """Why `call` must not go out; None when it may."""
         ...
 
+    def keep_fresh(self) -> None:
+        """Renew what the actuator's reads go out with, when due (called every step)."""
+        ...
+
 
 class Journal:
     """The orders this actuator started and finished: an append-only file of lines

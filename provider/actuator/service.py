@@ -274,6 +274,8 @@ class ActuatorService:
             self.events += 1
         if follower is not None:
             follower.drain()
+        if self.options.authority is not None:  # renews before the lease ends, reads included
+            self.options.authority.keep_fresh()
         if not self.caught_up and self.history.reached(self.ends):
             self.caught_up = True
             self.actuator.recover()

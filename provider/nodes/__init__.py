@@ -16,10 +16,11 @@ from provider.nodes.authority import (
     NodeRecord,
     Revoker,
     revoke_on_loss,
+    revoker_from_env,
     setup_pki,
 )
 from provider.nodes.identity import NodeIdentity, identity_of_certificate
-from provider.nodes.service import BundleService, start_bundle_service
+from provider.nodes.service import BundleService, bundle_service_from_env, start_bundle_service
 
 __all__ = [
     "BundleService",
@@ -29,8 +30,10 @@ __all__ = [
     "NodeIdentity",
     "NodeRecord",
     "Revoker",
+    "bundle_service_from_env",
     "identity_of_certificate",
     "revoke_on_loss",
+    "revoker_from_env",
     "setup_pki",
     "start_bundle_service",
 ]

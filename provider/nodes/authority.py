@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from cryptography import x509
 
@@ -292,28 +294,110 @@ def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
 class Revoker:
     """Revokes the certificates of instances deleted or lost, as their events are folded; a
     revocation OpenBao could not make waits and is tried again at the next `drain`, so a
-    control plane that lost OpenBao for a while still revokes every node it saw go."""
+    control plane that lost OpenBao for a while still revokes every node it saw go.
 
-    def __init__(self, authority: NodeAuthority) -> None:
+    With a `journal` (a file in the actuator's state folder) what it was told is durable: each
+    retirement is appended and fsync'd (``retire <region> <instance> <event id>``) when it is
+    observed, each revocation done after OpenBao answered (``revoked <region> <instance>``). A
+    revoker started on the journal of one that died (kill -9) revokes what that one left
+    pending, and ignores a retirement it has done already when the log is read again, so each
+    node is revoked once. (A death between OpenBao's answer and the ``revoked`` line revokes
+    again: OpenBao's revocation is idempotent, and the node's record is retired by then.)"""
+
+    def __init__(self, authority: NodeAuthority, journal: Path | None = None) -> None:
         self._authority = authority
         self.pending: dict[NodeIdentity, str] = {}
         """Identity -> the event id that retired it, not yet revoked."""
         self.revoked: list[str] = []
-        """Every serial revoked, in order."""
+        """Every serial revoked by this revoker, in order."""
+        self.done: set[NodeIdentity] = set()
+        """Identities revoked (this run, or a journal's earlier one)."""
+        self._journal: IO[str] | None = None
+        self._journal_path = journal
+        # Read at the first observe or drain: the actuator holds its state folder's lock then.
+        self._opened = journal is None
+
+    def _open(self) -> None:
+        if self._opened or self._journal_path is None:
+            return
+        self._opened = True
+        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+        self._load(self._journal_path)
+        self._journal = self._journal_path.open("a", encoding="utf-8")
+
+    def _load(self, journal: Path) -> None:
+        if not journal.exists():
+            return
+        for line in journal.read_text(encoding="utf-8").splitlines():
+            what, *words = line.split(" ")
+            if what == "retire" and len(words) == 3:
+                identity = NodeIdentity(words[0], words[1])
+                if identity not in self.done:
+                    self.pending.setdefault(identity, words[2])
+            elif what == "revoked" and len(words) == 2:
+                identity = NodeIdentity(words[0], words[1])
+                self.pending.pop(identity, None)
+                self.done.add(identity)
+        # Compacted: what is pending and what was done, nothing else (atomically replaced).
+        lines = [f"revoked {i.region} {i.instance_id}\n" for i in sorted(self.done, key=str)]
+        lines += [f"retire {i.region} {i.instance_id} {e}\n" for i, e in self.pending.items()]
+        tmp = journal.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as out:
+            out.writelines(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(journal)
+
+    def _append(self, line: str) -> None:
+        if self._journal is not None:
+            self._journal.write(line + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload
         if isinstance(payload, (InstanceDeleted, InstanceLost)):
+            self._open()
             identity = NodeIdentity(envelope.region, payload.instance_id)
-            self.pending.setdefault(identity, envelope.event_id)
+            if identity in self.done or identity in self.pending:
+                return
+            self._append(f"retire {identity.region} {identity.instance_id} {envelope.event_id}")
+            self.pending[identity] = envelope.event_id
 
     def drain(self) -> int:
         """Revoke what is pending; how many nodes are still pending."""
+        self._open()
         for identity in list(self.pending):
             try:
                 self.revoked += self._authority.revoke(identity)
             except NodeAuthorityError as error:
                 log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
                 continue
+            self._append(f"revoked {identity.region} {identity.instance_id}")
             del self.pending[identity]
+            self.done.add(identity)
         return len(self.pending)
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+
+
+def revoker_from_env(environ: Mapping[str, str], journal: Path) -> Revoker | None:
+    """The actuator's node revoker as the environment configures it: SPOTCAP_NODES_PKI_MOUNT
+    (the nodes' PKI engine; unset: None, no revocation), OpenBao at BAO_ADDR (else VAULT_ADDR)
+    with BAO_TOKEN (else VAULT_TOKEN); durable in `journal`."""
+    mount = environ.get("SPOTCAP_NODES_PKI_MOUNT")
+    if not mount:
+        return None
+    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
+    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
+    if not address or not token:
+        raise NodeAuthorityError(
+            "SPOTCAP_NODES_PKI_MOUNT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN "
+            f"(or VAULT_TOKEN), a token that may revoke in {mount}"
+        )
+    import hvac
+
+    return Revoker(NodeAuthority(hvac.Client(url=address, token=token), mount=mount), journal)

@@ -21,6 +21,7 @@ import os
 import ssl
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 from cryptography import x509
 
 from contracts.output import bundle_file_name
-from provider.nodes.authority import NodeAuthority, NodeAuthorityError, NodeRecord
+from provider.nodes.authority import NODE_ROLE, NodeAuthority, NodeAuthorityError, NodeRecord
 from provider.nodes.identity import (
     IdentityError,
     NodeIdentity,
@@ -230,3 +231,33 @@ def start_bundle_service(
     thread.start()
     name = f"[{host}]" if ":" in host else host
     return RunningService(f"https://{name}:{bound_port}", server, thread)
+
+
+def bundle_service_from_env(
+    environ: Mapping[str, str],
+    bundles: Path,
+    host: str,
+    port: int,
+    pki_mount: str,
+    *,
+    state_dir: Path,
+) -> RunningService:
+    """`start_bundle_service` for the nodes' CA at OpenBao's `pki_mount`, OpenBao at BAO_ADDR
+    (else VAULT_ADDR) with the token BAO_TOKEN (else VAULT_TOKEN): `spotcap run bundles`.
+    `NodeAuthorityError` says what is missing or what OpenBao refused."""
+    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
+    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
+    if not address or not token:
+        raise NodeAuthorityError(
+            "the bundle service needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or "
+            f"VAULT_TOKEN), a token of the {NODE_ROLE!r} role of {pki_mount} (sign, revoke, read)"
+        )
+    if not bundles.is_dir():
+        raise NodeAuthorityError(
+            f"{bundles} is not a folder of signed bundles: pass the --out folder of "
+            "`spotcap contracts compile --key`"
+        )
+    import hvac
+
+    authority = NodeAuthority(hvac.Client(url=address, token=token), mount=pki_mount)
+    return start_bundle_service(BundleService(authority, bundles), host, port, state_dir)

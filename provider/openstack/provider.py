@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import TypeGuard, get_args
+from typing import Any, TypeGuard, get_args
 
 from keystoneauth1.access import AccessInfoV3
 from keystoneauth1.identity.base import BaseIdentityPlugin
@@ -98,6 +98,12 @@ class OpenStackProvider:
     @property
     def orchestrator_id(self) -> str:
         return self._orchestrator_id
+
+    @property
+    def session(self) -> Any:
+        """The keystoneauth session every call goes through (a capacity authority re-binds
+        its credential, `provider.authority.ProjectAuthority`)."""
+        return self._conn.session
 
     def now_us(self) -> int:
         return self._clock()

@@ -51,6 +51,9 @@ class Exported:
     chain_size: int
     manifest_sha256: str
     seconds: float
+    completed_head: bool = False
+    """True when the month was archived already and only its head was written now (an export
+    that stopped between the month's manifest and its head)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,12 +65,20 @@ class Exported:
             "chain_size": self.chain_size,
             "manifest_sha256": self.manifest_sha256,
             "seconds": round(self.seconds, 3),
+            "completed_head": self.completed_head,
         }
 
     def describe(self, archive: str, signed_by: str, *, locked: bool) -> str:
         """What was archived where, for people: the archive (`storage.describe()`), the Object
         Lock date when the storage enforces retention (`locked`), and the signing key's id."""
         until = " with Object Lock until " + layout.retain_until(self.month).strftime("%Y-%m-%d")
+        if self.completed_head:
+            return (
+                f"{self.month} of region {self.region} was archived to {archive} by an export "
+                f"that stopped before writing the archive's signed head; the head now names "
+                f"{self.month} ({self.events:,} events, chain of {self.chain_size:,}), signed "
+                f"by {signed_by}"
+            )
         return (
             f"archived {self.month} of region {self.region} to {archive}"
             f"{until if locked else ''}: {self.events:,} events and "
@@ -289,6 +300,9 @@ def export_month(
     check_over(month, now_us)
     months = archived_months(storage, region)
     if month in months:
+        completed = complete_head(storage, signer, region, month)
+        if completed is not None:
+            return completed
         raise ArchiveError(
             f"{month} of region {region} is already archived in {storage.describe()}; a month is "
             f"written once: check it with `spotcap archive verify --month {month}`"
@@ -395,15 +409,7 @@ def export_month(
         storage.put(layout.key(region, month, name), workdir / name, until)
     # Then the head names this month as the newest (its signature first: a head is read with
     # its signature, and a head newer than its signature fails verify rather than passing).
-    head = layout.canonical_json(
-        {"format": layout.HEAD_FORMAT, "region": region, "month": month,
-         "manifest_sha256": layout.sha256_hex(manifest_bytes),
-         "chain": {"size": extension.size, "root": chain_root.hex()}}
-    )  # fmt: skip
-    (workdir / layout.HEAD).write_bytes(head)
-    (workdir / layout.HEAD_SIGNATURE).write_bytes(signer.sign(head))
-    for name in (layout.HEAD_SIGNATURE, layout.HEAD):
-        storage.put(layout.head_key(region, name), workdir / name, until)
+    _put_head(storage, signer, region, month, manifest_bytes, workdir=workdir)
     return Exported(
         region,
         month,
@@ -414,6 +420,98 @@ def export_month(
         layout.sha256_hex(manifest_bytes),
         time.monotonic() - started,
     )
+
+
+def _put_head(
+    storage: ArchiveStorage,
+    signer: Signer,
+    region: str,
+    month: str,
+    manifest: bytes,
+    *,
+    workdir: Path,
+) -> None:
+    """Write the head naming `month` (its signature first: a head is read with its signature,
+    and a head newer than its signature fails verify rather than passing)."""
+    head = layout.head_of(region, month, manifest)
+    (workdir / layout.HEAD).write_bytes(head)
+    (workdir / layout.HEAD_SIGNATURE).write_bytes(signer.sign(head))
+    until = layout.retain_until(month)
+    for name in (layout.HEAD_SIGNATURE, layout.HEAD):
+        storage.put(layout.head_key(region, name), workdir / name, until)
+
+
+def head_left_behind(
+    storage: ArchiveStorage, public_key: Any, region: str, month: str
+) -> bytes | None:
+    """`month`'s manifest when an export of it stopped after the manifest and before the head
+    was complete: `month` is the newest archived month, its manifest signed by `public_key`,
+    and either it is the first month and no head was written, or the head is, byte for byte,
+    the one naming the month the manifest links back to, signed by that key for it (stopped
+    before the head) or for `month` (stopped between the head's signature and the head).
+    None otherwise: a complete head, or one changed (verify says so)."""
+    months = archived_months(storage, region)
+    if not months or months[-1] != month:
+        return None
+    try:
+        manifest = storage.read(layout.key(region, month, layout.MANIFEST))
+        signature = storage.read(layout.key(region, month, layout.SIGNATURE))
+        previous = json.loads(manifest)["chain"]["previous_month"]
+    except (ArchiveError, ValueError, KeyError, TypeError):
+        return None
+    if not _verifies(public_key, signature, manifest):
+        return None
+    if previous is None:  # a first month: its export stopped before any head was written
+        return (
+            manifest if not storage.exists(layout.head_key(region, layout.HEAD_SIGNATURE)) else None
+        )
+    try:
+        before = layout.head_of(
+            region, previous, storage.read(layout.key(region, previous, layout.MANIFEST))
+        )
+        head = storage.read(layout.head_key(region))
+        head_signature = storage.read(layout.head_key(region, layout.HEAD_SIGNATURE))
+    except (ArchiveError, ValueError, KeyError, TypeError):
+        return None
+    if head != before:  # complete, or changed: not what a stopped export leaves
+        return None
+    wanted = layout.head_of(region, month, manifest)
+    # Stopped before the head (the month before's, with its signature), or between the head's
+    # signature (this month's already) and the head.
+    if _verifies(public_key, head_signature, before) or _verifies(
+        public_key, head_signature, wanted
+    ):
+        return manifest
+    return None
+
+
+def _verifies(public_key: Any, signature: bytes, data: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        public_key.verify(signature, data)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def complete_head(
+    storage: ArchiveStorage, signer: Signer, region: str, month: str
+) -> Exported | None:
+    """Write the head an export of `month` stopped before (`head_left_behind`); what that
+    export archived (`Exported.completed_head`), or None when there is nothing to complete."""
+    manifest = head_left_behind(storage, signer.public_key(), region, month)
+    if manifest is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="spotcap-head-") as tmp:
+        _put_head(storage, signer, region, month, manifest, workdir=Path(tmp))
+    document = json.loads(manifest)
+    files = document["files"]
+    return Exported(
+        region, month, int(document["events"]["count"]),
+        int(files[layout.COST_LINES].get("rows", 0)), str(document["merkle"]["root"]),
+        int(document["chain"]["size"]), layout.sha256_hex(manifest), 0.0, completed_head=True,
+    )  # fmt: skip
 
 
 def export_from_log(
@@ -436,6 +534,9 @@ def export_from_log(
 
     now_us = int(time.time() * 1_000_000) if now_us is None else now_us
     check_over(month, now_us)  # before the catch-up, which may take minutes
+    completed = complete_head(storage, signer, region, month)  # nothing to read for that
+    if completed is not None:
+        return completed
     say = on_step or (lambda _: None)
     say("bringing the ledger up to date")
     catch_up(log, codec, region, open_writer(stores, "ledger"))

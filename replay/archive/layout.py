@@ -294,3 +294,14 @@ def schema_fingerprint(schema: pa.Schema) -> str:
     """SHA-256 of the Parquet file's column names and types (metadata left out)."""
     text = "\n".join(f"{f.name}:{f.type}:{'null' if f.nullable else 'required'}" for f in schema)
     return sha256_hex(text.encode())
+
+
+def head_of(region: str, month: str, manifest: bytes) -> bytes:
+    """The signed head's bytes naming `month`, whose manifest is `manifest` (what an export
+    writes after the month, and what a repair or verify rebuilds to compare)."""
+    chain = json.loads(manifest)["chain"]
+    return canonical_json(
+        {"format": HEAD_FORMAT, "region": region, "month": month,
+         "manifest_sha256": sha256_hex(manifest),
+         "chain": {"size": chain["size"], "root": chain["root"]}}
+    )  # fmt: skip

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from contracts.signing import key_id_of
 from replay.archive import layout
-from replay.archive.export import archived_months
+from replay.archive.export import archived_months, head_left_behind
 from replay.archive.merkle import Extension, leaf_hash, root_of, verify_consistency
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.ids import derived_event_id
@@ -172,9 +172,20 @@ def _head(
         data = storage.read(layout.head_key(region))
         signature = storage.read(layout.head_key(region, layout.HEAD_SIGNATURE))
     except ArchiveError:
+        first = (
+            f"; if {newest} is the first month ever archived, an export that stopped before "
+            f"the head leaves it so: `spotcap archive export --month {newest}` completes it"
+            if len(signed) == 1 else ""
+        )  # fmt: skip
         return fail(
             f"is missing from {storage.describe()}: without the signed head a deleted newest "
-            "month cannot be told from one never exported (an export writes it)"
+            f"month cannot be told from one never exported (an export writes it){first}"
+        )
+    if newest is not None and head_left_behind(storage, public_key, region, newest) is not None:
+        return fail(
+            f"does not name {newest} yet: an export of {newest} stopped after the month's "
+            "signed manifest and before the archive's signed head; run `spotcap archive export "
+            f"--month {newest}` again to complete it"
         )
     if not signed_by(public_key, signature, data):
         return fail("its signature does not verify under the trusted key: it was changed")

@@ -3,6 +3,7 @@ talk to the provider (`provider.actuator`, `provider.reconcile`; docs/operating.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -13,7 +14,9 @@ import click
 from projections.postgres.connection import FleetDatabaseError
 from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
+from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
+from provider.nodes import NodeAuthorityError, bundle_service_from_env, revoker_from_env
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
@@ -27,7 +30,7 @@ from streams.log import LogError
 from streams.writer import EventWriter
 
 PROBLEMS = (ProviderConfigError, ProviderError, ActuatorStateError, LogError, StoreError,
-            FleetDatabaseError, OSError)  # fmt: skip
+            FleetDatabaseError, NoAuthorityError, NodeAuthorityError, OSError)  # fmt: skip
 provider_option = click.option(
     "--provider", "provider_file", required=True, metavar="FILE",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -81,17 +84,24 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 
     Reads the region's log (Kafka with --kafka, else the home's embedded log), launches and
     deletes as the actuator guard ordered, and writes the provider's answers to the log.
+    With SPOTCAP_AUTHORITY_PROJECT (and BAO_ADDR, BAO_TOKEN) it acts with that project's
+    short-lived credentials read from OpenBao, and refuses what it has no authority for; with
+    SPOTCAP_NODES_PKI_MOUNT it revokes the certificates of the nodes deleted or lost.
     """
     need_home(settings, log=True)
     side: list[Envelope] = []
     stop = _stop_on_signals()
     try:
         provider = provider_for(settings, provider_file, orchestrator_id, side)
+        authority = authority_from_env(os.environ, settings.region, provider.session)
+        if authority is not None:
+            say(f"capacity authority: {authority.describe()}", err=True)
+        folder = state or settings.home / "actuator" / settings.region
+        nodes = revoker_from_env(os.environ, folder / "revocations")  # durable, ADR-31
         counts = run_actuator(
-            open_log(settings, service=True), make_codec(settings), provider,
-            state or settings.home / "actuator" / settings.region,
-            orchestrator_id=orchestrator_id, should_stop=stop.is_set,
-            options=ActuatorOptions(max_age_s=max_age_s), side_events=side,
+            open_log(settings, service=True), make_codec(settings), provider, folder,
+            orchestrator_id=orchestrator_id, should_stop=stop.is_set, side_events=side,
+            options=ActuatorOptions(max_age_s=max_age_s, authority=authority, follower=nodes),
             on_progress=lambda p: say(p.describe(), err=True),
         )  # fmt: skip
     except PROBLEMS as error:
@@ -151,3 +161,24 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         return
     for line in report.lines():
         say(line)
+
+
+@click.command("bundles")
+@click.option("--bundles", "folder", required=True, type=click.Path(path_type=Path),
+              help="The signed bundles: `spotcap contracts compile --key`'s --out.")  # fmt: skip
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
+@click.option("--pki-mount", default="pki", show_default=True,
+              help="OpenBao's PKI engine of the nodes' CA (BAO_ADDR, BAO_TOKEN).")  # fmt: skip
+@click.pass_obj
+def bundles(settings: Settings, /, folder: Path, host: str, port: int, pki_mount: str) -> None:
+    """Serve each node its own signed bundle over mutual TLS (ADR-31), until SIGTERM."""
+    stop = _stop_on_signals()
+    try:
+        home = settings.home / "bundles"
+        running = bundle_service_from_env(os.environ, folder, host, port, pki_mount, state_dir=home)
+    except (NodeAuthorityError, OSError) as error:
+        fail(f"the bundle service did not start: {error}")
+    say(f"bundle service at {running.address} (mutual TLS, nodes' CA of {pki_mount})", err=True)
+    stop.wait()
+    running.stop()

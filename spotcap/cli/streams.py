@@ -191,10 +191,10 @@ def relay_command(settings: Settings, postgres_dsn: str | None, once: bool, inte
 
 
 def _services() -> None:
-    from spotcap.cli.services import actuator, reconciler
+    from spotcap.cli.services import actuator, bundles, reconciler
 
-    run.add_command(actuator)
-    run.add_command(reconciler)
+    for command in (actuator, reconciler, bundles):
+        run.add_command(command)
 
 
 _services()
