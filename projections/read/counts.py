@@ -7,7 +7,7 @@ process that a restart would lose).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import get_args
 
 from projections.postgres.connection import Connection
@@ -36,6 +36,28 @@ class FleetCounts:
     fallback_decisions_by_kind: dict[str, int]  # every kind (authority)
     fallback_spend_eur_micros_by_kind: dict[str, int]
     drains: list[Drains]
+    breakers_open: dict[str, bool] = field(default_factory=dict)  # by breaker name
+    exclusion_delays_s: list[float] = field(default_factory=list)
+    fallback_days: list[FallbackDay] = field(default_factory=list)
+    drill_runs: dict[str, int] = field(default_factory=dict)  # by result
+    overruns_by_workload: dict[str, int] = field(default_factory=dict)  # every contracted one
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackDay:
+    """A workload's fallback spend on the newest day with a fallback decision, and its cap."""
+
+    workload_id: str
+    spend_eur_micros: int
+    cap_eur_micros: int
+
+
+# The drill's outcome events (ADR-33): the drill writes one per run, its payload's `result`
+# one of DRILL_RESULTS; the console counts them for `spotcap_drill_runs_total{result}`.
+DRILL_EVENT_TYPE = "drill_completed"
+DRILL_RESULTS: tuple[str, ...] = (
+    "passed", "refused", "notice_missing", "drain_late", "replacement_late",
+)  # fmt: skip
 
 
 def fleet_counts(conn: Connection) -> FleetCounts:
@@ -65,4 +87,73 @@ def fleet_counts(conn: Connection) -> FleetCounts:
             " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
         )
     ]
-    return FleetCounts(decisions, int(active), states, fallback_n, fallback_eur, drains)
+    return FleetCounts(
+        decisions, int(active), states, fallback_n, fallback_eur, drains,
+        breakers_open(conn), exclusion_delays_s(conn), fallback_days(conn), drill_runs(conn),
+        overruns_by_workload(conn),
+    )  # fmt: skip
+
+
+def overruns_by_workload(conn: Connection) -> dict[str, int]:
+    """Drains that overran their contract's budget, for every workload with a contract (0 when
+    none did: the series exists before the first overrun, so an alert sees it increase)."""
+    return {
+        str(w): int(n)
+        for w, n in conn.execute(
+            "SELECT w.workload_id, count(i.instance_id) FROM (SELECT DISTINCT workload_id"
+            " FROM contracts) w LEFT JOIN instances i ON i.workload_id = w.workload_id"
+            " AND i.drained_event_id IS NOT NULL AND i.drain_overrun GROUP BY 1"
+        )
+    }
+
+
+def breakers_open(conn: Connection) -> dict[str, bool]:
+    """Each breaker the actuator ever tripped: open unless its newest trip or reset is a reset."""
+    return {
+        str(name): kind == "breaker_tripped"
+        for name, kind in conn.execute(
+            "SELECT DISTINCT ON (payload->>'breaker') payload->>'breaker', event_type"
+            " FROM journal WHERE event_type IN ('breaker_tripped', 'breaker_reset')"
+            " ORDER BY payload->>'breaker', occurred_at DESC, recorded_at DESC"
+        )
+    }
+
+
+def exclusion_delays_s(conn: Connection) -> list[float]:
+    """For each exclusion, the seconds from its newest evidence event being recorded to the
+    exclusion being recorded: how long the exclusion watcher took to act on what it saw (the
+    promise: 60 s, ADR-07)."""
+    return [
+        max(0.0, float(delay))
+        for (delay,) in conn.execute(
+            "SELECT extract(epoch FROM x.recorded_at - max(e.recorded_at))"
+            " FROM exclusions ex JOIN journal x ON x.event_id = ex.event_id"
+            " JOIN journal e ON e.event_id = ANY(ex.evidence_event_ids)"
+            " GROUP BY ex.event_id, x.recorded_at"
+        )
+    ]
+
+
+def fallback_days(conn: Connection) -> list[FallbackDay]:
+    """Each workload's spend so far on the newest UTC day with a fallback decision (its latest
+    decision carries the day's running total) and the cap that decision ran under (ADR-23)."""
+    return [
+        FallbackDay(str(w), int(spend), int(cap))
+        for w, spend, cap in conn.execute(
+            "SELECT DISTINCT ON (workload_id) workload_id, spend_eur_micros, cap_eur_micros"
+            " FROM fallbacks WHERE (occurred_at AT TIME ZONE 'UTC')::date = ("
+            "  SELECT max((occurred_at AT TIME ZONE 'UTC')::date) FROM fallbacks)"
+            " ORDER BY workload_id, occurred_at DESC, event_id DESC"
+        )
+    ]
+
+
+def drill_runs(conn: Connection) -> dict[str, int]:
+    """Drill runs by result (every result, 0 when none)."""
+    runs = dict.fromkeys(DRILL_RESULTS, 0)
+    for result, n in conn.execute(
+        "SELECT payload->>'result', count(*) FROM journal WHERE event_type = %s GROUP BY 1",
+        (DRILL_EVENT_TYPE,),
+    ):
+        runs[str(result)] = int(n)
+    return runs
