@@ -96,10 +96,15 @@ class Receivers:
         self.server.server_close()
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = ARRIVAL_TIMEOUT_S) -> None:
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    seen: Callable[[], object] = lambda: None,
+    timeout_s: float = ARRIVAL_TIMEOUT_S,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}; {seen()}"
         time.sleep(0.5)
 
 
@@ -232,7 +237,11 @@ def test_every_alert_reaches_the_receiver_of_its_owner(
         wait_until("Prometheus scrapes the console and the agent", lambda: targets_up(prometheus))
 
         # A healthy run: nothing fires but the drill that never ran.
-        wait_until("DrillNotRun reaches the SRE", lambda: bool(receivers.firing()["platform-sre"]))
+        wait_until(
+            "DrillNotRun reaches the SRE",
+            lambda: bool(receivers.firing()["platform-sre"]),
+            lambda: f"received: {receivers.firing()}",
+        )
         assert receivers.firing() == {
             "workload-owner": set(), "platform-sre": {"DrillNotRun"}, "provider-team": set()
         }  # fmt: skip
@@ -243,10 +252,13 @@ def test_every_alert_reaches_the_receiver_of_its_owner(
         wait_until(
             "every alert but StoreDown reaches its owner's receiver",
             lambda: all(before_store_down[o] <= receivers.firing()[o] for o in OWNERS),
+            lambda: f"expected at least {before_store_down}, received {receivers.firing()}",
         )
         stores(Settings.load(home=home, region="dev")).stop_embedded_postgres()
         wait_until(
-            "StoreDown reaches the SRE", lambda: "StoreDown" in receivers.firing()["platform-sre"]
+            "StoreDown reaches the SRE",
+            lambda: "StoreDown" in receivers.firing()["platform-sre"],
+            lambda: f"received: {receivers.firing()}",
         )
         assert receivers.firing() == expected
     finally:
