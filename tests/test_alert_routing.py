@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from agent.metrics import AgentMetrics
 from infra.servers.alertmanager import start_alertmanager, start_prometheus
@@ -219,6 +220,31 @@ def make_faults(root: Path, agent: AgentMetrics) -> None:
         log.close()
 
 
+def assert_the_faults_are_in_the_metrics(served: Served) -> None:
+    """The console reads each fault from the stores and the log as the rules expect it."""
+    m: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(served.get("/metrics").text):
+        for sample in family.samples:
+            m.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    assert m["spotcap_breaker_open"] == {(("breaker", "provider"),): 1.0,
+                                         (("breaker", "termination"),): 1.0}  # fmt: skip
+    delay = m["spotcap_exclusion_delay_seconds_bucket"]
+    assert delay[(("le", "60.0"),)] == 0.0 and delay[(("le", "120.0"),)] == 1.0
+    assert m["spotcap_exclusion_delay_seconds_sum"] == {(): 120.0}
+    (spend,) = m["spotcap_fallback_day_spend_eur"].items()
+    assert spend[1] == 3.5 and m["spotcap_fallback_day_cap_eur"] == {spend[0]: 4.0}
+    overruns = list(m["spotcap_drain_overruns_total"].values())
+    assert len(overruns) > 1 and sum(overruns) == max(overruns) == 1.0
+    drills = {k[0][1]: v for k, v in m["spotcap_drill_runs_total"].items()}
+    assert drills == {"passed": 0, "refused": 0, "notice_missing": 1, "drain_late": 1,
+                      "replacement_late": 0}  # fmt: skip
+    assert m["spotcap_dead_letters_total"][()] >= 5
+    lag = {
+        k: v for k, v in m["spotcap_projection_lag_records"].items() if "dev.lifecycle" in str(k)
+    }
+    assert lag and set(lag.values()) == {10_001.0}
+
+
 def test_every_alert_reaches_the_receiver_of_its_owner(
     home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -247,6 +273,7 @@ def test_every_alert_reaches_the_receiver_of_its_owner(
         }  # fmt: skip
 
         make_faults(home, agent)
+        assert_the_faults_are_in_the_metrics(served)
         expected = {o: {a for a, owner in owner_of.items() if owner == o} for o in OWNERS}
         before_store_down = {o: names - {"StoreDown"} for o, names in expected.items()}
         wait_until(
