@@ -15,7 +15,8 @@ import yaml
 
 from agent.metrics import AgentMetrics
 from console.metrics import exported_families
-from infra.servers.alertmanager import fetch_amtool
+from infra.servers.alertmanager import fetch_amtool, start_alertmanager
+from infra.servers.process import ServerError
 from infra.servers.promtool import fetch_promtool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,3 +129,15 @@ def test_every_owner_in_the_rules_has_a_receiver() -> None:
     receivers = {r["name"] for r in config["receivers"]}
     assert receivers == set(OWNERS)
     assert {r["labels"]["owner"] for r in rules()} == set(OWNERS)
+
+
+def test_alertmanager_with_a_bad_configuration_fails_loudly_saying_how_to_fix(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "alertmanager.yml"
+    bad.write_text(ALERTMANAGER.read_text().replace("receiver: provider-team", "receiver: nobody"))
+    with pytest.raises(ServerError) as raised:
+        start_alertmanager(tmp_path / "am", bad, timeout_s=60)
+    message = str(raised.value)
+    assert "exited with code" in message and f"amtool check-config {bad}" in message
+    assert "nobody" in message  # the log's tail names the undefined receiver

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infra.servers.process import (
+    STATE_FILE,
     Server,
     ServerError,
     free_ports,
@@ -92,15 +93,8 @@ def start_alertmanager(data_dir: Path, config: Path, timeout_s: float = 60) -> S
         "--cluster.listen-address=",
         "--log.level=debug",
     ]
-    proc = spawn(name, argv, log_path, data_dir)
-    server = Server(name, url, proc.pid, data_dir, log_path)
-    write_state(data_dir, state_of(server))
-    ready = wait_ready(
-        name, proc, _ready(url), timeout_s, log_path=log_path,
-        fix=f"check {config} with `amtool check-config {config}`",
-    )  # fmt: skip
-    write_state(data_dir, state_of(server, timings={"ready_s": round(ready, 3)}))
-    return server
+    fix = f"check {config} with `amtool check-config {config}`"
+    return _run(name, argv, url, data_dir, log_path=log_path, fix=fix, timeout_s=timeout_s)
 
 
 def start_prometheus(data_dir: Path, config: Path, timeout_s: float = 60) -> Server:
@@ -120,12 +114,23 @@ def start_prometheus(data_dir: Path, config: Path, timeout_s: float = 60) -> Ser
         f"--web.listen-address=127.0.0.1:{port}",
         "--web.enable-lifecycle",
     ]
+    fix = f"check {config} with `promtool check config {config}`"
+    return _run(name, argv, url, data_dir, log_path=log_path, fix=fix, timeout_s=timeout_s)
+
+
+def _run(
+    name: str, argv: list[str], url: str, data_dir: Path, *, log_path: Path, fix: str,
+    timeout_s: float,
+) -> Server:  # fmt: skip
+    """Spawn `argv` and wait for its ``/-/ready``; a server that never got ready leaves no state
+    file behind (nothing for a later `stop` or a leftover check to find)."""
     proc = spawn(name, argv, log_path, data_dir)
     server = Server(name, url, proc.pid, data_dir, log_path)
     write_state(data_dir, state_of(server))
-    ready = wait_ready(
-        name, proc, _ready(url), timeout_s, log_path=log_path,
-        fix=f"check {config} with `promtool check config {config}`",
-    )  # fmt: skip
+    try:
+        ready = wait_ready(name, proc, _ready(url), timeout_s, log_path=log_path, fix=fix)
+    except ServerError:
+        (data_dir / STATE_FILE).unlink(missing_ok=True)
+        raise
     write_state(data_dir, state_of(server, timings={"ready_s": round(ready, 3)}))
     return server
