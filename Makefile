@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool versitygw kube-apiserver system-packages browser-tools bench clean
+.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool alertmanager versitygw kube-apiserver system-packages browser-tools bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ demo: install
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS, OpenBao, versitygw, Slurm,
 ## kube-apiserver over etcd) through infra/servers/. promtool (which lints /metrics) comes with
 ## Debian's prometheus package.
-test: install checkpoint-integrations kafka-jars promtool versitygw kube-apiserver system-packages browser-tools
+test: install checkpoint-integrations kafka-jars promtool alertmanager versitygw kube-apiserver system-packages browser-tools
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
@@ -79,6 +79,19 @@ promtool: install
 		echo "installing prometheus (for its promtool) from Debian (needs root)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 	$(BIN)/python -m infra.servers fetch-promtool
+
+## Alertmanager and amtool (the alarms' routing, infra/alerts/) from Debian's
+## prometheus-alertmanager package: its Go module leaves out the web assets it embeds, so it
+## does not build from the Go module proxy (infra/servers/alertmanager.py). Prometheus itself
+## comes with promtool above.
+alertmanager: install promtool
+	@command -v prometheus-alertmanager >/dev/null && command -v amtool >/dev/null || { \
+		echo "installing prometheus-alertmanager (with amtool) from Debian (needs root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			prometheus-alertmanager; }
+	$(BIN)/python -m infra.servers fetch-alertmanager
+	$(BIN)/python -m infra.servers fetch-amtool
+	$(BIN)/python -m infra.servers fetch-prometheus
 
 ## The S3 server of the archive's Object Lock tests, built once with go install (~8 min of CPU).
 versitygw: install

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from infra.servers.alertmanager import fetch_alertmanager, fetch_amtool, fetch_prometheus
 from infra.servers.kafka import fetch_kafka, start_kafka
 from infra.servers.kubernetes import fetch_kube_apiserver, start_kubernetes
 from infra.servers.nats import start_nats
@@ -33,6 +34,9 @@ _STARTERS: dict[str, Callable[[Path], Server]] = {
 _FETCHERS: dict[str, Callable[[], Path]] = {
     "fetch-kafka": fetch_kafka,
     "fetch-promtool": fetch_promtool,
+    "fetch-alertmanager": fetch_alertmanager,
+    "fetch-amtool": fetch_amtool,
+    "fetch-prometheus": fetch_prometheus,
     "fetch-versitygw": fetch_versitygw,
     "fetch-kube-apiserver": fetch_kube_apiserver,
 }
@@ -46,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             "Fetch and run spotcap's real servers on 127.0.0.1 (free ports).\n\n"
             "  fetch-kafka                fetch Kafka's jars from Maven Central (cached)\n"
             "  fetch-promtool             find promtool (from Debian's prometheus package)\n"
+            "  fetch-alertmanager         find alertmanager (Debian's prometheus-alertmanager)\n"
+            "  fetch-amtool               find amtool (Debian's prometheus-alertmanager)\n"
+            "  fetch-prometheus           find prometheus (Debian's prometheus package)\n"
             "  fetch-versitygw            build the versitygw S3 server with go install (cached)\n"
             "  fetch-kube-apiserver       build kube-apiserver with go build (cached)\n"
             "  SERVER start               start; prints {name, address, pid} as JSON\n"
@@ -81,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.server in _FETCHERS:
-            what = {"fetch-kafka": "libs", "fetch-promtool": "promtool"}.get(args.server, "binary")
+            what = {
+                "fetch-kafka": "libs",
+                "fetch-promtool": "promtool",
+                "fetch-alertmanager": "alertmanager",
+                "fetch-amtool": "amtool",
+                "fetch-prometheus": "prometheus",
+            }.get(args.server, "binary")
             print(json.dumps({what: str(_FETCHERS[args.server]())}))
             return 0
         if args.action is None:
