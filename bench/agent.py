@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -349,8 +350,9 @@ def main() -> None:
 
     server = None
     nats_url = args.nats
+    nats_dir = Path(tempfile.mkdtemp(prefix="bench-agent-nats-"))
     if nats_url is None:
-        server = servers.start_nats(Path(tempfile.mkdtemp(prefix="bench-agent-nats-")))
+        server = servers.start_nats(nats_dir)
         nats_url = server.address
     try:
         print(
@@ -378,6 +380,7 @@ def main() -> None:
     finally:
         if server is not None:
             servers.stop(server)
+        shutil.rmtree(nats_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -244,11 +244,12 @@ def main() -> None:
     if not args.skip_agents:
         from infra import servers
 
-        server = servers.start_nats(Path(tempfile.mkdtemp(prefix="bench-estate-nats-")))
-        try:
-            run_agents(args, server.address, server.pid)
-        finally:
-            servers.stop(server)
+        with tempfile.TemporaryDirectory(prefix="bench-estate-nats-") as nats_dir:
+            server = servers.start_nats(Path(nats_dir))
+            try:
+                run_agents(args, server.address, server.pid)
+            finally:
+                servers.stop(server)
 
 
 if __name__ == "__main__":
