@@ -54,7 +54,11 @@ class NoticeIntake:
         http_timeout_s: float = 0.5,
         connect_timeout_s: float = 2.0,
         clock_us: Callable[[], int] = _wall_us,
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> None:
+        """`on_delivery`, if given, is called with each new delivery on the event loop, in the
+        message's own callback (the agent's way: no queue, no task between the socket and the
+        drain); without it, deliveries wait for `next` or `get`."""
         self.region = region
         self.instance_id = instance_id
         self._notice_subject = notice_subject(region, instance_id)
@@ -65,6 +69,7 @@ class NoticeIntake:
         self._http_timeout_s = http_timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._clock_us = clock_us
+        self._on_delivery = on_delivery
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._tasks: list[asyncio.Task[None]] = []
@@ -118,7 +123,11 @@ class NoticeIntake:
         self._seen[message.event_id] = None
         if len(self._seen) > _SEEN_MAX:
             self._seen.popitem(last=False)
-        self._queue.put_nowait(Delivery(message, source, self._clock_us()))
+        delivery = Delivery(message, source, self._clock_us())
+        if self._on_delivery is not None:
+            self._on_delivery(delivery)
+        else:
+            self._queue.put_nowait(delivery)
 
     async def _on_msg(self, msg: Msg) -> None:
         try:

@@ -111,6 +111,7 @@ class Agent:
             poll_interval_s=config.notices.poll_interval_s,
             http_timeout_s=config.notices.http_timeout_s,
             clock_us=self.clock.now_us,
+            on_delivery=self._deliver,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._dropped_seen = 0
@@ -138,7 +139,6 @@ class Agent:
         self.drainer.start_thread()
         await self.intake.start()
         self._tasks = [
-            asyncio.create_task(self._deliveries(), name="agent-deliveries"),
             *self._identity_task(),
             asyncio.create_task(self._bundle_refresh(), name="agent-bundle"),
         ]
@@ -179,9 +179,13 @@ class Agent:
 
     # -- background work --------------------------------------------------------------------
 
-    async def _deliveries(self) -> None:
-        while True:  # a node waits for its notice as long as it lives: no timeout here
-            self.handle(await self.intake.next())
+    def _deliver(self, delivery: Delivery) -> None:
+        """The intake's callback: a delivery is handled where it was read, on the event loop
+        (a queue and a task between them cost a turn of a busy loop: tens of ms in a wave)."""
+        try:
+            self.handle(delivery)
+        except Exception:  # logged; the intake must go on delivering
+            log.exception("handling %s failed", delivery.message.event_id)
 
     def handle(self, delivery: Delivery) -> None:
         """Act on the first copy of a notice or advisory (synchronous: never waits on I/O)."""

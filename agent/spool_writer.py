@@ -1,11 +1,15 @@
 """Writes to the spool from its own thread, so that a slow or full disk never delays a drain.
 
-`submit` only queues the envelope; the thread waits `gather_s` (50 ms) after the first event so
-that the drain that queued it reaches its signal first, then encodes and appends what came as
-one batch (one fsync). When the disk refuses (full, read-only, gone), the error is logged and
-counted, the lines wait in memory and are retried every `retry_s`; usage samples waiting
-longest are dropped first when that backlog grows past `backlog_max`, everything else waits
-for the disk.
+`submit` only queues the envelope; the thread waits `gather_s` (1 s) after the first event so
+that the drain that queued it, and every other drain of a wave on the machine, reaches its
+signal first, then encodes and appends what came as one batch (one fsync). `flush` and `close`
+cut that wait short. A drain signal never waits for the spool: the spool keeps the agent's
+record of what it did, and a crash before the write repeats the steps with the same event ids
+(`agent.records`) when the metadata poll finds the notice again.
+
+When the disk refuses (full, read-only, gone), the error is logged and counted, the lines wait
+in memory and are retried every `retry_s`; usage samples waiting longest are dropped first when
+that backlog grows past `backlog_max`, everything else waits for the disk.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ class SpoolWriter:
         *,
         retry_s: float = 1.0,
         backlog_max: int = 10_000,
-        gather_s: float = 0.05,
+        gather_s: float = 1.0,
         on_error: Callable[[OSError], None] | None = None,
         on_written: Callable[[Spool, int], None] | None = None,
     ) -> None:
@@ -47,6 +51,8 @@ class SpoolWriter:
         self._on_written = on_written
         self._idle = threading.Event()
         self._idle.set()
+        self._now = threading.Event()
+        """Set by `flush` and `close`: write what waits without gathering more."""
         self._pending = 0
         self._lock = threading.Lock()
         self.errors = 0
@@ -65,6 +71,9 @@ class SpoolWriter:
 
     def flush(self, timeout_s: float) -> bool:
         """True once everything submitted is on disk; False if not within `timeout_s`."""
+        if self._idle.is_set():
+            return True
+        self._now.set()
         return self._idle.wait(timeout_s)
 
     @property
@@ -74,6 +83,7 @@ class SpoolWriter:
     def close(self, timeout_s: float = 5.0) -> None:
         """Write what can be written within `timeout_s`, then stop and close the spool."""
         self._queue.put(_STOP)
+        self._now.set()
         self._thread.join(timeout_s)
         if not self._thread.is_alive():
             self.spool.close()
@@ -86,10 +96,11 @@ class SpoolWriter:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
                 item = None
-            if item is not None and self._gather_s:
-                # Let the step that queued this (a drain about to signal) run first, and
-                # take what it queues next in the same batch: one fsync for all of it.
-                time.sleep(self._gather_s)
+            if item is not None and item is not _STOP and self._gather_s:
+                # Let the drains that queued this (and the wave around them) reach their
+                # signals first, and take what they queue next in the same batch: one fsync.
+                self._now.wait(self._gather_s)
+            self._now.clear()
             batch = [item] if item is not None else []
             while True:  # take whatever else is queued: one fsync for all of it
                 try:

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 REGION = "bench-1"
 SETTLE_S = 3.0
+START_BATCH = 50
 
 
 def _instance(n: int) -> str:
@@ -70,7 +72,7 @@ class _SignalPath:
 
 
 async def _agents(  # noqa: PLR0917 (a worker's arguments, passed positionally by mp)
-    first: int, count: int, nats_url: str, folder: Path, ready: Any, stop: Any
+    first: int, count: int, nats_url: str, folder: Path, ready: Any, stop: Any, region: str = REGION
 ) -> dict[str, int]:
     from agent.config import parse_config
     from agent.service import Agent
@@ -84,7 +86,7 @@ async def _agents(  # noqa: PLR0917 (a worker's arguments, passed positionally b
         config = parse_config(
             {
                 "instance_id": _instance(n),
-                "region": REGION,
+                "region": region,
                 "state_dir": str(folder / _instance(n)),
                 "metrics_listen": "",
                 "bundle": {
@@ -95,11 +97,13 @@ async def _agents(  # noqa: PLR0917 (a worker's arguments, passed positionally b
             }
         )
         agents.append(Agent(config, paths={"local": path}, serve_metrics=False))  # type: ignore[dict-item]
-    for node in agents:
-        await node.start()
-    for node in agents:
-        if not await node.intake.wait_subscribed(60.0):
-            raise SystemExit(f"{node.config.instance_id} did not subscribe within 60 s")
+    for at in range(0, len(agents), START_BATCH):  # hundreds of handshakes at once on a loaded
+        batch = agents[at : at + START_BATCH]  # machine miss their 2 s connect timeout and retry
+        for node in batch:
+            await node.start()
+        for node in batch:
+            if not await node.intake.wait_subscribed(600.0):
+                raise SystemExit(f"{node.config.instance_id} did not subscribe within 600 s")
     ready.put(count)
     while not stop.is_set():
         await asyncio.sleep(0.05)
@@ -156,13 +160,13 @@ def _worker(  # noqa: PLR0917 (multiprocessing passes them positionally)
 # -- the publisher ------------------------------------------------------------------------------
 
 
-def _notice(instance: str) -> Any:
+def _notice(instance: str, region: str = REGION) -> Any:
     from schemas.notices import Notice
 
     now_us = time.time_ns() // 1000
     return Notice(
         event_id=str(uuid.uuid4()),
-        region=REGION,
+        region=region,
         instance_id=instance,
         pool_id="c3.2xlarge.hall2.reclaimable",
         workload_id="etl",
@@ -346,8 +350,9 @@ def main() -> None:
 
     server = None
     nats_url = args.nats
+    nats_dir = Path(tempfile.mkdtemp(prefix="bench-agent-nats-"))
     if nats_url is None:
-        server = servers.start_nats(Path(tempfile.mkdtemp(prefix="bench-agent-nats-")))
+        server = servers.start_nats(nats_dir)
         nats_url = server.address
     try:
         print(
@@ -375,6 +380,7 @@ def main() -> None:
     finally:
         if server is not None:
             servers.stop(server)
+        shutil.rmtree(nats_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
