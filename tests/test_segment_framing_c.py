@@ -1,0 +1,113 @@
+"""The C framing (`streams._framing`) against the Python reference in `streams.segment`:
+byte-identical blocks, the same records (or None) from whole, damaged and arbitrary bytes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams import segment
+from streams.log import Record
+from streams.segment import (
+    SYNC_SIZE,
+    encode_block_python,
+    read_long,
+    whole_records_python,
+)
+from tests.test_segment_encoding import SYNC, records_strategy
+
+# The extension is what `pip install -e .` builds (setup.py); the Python code is its fallback.
+from streams import _framing  # isort: skip  (an ImportError here: the extension is not built)
+
+
+def test_the_log_frames_with_the_extension() -> None:
+    assert segment.FRAMING == "c"
+    assert segment.encode_block is _framing.encode_block
+    assert segment.whole_records is _framing.whole_records
+
+
+def _body(data: bytes) -> tuple[int, int]:
+    _, at = read_long(data, 0)
+    _, at = read_long(data, at)
+    return at, len(data) - SYNC_SIZE
+
+
+def _offsets_from(first: int, records: list[Record]) -> list[Record]:
+    return [
+        Record("t", 3, first + i, r.key, r.value, r.timestamp_ms, r.headers)
+        for i, r in enumerate(records)
+    ]
+
+
+@given(records_strategy)
+def test_a_block_encodes_to_the_same_bytes(records: list[Record]) -> None:
+    assert _framing.encode_block(records, SYNC) == encode_block_python(records, SYNC)
+
+
+@given(
+    st.integers(min_value=0, max_value=1 << 40),
+    records_strategy,
+    st.integers(min_value=-2, max_value=2),
+    st.integers(min_value=-1, max_value=1),
+)
+def test_a_block_decodes_to_the_same_records(
+    first: int, records: list[Record], shift: int, more: int
+) -> None:
+    records = _offsets_from(first, records)
+    data = encode_block_python(records, SYNC)
+    at, end = _body(data)
+    limit = None if more < 0 else first + len(records) + more
+    args = (data, at, end, first + shift, limit, len(records) + more, "t", 3)
+    got = _framing.whole_records(*args)
+    assert got == whole_records_python(*args)
+    if shift == more == 0 and not any(r.headers for r in records):
+        assert got == records
+        # Records made by the extension behave as any other.
+        assert [hash(r) for r in got] == [hash(r) for r in records]
+        assert [repr(r) for r in got] == [repr(r) for r in records]
+
+
+@given(records_strategy.filter(bool), st.data())
+def test_a_damaged_block_decodes_the_same(records: list[Record], data: st.DataObject) -> None:
+    """A changed, dropped or added byte: both refuse the block (None), or both read it."""
+    block = encode_block_python(_offsets_from(7, records), SYNC)
+    at, end = _body(block)
+    if at == end:
+        return
+    where = data.draw(st.integers(min_value=at, max_value=end - 1))
+    how = data.draw(st.sampled_from(["change", "drop", "add"]))
+    byte = data.draw(st.integers(min_value=0, max_value=255))
+    if how == "change":
+        damaged = block[:where] + bytes([block[where] ^ (byte or 1)]) + block[where + 1 :]
+    elif how == "drop":
+        damaged = block[:where] + block[where + 1 :]
+    else:
+        damaged = block[:where] + bytes([byte]) + block[where:]
+    end = len(damaged) - SYNC_SIZE
+    args = (damaged, at, end, 7, None, len(records), "t", 3)
+    assert _framing.whole_records(*args) == whole_records_python(*args)
+
+
+@given(
+    st.binary(max_size=64),
+    st.integers(min_value=0, max_value=8),
+    st.integers(min_value=-1, max_value=3),
+    st.none() | st.integers(min_value=0, max_value=5),
+)
+def test_arbitrary_bytes_decode_the_same(
+    body: bytes, first: int, count: int, limit: int | None
+) -> None:
+    """Bytes no writer made (varints past 64 bits, lengths past the end, bad branches)."""
+    data = body + SYNC
+    args = (data, 0, len(body), first, limit, count, "t", 3)
+    assert _framing.whole_records(*args) == whole_records_python(*args)
+
+
+@given(st.lists(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1), max_size=4))
+def test_long_varints_decode_the_same(values: list[int]) -> None:
+    """Offsets and timestamps at the ends of the long range, and a tenth varint byte."""
+    records = [Record("t", 3, i, None, b"v", v, ()) for i, v in enumerate(values)]
+    data = encode_block_python(records, SYNC)
+    at, end = _body(data)
+    args = (data, at, end, 0, None, len(records), "t", 3)
+    assert _framing.whole_records(*args) == whole_records_python(*args) == records
