@@ -225,8 +225,10 @@ static inline int read_long(const unsigned char *d, Py_ssize_t end, Py_ssize_t *
     return 0;
 }
 
+/* A Record of these fields; takes the references to key, value and headers. */
 static PyObject *new_record(PyObject *topic, PyObject *partition, int64_t offset,
-                            PyObject *key, PyObject *value, int64_t timestamp) {
+                            PyObject *key, PyObject *value, int64_t timestamp,
+                            PyObject *headers) {
     PyObject *fields[N_FIELDS];
     fields[0] = topic;
     Py_INCREF(topic);
@@ -236,8 +238,7 @@ static PyObject *new_record(PyObject *topic, PyObject *partition, int64_t offset
     fields[3] = key;
     fields[4] = value;
     fields[5] = PyLong_FromLongLong(timestamp);
-    fields[6] = empty_tuple;
-    Py_INCREF(empty_tuple);
+    fields[6] = headers;
     PyObject *record = record_type->tp_alloc(record_type, 0);
     if (record == NULL || fields[2] == NULL || fields[5] == NULL) {
         for (int i = 0; i < N_FIELDS; i++) Py_XDECREF(fields[i]);
@@ -247,10 +248,10 @@ static PyObject *new_record(PyObject *topic, PyObject *partition, int64_t offset
     for (int i = 0; i < N_FIELDS; i++) {
         *(PyObject **)((char *)record + slot_offsets[i]) = fields[i];
     }
-    /* Its fields are a str, ints, bytes or None and an empty tuple: it can be part of no
+    /* Its fields are a str, ints, bytes or None and no headers: it can be part of no
      * reference cycle, so the collector need not walk it (as CPython does for a tuple of
      * such values). Decoded blocks are kept for the next poll: thousands of records. */
-    if (PyObject_GC_IsTracked(record)) PyObject_GC_UnTrack(record);
+    if (headers == empty_tuple && PyObject_GC_IsTracked(record)) PyObject_GC_UnTrack(record);
     return record;
 }
 
@@ -321,7 +322,8 @@ static PyObject *whole_records(PyObject *self, PyObject *args, PyObject *kwargs)
             goto not_whole;
         }
         /* new_record takes the references to key and value */
-        PyObject *record = new_record(topic, partition, offset, key, value, timestamp);
+        Py_INCREF(empty_tuple);
+        PyObject *record = new_record(topic, partition, offset, key, value, timestamp, empty_tuple);
         if (record == NULL) goto fail;
         rc = PyList_Append(records, record);
         Py_DECREF(record);
@@ -339,6 +341,135 @@ not_whole:
 fail:
     Py_XDECREF(records);
     PyBuffer_Release(&buf);
+    return NULL;
+}
+
+/* ---- constructors of frozen dataclasses with slots ---------------------------------- */
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t n;
+    Py_ssize_t offsets[];
+} Layout;
+
+static void drop_layout(PyObject *capsule) {
+    Layout *layout = PyCapsule_GetPointer(capsule, NULL);
+    if (layout != NULL) {
+        Py_DECREF(layout->type);
+        PyMem_Free(layout);
+    }
+}
+
+static PyObject *construct(PyObject *capsule, PyObject *const *args, Py_ssize_t nargs) {
+    Layout *layout = PyCapsule_GetPointer(capsule, NULL);
+    if (layout == NULL) return NULL;
+    if (nargs != layout->n) {
+        PyErr_Format(PyExc_TypeError, "%.100s takes %zd fields, positional, got %zd",
+                     layout->type->tp_name, layout->n, nargs);
+        return NULL;
+    }
+    PyObject *made = layout->type->tp_alloc(layout->type, 0);
+    if (made == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        *(PyObject **)((char *)made + layout->offsets[i]) = args[i];
+    }
+    return made;
+}
+
+static PyMethodDef construct_def = {
+    "construct", (PyCFunction)(void (*)(void))construct, METH_FASTCALL,
+    "cls(*fields), its slots filled directly."};
+
+/* The offset of slot `name` of `type`: a plain object slot, or -1 with an exception set. */
+static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name) {
+    PyObject *descr = PyDict_GetItemWithError(type->tp_dict, name);
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%.100s.%U is not a slot", type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || member->flags & READONLY) {
+        PyErr_Format(PyExc_TypeError, "%.100s.%U is not a plain object slot", type->tp_name,
+                     name);
+        return -1;
+    }
+    return member->offset;
+}
+
+static PyObject *constructor(PyObject *self, PyObject *args) {
+    PyTypeObject *type;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "O!O!:constructor", &PyType_Type, &type, &PyTuple_Type, &names))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (type->tp_dictoffset != 0) {
+        PyErr_Format(PyExc_TypeError, "%.100s has a __dict__: not a slots class", type->tp_name);
+        return NULL;
+    }
+    Layout *layout = PyMem_Malloc(sizeof(Layout) + (size_t)n * sizeof(Py_ssize_t));
+    if (layout == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        layout->offsets[i] = slot_offset(type, PyTuple_GET_ITEM(names, i));
+        if (layout->offsets[i] < 0) {
+            PyMem_Free(layout);
+            return NULL;
+        }
+    }
+    layout->n = n;
+    Py_INCREF(type);
+    layout->type = type;
+    PyObject *capsule = PyCapsule_New(layout, NULL, drop_layout);
+    if (capsule == NULL) {
+        Py_DECREF(type);
+        PyMem_Free(layout);
+        return NULL;
+    }
+    PyObject *function = PyCFunction_New(&construct_def, capsule);
+    Py_DECREF(capsule);
+    return function;
+}
+
+static PyObject *make_records(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"topic", "partition", "first", "rows", NULL};
+    PyObject *topic, *partition, *rows;
+    long long first;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO!LO:make_records", names, &topic,
+                                     &PyLong_Type, &partition, &first, &rows))
+        return NULL;
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "streams._framing.bind(Record) was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(rows, "rows must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
+            PyErr_SetString(PyExc_TypeError, "a row is a (key, value, headers, timestamp_ms) tuple");
+            goto fail;
+        }
+        PyObject *key = PyTuple_GET_ITEM(row, 0), *value = PyTuple_GET_ITEM(row, 1);
+        PyObject *headers = PyTuple_GET_ITEM(row, 2);
+        long long timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 3));
+        if (timestamp == -1 && PyErr_Occurred()) goto fail;
+        if (PyTuple_Check(headers) && PyTuple_GET_SIZE(headers) == 0) headers = empty_tuple;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        Py_INCREF(headers);
+        PyObject *record = new_record(topic, partition, first + i, key, value, timestamp, headers);
+        if (record == NULL) goto fail;
+        PyList_SET_ITEM(out, i, record);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
     return NULL;
 }
 
@@ -377,6 +508,10 @@ static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "Bind the Record class whose slots decoded records fill."},
     {"encode_block", (PyCFunction)(void (*)(void))encode_block, METH_VARARGS | METH_KEYWORDS,
      "encode_block(records, sync) -> bytes: one container block (checked format)."},
+    {"constructor", constructor, METH_VARARGS,
+     "constructor(cls, field_names) -> a function making cls(*fields), slots filled directly."},
+    {"make_records", (PyCFunction)(void (*)(void))make_records, METH_VARARGS | METH_KEYWORDS,
+     "make_records(topic, partition, first, rows) -> list[Record]: offsets from `first`."},
     {"whole_records", (PyCFunction)(void (*)(void))whole_records, METH_VARARGS | METH_KEYWORDS,
      "whole_records(data, at, end, first, limit, count, topic, partition) -> list | None."},
     {NULL, NULL, 0, NULL},

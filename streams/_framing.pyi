@@ -1,7 +1,17 @@
+from collections.abc import Callable
+from typing import Any
+
 from streams.log import Record
 
 def bind(cls: type[Record], /) -> None: ...
 def encode_block(records: list[Record], sync: bytes) -> bytes: ...
+def constructor(cls: type[Any], names: tuple[str, ...], /) -> Callable[..., Any]: ...
+def make_records(
+    topic: str,
+    partition: int,
+    first: int,
+    rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
+) -> list[Record]: ...
 def whole_records(
     data: bytes,
     at: int,

@@ -28,6 +28,7 @@ from streams.log import (
     PartitionListener,
     Record,
     TopicPartition,
+    new_record,
 )
 
 _LOG = logging.getLogger("spotcap.kafka")
@@ -375,7 +376,7 @@ def bounded(call: Callable[[], _T], timeout_s: float, timeout_error: LogTimeoutE
 def _record(message: Any) -> Record:
     raw = message.headers()  # None for most records: no generator made for them
     headers: Headers = tuple((k, v or b"") for k, v in raw) if raw else ()
-    return Record(
+    return new_record(
         message.topic(),
         message.partition(),
         message.offset(),

@@ -508,10 +508,25 @@ def whole_records(  # noqa: PLR0917 (one loop over the body, kept flat for speed
     return records
 
 
+def make_records(
+    topic: str,
+    partition: int,
+    first: int,
+    rows: list[tuple[bytes | None, bytes | None, Headers, int]],
+) -> list[Record]:
+    """The records of `rows` (key, value, headers, timestamp) at offsets `first`, `first + 1`,
+    ... (what an append returns)."""
+    return [
+        Record(topic, partition, first + i, key, value, ts, headers)
+        for i, (key, value, headers, ts) in enumerate(rows)
+    ]
+
+
 # The Python code above is the reference and the fallback; the C extension (built by
 # `pip install -e .`, setup.py) does the same work per record at C speed.
 encode_block_python = encode_block
 whole_records_python = whole_records
+make_records_python = make_records
 try:
     from streams import _framing
 except ImportError:  # built without a C compiler: the Python code does the work
@@ -520,6 +535,7 @@ else:
     _framing.bind(Record)
     encode_block = _framing.encode_block
     whole_records = _framing.whole_records
+    make_records = _framing.make_records
     FRAMING = "c"
 
 

@@ -55,7 +55,7 @@ def test_every_event_type_encodes_and_decodes_as_fastavros_public_calls(
 def test_bad_bytes_fail_as_with_the_public_calls(data: bytes, cut: int) -> None:
     valid = DIRECT.encode(notice("dev", 5))
     framed = valid[:10] + data if data else valid[: max(10, cut)]
-    outcomes = []
+    outcomes: list[object] = []
     for codec in (DIRECT, PUBLIC):
         try:
             outcomes.append(codec.decode(framed, ORIGIN))

@@ -3,14 +3,22 @@ byte-identical blocks, the same records (or None) from whole, damaged and arbitr
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schemas.errors import Origin
 from streams import segment
-from streams.log import Record
+from streams.log import Record, _new_origin, new_record, slots_constructor
+from streams.processing.message import Message, new_message
+from streams.reader import Decoded, new_decoded
 from streams.segment import (
     SYNC_SIZE,
     encode_block_python,
+    make_records_python,
     read_long,
     whole_records_python,
 )
@@ -111,3 +119,61 @@ def test_long_varints_decode_the_same(values: list[int]) -> None:
     at, end = _body(data)
     args = (data, at, end, 0, None, len(records), "t", 3)
     assert _framing.whole_records(*args) == whole_records_python(*args) == records
+
+
+@given(st.integers(min_value=0, max_value=1 << 40), records_strategy)
+def test_appended_rows_become_the_same_records(first: int, records: list[Record]) -> None:
+    rows = [(r.key, r.value, r.headers, r.timestamp_ms) for r in records]
+    got = _framing.make_records("t", 3, first, rows)
+    assert got == make_records_python("t", 3, first, rows) == _offsets_from(first, records)
+    assert [hash(r) for r in got] == [hash(r) for r in _offsets_from(first, records)]
+
+
+@given(records_strategy)
+def test_a_record_made_by_the_extension_is_the_dataclasss(records: list[Record]) -> None:
+    for r in records:
+        fields = (r.topic, r.partition, r.offset, r.key, r.value, r.timestamp_ms, r.headers)
+        made = new_record(*fields)
+        assert made == Record(*fields) == r
+        assert type(made) is Record
+        assert hash(made) == hash(r)
+        assert made.origin == Origin(r.topic, r.partition, r.offset)
+        assert type(made.origin) is Origin
+
+
+def test_the_log_paths_objects_are_made_by_the_extension() -> None:
+    """Records, origins, decoded events and messages: one per event on every log path."""
+    cases: list[tuple[type, Any]] = [
+        (Record, new_record("t", 1, 2, None, b"v", 3, ())),
+        (Origin, _new_origin("t", 1, 2)),
+        (Decoded, new_decoded(_new_origin("t", 1, 2), None)),
+        (Message, new_message(None, new_record("t", 1, 2, b"k", None, 3, ()))),
+    ]
+    for cls, made in cases:
+        assert type(made) is cls
+        fields = [getattr(made, f.name) for f in dataclasses.fields(cls)]
+        assert made == cls(*fields)
+        assert repr(made) == repr(cls(*fields))
+    assert type(new_record).__name__ == "builtin_function_or_method"
+    with pytest.raises(TypeError, match="takes 7 fields"):
+        new_record("t", 1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        new_record("t", 1, 2, None, b"v", 3, ()).offset = 5  # type: ignore[misc]
+
+
+def test_a_class_that_is_not_plain_slots_keeps_its_own_init() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        n: int
+
+        def __post_init__(self) -> None:
+            if self.n < 0:
+                raise ValueError("negative")
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        n: int
+
+    assert slots_constructor(Checked) is Checked
+    with pytest.raises(TypeError, match="__dict__"):
+        _framing.constructor(Plain, ("n",))
