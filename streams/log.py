@@ -55,7 +55,10 @@ def slots_constructor(cls: type[_T]) -> Callable[..., _T]:
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     if _framing is None or hasattr(cls, "__post_init__") or not all(f.init for f in fields):
         return cls
-    return _framing.constructor(cls, tuple(f.name for f in fields))
+    try:
+        return _framing.constructor(cls, tuple(f.name for f in fields))
+    except TypeError:  # a field that is not a plain slot of `cls` itself (inherited, say)
+        return cls
 
 
 new_record = slots_constructor(Record)

@@ -177,3 +177,16 @@ def test_a_class_that_is_not_plain_slots_keeps_its_own_init() -> None:
     assert slots_constructor(Checked) is Checked
     with pytest.raises(TypeError, match="__dict__"):
         _framing.constructor(Plain, ("n",))
+
+
+def test_an_inherited_field_keeps_the_classs_own_init() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Base:
+        n: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Derived(Base):
+        m: int
+
+    assert slots_constructor(Derived) is Derived
+    assert slots_constructor(Base)(1) == Base(1)
