@@ -473,6 +473,76 @@ fail:
     return NULL;
 }
 
+/* ---- Kafka ------------------------------------------------------------------------ */
+
+static PyObject *s_error, *s_headers, *s_topic, *s_partition, *s_offset, *s_key, *s_value,
+    *s_timestamp;
+
+static PyObject *kafka_records(PyObject *self, PyObject *messages) {
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "streams._framing.bind(Record) was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(messages, "messages must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *got = PyObject_CallMethodNoArgs(message, s_error);
+        if (got == NULL) goto fail;
+        int plain = got == Py_None;
+        Py_DECREF(got);
+        if (!plain) goto other;
+        got = PyObject_CallMethodNoArgs(message, s_headers);
+        if (got == NULL) goto fail;
+        plain = got == Py_None;
+        Py_DECREF(got);
+        if (!plain) goto other;
+        PyObject *fields[N_FIELDS] = {NULL};
+        PyObject *names[6] = {s_topic, s_partition, s_offset, s_key, s_value, s_timestamp};
+        for (int f = 0; f < 6; f++) {
+            fields[f] = PyObject_CallMethodNoArgs(message, names[f]);
+            if (fields[f] == NULL) {
+                for (int g = 0; g < f; g++) Py_DECREF(fields[g]);
+                goto fail;
+            }
+        }
+        /* timestamp() is (type, milliseconds) */
+        PyObject *stamp = fields[5];
+        if (!PyTuple_Check(stamp) || PyTuple_GET_SIZE(stamp) != 2) {
+            for (int g = 0; g < 6; g++) Py_DECREF(fields[g]);
+            PyErr_SetString(PyExc_TypeError, "a message's timestamp() is not a pair");
+            goto fail;
+        }
+        fields[5] = PyTuple_GET_ITEM(stamp, 1);
+        Py_INCREF(fields[5]);
+        Py_DECREF(stamp);
+        fields[6] = empty_tuple;
+        Py_INCREF(empty_tuple);
+        PyObject *record = record_type->tp_alloc(record_type, 0);
+        if (record == NULL) {
+            for (int g = 0; g < N_FIELDS; g++) Py_DECREF(fields[g]);
+            goto fail;
+        }
+        for (int g = 0; g < N_FIELDS; g++) {
+            *(PyObject **)((char *)record + slot_offsets[g]) = fields[g];
+        }
+        PyList_SET_ITEM(out, i, record);
+    }
+    Py_DECREF(seq);
+    return out;
+other: /* an error or headers: the caller's Python loop takes the whole poll */
+    Py_DECREF(out);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
 /* ---- set-up ------------------------------------------------------------------------ */
 
 static PyObject *bind(PyObject *self, PyObject *cls) {
@@ -512,6 +582,8 @@ static PyMethodDef methods[] = {
      "constructor(cls, field_names) -> a function making cls(*fields), slots filled directly."},
     {"make_records", (PyCFunction)(void (*)(void))make_records, METH_VARARGS | METH_KEYWORDS,
      "make_records(topic, partition, first, rows) -> list[Record]: offsets from `first`."},
+    {"kafka_records", kafka_records, METH_O,
+     "kafka_records(messages) -> list[Record] | None (None: a message with an error or headers)."},
     {"whole_records", (PyCFunction)(void (*)(void))whole_records, METH_VARARGS | METH_KEYWORDS,
      "whole_records(data, at, end, first, limit, count, topic, partition) -> list | None."},
     {NULL, NULL, 0, NULL},
@@ -526,5 +598,13 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__framing(void) {
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL) return NULL;
+    PyObject **names[] = {&s_error, &s_headers, &s_topic, &s_partition, &s_offset, &s_key,
+                          &s_value, &s_timestamp};
+    const char *texts[] = {"error", "headers", "topic", "partition", "offset", "key", "value",
+                           "timestamp"};
+    for (int i = 0; i < 8; i++) {
+        *names[i] = PyUnicode_InternFromString(texts[i]);
+        if (*names[i] == NULL) return NULL;
+    }
     return PyModule_Create(&module);
 }

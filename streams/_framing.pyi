@@ -12,6 +12,7 @@ def make_records(
     first: int,
     rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
 ) -> list[Record]: ...
+def kafka_records(messages: list[Any], /) -> list[Record] | None: ...
 def whole_records(
     data: bytes,
     at: int,

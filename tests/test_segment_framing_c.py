@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.errors import Origin
-from streams import segment
+from streams import kafka_consumer, segment
 from streams.log import Record, _new_origin, new_record, slots_constructor
 from streams.processing.message import Message, new_message
 from streams.reader import Decoded, new_decoded
@@ -190,3 +190,45 @@ def test_an_inherited_field_keeps_the_classs_own_init() -> None:
 
     assert slots_constructor(Derived) is Derived
     assert slots_constructor(Base)(1) == Base(1)
+
+
+class _Message:
+    """What confluent-kafka's Message answers (the broker's own are read in the Kafka tests)."""
+
+    def __init__(self, offset: int, key: bytes | None, headers: Any = None, error: Any = None):
+        self._offset, self._key, self._headers, self._error = offset, key, headers, error
+
+    def error(self) -> Any:
+        return self._error
+
+    def headers(self) -> Any:
+        return self._headers
+
+    def topic(self) -> str:
+        return "dev.lifecycle"
+
+    def partition(self) -> int:
+        return 7
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+
+def test_kafka_messages_become_the_records_the_python_loop_makes() -> None:
+    messages = [_Message(i, None if i % 3 else b"k%d" % i) for i in range(50)]
+    got = _framing.kafka_records(messages)
+    assert got == [kafka_consumer._record(m) for m in messages]
+    assert _framing.kafka_records([]) == []
+    # A message with headers or an error: the Python loop takes the whole poll.
+    assert _framing.kafka_records([*messages, _Message(50, b"k", [("h", b"x")])]) is None
+    assert _framing.kafka_records([_Message(0, b"k", error="broker down"), *messages]) is None
+    assert getattr(kafka_consumer, "_kafka_records") is _framing.kafka_records  # noqa: B009
