@@ -35,6 +35,7 @@ from streams.log import (
     TopicSpec,
     UnknownTopicError,
     UnreachableError,
+    new_record,
 )
 
 _ADMIN_TIMEOUT_S = 30.0
@@ -304,7 +305,7 @@ class KafkaProducer:
             if error is not None:
                 batch[slot] = error
                 return
-            batch[slot] = Record(
+            batch[slot] = new_record(
                 message.topic(),
                 message.partition(),
                 message.offset(),

@@ -38,7 +38,7 @@ from schemas.codec import Codec
 from schemas.errors import CodecError
 from streams.deadletter import DeadLetters
 from streams.log import Consumer, EventLog, LogTimeoutError, Record, TopicPartition
-from streams.reader import Decoded, Decoder
+from streams.reader import Decoded, Decoder, new_decoded
 from streams.schema_store import SchemaStore
 from streams.topics import topic_name
 
@@ -296,7 +296,7 @@ class MergedHistory:
             self._records_read += 1
             origin = record.origin
             try:
-                event = Decoded(origin, decode(record, origin))
+                event = new_decoded(origin, decode(record, origin))
             except CodecError as error:
                 self._undecodable += 1
                 _LOG.warning("merged history: skipped an undecodable record: %s", error)

@@ -42,6 +42,7 @@ from streams.segment import (
     encode_block,
     first_record_holds,
     header_bytes,
+    make_records,
     new_segment,
     read_header,
 )
@@ -607,10 +608,7 @@ class Partition:
             segment = self._new_segment(self._next)
             self._roll = False
         first = self._next
-        written = [
-            Record(self.topic, self.number, first + i, key, value, ts, headers)
-            for i, (key, value, headers, ts) in enumerate(records)
-        ]
+        written = make_records(self.topic, self.number, first, records)
         assert segment.header is not None
         data = encode_block(written, segment.header.sync)
         with open(segment.path, "ab") as handle:

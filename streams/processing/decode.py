@@ -5,8 +5,8 @@ from __future__ import annotations
 from schemas.errors import CodecError
 from streams.log import Record
 from streams.processing.dead_letters import DeadLetterGuard
-from streams.processing.message import Message, ProcessingStep
-from streams.reader import Decoded, Decoder
+from streams.processing.message import Message, ProcessingStep, new_message
+from streams.reader import Decoded, Decoder, new_decoded
 
 
 class Decode:
@@ -21,13 +21,13 @@ class Decode:
         record = item.record
         try:
             origin = record.origin
-            decoded = Decoded(origin, self._decoder.decode(record, origin))
+            decoded = new_decoded(origin, self._decoder.decode(record, origin))
         except CodecError as error:
             self._guard.check(record, error)
-            self._next.submit(Message(None, record))  # its position still moves, in order
+            self._next.submit(new_message(None, record))  # its position still moves, in order
             self._guard.send(record, error)
         else:
-            self._next.submit(Message(decoded, record))
+            self._next.submit(new_message(decoded, record))
         self._guard.seen()
 
     def poll(self) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from streams.log import Record, TopicPartition
+from streams.log import Record, TopicPartition, slots_constructor
 
 T = TypeVar("T")
 Out = TypeVar("Out")
@@ -23,6 +23,10 @@ class Message(Generic[T]):
 
     payload: T | None
     record: Record
+
+
+# `Message(payload, record)`, its slots filled directly (several per record processed).
+new_message = slots_constructor(Message)
 
 
 @dataclass(frozen=True, slots=True)

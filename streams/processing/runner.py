@@ -17,7 +17,7 @@ from typing import Generic
 
 from streams.log import CLOSE_TIMEOUT_S, Consumer, EventLog, Record, TopicPartition
 from streams.processing.factory import Chain, ChainFactory
-from streams.processing.message import Message, MessageRejected, Out
+from streams.processing.message import MessageRejected, Out, new_message
 
 _BACKPRESSURE_POLL_S = 0.05  # how soon a refused input is offered again
 
@@ -89,7 +89,7 @@ class Processor(Generic[Out]):
         while backlog:
             record = backlog[0]
             try:
-                head.submit(Message(record, record))
+                head.submit(new_message(record, record))
             except MessageRejected:
                 self._hold_back()
                 break

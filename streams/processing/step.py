@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic
 
 from streams.processing.dead_letters import DeadLetterGuard
-from streams.processing.message import Message, Out, ProcessingStep
+from streams.processing.message import Message, Out, ProcessingStep, new_message
 from streams.reader import Decoded
 
 StepFunction = Callable[[Decoded], Sequence[Out]]
@@ -26,16 +26,16 @@ class Step(Generic[Out]):
 
     def submit(self, item: Message[Decoded]) -> None:
         if item.payload is None:
-            self._next.submit(Message(None, item.record))
+            self._next.submit(new_message(None, item.record))
             return
         try:
             outputs = self._function(item.payload)
         except Exception as error:  # any failure of the function is this input's
             self._guard.check(item.record, error)
-            self._next.submit(Message(None, item.record))
+            self._next.submit(new_message(None, item.record))
             self._guard.send(item.record, error)
             return
-        self._next.submit(Message(outputs, item.record))
+        self._next.submit(new_message(outputs, item.record))
 
     def poll(self) -> None:
         self._next.poll()

@@ -1,0 +1,610 @@
+/* The embedded log's per-record framing at C speed: `encode_block` and `whole_records`.
+ *
+ * The same functions as `streams.segment.encode_block` and `streams.segment.whole_records`
+ * (pure Python, kept as the fallback and as the reference the property tests compare with):
+ * byte for byte the same blocks, and the same records or None. Each `LogRecord` is Avro's
+ * encoding of (offset, timestamp_ms, key, value, headers) followed by a CRC-32 (zlib's) of
+ * those bytes as a long; longs are zigzag varints.
+ *
+ * `Record`s are made by writing their slots directly (the class is a frozen dataclass with
+ * slots: its `__init__` costs more than the rest of a record's decoding). The slot offsets are
+ * taken once from the class's member descriptors, checked to be plain object slots.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#define SYNC_SIZE 16
+#define N_FIELDS 7
+static const char *FIELDS[N_FIELDS] = {
+    "topic", "partition", "offset", "key", "value", "timestamp_ms", "headers"};
+
+static PyTypeObject *record_type = NULL;
+static Py_ssize_t slot_offsets[N_FIELDS];
+static PyObject *empty_tuple = NULL;
+
+/* ---- encoding ---------------------------------------------------------------------- */
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t size;
+    Py_ssize_t cap;
+} Buffer;
+
+static int buf_reserve(Buffer *b, Py_ssize_t more) {
+    if (b->size + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->size + more) {
+        if (cap > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
+        cap *= 2;
+    }
+    unsigned char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) { PyErr_NoMemory(); return -1; }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static inline void put_long(Buffer *b, int64_t n) {
+    /* The caller reserved 10 bytes. */
+    uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    while (z & ~(uint64_t)0x7F) {
+        b->data[b->size++] = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    b->data[b->size++] = (unsigned char)z;
+}
+
+static int put_bytes(Buffer *b, const char *data, Py_ssize_t size) {
+    if (buf_reserve(b, size + 10) < 0) return -1;
+    put_long(b, size);
+    memcpy(b->data + b->size, data, (size_t)size);
+    b->size += size;
+    return 0;
+}
+
+/* An optional bytes field: the union branch (0: null, 1: bytes), then the bytes. */
+static int put_optional(Buffer *b, PyObject *value, const char *what) {
+    if (value == Py_None) {
+        if (buf_reserve(b, 1) < 0) return -1;
+        b->data[b->size++] = 0;
+        return 0;
+    }
+    if (!PyBytes_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "a record's %s must be bytes or None, not %.100s", what,
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    if (buf_reserve(b, 1) < 0) return -1;
+    b->data[b->size++] = 2;
+    return put_bytes(b, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+}
+
+static int put_headers(Buffer *b, PyObject *headers) {
+    PyObject *seq = PySequence_Fast(headers, "a record's headers must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int rc = -1;
+    if (buf_reserve(b, 10) < 0) goto done;
+    put_long(b, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, i),
+                                         "a header must be a (str, bytes) pair");
+        if (pair == NULL) goto done;
+        PyObject *key = NULL, *value = NULL;
+        if (PySequence_Fast_GET_SIZE(pair) == 2) {
+            key = PySequence_Fast_GET_ITEM(pair, 0);
+            value = PySequence_Fast_GET_ITEM(pair, 1);
+        }
+        if (key == NULL || !PyUnicode_Check(key) || !PyBytes_Check(value)) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_TypeError, "a header must be a (str, bytes) pair");
+            goto done;
+        }
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(key, &size);
+        int failed = text == NULL || put_bytes(b, text, size) < 0 ||
+                     put_bytes(b, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0;
+        Py_DECREF(pair);
+        if (failed) goto done;
+    }
+    if (n) {
+        if (buf_reserve(b, 1) < 0) goto done;
+        b->data[b->size++] = 0;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int get_long(PyObject *record, const char *name, int64_t *out) {
+    PyObject *value = PyObject_GetAttrString(record, name);
+    if (value == NULL) return -1;
+    long long n = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    *out = (int64_t)n;
+    return 0;
+}
+
+static int encode_one(Buffer *b, PyObject *record) {
+    int64_t offset, timestamp;
+    if (get_long(record, "offset", &offset) < 0) return -1;
+    if (get_long(record, "timestamp_ms", &timestamp) < 0) return -1;
+    if (buf_reserve(b, 20) < 0) return -1;
+    Py_ssize_t start = b->size;
+    put_long(b, offset);
+    put_long(b, timestamp);
+    PyObject *field = PyObject_GetAttrString(record, "key");
+    if (field == NULL) return -1;
+    int rc = put_optional(b, field, "key");
+    Py_DECREF(field);
+    if (rc < 0) return -1;
+    field = PyObject_GetAttrString(record, "value");
+    if (field == NULL) return -1;
+    rc = put_optional(b, field, "value");
+    Py_DECREF(field);
+    if (rc < 0) return -1;
+    field = PyObject_GetAttrString(record, "headers");
+    if (field == NULL) return -1;
+    rc = PyObject_IsTrue(field);
+    if (rc > 0) {
+        rc = put_headers(b, field);
+    } else if (rc == 0) {
+        rc = buf_reserve(b, 1);
+        if (rc == 0) b->data[b->size++] = 0;
+    }
+    Py_DECREF(field);
+    if (rc < 0) return -1;
+    uLong crc = crc32(0L, b->data + start, (uInt)(b->size - start));
+    if (buf_reserve(b, 10) < 0) return -1;
+    put_long(b, (int64_t)crc);
+    return 0;
+}
+
+static PyObject *encode_block(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"records", "sync", NULL};
+    PyObject *records;
+    Py_buffer sync;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*:encode_block", names, &records, &sync))
+        return NULL;
+    PyObject *seq = PySequence_Fast(records, "records must be a sequence");
+    if (seq == NULL) { PyBuffer_Release(&sync); return NULL; }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Buffer body = {NULL, 0, 0};
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (encode_one(&body, PySequence_Fast_GET_ITEM(seq, i)) < 0) goto done;
+    }
+    {
+        /* The framing: count and size, the body, the sync marker. */
+        Buffer head = {NULL, 0, 0};
+        if (buf_reserve(&head, 20) < 0) goto done;
+        put_long(&head, n);
+        put_long(&head, body.size);
+        out = PyBytes_FromStringAndSize(NULL, head.size + body.size + sync.len);
+        if (out != NULL) {
+            char *to = PyBytes_AS_STRING(out);
+            memcpy(to, head.data, (size_t)head.size);
+            if (body.size) memcpy(to + head.size, body.data, (size_t)body.size);
+            memcpy(to + head.size + body.size, sync.buf, (size_t)sync.len);
+        }
+        PyMem_Free(head.data);
+    }
+done:
+    PyMem_Free(body.data);
+    Py_DECREF(seq);
+    PyBuffer_Release(&sync);
+    return out;
+}
+
+/* ---- decoding ---------------------------------------------------------------------- */
+
+/* A zigzag varint at *pos (below end): 0 and the value, or -1 when the bytes end inside it
+ * or it runs past 64 bits (the Python reader raises; `whole_records` then returns None). */
+static inline int read_long(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos,
+                            int64_t *out) {
+    uint64_t n = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos;
+    while (1) {
+        if (p >= end) return -1;
+        unsigned char byte = d[p++];
+        if (shift == 63 && (byte & 0x7F) > 1) return -1; /* past 64 bits: not a long */
+        n |= (uint64_t)(byte & 0x7F) << shift;
+        if (!(byte & 0x80)) break;
+        shift += 7;
+        if (shift > 63) return -1;
+    }
+    *pos = p;
+    *out = (int64_t)((n >> 1) ^ (~(n & 1) + 1));
+    return 0;
+}
+
+/* A Record of these fields; takes the references to key, value and headers. */
+static PyObject *new_record(PyObject *topic, PyObject *partition, int64_t offset,
+                            PyObject *key, PyObject *value, int64_t timestamp,
+                            PyObject *headers) {
+    PyObject *fields[N_FIELDS];
+    fields[0] = topic;
+    Py_INCREF(topic);
+    fields[1] = partition;
+    Py_INCREF(partition);
+    fields[2] = PyLong_FromLongLong(offset);
+    fields[3] = key;
+    fields[4] = value;
+    fields[5] = PyLong_FromLongLong(timestamp);
+    fields[6] = headers;
+    PyObject *record = record_type->tp_alloc(record_type, 0);
+    if (record == NULL || fields[2] == NULL || fields[5] == NULL) {
+        for (int i = 0; i < N_FIELDS; i++) Py_XDECREF(fields[i]);
+        Py_XDECREF(record);
+        return NULL;
+    }
+    for (int i = 0; i < N_FIELDS; i++) {
+        *(PyObject **)((char *)record + slot_offsets[i]) = fields[i];
+    }
+    /* Its fields are a str, ints, bytes or None and no headers: it can be part of no
+     * reference cycle, so the collector need not walk it (as CPython does for a tuple of
+     * such values). Decoded blocks are kept for the next poll: thousands of records. */
+    if (headers == empty_tuple && PyObject_GC_IsTracked(record)) PyObject_GC_UnTrack(record);
+    return record;
+}
+
+/* The bytes field of a union at *pos: 0 and a new reference (None or bytes), 1 when the
+ * block is not whole (None is returned by the caller), -1 on a Python error. */
+static int read_optional(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos,
+                         PyObject **out) {
+    Py_ssize_t p = *pos;
+    if (p >= end) return 1;
+    unsigned char tag = d[p];
+    if (tag == 0) {
+        *pos = p + 1;
+        Py_INCREF(Py_None);
+        *out = Py_None;
+        return 0;
+    }
+    if (tag != 2) return 1;
+    p += 1;
+    int64_t size;
+    if (read_long(d, end, &p, &size) < 0) return 1;
+    if (size < 0 || size > end - p) return 1;
+    *out = PyBytes_FromStringAndSize((const char *)d + p, (Py_ssize_t)size);
+    if (*out == NULL) return -1;
+    *pos = p + (Py_ssize_t)size;
+    return 0;
+}
+
+static PyObject *whole_records(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"data",  "at",    "end",       "first", "limit",
+                            "count", "topic", "partition", NULL};
+    Py_buffer buf;
+    Py_ssize_t at, end, count;
+    long long first;
+    PyObject *limit_obj, *topic, *partition;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*nnLOnUO!:whole_records", names, &buf, &at,
+                                     &end, &first, &limit_obj, &count, &topic, &PyLong_Type,
+                                     &partition))
+        return NULL;
+    PyObject *records = NULL;
+    long long limit = 0;
+    int has_limit = limit_obj != Py_None;
+    if (has_limit) {
+        limit = PyLong_AsLongLong(limit_obj);
+        if (limit == -1 && PyErr_Occurred()) goto fail;
+    }
+    if (at < 0 || end > buf.len || at > end) goto not_whole;
+    const unsigned char *d = buf.buf;
+    records = PyList_New(0);
+    if (records == NULL) goto fail;
+    Py_ssize_t pos = at;
+    int64_t offset = first;
+    while (pos < end) {
+        Py_ssize_t start = pos;
+        int64_t got, timestamp, crc;
+        PyObject *key = NULL, *value = NULL;
+        if (read_long(d, end, &pos, &got) < 0 || got != offset) goto not_whole;
+        if (read_long(d, end, &pos, &timestamp) < 0) goto not_whole;
+        int rc = read_optional(d, end, &pos, &key);
+        if (rc) { if (rc < 0) goto fail; goto not_whole; }
+        rc = read_optional(d, end, &pos, &value);
+        if (rc) { Py_DECREF(key); if (rc < 0) goto fail; goto not_whole; }
+        if (pos >= end || d[pos] != 0) { Py_DECREF(key); Py_DECREF(value); goto not_whole; }
+        pos += 1;
+        uLong sum = crc32(0L, d + start, (uInt)(pos - start));
+        if (read_long(d, end, &pos, &crc) < 0 || (int64_t)sum != crc) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            goto not_whole;
+        }
+        /* new_record takes the references to key and value */
+        Py_INCREF(empty_tuple);
+        PyObject *record = new_record(topic, partition, offset, key, value, timestamp, empty_tuple);
+        if (record == NULL) goto fail;
+        rc = PyList_Append(records, record);
+        Py_DECREF(record);
+        if (rc < 0) goto fail;
+        offset += 1;
+    }
+    if (pos != end || PyList_GET_SIZE(records) != count) goto not_whole;
+    if (count && has_limit && offset > limit) goto not_whole;
+    PyBuffer_Release(&buf);
+    return records;
+not_whole:
+    Py_XDECREF(records);
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(records);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
+/* ---- constructors of frozen dataclasses with slots ---------------------------------- */
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t n;
+    Py_ssize_t offsets[];
+} Layout;
+
+static void drop_layout(PyObject *capsule) {
+    Layout *layout = PyCapsule_GetPointer(capsule, NULL);
+    if (layout != NULL) {
+        Py_DECREF(layout->type);
+        PyMem_Free(layout);
+    }
+}
+
+static PyObject *construct(PyObject *capsule, PyObject *const *args, Py_ssize_t nargs) {
+    Layout *layout = PyCapsule_GetPointer(capsule, NULL);
+    if (layout == NULL) return NULL;
+    if (nargs != layout->n) {
+        PyErr_Format(PyExc_TypeError, "%.100s takes %zd fields, positional, got %zd",
+                     layout->type->tp_name, layout->n, nargs);
+        return NULL;
+    }
+    PyObject *made = layout->type->tp_alloc(layout->type, 0);
+    if (made == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        *(PyObject **)((char *)made + layout->offsets[i]) = args[i];
+    }
+    return made;
+}
+
+static PyMethodDef construct_def = {
+    "construct", (PyCFunction)(void (*)(void))construct, METH_FASTCALL,
+    "cls(*fields), its slots filled directly."};
+
+/* The offset of slot `name` of `type`: a plain object slot, or -1 with an exception set. */
+static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name) {
+    PyObject *descr = PyDict_GetItemWithError(type->tp_dict, name);
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%.100s.%U is not a slot", type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || member->flags & READONLY) {
+        PyErr_Format(PyExc_TypeError, "%.100s.%U is not a plain object slot", type->tp_name,
+                     name);
+        return -1;
+    }
+    return member->offset;
+}
+
+static PyObject *constructor(PyObject *self, PyObject *args) {
+    PyTypeObject *type;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "O!O!:constructor", &PyType_Type, &type, &PyTuple_Type, &names))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (type->tp_dictoffset != 0) {
+        PyErr_Format(PyExc_TypeError, "%.100s has a __dict__: not a slots class", type->tp_name);
+        return NULL;
+    }
+    Layout *layout = PyMem_Malloc(sizeof(Layout) + (size_t)n * sizeof(Py_ssize_t));
+    if (layout == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        layout->offsets[i] = slot_offset(type, PyTuple_GET_ITEM(names, i));
+        if (layout->offsets[i] < 0) {
+            PyMem_Free(layout);
+            return NULL;
+        }
+    }
+    layout->n = n;
+    Py_INCREF(type);
+    layout->type = type;
+    PyObject *capsule = PyCapsule_New(layout, NULL, drop_layout);
+    if (capsule == NULL) {
+        Py_DECREF(type);
+        PyMem_Free(layout);
+        return NULL;
+    }
+    PyObject *function = PyCFunction_New(&construct_def, capsule);
+    Py_DECREF(capsule);
+    return function;
+}
+
+static PyObject *make_records(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"topic", "partition", "first", "rows", NULL};
+    PyObject *topic, *partition, *rows;
+    long long first;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO!LO:make_records", names, &topic,
+                                     &PyLong_Type, &partition, &first, &rows))
+        return NULL;
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "streams._framing.bind(Record) was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(rows, "rows must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
+            PyErr_SetString(PyExc_TypeError, "a row is a (key, value, headers, timestamp_ms) tuple");
+            goto fail;
+        }
+        PyObject *key = PyTuple_GET_ITEM(row, 0), *value = PyTuple_GET_ITEM(row, 1);
+        PyObject *headers = PyTuple_GET_ITEM(row, 2);
+        long long timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 3));
+        if (timestamp == -1 && PyErr_Occurred()) goto fail;
+        if (PyTuple_Check(headers) && PyTuple_GET_SIZE(headers) == 0) headers = empty_tuple;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        Py_INCREF(headers);
+        PyObject *record = new_record(topic, partition, first + i, key, value, timestamp, headers);
+        if (record == NULL) goto fail;
+        PyList_SET_ITEM(out, i, record);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- Kafka ------------------------------------------------------------------------ */
+
+static PyObject *s_error, *s_headers, *s_topic, *s_partition, *s_offset, *s_key, *s_value,
+    *s_timestamp;
+
+static PyObject *kafka_records(PyObject *self, PyObject *messages) {
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "streams._framing.bind(Record) was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(messages, "messages must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *got = PyObject_CallMethodNoArgs(message, s_error);
+        if (got == NULL) goto fail;
+        int plain = got == Py_None;
+        Py_DECREF(got);
+        if (!plain) goto other;
+        got = PyObject_CallMethodNoArgs(message, s_headers);
+        if (got == NULL) goto fail;
+        plain = got == Py_None;
+        Py_DECREF(got);
+        if (!plain) goto other;
+        PyObject *fields[N_FIELDS] = {NULL};
+        PyObject *names[6] = {s_topic, s_partition, s_offset, s_key, s_value, s_timestamp};
+        for (int f = 0; f < 6; f++) {
+            fields[f] = PyObject_CallMethodNoArgs(message, names[f]);
+            if (fields[f] == NULL) {
+                for (int g = 0; g < f; g++) Py_DECREF(fields[g]);
+                goto fail;
+            }
+        }
+        /* timestamp() is (type, milliseconds) */
+        PyObject *stamp = fields[5];
+        if (!PyTuple_Check(stamp) || PyTuple_GET_SIZE(stamp) != 2) {
+            for (int g = 0; g < 6; g++) Py_DECREF(fields[g]);
+            PyErr_SetString(PyExc_TypeError, "a message's timestamp() is not a pair");
+            goto fail;
+        }
+        fields[5] = PyTuple_GET_ITEM(stamp, 1);
+        Py_INCREF(fields[5]);
+        Py_DECREF(stamp);
+        fields[6] = empty_tuple;
+        Py_INCREF(empty_tuple);
+        PyObject *record = record_type->tp_alloc(record_type, 0);
+        if (record == NULL) {
+            for (int g = 0; g < N_FIELDS; g++) Py_DECREF(fields[g]);
+            goto fail;
+        }
+        for (int g = 0; g < N_FIELDS; g++) {
+            *(PyObject **)((char *)record + slot_offsets[g]) = fields[g];
+        }
+        PyList_SET_ITEM(out, i, record);
+    }
+    Py_DECREF(seq);
+    return out;
+other: /* an error or headers: the caller's Python loop takes the whole poll */
+    Py_DECREF(out);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------------------ */
+
+static PyObject *bind(PyObject *self, PyObject *cls) {
+    /* The Record class whose slots `whole_records` fills. */
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "bind() takes the Record class");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, FIELDS[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "Record.%s is not a slot", FIELDS[i]);
+            return NULL;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type != T_OBJECT_EX || member->flags & READONLY) {
+            PyErr_Format(PyExc_TypeError, "Record.%s is not a plain object slot", FIELDS[i]);
+            return NULL;
+        }
+        slot_offsets[i] = member->offset;
+    }
+    if (type->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "Record must have no __dict__");
+        return NULL;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(record_type, type);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_O, "Bind the Record class whose slots decoded records fill."},
+    {"encode_block", (PyCFunction)(void (*)(void))encode_block, METH_VARARGS | METH_KEYWORDS,
+     "encode_block(records, sync) -> bytes: one container block (checked format)."},
+    {"constructor", constructor, METH_VARARGS,
+     "constructor(cls, field_names) -> a function making cls(*fields), slots filled directly."},
+    {"make_records", (PyCFunction)(void (*)(void))make_records, METH_VARARGS | METH_KEYWORDS,
+     "make_records(topic, partition, first, rows) -> list[Record]: offsets from `first`."},
+    {"kafka_records", kafka_records, METH_O,
+     "kafka_records(messages) -> list[Record] | None (None: a message with an error or headers)."},
+    {"whole_records", (PyCFunction)(void (*)(void))whole_records, METH_VARARGS | METH_KEYWORDS,
+     "whole_records(data, at, end, first, limit, count, topic, partition) -> list | None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "streams._framing",
+    "The embedded log's per-record framing in C (streams.segment falls back to Python).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__framing(void) {
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL) return NULL;
+    PyObject **names[] = {&s_error, &s_headers, &s_topic, &s_partition, &s_offset, &s_key,
+                          &s_value, &s_timestamp};
+    const char *texts[] = {"error", "headers", "topic", "partition", "offset", "key", "value",
+                           "timestamp"};
+    for (int i = 0; i < 8; i++) {
+        *names[i] = PyUnicode_InternFromString(texts[i]);
+        if (*names[i] == NULL) return NULL;
+    }
+    return PyModule_Create(&module);
+}
