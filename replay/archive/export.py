@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,13 @@ from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA, envelope_head
 from projections.stores import Stores
 from replay.archive import layout
 from replay.archive.audit import audit_lines, read_audit
+from replay.archive.history import ArchiveRecord, merged_records
 from replay.archive.merkle import Extension, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
 from streams.log import EventLog
-from streams.merged import MergedHistory
 
 BATCH_ROWS = 50_000
 Positioned = tuple[Origin, Envelope]
@@ -86,19 +87,40 @@ def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
     return sorted(months)
 
 
-def payload_json(e: Envelope) -> str:
-    """The payload as JSON, as the ledger stores it (sorted keys; bytes as hex)."""
-    return json.dumps(e.payload.to_avro(), sort_keys=True, separators=(",", ":"), default=_hex)
-
-
 def _hex(value: object) -> str:
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"cannot put {type(value).__name__} in JSON")
 
 
+def _json_encoder() -> Callable[[Any], str]:
+    """JSON as ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=_hex)``
+    writes it, with the C encoder made once rather than at every call (the ledger writer's
+    `_payload_encoder`): the same text."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - no C accelerator in this Python
+        encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_hex)
+        return encoder.encode
+    one_shot = make(None, _hex, json.encoder.encode_basestring_ascii, None, ":", ",",
+                    True, False, True)  # fmt: skip
+    return lambda value: "".join(one_shot(value, 0))
+
+
+_json_text = _json_encoder()
+
+
+def payload_json(e: Envelope) -> str:
+    """The payload as JSON, as the ledger stores it (sorted keys; bytes as hex)."""
+    return _json_text(e.payload.to_avro())
+
+
+_head_of_record = itemgetter(*Envelope.HEAD)
+
+
 class _EventsFile:
-    """Writes events.parquet in row groups and the Merkle leaves as it goes."""
+    """Writes events.parquet in row groups and the Merkle leaves as it goes: from envelopes
+    (`add`, encoded here) or from records as the log holds them (`add_record`: the bytes kept,
+    the fields read from the Avro record; the same rows)."""
 
     def __init__(self, path: Path, codec: Codec) -> None:
         self.path = path
@@ -106,35 +128,43 @@ class _EventsFile:
         self.writer = pq.ParquetWriter(path, layout.EVENTS_SCHEMA, compression="zstd")
         self.rows: list[tuple[Any, ...]] = []
         self.leaves: list[bytes] = []
-        self.fingerprints: set[str] = set()
+        self.headers: set[bytes] = set()
         self.topics: set[str] = set()
         self.first_us: int | None = None
         self.last_us: int | None = None
 
+    @property
+    def fingerprints(self) -> list[str]:
+        """The events' Avro headers (C3 01 and the writer schema's fingerprint), sorted."""
+        return sorted(h.hex() for h in self.headers)
+
     def add(self, origin: Origin, e: Envelope) -> None:
         data = self.codec.encode(e)
-        self.leaves.append(leaf_hash(layout.leaf_data(e.event_id, data)))
-        self.fingerprints.add(data[:10].hex())
-        self.topics.add(origin.topic)
-        self.first_us = e.occurred_at if self.first_us is None else self.first_us
-        self.last_us = e.occurred_at
-        self.rows.append(
-            (
-                *envelope_head(e),
-                origin.topic,
-                origin.partition,
-                origin.offset,
-                payload_json(e),
-                data,
-            )
-        )
+        row = (*envelope_head(e), origin.topic, origin.partition, origin.offset, payload_json(e))
+        self._add(e.event_id, e.occurred_at, origin.topic, data, row)
+
+    def add_record(self, record: ArchiveRecord) -> None:
+        occurred_at, topic, partition, offset, data, fields = record
+        row = (*_head_of_record(fields), topic, partition, offset, _json_text(fields["payload"][1]))
+        self._add(fields["event_id"], occurred_at, topic, data, row)
+
+    def _add(
+        self, event_id: str, occurred_at: int, topic: str, data: bytes, row: tuple[Any, ...]
+    ) -> None:
+        self.leaves.append(leaf_hash(layout.leaf_data(event_id, data)))
+        self.headers.add(data[:10])
+        self.topics.add(topic)
+        if self.first_us is None:
+            self.first_us = occurred_at
+        self.last_us = occurred_at
+        self.rows.append((*row, data))
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
 
     def flush(self) -> None:
         if not self.rows:
             return
-        columns = list(zip(*self.rows, strict=True))
+        columns = zip(*self.rows, strict=True)
         table = pa.table(
             [pa.array(c, type=f.type) for c, f in zip(columns, layout.EVENTS_SCHEMA, strict=True)],
             schema=layout.EVENTS_SCHEMA,
@@ -267,21 +297,52 @@ def check_over(month: str, now_us: int) -> None:
         )
 
 
+def _month_events(
+    path: Path,
+    codec: Codec,
+    month: str,
+    *,
+    history: Iterable[Positioned],
+    records: Iterable[ArchiveRecord],
+    on_event: Callable[[int], None] | None,
+) -> _EventsFile:
+    """events.parquet of the events of `month` in `history` or `records` (in their order)."""
+    start_us, end_us = layout.month_bounds_us(month)
+    events = _EventsFile(path, codec)
+    try:
+        for origin, e in history:
+            if start_us <= e.occurred_at < end_us:
+                events.add(origin, e)
+                if on_event is not None and len(events.leaves) % 10_000 == 0:
+                    on_event(len(events.leaves))
+        add = events.add_record
+        for record in records:
+            if start_us <= record[0] < end_us:
+                add(record)
+                if on_event is not None and len(events.leaves) % 10_000 == 0:
+                    on_event(len(events.leaves))
+    finally:
+        events.close()
+    return events
+
+
 def export_month(
     storage: ArchiveStorage,
     signer: Signer,
     *,
     region: str,
     month: str,
-    history: Iterable[Positioned],
+    history: Iterable[Positioned] = (),
+    records: Iterable[ArchiveRecord] = (),
     cost_lines: pa.Table,
     workdir: Path,
     now_us: int,
     on_event: Callable[[int], None] | None = None,
     audit: bytes | None = None,
 ) -> Exported:
-    """Write `month` of `region` to the archive: `history` is the region's history in order
-    (events of other months are skipped), `cost_lines` the ledger's lines of the month,
+    """Write `month` of `region` to the archive: `records` is the region's history in order
+    as the log holds it (`merged_records`), or `history` the same as envelopes (one of the
+    two; events of other months are skipped), `cost_lines` the ledger's lines of the month,
     `audit` the month's capacity actions (`replay.archive.audit.audit_lines`; None: none
     exported, as before ADR-25's audit record); the month must be over by `now_us`
     (`check_over`)."""
@@ -315,15 +376,9 @@ def export_month(
     start_us, end_us = layout.month_bounds_us(month)
     workdir.mkdir(parents=True, exist_ok=True)
     codec = Codec()
-    events = _EventsFile(workdir / layout.EVENTS, codec)
-    try:
-        for origin, e in history:
-            if start_us <= e.occurred_at < end_us:
-                events.add(origin, e)
-                if on_event is not None and len(events.leaves) % 10_000 == 0:
-                    on_event(len(events.leaves))
-    finally:
-        events.close()
+    events = _month_events(
+        workdir / layout.EVENTS, codec, month, history=history, records=records, on_event=on_event
+    )
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
     typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
@@ -366,7 +421,7 @@ def export_month(
         "events": {
             "count": len(events.leaves),
             "topics": sorted(events.topics),
-            "avro_headers": sorted(events.fingerprints),  # C3 01 + writer schema fingerprint
+            "avro_headers": events.fingerprints,  # C3 01 + writer schema fingerprint
         },
         "merkle": {"leaf": layout.LEAF, "size": len(events.leaves), "root": root.hex()},
         "chain": {
@@ -443,16 +498,13 @@ def export_from_log(
     say(f"reading the capacity actions of {month} from the audit topic")
     audit = audit_lines(read_audit(log, region), month)
     say(f"reading the history for {month}")
-    history = MergedHistory(
-        log, codec, region, LEDGER_TOPICS, poll_records=2000, buffer_per_partition=4000
-    )
     with tempfile.TemporaryDirectory(prefix="spotcap-export-") as tmp:
         return export_month(
             storage,
             signer,
             region=region,
             month=month,
-            history=((d.origin, d.envelope) for d in history),
+            records=merged_records(log, codec, region, LEDGER_TOPICS),
             cost_lines=lines,
             workdir=Path(tmp),
             now_us=now_us,
