@@ -14,9 +14,11 @@ the log, for up to 28 days).
   a fresh local archive directory (`LocalStorage`): events.parquet, the typed and priced files,
   cost_lines.parquet, the Merkle tree, the chain, the signed manifest and head;
 * bare: the same files with fastavro, pyarrow and hashlib alone (`bench/export_bare.py`): the
-  same container files read block by block, the same records in history order, the same
+  same container files read by fastavro's reader, the same records in history order, the same
   Parquet files (columns, compression, row groups), the same leaves hashed and the same tree,
-  the cost lines from the ledger's table through chdb. No module of ours, not even the codec.
+  the cost lines from the ledger's table through chdb, a manifest and head signed. No module
+  of ours, not even the codec. The first round checks that both sides wrote the same data
+  files, byte for byte.
 
 Each round runs both sides, the side that goes first alternating (project first in odd
 rounds); each round's ratio is its own pair's, reported as the median and range. `--profile`
@@ -150,6 +152,18 @@ def export_bare(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
     return events, time.perf_counter() - started
 
 
+SAME_FILES = ("events.parquet", "usage.parquet", "checkpoints.parquet", "rate_cards.parquet",
+              "priced_events.parquet", "cost_lines.parquet", "envelope.avsc")  # fmt: skip
+
+
+def same_files(project: Path, bare: Path) -> None:
+    """The two sides wrote the same data files, byte for byte (the same work was timed)."""
+    for name in SAME_FILES:
+        a, b = (project / name).read_bytes(), (bare / REGION / MONTH / name).read_bytes()
+        assert a == b, f"{name}: the project's and the bare reference's files differ"
+    say("  the two sides wrote the same data files, byte for byte")
+
+
 def _spread(values: list[float], fmt: str) -> str:
     lo, hi = fmt.format(min(values)), fmt.format(max(values))
     return f"{fmt.format(statistics.median(values))} ({lo}-{hi})"
@@ -194,7 +208,10 @@ def main() -> None:
                 cpu_rates[side].append(events / (time.process_time() - cpu))
                 rates[side].append(events / seconds)
                 counts.add(events)
-                shutil.rmtree(where)
+            if r == 0:
+                same_files(Path(tmp) / "project-0" / REGION / MONTH, Path(tmp) / "bare-0")
+            for side in order:
+                shutil.rmtree(Path(tmp) / f"{side}-{r}")
             ratio = rates["project"][-1] / rates["bare"][-1]
             say(
                 f"  round {r + 1}/{args.rounds} ({order[0]} first): project "
