@@ -22,7 +22,8 @@ the log, for up to 28 days).
 
 Each round runs both sides, the side that goes first alternating (project first in odd
 rounds); each round's ratio is its own pair's, reported as the median and range. `--profile`
-runs the project's side once more under cProfile and prints its top entries by own time.
+runs the project's side once more under cProfile, before the rounds, and prints its top
+entries by own time (`--rounds 0`: the profile alone).
 """
 
 from __future__ import annotations
@@ -218,6 +219,8 @@ def main() -> None:
                 f"{rates['project'][-1]:,.0f} events/s, bare {rates['bare'][-1]:,.0f}, "
                 f"ratio {ratio:.2f}"
             )
+    if not args.rounds:
+        return
     assert len(counts) == 1, f"the two sides exported different counts: {counts}"
     ratios = [a / b for a, b in zip(rates["project"], rates["bare"], strict=True)]
     cpu_ratios = [a / b for a, b in zip(cpu_rates["project"], cpu_rates["bare"], strict=True)]

@@ -31,7 +31,7 @@ BATCH_ROWS = 50_000
 HEAD_FIELDS = ("event_id", "event_type", "occurred_at", "recorded_at", "region", "key",
                "causation_id", "correlation_id", "producer")  # fmt: skip
 TYPED = {"rate_cards.parquet": "rate_card", "usage.parquet": "usage_interval",
-         "checkpoints.parquet": "checkpoint_completed"}  # fmt: skip
+         "checkpoints.parquet": "checkpoint_written"}  # fmt: skip
 LATENESS_US = 3600 * 1_000_000
 
 
