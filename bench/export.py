@@ -138,9 +138,8 @@ def export_bare(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
 
     schemas = {**layout.DERIVED_SCHEMAS, layout.EVENTS: layout.EVENTS_SCHEMA,
                layout.COST_LINES: LINES_SCHEMA}  # fmt: skip
-    shapes = export_bare.Shapes(
-        schemas, strip_logical_types(dict(Codec().schema)), layout.PRICED_TYPES
-    )
+    writer = dict(Codec().schema)
+    shapes = export_bare.Shapes(schemas, strip_logical_types(writer), layout.PRICED_TYPES, writer)
     topics = [topic_name(REGION, t) for t in LEDGER_TOPICS]
     bounds = layout.month_bounds_us(MONTH)
     started = time.perf_counter()

@@ -38,11 +38,13 @@ LATENESS_US = 3600 * 1_000_000
 @dataclass(frozen=True)
 class Shapes:
     """What the files hold, as data: the Parquet schemas by file name, the envelope's Avro
-    schema (logical types stripped, as the events hold them), the priced event types."""
+    schema (logical types stripped, as the events hold them), the priced event types, the
+    writer schema as envelope.avsc holds it."""
 
     schemas: dict[str, pa.Schema]
     avro_schema: dict[str, Any]
     priced_types: tuple[str, ...]
+    avsc: dict[str, Any]
 
 
 Item = tuple[int, str, int, int, bytes, dict[str, Any]]
@@ -205,7 +207,7 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
         session.close()
     lines = pa.ipc.open_stream(got).read_all().cast(shapes.schemas["cost_lines.parquet"])
     pq.write_table(lines, workdir / "cost_lines.parquet", compression="zstd")
-    (workdir / "envelope.avsc").write_bytes(_canonical(shapes.avro_schema))
+    (workdir / "envelope.avsc").write_bytes(_canonical(shapes.avsc))
 
     frontier = _frontier(leaves)
     root = _root(leaves)
