@@ -69,6 +69,9 @@ class Skipping:
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return self.store.query(sql, params)
 
+    def query_table(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table | None:
+        return self.store.query_table(sql, params)
+
     def describe(self) -> str:
         return self.store.describe()
 

@@ -41,7 +41,7 @@ from schemas.errors import (
     TruncatedRecordError,
     UnknownSchemaError,
 )
-from schemas.events import Envelope
+from schemas.events import PAYLOAD_TYPES, Envelope
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -282,6 +282,30 @@ class Codec:
                 f"{trailing} bytes left over after the record: not one whole record", origin
             )
         return _envelope(record, origin)
+
+    def record_of(self, data: bytes) -> tuple[bytes, dict[str, Any]] | None:
+        """`data` and its Avro record (the payload as ``(record name, fields)``), without
+        making an envelope, when `data` is one whole record written with this codec's schema
+        and its payload is the branch its event type names; None otherwise (`decode` says
+        why). For readers that keep the bytes and want the fields (the archive's export)."""
+        header = self._header
+        if not data.startswith(header):
+            return None
+        stream = io.BytesIO(data)
+        stream.seek(len(header))
+        try:
+            record: Any = fastavro.schemaless_reader(
+                stream, self._reader, None, return_record_name=True
+            )
+        except (EOFError, struct.error, ValueError, TypeError, IndexError, KeyError,
+                UnicodeDecodeError):  # fmt: skip
+            return None
+        if stream.tell() != len(data):
+            return None
+        kind = PAYLOAD_TYPES.get(record["payload"][0])
+        if kind is None or record["event_type"] != kind.EVENT_TYPE:
+            return None
+        return data, record
 
     def _writer_for(self, data: bytes, origin: Origin) -> tuple[Any, Any, int]:
         if data[:2] == SINGLE_OBJECT_MAGIC:

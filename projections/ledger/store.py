@@ -49,6 +49,13 @@ def arrow_rows(data: bytes) -> list[dict[str, Any]]:
     return list(pa.ipc.open_stream(data).read_all().to_pylist())
 
 
+def arrow_table(data: bytes) -> pa.Table | None:
+    """The Arrow table of a query's ArrowStream bytes; None when there are none (no rows)."""
+    if not data:
+        return None
+    return pa.ipc.open_stream(data).read_all()
+
+
 class LedgerStore(Protocol):
     """What the ledger needs from ClickHouse."""
 
@@ -62,6 +69,11 @@ class LedgerStore(Protocol):
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows of a SELECT as dicts; `{name:Type}` placeholders are bound from `params`."""
+        ...
+
+    def query_table(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table | None:
+        """The rows of a SELECT as an Arrow table, as ClickHouse gives them (None: no rows);
+        for readers of many rows that want columns, not dicts."""
         ...
 
     def describe(self) -> str:
@@ -152,6 +164,9 @@ class ChdbStore:
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return arrow_rows(self._run(sql, "ArrowStream", params).bytes())
 
+    def query_table(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table | None:
+        return arrow_table(self._run(sql, "ArrowStream", params).bytes())
+
     def describe(self) -> str:
         return f"embedded ClickHouse (chdb) at {self.path}, database {self.database}"
 
@@ -210,6 +225,15 @@ class ServerStore:
         except self._errors as error:
             raise LedgerError(f"ClickHouse at {_redact(self.url)} refused: {error}") from error
         return arrow_rows(data)
+
+    def query_table(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table | None:
+        try:
+            data = self._client.raw_query(
+                sql, parameters=dict(params) if params else None, fmt="ArrowStream"
+            )
+        except self._errors as error:
+            raise LedgerError(f"ClickHouse at {_redact(self.url)} refused: {error}") from error
+        return arrow_table(data)
 
     def describe(self) -> str:
         return f"ClickHouse at {_redact(self.url)}, database {self.database}"

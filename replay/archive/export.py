@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,13 @@ from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA, envelope_head
 from projections.stores import Stores
 from replay.archive import layout
 from replay.archive.audit import audit_lines, read_audit
+from replay.archive.history import ArchiveRecord, merged_records
 from replay.archive.merkle import Extension, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
 from streams.log import EventLog
-from streams.merged import MergedHistory
 
 BATCH_ROWS = 50_000
 Positioned = tuple[Origin, Envelope]
@@ -97,19 +98,40 @@ def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
     return sorted(months)
 
 
-def payload_json(e: Envelope) -> str:
-    """The payload as JSON, as the ledger stores it (sorted keys; bytes as hex)."""
-    return json.dumps(e.payload.to_avro(), sort_keys=True, separators=(",", ":"), default=_hex)
-
-
 def _hex(value: object) -> str:
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"cannot put {type(value).__name__} in JSON")
 
 
+def _json_encoder() -> Callable[[Any], str]:
+    """JSON as ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=_hex)``
+    writes it, with the C encoder made once rather than at every call (the ledger writer's
+    `_payload_encoder`): the same text."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - no C accelerator in this Python
+        encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_hex)
+        return encoder.encode
+    one_shot = make(None, _hex, json.encoder.encode_basestring_ascii, None, ":", ",",
+                    True, False, True)  # fmt: skip
+    return lambda value: "".join(one_shot(value, 0))
+
+
+_json_text = _json_encoder()
+
+
+def payload_json(e: Envelope) -> str:
+    """The payload as JSON, as the ledger stores it (sorted keys; bytes as hex)."""
+    return _json_text(e.payload.to_avro())
+
+
+_head_of_record = itemgetter(*Envelope.HEAD)
+
+
 class _EventsFile:
-    """Writes events.parquet in row groups and the Merkle leaves as it goes."""
+    """Writes events.parquet in row groups and the Merkle leaves as it goes: from envelopes
+    (`add`, encoded here) or from records as the log holds them (`add_record`: the bytes kept,
+    the fields read from the Avro record; the same rows)."""
 
     def __init__(self, path: Path, codec: Codec) -> None:
         self.path = path
@@ -117,35 +139,43 @@ class _EventsFile:
         self.writer = pq.ParquetWriter(path, layout.EVENTS_SCHEMA, compression="zstd")
         self.rows: list[tuple[Any, ...]] = []
         self.leaves: list[bytes] = []
-        self.fingerprints: set[str] = set()
+        self.headers: set[bytes] = set()
         self.topics: set[str] = set()
         self.first_us: int | None = None
         self.last_us: int | None = None
 
+    @property
+    def fingerprints(self) -> list[str]:
+        """The events' Avro headers (C3 01 and the writer schema's fingerprint), sorted."""
+        return sorted(h.hex() for h in self.headers)
+
     def add(self, origin: Origin, e: Envelope) -> None:
         data = self.codec.encode(e)
-        self.leaves.append(leaf_hash(layout.leaf_data(e.event_id, data)))
-        self.fingerprints.add(data[:10].hex())
-        self.topics.add(origin.topic)
-        self.first_us = e.occurred_at if self.first_us is None else self.first_us
-        self.last_us = e.occurred_at
-        self.rows.append(
-            (
-                *envelope_head(e),
-                origin.topic,
-                origin.partition,
-                origin.offset,
-                payload_json(e),
-                data,
-            )
-        )
+        row = (*envelope_head(e), origin.topic, origin.partition, origin.offset, payload_json(e))
+        self._add(e.event_id, e.occurred_at, origin.topic, data, row)
+
+    def add_record(self, record: ArchiveRecord) -> None:
+        occurred_at, topic, partition, offset, data, fields = record
+        row = (*_head_of_record(fields), topic, partition, offset, _json_text(fields["payload"][1]))
+        self._add(fields["event_id"], occurred_at, topic, data, row)
+
+    def _add(
+        self, event_id: str, occurred_at: int, topic: str, data: bytes, row: tuple[Any, ...]
+    ) -> None:
+        self.leaves.append(leaf_hash(layout.leaf_data(event_id, data)))
+        self.headers.add(data[:10])
+        self.topics.add(topic)
+        if self.first_us is None:
+            self.first_us = occurred_at
+        self.last_us = occurred_at
+        self.rows.append((*row, data))
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
 
     def flush(self) -> None:
         if not self.rows:
             return
-        columns = list(zip(*self.rows, strict=True))
+        columns = zip(*self.rows, strict=True)
         table = pa.table(
             [pa.array(c, type=f.type) for c, f in zip(columns, layout.EVENTS_SCHEMA, strict=True)],
             schema=layout.EVENTS_SCHEMA,
@@ -161,7 +191,7 @@ class _EventsFile:
 def month_cost_lines(store: LedgerStore, month: str) -> pa.Table:
     """The ledger's lines of the events that occurred in `month` (in a stable order)."""
     start_us, end_us = layout.month_bounds_us(month)
-    rows = store.query(
+    found = store.query_table(
         "SELECT toString(workload_id) AS workload_id, day, toString(cause) AS cause,"
         " toString(event_id) AS event_id, amount_eur_micros, quantity, toString(unit) AS unit,"
         " toString(pool_id) AS pool_id, toString(purchase_model) AS purchase_model, instance_id,"
@@ -171,7 +201,9 @@ def month_cost_lines(store: LedgerStore, month: str) -> pa.Table:
         " ORDER BY occurred_at, event_id, day, cause",
         {"s": start_us, "e": end_us},
     )
-    return pa.Table.from_pylist(rows, schema=LINES_SCHEMA)
+    # As Arrow, cast to the file's schema: the same table as from the rows, without making a
+    # Python value of each cell (most of the export's time after the events).
+    return LINES_SCHEMA.empty_table() if found is None else found.cast(LINES_SCHEMA)
 
 
 def write_events_file(path: Path, history: Iterable[Positioned], *, typed: bool = False) -> int:
@@ -189,18 +221,21 @@ def write_events_file(path: Path, history: Iterable[Positioned], *, typed: bool 
     return len(events.leaves)
 
 
-def typed_tables(events_path: Path) -> dict[str, pa.Table]:
+def typed_tables(events_path: Path, table: pa.Table | None = None) -> dict[str, pa.Table]:
     """The typed files of a month (`layout.TYPED_FILES`), derived from its events.parquet: the
     rows of each event type with the payload's fields as columns, in the file's order (rate
     cards sorted by pool, start and event id). Derived from the file rather than from the
     events as they are written, so that any events.parquet (an older month's, a benchmark's)
-    gives the same typed files as an export would."""
-    table = pq.read_table(events_path, columns=["event_id", "event_type", "occurred_at", "payload"])
+    gives the same typed files as an export would. `table`: the file's columns, if read."""
+    if table is None:
+        table = pq.read_table(events_path, columns=["event_id", "event_type", "occurred_at",
+                                                    "payload"])  # fmt: skip
     out = {}
     for name, event_type in layout.TYPED_FILES.items():
         schema = layout.TYPED_SCHEMAS[name]
         rows = table.filter(pc.equal(table.column("event_type"), event_type))
-        payloads = [json.loads(p) for p in rows.column("payload").to_pylist()]
+        # One parse of them all as a JSON array: the same values, without a call per row.
+        payloads = json.loads("[" + ",".join(rows.column("payload").to_pylist()) + "]")
         columns: list[Any] = [rows.column("event_id"), rows.column("occurred_at")]
         if name == layout.RATE_CARDS:  # the integrals are added once the cards are sorted
             schema = layout.RATE_CARDS_SCHEMA_2
@@ -236,9 +271,11 @@ def with_card_integrals(cards: pa.Table) -> pa.Table:
     )
 
 
-def priced_table(events_path: Path) -> pa.Table:
-    """The month's events of `layout.PRICED_TYPES`, in history order, without `avro`."""
-    table = pq.read_table(events_path, columns=layout.PRICED_SCHEMA.names)
+def priced_table(events_path: Path, table: pa.Table | None = None) -> pa.Table:
+    """The month's events of `layout.PRICED_TYPES`, in history order, without `avro`.
+    `table`: the file's columns of `layout.PRICED_SCHEMA`, if read."""
+    if table is None:
+        table = pq.read_table(events_path, columns=layout.PRICED_SCHEMA.names)
     kept = pc.is_in(table.column("event_type"), value_set=pa.array(layout.PRICED_TYPES))
     return table.filter(kept).cast(layout.PRICED_SCHEMA)
 
@@ -246,8 +283,9 @@ def priced_table(events_path: Path) -> pa.Table:
 def write_typed_files(events_path: Path, folder: Path, *, typed: bool = True) -> dict[str, int]:
     """Write the files derived from `events_path` (`layout.DERIVED_FILES`) into `folder`; with
     `typed` false, only priced_events.parquet. Returns their rows by name."""
-    tables = typed_tables(events_path) if typed else {}
-    tables[layout.PRICED] = priced_table(events_path)
+    read = pq.read_table(events_path, columns=layout.PRICED_SCHEMA.names)  # once, for all
+    tables = typed_tables(events_path, read) if typed else {}
+    tables[layout.PRICED] = priced_table(events_path, read)
     rows = {}
     for name, table in tables.items():
         pq.write_table(table, folder / name, compression="zstd")
@@ -278,21 +316,52 @@ def check_over(month: str, now_us: int) -> None:
         )
 
 
+def _month_events(
+    path: Path,
+    codec: Codec,
+    month: str,
+    *,
+    history: Iterable[Positioned],
+    records: Iterable[ArchiveRecord],
+    on_event: Callable[[int], None] | None,
+) -> _EventsFile:
+    """events.parquet of the events of `month` in `history` or `records` (in their order)."""
+    start_us, end_us = layout.month_bounds_us(month)
+    events = _EventsFile(path, codec)
+    try:
+        for origin, e in history:
+            if start_us <= e.occurred_at < end_us:
+                events.add(origin, e)
+                if on_event is not None and len(events.leaves) % 10_000 == 0:
+                    on_event(len(events.leaves))
+        add = events.add_record
+        for record in records:
+            if start_us <= record[0] < end_us:
+                add(record)
+                if on_event is not None and len(events.leaves) % 10_000 == 0:
+                    on_event(len(events.leaves))
+    finally:
+        events.close()
+    return events
+
+
 def export_month(
     storage: ArchiveStorage,
     signer: Signer,
     *,
     region: str,
     month: str,
-    history: Iterable[Positioned],
+    history: Iterable[Positioned] = (),
+    records: Iterable[ArchiveRecord] = (),
     cost_lines: pa.Table,
     workdir: Path,
     now_us: int,
     on_event: Callable[[int], None] | None = None,
     audit: bytes | None = None,
 ) -> Exported:
-    """Write `month` of `region` to the archive: `history` is the region's history in order
-    (events of other months are skipped), `cost_lines` the ledger's lines of the month,
+    """Write `month` of `region` to the archive: `records` is the region's history in order
+    as the log holds it (`merged_records`), or `history` the same as envelopes (one of the
+    two; events of other months are skipped), `cost_lines` the ledger's lines of the month,
     `audit` the month's capacity actions (`replay.archive.audit.audit_lines`; None: none
     exported, as before ADR-25's audit record); the month must be over by `now_us`
     (`check_over`)."""
@@ -329,15 +398,9 @@ def export_month(
     start_us, end_us = layout.month_bounds_us(month)
     workdir.mkdir(parents=True, exist_ok=True)
     codec = Codec()
-    events = _EventsFile(workdir / layout.EVENTS, codec)
-    try:
-        for origin, e in history:
-            if start_us <= e.occurred_at < end_us:
-                events.add(origin, e)
-                if on_event is not None and len(events.leaves) % 10_000 == 0:
-                    on_event(len(events.leaves))
-    finally:
-        events.close()
+    events = _month_events(
+        workdir / layout.EVENTS, codec, month, history=history, records=records, on_event=on_event
+    )
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
     typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
@@ -380,7 +443,7 @@ def export_month(
         "events": {
             "count": len(events.leaves),
             "topics": sorted(events.topics),
-            "avro_headers": sorted(events.fingerprints),  # C3 01 + writer schema fingerprint
+            "avro_headers": events.fingerprints,  # C3 01 + writer schema fingerprint
         },
         "merkle": {"leaf": layout.LEAF, "size": len(events.leaves), "root": root.hex()},
         "chain": {
@@ -544,16 +607,13 @@ def export_from_log(
     say(f"reading the capacity actions of {month} from the audit topic")
     audit = audit_lines(read_audit(log, region), month)
     say(f"reading the history for {month}")
-    history = MergedHistory(
-        log, codec, region, LEDGER_TOPICS, poll_records=2000, buffer_per_partition=4000
-    )
     with tempfile.TemporaryDirectory(prefix="spotcap-export-") as tmp:
         return export_month(
             storage,
             signer,
             region=region,
             month=month,
-            history=((d.origin, d.envelope) for d in history),
+            records=merged_records(log, codec, region, LEDGER_TOPICS),
             cost_lines=lines,
             workdir=Path(tmp),
             now_us=now_us,

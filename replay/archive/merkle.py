@@ -129,21 +129,27 @@ class Extension:
             )
         self.old_size = old_size
         self.size = old_size + len(new_leaves)
+        # The spans' roots as they are computed: the root, the frontier and the proof share
+        # them (each new leaf is hashed into the tree once, not once per question).
         self._old = dict(zip(spans, old_frontier, strict=True))
         self._new = new_leaves
 
     def _mth(self, a: int, b: int) -> Hash:
-        if (a, b) in self._old:
-            return self._old[(a, b)]
+        found = self._old.get((a, b))
+        if found is not None:
+            return found
         if a >= self.old_size:
-            return root_of(self._new[a - self.old_size : b - self.old_size])
+            found = self._old[(a, b)] = root_of(self._new[a - self.old_size : b - self.old_size])
+            return found
         if b - a < 2:  # pragma: no cover - a leaf of the old tree is always in a frontier span
             raise ValueError(f"leaf {a} of the earlier tree is not known")
         k = _split(b - a)
         return node_hash(self._mth(a, a + k), self._mth(a + k, b))
 
     def root(self) -> Hash:
-        return self._mth(0, self.size) if self.size else EMPTY_ROOT
+        # The same as MTH(0, size) (a left-balanced tree is its frontier folded from the right),
+        # from spans the frontier computes anyway.
+        return root_of_frontier(self.frontier())
 
     def frontier(self) -> list[Hash]:
         return [self._mth(a, b) for a, b in frontier_spans(self.size)]

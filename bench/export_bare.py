@@ -1,0 +1,234 @@
+"""The bare reference of `bench/export.py`: a month's archive written with the libraries alone.
+
+fastavro reads the embedded log's container files (the same records) and each event's Avro
+record; `heapq.merge` puts them in history order; pyarrow writes the same Parquet files (the
+same columns, zstd, row groups of `BATCH_ROWS`); hashlib hashes the same leaves and builds the
+same tree; chdb gives the month's cost lines; cryptography signs the manifest and the head.
+No module of the project is imported: what the files must hold (the Parquet schemas, the Avro
+schema, the priced event types) is handed in as data by the bench.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import io
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+BATCH_ROWS = 50_000
+HEAD_FIELDS = ("event_id", "event_type", "occurred_at", "recorded_at", "region", "key",
+               "causation_id", "correlation_id", "producer")  # fmt: skip
+TYPED = {"rate_cards.parquet": "rate_card", "usage.parquet": "usage_interval",
+         "checkpoints.parquet": "checkpoint_written"}  # fmt: skip
+LATENESS_US = 3600 * 1_000_000
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What the files hold, as data: the Parquet schemas by file name, the envelope's Avro
+    schema (logical types stripped, as the events hold them), the priced event types, the
+    writer schema as envelope.avsc holds it."""
+
+    schemas: dict[str, pa.Schema]
+    avro_schema: dict[str, Any]
+    priced_types: tuple[str, ...]
+    avsc: dict[str, Any]
+
+
+Item = tuple[int, str, int, int, bytes, dict[str, Any]]
+
+
+def _partition(path: Path, topic: str, number: int, schema: Any) -> Iterator[Item]:
+    for segment in sorted(path.glob("*.avro")):
+        with segment.open("rb") as f:
+            for r in fastavro.reader(f):
+                assert isinstance(r, dict)
+                data = r["value"]
+                e: Any = fastavro.schemaless_reader(
+                    io.BytesIO(data[10:]), schema, None, return_record_name=True
+                )
+                yield e["occurred_at"], topic, number, r["offset"], data, e
+
+
+def _leaf(event_id: str, data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + bytes.fromhex(event_id.replace("-", "")) + data).digest()
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _root(leaves: list[bytes]) -> bytes:
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    level = leaves
+    while len(level) > 1:
+        paired = [_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            paired.append(level[-1])
+        level = paired
+    return level[0]
+
+
+def _frontier(leaves: list[bytes]) -> list[bytes]:
+    out, start = [], 0
+    for bit in reversed(range(len(leaves).bit_length())):
+        if len(leaves) & (1 << bit):
+            out.append(_root(leaves[start : start + (1 << bit)]))
+            start += 1 << bit
+    return out
+
+
+def _cards(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rate cards sorted, with refused_late, in_force and the running integrals."""
+    rows = rows.sort_by([("pool_id", "ascending"), ("valid_from_at", "ascending"),
+                         ("occurred_at", "ascending"), ("event_id", "ascending")])  # fmt: skip
+    pools = rows.column("pool_id").to_pylist()
+    starts = rows.column("valid_from_at").to_pylist()
+    published = rows.column("occurred_at").cast(pa.int64()).to_pylist()
+    prices = rows.column("price_per_vcpu_h_eur_micros").to_pylist()
+    guaranteed = rows.column("guaranteed_price_per_vcpu_h_eur_micros").to_pylist()
+    n = len(pools)
+    refused = [p - s > LATENESS_US for s, p in zip(starts, published, strict=True)]
+    in_force = [False] * n
+    kept = {(pools[i], starts[i]): i for i in range(n) if not refused[i]}
+    for i in kept.values():
+        in_force[i] = True
+    ip, ig = [0] * n, [0] * n
+    base_p = base_g = 0
+    last: int | None = None
+    for i in range(n):
+        if i == 0 or pools[i] != pools[i - 1]:
+            base_p = base_g = 0
+            last = None
+        if last is not None:
+            ip[i] = base_p + (starts[i] - starts[last]) * prices[last]
+            ig[i] = base_g + (starts[i] - starts[last]) * guaranteed[last]
+        if in_force[i]:
+            base_p, base_g, last = ip[i], ig[i], i
+    extra = [pa.array(refused), pa.array(in_force), pa.array(ip, pa.decimal128(38, 0)),
+             pa.array(ig, pa.decimal128(38, 0))]  # fmt: skip
+    names = schema.names
+    return pa.Table.from_arrays([*rows.select(names[: -len(extra)]).columns, *extra], schema=schema)
+
+
+def _canonical(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def export(  # noqa: PLR0915 (one pass, as a script would write it)
+    log: Path,
+    *,
+    topics: list[str],
+    ledger: Path,
+    cost_sql: str,
+    month: tuple[int, int],
+    shapes: Shapes,
+    key_pem: bytes,
+    workdir: Path,
+    where: Path,
+) -> int:
+    """The month [month[0], month[1]) (microseconds) of the log's `topics` into `where`."""
+    schema = fastavro.parse_schema(shapes.avro_schema, _force=True)
+    parts = [
+        _partition(folder, f"{topic}", int(folder.name), schema)
+        for topic in topics
+        for folder in sorted((log / topic).iterdir())
+        if folder.is_dir()
+    ]
+    events_schema = shapes.schemas["events.parquet"]
+    writer = pq.ParquetWriter(workdir / "events.parquet", events_schema, compression="zstd")
+    rows: list[tuple[Any, ...]] = []
+    leaves: list[bytes] = []
+    typed: dict[str, list[dict[str, Any]]] = {t: [] for t in TYPED.values()}
+    typed_heads: dict[str, list[tuple[str, int]]] = {t: [] for t in TYPED.values()}
+    priced: list[tuple[Any, ...]] = []
+    encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=bytes.hex).encode
+    start, end = month
+    for at, topic, number, offset, data, e in heapq.merge(*parts):
+        if not start <= at < end:
+            continue
+        payload = e["payload"][1]
+        text = encode(payload)
+        head = tuple(e[f] for f in HEAD_FIELDS)
+        rows.append((*head, topic, number, offset, text, data))
+        leaves.append(_leaf(e["event_id"], data))
+        kind = e["event_type"]
+        if kind in typed:
+            typed[kind].append(payload)
+            typed_heads[kind].append((e["event_id"], at))
+        elif kind in shapes.priced_types:
+            priced.append((e["event_id"], kind, at, e["causation_id"], topic, number, offset, text))
+        if len(rows) >= BATCH_ROWS:
+            writer.write_table(pa.table(list(zip(*rows, strict=True)), schema=events_schema))
+            rows = []
+    if rows:
+        writer.write_table(pa.table(list(zip(*rows, strict=True)), schema=events_schema))
+    writer.close()
+    for name, kind in TYPED.items():
+        target = shapes.schemas[name]
+        payloads, heads = typed[kind], typed_heads[kind]
+        columns: list[Any] = [[h[0] for h in heads], [h[1] for h in heads]]
+        fields = [f for f in target if f.name not in ("refused_late", "in_force")]
+        fields = [f for f in fields if not f.name.endswith("_integral_to_start")]
+        columns += [[p[f.name] for p in payloads] for f in fields[2:]]
+        table = pa.table(
+            [pa.array(c, f.type) for c, f in zip(columns, fields, strict=True)],
+            schema=pa.schema(fields),
+        )
+        if name == "rate_cards.parquet":
+            table = _cards(table, target)
+        pq.write_table(table, workdir / name, compression="zstd")
+    pq.write_table(
+        pa.table(list(zip(*priced, strict=True)), schema=shapes.schemas["priced_events.parquet"])
+        if priced
+        else shapes.schemas["priced_events.parquet"].empty_table(),
+        workdir / "priced_events.parquet",
+        compression="zstd",
+    )
+    import chdb.session
+
+    session: Any = chdb.session.Session(str(ledger))  # type: ignore[no-untyped-call]
+    try:
+        got = session.query(cost_sql.format(s=start, e=end), "ArrowStream").bytes()
+    finally:
+        session.close()
+    lines = pa.ipc.open_stream(got).read_all().cast(shapes.schemas["cost_lines.parquet"])
+    pq.write_table(lines, workdir / "cost_lines.parquet", compression="zstd")
+    (workdir / "envelope.avsc").write_bytes(_canonical(shapes.avsc))
+
+    frontier = _frontier(leaves)
+    root = _root(leaves)
+    files = {}
+    for path in sorted(workdir.iterdir()):
+        data = path.read_bytes()
+        files[path.name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    began = datetime.fromtimestamp(start / 1e6, UTC).isoformat()
+    manifest = _canonical({"files": files, "merkle": {"root": root.hex(), "size": len(leaves)},
+                           "frontier": [h.hex() for h in frontier], "month": began})  # fmt: skip
+    key = load_pem_private_key(key_pem, None)
+    assert isinstance(key, Ed25519PrivateKey)
+    (workdir / "manifest.json").write_bytes(manifest)
+    (workdir / "manifest.sig").write_bytes(key.sign(manifest))
+    where.mkdir(parents=True, exist_ok=True)
+    for path in sorted(workdir.iterdir()):
+        shutil.copyfile(path, where / path.name)
+    digest = hashlib.sha256(manifest).hexdigest()
+    signed_head = _canonical({"manifest_sha256": digest, "root": root.hex()})
+    (where / "head.sig").write_bytes(key.sign(signed_head))
+    (where / "head.json").write_bytes(signed_head)
+    kept = pq.read_metadata(where / "events.parquet").num_rows
+    assert kept == len(leaves)
+    return len(leaves)
