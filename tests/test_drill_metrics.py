@@ -7,7 +7,7 @@ from console.metrics import _fleet_metrics
 from projections.postgres.connection import Connection
 from projections.postgres.writer import FleetWriter
 from projections.read.counts import DRILL_RESULTS, DrillRuns, fleet_counts
-from schemas.events import DrillFinished, DrillRefused
+from schemas.events import DrillFinished, DrillRefused, PoolRegistered
 from tests.projection_support import event, positioned
 
 
@@ -24,6 +24,11 @@ def test_drill_runs_are_counted_by_pool_and_result(fleet: Connection) -> None:
         event(finished("d3", "pool-b", True), 20, name="d3"),
         event(DrillRefused("d4", "pool-a", 0.05, "breaker", "open", ()), 30, name="d4"),
         event(DrillRefused("d5", "pool-a", 0.05, "wave", "a wave", ()), 40, name="d5"),
+        # a reclaimable pool never drilled: its series are there at 0 before its first drill
+        event(PoolRegistered("pool-c", "c7", 4, "hall-a", "c7", "reclaimable", "hall-a:c7", 512,
+                             {}), 45, name="pc"),
+        event(PoolRegistered("pool-g", "c7", 4, "hall-a", "c7", "guaranteed", "hall-a:c7", 512,
+                             {}), 46, name="pg"),
         # a node reclaimed and never noticed; a noticed node whose drain was never verified
         event(DrillFinished("d6", "pool-b", 2, 1, 1, 1, 900, 900, 2, 2, 0.0, 0, False, ("i",)), 50,
               name="d6"),
@@ -40,7 +45,7 @@ def test_drill_runs_are_counted_by_pool_and_result(fleet: Connection) -> None:
     # every result of every pool drilled, 0 until it happens (a rule sees the first increase)
     assert counts.drill_runs == [
         DrillRuns(pool, result, expected.get((pool, result), 0))
-        for pool in ("pool-a", "pool-b")
+        for pool in ("pool-a", "pool-b", "pool-c")
         for result in DRILL_RESULTS
     ]
     [family] = [m for m in _fleet_metrics(counts) if m.name == "spotcap_drill_runs"]
@@ -50,4 +55,4 @@ def test_drill_runs_are_counted_by_pool_and_result(fleet: Connection) -> None:
         ("spotcap_drill_runs_total", pool, result): float(n)
         for (pool, result), n in expected.items()
     }
-    assert len(samples) == 2 * len(DRILL_RESULTS)
+    assert len(samples) == 3 * len(DRILL_RESULTS)

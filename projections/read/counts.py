@@ -165,8 +165,9 @@ def fallback_days(conn: Connection) -> list[FallbackDay]:
 
 
 def drill_runs(conn: Connection) -> list[DrillRuns]:
-    """Drill runs by pool and result: every result of every pool ever drilled (0 when none),
-    so a rule sees a pool's series increase from its second drill on."""
+    """Drill runs by pool and result: every result of every reclaimable pool (and of any pool
+    ever drilled), 0 until it happens, so the series exist before a pool's first drill and a
+    rule sees its first failure as an increase."""
     runs = {
         (str(pool), str(result)): int(n)
         for pool, result, n in conn.execute(
@@ -174,5 +175,6 @@ def drill_runs(conn: Connection) -> list[DrillRuns]:
             " WHERE event_type IN ('drill_finished', 'drill_refused') GROUP BY 1, 2"
         )
     }
-    pools = sorted({pool for pool, _ in runs})
+    catalogue = conn.execute("SELECT pool_id FROM pools WHERE purchase_model = 'reclaimable'")
+    pools = sorted({str(pool) for (pool,) in catalogue} | {pool for pool, _ in runs})
     return [DrillRuns(p, r, runs.get((p, r), 0)) for p in pools for r in DRILL_RESULTS]
