@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,14 @@ from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.failures import unwritable_directory
 from spotcap.home import hold_home
-from spotcap.wiring import describe_log, make_codec, open_log, runs_dir, stores
+from spotcap.wiring import (
+    describe_log,
+    make_codec,
+    open_log,
+    open_log_and_codec,
+    runs_dir,
+    stores,
+)
 from streams.log import LogError
 
 
@@ -190,22 +198,19 @@ def _check_region(settings: Settings) -> None:
 
 
 def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
-    # Imported here: the stores' libraries (pyarrow, psycopg) weigh ~50 MiB of memory that a
-    # run without projections does not need.
+    # The projections run in processes of their own: the stores' libraries stay out of this one.
     from sim.materialise import ProjectionsError, materialise
 
-    with closing(open_log(settings)) as log:
-        try:
-            return materialise(
-                log,
-                make_codec(settings),
-                settings.region,
-                stores(settings),
-                rebuild=rebuild,
-                show=show_progress(rebuild, quiet),
-            )
-        except ProjectionsError as error:
-            fail(str(error), error.hint)
+    try:
+        return materialise(
+            partial(open_log_and_codec, settings),
+            settings.region,
+            stores(settings),
+            rebuild=rebuild,
+            show=show_progress(rebuild, quiet),
+        )
+    except ProjectionsError as error:
+        fail(str(error), error.hint)
 
 
 # -- the report for people ------------------------------------------------------------------
