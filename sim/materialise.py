@@ -6,13 +6,17 @@ Each projection is brought up to date in a fresh (spawned) process of its own, t
 maps about 250 MiB at import), and each child's memory goes back to the system when it ends.
 The children open the log and the codec through a picklable `Opener`; each reads the history
 itself (`projections.catchup.run_projections`), and the ledger's child reads the savings
-totals, the fleet state's the `why` examples.
+totals, the fleet state's the `why` examples. A process that already holds the embedded
+ledger's path (chdb admits one per process, and no other process can open it meanwhile: a test
+process sharing one path among its ledgers) checks and projects the ledger itself, on a thread.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import queue
+import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -48,9 +52,12 @@ def check_region(stores: Stores) -> None:
     """Before the demo runs: the projections hold this region (or none), so that a run of
     another region is refused before it simulates, not after; ProjectionsError if not. The
     stores are opened in a process of its own (the ledger's chdb stays out of this one)."""
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
-        refused = pool.submit(_check_region, stores).result()
+    if _ledger_held_here(stores):
+        refused = _check_region(stores)
+    else:
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+            refused = pool.submit(_check_region, stores).result()
     if refused is not None:
         raise ProjectionsError(*refused)
 
@@ -83,22 +90,22 @@ def materialise(
     child ends without a word). `show` gets one progress for both."""
     spawn = multiprocessing.get_context("spawn")
     messages: Any = spawn.Queue()
-    children = {
-        which: spawn.Process(
+    children: dict[Which, Any] = {}
+    for which in WHICH:
+        here = which == "ledger" and _ledger_held_here(stores)
+        children[which] = (threading.Thread if here else spawn.Process)(
             target=_project,
             args=(opener, region, stores, which),
             kwargs={"rebuild": rebuild, "messages": messages},
             name=f"spotcap-project-{which}",
         )
-        for which in WHICH
-    }
     for child in children.values():
         child.start()
     try:
         done = _gather(children, messages, show)
     finally:
         for child in children.values():
-            if child.is_alive():
+            if child.is_alive() and isinstance(child, multiprocessing.process.BaseProcess):
                 child.terminate()
             child.join()
     fleet, ledger = done["fleet"], done["ledger"]
@@ -148,8 +155,9 @@ def _check_alive(
             continue
         since = dead_since.setdefault(which, time.monotonic())
         if time.monotonic() - since > _LAST_WORD_S:
+            code = getattr(child, "exitcode", None)
             raise ProjectionsError(
-                f"the process projecting the {which} ended with exit code {child.exitcode} "
+                f"the process projecting the {which} ended with exit code {code} "
                 "and no result (killed, out of memory?)",
                 "run `spotcap project` to bring the projections up to date, " + NO_PROJECTIONS,
             )
@@ -190,6 +198,16 @@ def _project(
         raise
     else:
         messages.put(("done", which, body))
+
+
+def _ledger_held_here(stores: Stores) -> bool:
+    """Whether this process holds the embedded ledger's chdb path (looked up without importing
+    the ledger's modules: a process that never imported them holds nothing)."""
+    module = sys.modules.get("projections.ledger.store")
+    if module is None or stores.clickhouse_url:
+        return False
+    held = module.chdb_path_held()
+    return held is not None and held == stores.ledger_location()[0].resolve()
 
 
 def _relay(which: Which, messages: Any) -> ShowProgress:
