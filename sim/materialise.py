@@ -20,16 +20,19 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from projections.catchup import ShowProgress, Which, run_projections
 from projections.money import eur_string, eur_text
 from projections.stores import StoreError, Stores
 from schemas.codec import Codec
 from streams.log import EventLog, LogError
 from streams.merged import Progress
 
+if TYPE_CHECKING:  # the catch-up's modules import psycopg and pyarrow: the children's alone
+    from projections.catchup import ShowProgress
+
 NO_PROJECTIONS = "or run the demo with --no-projections"
+Which = Literal["fleet", "ledger"]  # as `projections.catchup.Which`
 WHICH: tuple[Which, ...] = ("fleet", "ledger")
 # How long the demo waits for a child that ended without saying how (killed: out of memory)
 # to have its last message read, once it is seen dead.
@@ -167,6 +170,7 @@ def _project(
     opener: Opener, region: str, stores: Stores, which: Which, *, rebuild: bool, messages: Any
 ) -> None:
     """In the child: one projection brought up to date, then what the demo says of it."""
+    from projections.catchup import run_projections
     from projections.ledger.store import LedgerError
     from projections.postgres.connection import FleetDatabaseError
 

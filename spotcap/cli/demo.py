@@ -3,8 +3,8 @@ log, then the projections are materialised (`sim.materialise`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import closing
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,7 @@ from sim.report import (
     waves_title,
 )
 from spotcap.cli.options import FiniteFloatRange
-from spotcap.cli.output import console, emit_json, err_console, say, show, table
-from spotcap.cli.projections import show_progress
+from spotcap.cli.output import console, emit_json, err_console, progress, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.failures import unwritable_directory
@@ -207,10 +206,25 @@ def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str,
             settings.region,
             stores(settings),
             rebuild=rebuild,
-            show=show_progress(rebuild, quiet),
+            show=_projecting(rebuild, quiet),
         )
     except ProjectionsError as error:
         fail(str(error), error.hint)
+
+
+def _projecting(rebuild: bool, quiet: bool) -> Any:
+    """One bar for both projections (`spotcap.cli.projections` imports the catch-up, whose
+    libraries the demo's process leaves to the children that project)."""
+    label = "fleet state (PostgreSQL) and ledger (ClickHouse)"
+
+    @contextmanager
+    def bar(_: Sequence[str]) -> Iterator[Callable[[Any], None]]:
+        with progress(f"[bold]{'rebuilding' if rebuild else 'projecting'}[/] {label}",
+                      quiet=quiet) as shown:  # fmt: skip
+            task = shown.add_task(label, total=None)
+            yield lambda p: shown.update(task, completed=p.records_read, total=p.records_total)
+
+    return bar
 
 
 # -- the report for people ------------------------------------------------------------------
