@@ -78,6 +78,10 @@ Prepared = tuple[list[Positioned], dict[TopicPartition, int]] | PreparedBatch
 # were a tenth to a fifth of both projections' CPU; at 20,000 the merged history's buffers give
 # batches of 10,000-20,000 (docs/performance.md, "Projections").
 BATCH_EVENTS = 20_000
+# The merged history's poll and per-partition buffer (records): the buffers are most of a
+# catch-up's memory beyond its libraries (a region has 43 partitions); at 2,000 and 4,000 the fleet
+# state's rebuild peaked 45 MiB higher for 3-5% less CPU (issue 26, docs/performance.md).
+POLL_RECORDS, BUFFER_PER_PARTITION = 500, 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +254,8 @@ def catch_up_together(
         start=start,
         until="end",
         dead_letters=DeadLetters(producer, codec, region, f"projection/{names}"),
-        poll_records=2000,
-        buffer_per_partition=4000,
+        poll_records=POLL_RECORDS,
+        buffer_per_partition=BUFFER_PER_PARTITION,
     )
     events = 0
     together = _Together(writers, dead_letters, codec)

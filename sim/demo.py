@@ -15,7 +15,9 @@ points of the run.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,22 @@ def simulate_only(
     return summary
 
 
+def baseline_report(config: SimConfig, misbehaving_pool_ids: tuple[str, ...]) -> dict[str, Any]:
+    """The baseline's report on `config` (nothing written), with the deciders' run's
+    misbehaving pools: what `run_demo` compares with, computed in a process of its own."""
+    return simulate_only(config).report(misbehaving_pool_ids)
+
+
+def _baseline_apart(
+    config: SimConfig, misbehaving_pool_ids: tuple[str, ...]
+) -> tuple[ProcessPoolExecutor, Future[dict[str, Any]]]:
+    """`baseline_report` started in a fresh (spawned) process, beside the deciders' run: the
+    second core simulates the baseline while this one runs the deciders and writes the log.
+    It writes nothing, so the log's bytes do not depend on it."""
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    return pool, pool.submit(baseline_report, config, misbehaving_pool_ids)
+
+
 def compare_seed(config: SimConfig, deciders: DeciderSettings | None = None) -> dict[str, Any]:
     """The deciders and the baseline on `config`, nothing written: both reports and the
     comparison `spotcap demo` prints (bench/honest.py runs it over seeds)."""
@@ -173,7 +191,8 @@ def run_demo(
     after `say` is told what goes. `orchestrator` names what drives the region
     (`ORCHESTRATORS`), the deciders with `deciders` (the source design's settings by default);
     with `compare` (and an orchestrator other than the baseline) the baseline runs the same
-    config too, unwritten, and the report compares the two (`sim.report.comparison`). The run
+    config too, unwritten, in a process of its own while this one runs (`on_baseline_progress`
+    is told when it is done), and the report compares the two (`sim.report.comparison`). The run
     is marked in `runs_dir` (`streams.runs`); a finished run records its configuration there
     (`sim.record`), for `spotcap replay decisions`. The caller closes `log`.
     """
@@ -209,13 +228,21 @@ def run_demo(
         log.apply_topics(region_topics(config.region))
         driver = ORCHESTRATORS[orchestrator](config, deciders)
         sim = RegionSim(config, orchestrator=driver)
-        decisions = DecisionSummary(sim.misbehaving_pool_ids)
-        summary = write_run(sim, log, codec, on_progress, decisions)
-        record_demo_ends(log, runs_dir, config.region)
-        record_run(
-            runs_dir,
-            RecordedRun(config, orchestrator, None if orchestrator == BASELINE else deciders),
-        )
+        apart = None
+        if compare and orchestrator != BASELINE:
+            apart = _baseline_apart(config, sim.misbehaving_pool_ids)
+        try:
+            decisions = DecisionSummary(sim.misbehaving_pool_ids)
+            summary = write_run(sim, log, codec, on_progress, decisions)
+            record_demo_ends(log, runs_dir, config.region)
+            record_run(
+                runs_dir,
+                RecordedRun(config, orchestrator, None if orchestrator == BASELINE else deciders),
+            )
+            baseline = None if apart is None else apart[1].result()
+        finally:
+            if apart is not None:
+                apart[0].shutdown(cancel_futures=True)
     report = summary.report(sim.misbehaving_pool_ids)
     report.update(
         region=config.region, seed=config.seed, pools=len(sim.catalogue), orchestrator=orchestrator
@@ -223,8 +250,9 @@ def run_demo(
     report["decisions"] = decisions.report()
     if isinstance(driver, DecidersOrchestrator):
         report["calls"] = dict(sorted(driver.counts.items()))
-    if compare and orchestrator != BASELINE:
-        baseline = simulate_only(config, on_baseline_progress).report(sim.misbehaving_pool_ids)
+    if baseline is not None:
+        if on_baseline_progress is not None:
+            on_baseline_progress(config.days)
         report["baseline"] = baseline
         report["comparison"] = comparison(report, baseline)
     return report
@@ -265,6 +293,7 @@ __all__ = [
     "DEFAULT_ORCHESTRATOR",
     "ORCHESTRATORS",
     "DemoRefusedError",
+    "baseline_report",
     "checked_config",
     "contract_files_sentence",
     "events_in_log",

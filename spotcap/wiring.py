@@ -43,6 +43,12 @@ def make_codec(settings: Settings) -> Codec:
     return Codec()
 
 
+def open_log_and_codec(settings: Settings) -> tuple[EventLog, Codec]:
+    """The log and the codec of `settings`: what a child process of the demo opens
+    (`sim.materialise.Opener`, as a `functools.partial` of this)."""
+    return open_log(settings), make_codec(settings)
+
+
 def describe_log(settings: Settings) -> str:
     """The configured log in words, without opening it."""
     if settings.kafka_bootstrap:

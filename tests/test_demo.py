@@ -13,9 +13,11 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from schemas.codec import Codec
-from sim import SimConfig, simulate
+from sim import RegionSim, SimConfig, simulate
+from sim.demo import baseline_report
 from spotcap.cli.demo import demo
 from spotcap.config import Settings
+from spotcap.wiring import stores
 from streams.embedded import EmbeddedLog
 from streams.topics import EVENT_TOPICS, topic_name
 
@@ -60,6 +62,48 @@ def test_the_same_seed_writes_the_same_log(tmp_path: Path) -> None:
     segments = _segments(first)
     assert segments and segments == _segments(second)
     assert segments != _segments(other)
+
+
+# `spotcap demo` run through click in a fresh interpreter, which then says which of the stores'
+# libraries it imported itself.
+_DEMO_THEN_MODULES = """
+import json, sys
+from click.testing import CliRunner
+from spotcap.cli import main
+result = CliRunner().invoke(main, sys.argv[1:], catch_exceptions=False)
+loaded = sorted(m for m in ("chdb", "psycopg", "pyarrow") if m in sys.modules)
+print(json.dumps({"exit_code": result.exit_code, "output": result.stdout, "loaded": loaded}))
+"""
+
+
+def test_the_projections_and_the_baseline_run_in_processes_of_their_own(tmp_path: Path) -> None:
+    # Without SPOTCAP_ settings: the suite's shared chdb path is this test process's; the demo's
+    # ledger is its home's own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
+    options = ["--days", "0.25", "--workloads", "20", "--seed", "9", "--json"]
+    command = [sys.executable, "-c", _DEMO_THEN_MODULES, "--home", str(tmp_path), "--region",
+               REGION, "demo", *options]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+    finally:
+        stores(Settings(home=tmp_path, region=REGION)).stop_embedded_postgres()
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["exit_code"] == 0, outcome["output"]
+    assert outcome["loaded"] == []  # the stores' libraries were the children's alone
+    report = json.loads(outcome["output"])
+    projected = report["projections"]["projections"]
+    assert [(p["projection"], p["events"]) for p in projected] == [
+        ("fleet", report["events"]),
+        ("ledger", report["events"]),
+    ]
+    assert report["projections"]["savings_micros"]["counterfactual"] > 0
+    assert report["projections"]["why_examples"]
+    # The baseline simulated in a process of its own reports what it reports in this one.
+    config = SimConfig(seed=9, days=0.25, workloads=20, region=REGION)
+    assert report["baseline"] == baseline_report(config, RegionSim(config).misbehaving_pool_ids)
 
 
 def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:

@@ -89,6 +89,12 @@ _chdb_lock = threading.Lock()
 _chdb_path: Path | None = None
 
 
+def chdb_path_held() -> Path | None:
+    """The embedded ledger's data path this process has opened (chdb admits one per process and
+    another process cannot open it meanwhile), or None."""
+    return _chdb_path
+
+
 def _chdb_session(path: Path) -> Any:
     """A chdb session on `path`; refuses a second path in this process (chdb's own rule)."""
     global _chdb_path  # noqa: PLW0603 - chdb itself holds one embedded server per process

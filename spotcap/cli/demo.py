@@ -3,8 +3,9 @@ log, then the projections are materialised (`sim.materialise`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import closing
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,19 @@ from sim.report import (
     waves_title,
 )
 from spotcap.cli.options import FiniteFloatRange
-from spotcap.cli.output import console, emit_json, err_console, say, show, table
-from spotcap.cli.projections import show_progress
+from spotcap.cli.output import console, emit_json, err_console, progress, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.failures import unwritable_directory
 from spotcap.home import hold_home
-from spotcap.wiring import describe_log, make_codec, open_log, runs_dir, stores
+from spotcap.wiring import (
+    describe_log,
+    make_codec,
+    open_log,
+    open_log_and_codec,
+    runs_dir,
+    stores,
+)
 from streams.log import LogError
 
 
@@ -190,22 +197,34 @@ def _check_region(settings: Settings) -> None:
 
 
 def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
-    # Imported here: the stores' libraries (pyarrow, psycopg) weigh ~50 MiB of memory that a
-    # run without projections does not need.
+    # The projections run in processes of their own: the stores' libraries stay out of this one.
     from sim.materialise import ProjectionsError, materialise
 
-    with closing(open_log(settings)) as log:
-        try:
-            return materialise(
-                log,
-                make_codec(settings),
-                settings.region,
-                stores(settings),
-                rebuild=rebuild,
-                show=show_progress(rebuild, quiet),
-            )
-        except ProjectionsError as error:
-            fail(str(error), error.hint)
+    try:
+        return materialise(
+            partial(open_log_and_codec, settings),
+            settings.region,
+            stores(settings),
+            rebuild=rebuild,
+            show=_projecting(rebuild, quiet),
+        )
+    except ProjectionsError as error:
+        fail(str(error), error.hint)
+
+
+def _projecting(rebuild: bool, quiet: bool) -> Any:
+    """One bar for both projections (`spotcap.cli.projections` imports the catch-up, whose
+    libraries the demo's process leaves to the children that project)."""
+    label = "fleet state (PostgreSQL) and ledger (ClickHouse)"
+
+    @contextmanager
+    def bar(_: Sequence[str]) -> Iterator[Callable[[Any], None]]:
+        with progress(f"[bold]{'rebuilding' if rebuild else 'projecting'}[/] {label}",
+                      quiet=quiet) as shown:  # fmt: skip
+            task = shown.add_task(label, total=None)
+            yield lambda p: shown.update(task, completed=p.records_read, total=p.records_total)
+
+    return bar
 
 
 # -- the report for people ------------------------------------------------------------------
