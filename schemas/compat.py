@@ -43,6 +43,13 @@ class Incompatibility:
         )
 
 
+EVOLVE_FIX = (
+    "give new fields a default, keep removed fields' defaults, never change a field's type or "
+    "remove an event type, rename by expand/contract; see docs/events.md#evolution"
+)
+"""How to make an incompatible change compatible."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     released_version: int | None
@@ -53,6 +60,19 @@ class CheckResult:
     @property
     def compatible(self) -> bool:
         return not self.problems
+
+    def summary(self) -> str:
+        """What a compatible result means, in a sentence (after "ok: " once a version is
+        released)."""
+        if self.released_version is None:
+            return "No released schema yet: run `spotcap schemas release`."
+        if not self.changed:
+            return f"the schemas match released version {self.released_version}."
+        added = ", ".join(self.added_event_types) or "none"
+        return (
+            f"fully compatible with released version {self.released_version} (new event "
+            f"types: {added}). Record it with `spotcap schemas release`."
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {

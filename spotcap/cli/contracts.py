@@ -10,7 +10,6 @@ the events' time (``--published-at`` to fix it); the compiler itself never does.
 
 from __future__ import annotations
 
-import base64
 import time
 from contextlib import closing
 from pathlib import Path
@@ -27,12 +26,7 @@ from contracts.flags import NO_SIGNER, compile_flag_refusal
 from contracts.output import render_outputs, write_rendered
 from contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
 from contracts.published import DEFAULT_NAMESPACE, PUBLISHED_JSON
-from contracts.signing import (
-    SigningError,
-    key_id_of,
-    raw_public_bytes,
-    write_key_pair,
-)
+from contracts.signing import SigningError, key_id_of, key_pair_json, write_key_pair
 from schemas.contracts.model import parse_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.cli.options import open_signer, read_public_key, signer_options
@@ -313,15 +307,7 @@ def keygen_command(key_file: Path, as_json: bool) -> None:
         public_file, public_key = write_key_pair(key_file)
     except SigningError as error:
         fail(str(error))
-    key_id = key_id_of(public_key)
     if as_json:
-        emit_json(
-            {
-                "private_key_file": key_file.as_posix(),
-                "public_key_file": public_file.as_posix(),
-                "public_key": base64.b64encode(raw_public_bytes(public_key)).decode("ascii"),
-                "key_id": key_id,
-            }
-        )
+        emit_json(key_pair_json(key_file, public_file, public_key))
         return
-    say(f"wrote {key_file} and {public_file} (key {key_id})", markup=False)
+    say(f"wrote {key_file} and {public_file} (key {key_id_of(public_key)})", markup=False)

@@ -62,7 +62,7 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
     Exits 1 when the change is incompatible.
     """
     from schemas.catalogue import CatalogueError, envelope_schema, load_schema_dir
-    from schemas.compat import check_against_released
+    from schemas.compat import EVOLVE_FIX, check_against_released
 
     try:
         current = load_schema_dir(schema_dir) if schema_dir else envelope_schema()
@@ -75,26 +75,15 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
             fail("incompatible", json_report=report)
         emit_json(report)
     elif result.compatible:
-        version = result.released_version
-        if version is None:
-            console.print("No released schema yet: run `spotcap schemas release`.")
-        elif not result.changed:
-            console.print(f"[green]ok[/]: the schemas match released version {version}.")
-        else:
-            added = ", ".join(result.added_event_types) or "none"
-            console.print(
-                f"[green]ok[/]: fully compatible with released version {version} "
-                f"(new event types: {added}). Record it with `spotcap schemas release`."
-            )
+        ok = "" if result.released_version is None else "[green]ok[/]: "
+        console.print(f"{ok}{result.summary()}")
     else:
         for problem in result.problems:
             say(f"  - {problem}", err=True)
         fail(
             f"the schemas are incompatible with released version {result.released_version} "
             f"({len(result.problems)} problems above)",
-            "give new fields a default, keep removed fields' defaults, never change a field's "
-            "type or remove an event type, rename by expand/contract; see "
-            "docs/events.md#evolution",
+            EVOLVE_FIX,
         )
 
 
