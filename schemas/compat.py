@@ -179,3 +179,12 @@ def release(new: Mapping[str, Any], released_dir: Path = RELEASED_DIR) -> tuple[
     released_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(new, indent=2) + "\n")
     return version, path
+
+
+def release_report(new: Mapping[str, Any], released_dir: Path = RELEASED_DIR) -> dict[str, Any]:
+    """`release`, and what `spotcap schemas release --json` says of it: the version, its file,
+    and whether this call released it (``new``; an unchanged schema is not released again)."""
+    before = released_versions(released_dir)
+    version, path = release(new, released_dir)
+    fresh = not before or version != before[-1][0]
+    return {"ok": True, "version": version, "path": str(path), "new": fresh}

@@ -20,7 +20,13 @@ from click.testing import CliRunner
 
 from schemas.catalogue import SCHEMA_DIR, CatalogueError, envelope_schema, load_schema_dir
 from schemas.codec import RELEASED_DIR, SINGLE_OBJECT_MAGIC, Codec, strip_logical_types
-from schemas.compat import CheckResult, check_against_released, check_compatible, release
+from schemas.compat import (
+    CheckResult,
+    check_against_released,
+    check_compatible,
+    release,
+    release_report,
+)
 from schemas.events import ContractPublished, Envelope
 from spotcap.cli import main
 from tests.factories import example_envelope
@@ -303,3 +309,11 @@ def test_a_compatible_result_in_a_sentence() -> None:
     assert changed.startswith("fully compatible with released version 4 (new event types: "
                               "drill_started, drill_finished).")  # fmt: skip
     assert "none" in CheckResult(4, True, (), ()).summary()
+
+
+def test_the_release_report_says_whether_this_call_released(tmp_path: Path) -> None:
+    released = tmp_path / "released"
+    first = release_report(envelope_schema(), released)
+    path = str(released / "envelope-v0001.avsc")
+    assert first == {"ok": True, "version": 1, "path": path, "new": True}
+    assert release_report(envelope_schema(), released) == {**first, "new": False}

@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from projections.ledger.store import LedgerError
 from projections.postgres.connection import FleetDatabaseError
@@ -53,12 +52,9 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, 
         emit_json([json_row(r) for r in rows])
         return
     shown = "the first " if cut else ""
-    out = Table(title=f"{title} ({shown}{len(rows):,} rows)")
-    for label, _, _, right in columns:
-        out.add_column(label, justify="right" if right else "left", overflow="fold")
-    for row in rows:
-        out.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
-    show(out)
+    labels, right = [c[0] for c in columns], [c[0] for c in columns if c[3]]
+    cells = ([fmt(row.get(key)) for _, key, fmt, _ in columns] for row in rows)
+    show(table(f"{title} ({shown}{len(rows):,} rows)", labels, cells, right=right))
 
 
 def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:

@@ -15,11 +15,7 @@ from spotcap.fail import fail
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
 def events(as_json: bool) -> None:
     """List the event catalogue: every event type, its topic, key and meaning."""
-    _print_catalogue(as_json)
-
-
-def _print_catalogue(as_json: bool) -> None:
-    from schemas.catalogue import event_types
+    from schemas.catalogue import CATALOGUE_COLUMNS, event_types
     from schemas.codec import Codec
 
     types = event_types()
@@ -28,8 +24,8 @@ def _print_catalogue(as_json: bool) -> None:
         return
     catalogue = table(
         f"spotcap event catalogue ({len(types)} event types)",
-        ("event type", "topic", "key", "fields", "what it records"),
-        ((t.name, t.topic, t.key, str(len(t.schema["fields"])), t.summary) for t in types),
+        CATALOGUE_COLUMNS,
+        (t.row() for t in types),
         right=("fields",),
     )
     catalogue.columns[0].style = "bold"
@@ -103,19 +99,14 @@ def schemas_release(released_dir: Path | None, as_json: bool) -> None:
     """
     from schemas.catalogue import envelope_schema
     from schemas.codec import RELEASED_DIR
-    from schemas.compat import release, released_versions
+    from schemas.compat import release_report
 
-    folder = released_dir or RELEASED_DIR
-    before = released_versions(folder)
     try:
-        version, path = release(envelope_schema(), folder)
+        report = release_report(envelope_schema(), released_dir or RELEASED_DIR)
     except ValueError as error:
         fail(str(error), json_report={"ok": False, "error": str(error)} if as_json else None)
-    new_version = not before or version != before[-1][0]
     if as_json:
-        emit_json({"ok": True, "version": version, "path": str(path), "new": new_version})
+        emit_json(report)
         return
-    if new_version:
-        console.print(f"released schema version {version}: {path}")
-    else:
-        console.print(f"unchanged since released schema version {version}: {path}")
+    done = "released" if report["new"] else "unchanged since released"
+    console.print(f"{done} schema version {report['version']}: {report['path']}")

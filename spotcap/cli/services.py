@@ -166,8 +166,9 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 @click.command("bundles")
 @click.option("--bundles", "folder", required=True, type=click.Path(path_type=Path),
               help="The signed bundles: `spotcap contracts compile --key`'s --out.")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address it listens on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True,
+              help="The port it listens on.")  # fmt: skip
 @click.option("--pki-mount", default="pki", show_default=True,
               help="OpenBao's PKI engine of the nodes' CA (BAO_ADDR, BAO_TOKEN).")  # fmt: skip
 @click.pass_obj
