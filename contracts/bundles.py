@@ -39,6 +39,10 @@ SIGNATURE_BYTES = 64
 class BundleError(ValueError):
     """A bundle the node must not act on; the subclass says why."""
 
+    def as_json(self) -> dict[str, Any]:
+        """`spotcap contracts verify --json`'s refusal: the error's kind and the reason."""
+        return {"ok": False, "error": type(self).__name__, "reason": str(self)}
+
 
 class MalformedBundleError(BundleError):
     """Not a bundle: not canonical JSON, unknown fields, or an unknown format."""

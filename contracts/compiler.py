@@ -25,6 +25,7 @@ from contracts.bundles import Bundle, bundle_for, bundle_sha256
 from contracts.diagnose import describe_validation_error, locate, locate_finding
 from contracts.event import Publication, contract_published
 from contracts.feasibility import (
+    RULES,
     RULES_NEEDING_POOLS,
     FeasibilityEnv,
     check_contract,
@@ -69,6 +70,15 @@ class CompileResult:
     @property
     def events(self) -> tuple[Envelope, ...]:
         return tuple(c.event for c in self.accepted)
+
+    @property
+    def unchecked_warnings(self) -> tuple[str, ...]:
+        """A sentence per rule that --unchecked (no pool catalogue) left unchecked."""
+        return tuple(
+            f"rule {rule} was not checked ({RULES[rule]}): --unchecked without --pools; "
+            "published-contracts.json records it"
+            for rule in self.unchecked_rules
+        )
 
     @property
     def notes(self) -> tuple[str, ...]:

@@ -131,6 +131,19 @@ def write_key_pair(key_file: Path) -> tuple[Path, Ed25519PublicKey]:
     return public_file, load_private_key(private_pem).public_key()
 
 
+def key_pair_json(
+    key_file: Path, public_file: Path, public_key: Ed25519PublicKey
+) -> dict[str, str]:
+    """`spotcap contracts keygen --json`: both files, the public key (base64 of its 32 raw
+    bytes) and its key id; never the private key."""
+    return {
+        "private_key_file": key_file.as_posix(),
+        "public_key_file": public_file.as_posix(),
+        "public_key": base64.b64encode(raw_public_bytes(public_key)).decode("ascii"),
+        "key_id": key_id_of(public_key),
+    }
+
+
 class FileSigner:
     """Signs with a private key held in memory (loaded from a key file)."""
 

@@ -150,6 +150,12 @@ def diff_lines(rows: list[DiffRow]) -> list[tuple[str, str, str, str, str]]:
             for r in rows if r.delta_micros and r.cause != "net_saving"]  # fmt: skip
 
 
+def diff_lines_title(count: int, limit: int) -> str:
+    """The title of the table of `count` differing lines, of which --limit shows `limit`."""
+    cut = f" (the first {limit}; --json for all)" if count > limit else ""
+    return f"{count:,} workload lines differ{cut}"
+
+
 def diff_sentences(result: Replayed, report: dict[str, Any]) -> tuple[str, str]:
     """What to say when nothing differs, and the closing line when something does."""
     d = report["diff"]

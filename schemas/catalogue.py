@@ -49,6 +49,10 @@ class CatalogueError(ValueError):
     """A schema file breaks the catalogue's rules; the message names the file and the problem."""
 
 
+CATALOGUE_COLUMNS = ("event type", "topic", "key", "fields", "what it records")
+"""The columns of `spotcap events`: `EventType.row`'s cells."""
+
+
 @dataclass(frozen=True, slots=True)
 class EventType:
     """One event type of the catalogue."""
@@ -67,6 +71,11 @@ class EventType:
         text = " ".join(self.doc.split())
         end = text.find(". ")
         return text if end < 0 else text[: end + 1]
+
+    def row(self) -> tuple[str, str, str, str, str]:
+        """What `spotcap events` lists of it, one cell per `CATALOGUE_COLUMNS`."""
+        fields = str(len(self.schema["fields"]))
+        return (self.name, self.topic, self.key, fields, self.summary)
 
     def as_json(self) -> dict[str, Any]:
         """What `spotcap events --json` lists of it: names, topic, key, doc, field names."""

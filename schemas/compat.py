@@ -43,6 +43,13 @@ class Incompatibility:
         )
 
 
+EVOLVE_FIX = (
+    "give new fields a default, keep removed fields' defaults, never change a field's type or "
+    "remove an event type, rename by expand/contract; see docs/events.md#evolution"
+)
+"""How to make an incompatible change compatible."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     released_version: int | None
@@ -53,6 +60,19 @@ class CheckResult:
     @property
     def compatible(self) -> bool:
         return not self.problems
+
+    def summary(self) -> str:
+        """What a compatible result means, in a sentence (after "ok: " once a version is
+        released)."""
+        if self.released_version is None:
+            return "No released schema yet: run `spotcap schemas release`."
+        if not self.changed:
+            return f"the schemas match released version {self.released_version}."
+        added = ", ".join(self.added_event_types) or "none"
+        return (
+            f"fully compatible with released version {self.released_version} (new event "
+            f"types: {added}). Record it with `spotcap schemas release`."
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -159,3 +179,12 @@ def release(new: Mapping[str, Any], released_dir: Path = RELEASED_DIR) -> tuple[
     released_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(new, indent=2) + "\n")
     return version, path
+
+
+def release_report(new: Mapping[str, Any], released_dir: Path = RELEASED_DIR) -> dict[str, Any]:
+    """`release`, and what `spotcap schemas release --json` says of it: the version, its file,
+    and whether this call released it (``new``; an unchanged schema is not released again)."""
+    before = released_versions(released_dir)
+    version, path = release(new, released_dir)
+    fresh = not before or version != before[-1][0]
+    return {"ok": True, "version": version, "path": str(path), "new": fresh}

@@ -306,3 +306,9 @@ def test_the_transit_signer_is_found_from_bao_or_vault_variables() -> None:
         transit_signer_from_env("k", "transit", {**env, "VAULT_TOKEN": "t"})
     with pytest.raises(SigningError, match=f"unreachable.*port={vault}"):
         transit_signer_from_env("k", "transit", {"VAULT_ADDR": env["VAULT_ADDR"], "BAO_TOKEN": "t"})
+
+
+def test_a_refusal_as_json_names_its_kind_and_reason() -> None:
+    error = WrongKeyError("signed by key abc, not def")
+    assert error.as_json() == {"ok": False, "error": "WrongKeyError",
+                               "reason": "signed by key abc, not def"}  # fmt: skip

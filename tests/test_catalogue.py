@@ -358,3 +358,12 @@ def test_broken_records_are_refused_naming_the_file(
         load_schema_dir(folder)
     assert str(raised.value).startswith(f"{file}: ")
     assert words in str(raised.value)
+
+
+def test_each_event_type_is_one_row_of_the_catalogue_table() -> None:
+    from schemas.catalogue import CATALOGUE_COLUMNS, event_types
+
+    for t in event_types():
+        row = t.row()
+        assert len(row) == len(CATALOGUE_COLUMNS)
+        assert row == (t.name, t.topic, t.key, str(len(t.schema["fields"])), t.summary)

@@ -19,6 +19,7 @@ from contracts import (
     FeasibilityEnv,
     compile_contracts,
 )
+from contracts.feasibility import RULES
 from contracts.pool_file import load_pools
 from schemas.codec import Codec
 from schemas.contracts.units import (
@@ -594,3 +595,15 @@ def test_a_publication_time_names_its_timezone() -> None:
     for bad in ("2026-11-30T09:00:00", "yesterday"):
         with pytest.raises(ValueError):
             parse_epoch_us(bad)
+
+
+def test_each_rule_left_unchecked_is_one_warning_sentence() -> None:
+    result = compile_contracts(example_files(), FeasibilityEnv(), published_at_us=T0_US)
+    assert result.unchecked_warnings == tuple(
+        f"rule {rule} was not checked ({RULES[rule]}): --unchecked without --pools; "
+        "published-contracts.json records it"
+        for rule in ("floor-within-committed", "rate-diversifiable")
+    )
+    pools = load_pools("pools", (EXAMPLES / "pools.catalogue.json").read_text())
+    checked = compile_contracts(example_files(), FeasibilityEnv(pools=pools), published_at_us=T0_US)
+    assert checked.unchecked_warnings == ()

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from infra import servers
 from projections.catchup import PROJECTIONS, RunReport
 from projections.follow import FollowReport
-from projections.postgres.migrate import MigrationStatus
+from projections.postgres.migrate import Migration, MigrationStatus, migrate_report, status_rows
 from spotcap.cli import main
 
 
@@ -66,6 +66,20 @@ def test_what_project_and_db_print_as_json() -> None:
     assert report == {"projection": "ledger", "events": 1_000, "seconds": 0.123,
                       "events_per_s": 8100, "unpriced": 2}  # fmt: skip
     assert RunReport("fleet", events=0, seconds=0.0).as_json()["events_per_s"] == 0
+
+
+def test_db_migrate_json_and_db_status_rows_name_each_migration() -> None:
+    applied = [Migration(2, "ledger_state", "SELECT 1")]
+    states = [MigrationStatus(1, "fleet", applied=True), MigrationStatus(2, "ledger_state", True),
+              MigrationStatus(3, "outbox", applied=False)]  # fmt: skip
+    assert applied[0].label == "0002_ledger_state"
+    assert migrate_report("postgresql://u:***@h/x", applied, states) == {
+        "database": "postgresql://u:***@h/x",
+        "applied": ["0002_ledger_state"],
+        "migrations": [s.as_json() for s in states],
+    }
+    assert status_rows(states) == [("0001", "fleet", "yes"), ("0002", "ledger_state", "yes"),
+                                   ("0003", "outbox", "[yellow]no[/]")]  # fmt: skip
 
 
 def test_a_run_of_the_projections_in_words() -> None:

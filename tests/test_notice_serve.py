@@ -153,3 +153,11 @@ def test_the_serve_command_publishes_on_nats(nats: Server, tmp_path: Path) -> No
     assert counts["notices"] == notices
     assert counts["withdrawn"] == notices  # every noticed instance was lost by the end
     assert counts["relay_failures"] == 0
+
+
+def test_the_counts_are_one_table_row_with_thousands_separators() -> None:
+    from provider.notices.serve import DispatchCounts
+
+    counts = DispatchCounts(notices=12_345, advisories=7, withdrawn=0, relay_failures=1_000)
+    assert len(counts.row()) == len(DispatchCounts.COLUMNS)
+    assert counts.row() == ("12,345", "7", "0", "1,000")

@@ -196,3 +196,10 @@ def test_the_tables_words_come_from_the_report() -> None:
         DiffRow("wl-b", "floor_spend", 10, 10),
     ]
     assert report_text.diff_lines(changed) == [("wl-a", "wasted", "€0.00", "€0.50", "+€0.50")]
+
+
+def test_the_diff_table_title_says_when_the_limit_cut_lines() -> None:
+    assert report_text.diff_lines_title(3, 40) == "3 workload lines differ"
+    assert report_text.diff_lines_title(1_234, 40) == (
+        "1,234 workload lines differ (the first 40; --json for all)"
+    )

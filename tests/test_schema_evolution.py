@@ -20,7 +20,13 @@ from click.testing import CliRunner
 
 from schemas.catalogue import SCHEMA_DIR, CatalogueError, envelope_schema, load_schema_dir
 from schemas.codec import RELEASED_DIR, SINGLE_OBJECT_MAGIC, Codec, strip_logical_types
-from schemas.compat import check_against_released, check_compatible, release
+from schemas.compat import (
+    CheckResult,
+    check_against_released,
+    check_compatible,
+    release,
+    release_report,
+)
 from schemas.events import ContractPublished, Envelope
 from spotcap.cli import main
 from tests.factories import example_envelope
@@ -292,3 +298,22 @@ def test_a_replacement_that_could_lose_the_value_is_refused(
     edit(schema_copy, "contract_published.avsc", change)
     with pytest.raises(CatalogueError, match=re.escape(message)):
         load_schema_dir(schema_copy)
+
+
+def test_a_compatible_result_in_a_sentence() -> None:
+    assert CheckResult(None, True, ("a",), ()).summary() == (
+        "No released schema yet: run `spotcap schemas release`."
+    )
+    assert CheckResult(4, False, (), ()).summary() == "the schemas match released version 4."
+    changed = CheckResult(4, True, ("drill_started", "drill_finished"), ()).summary()
+    assert changed.startswith("fully compatible with released version 4 (new event types: "
+                              "drill_started, drill_finished).")  # fmt: skip
+    assert "none" in CheckResult(4, True, (), ()).summary()
+
+
+def test_the_release_report_says_whether_this_call_released(tmp_path: Path) -> None:
+    released = tmp_path / "released"
+    first = release_report(envelope_schema(), released)
+    path = str(released / "envelope-v0001.avsc")
+    assert first == {"ok": True, "version": 1, "path": path, "new": True}
+    assert release_report(envelope_schema(), released) == {**first, "new": False}

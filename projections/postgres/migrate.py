@@ -34,6 +34,11 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
+    @property
+    def label(self) -> str:
+        """``0001_name``: how `spotcap db` names a migration."""
+        return f"{self.version:04d}_{self.name}"
+
 
 def migrations() -> list[Migration]:
     """The migration files shipped in ``projections/postgres/migrations``, by version."""
@@ -124,3 +129,20 @@ def drop(conn: Connection, schema: str = DEFAULT_SCHEMA) -> None:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def migrate_report(
+    database: str, applied: list[Migration], states: list[MigrationStatus]
+) -> dict[str, Any]:
+    """`spotcap db migrate --json`: the database (its DSN redacted), what this run applied and
+    every migration's status."""
+    return {
+        "database": database,
+        "applied": [m.label for m in applied],
+        "migrations": [s.as_json() for s in states],
+    }
+
+
+def status_rows(states: list[MigrationStatus]) -> list[tuple[str, str, str]]:
+    """`spotcap db status`'s rows: version, name, applied (a pending one in yellow)."""
+    return [(f"{s.version:04d}", s.name, "yes" if s.applied else "[yellow]no[/]") for s in states]

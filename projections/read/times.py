@@ -39,3 +39,42 @@ def check_span(first: date | None, last: date | None) -> None:
             f"from {first.isoformat()} is after to {last.isoformat()}: give a first day on or "
             "before the last"
         )
+
+
+class TimeInputError(ValueError):
+    """A time or day option written in no form this reads, or a span the wrong way round: one
+    sentence, and how to write it (`fix`, empty when the sentence says it)."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+def since_option(value: str | None) -> datetime | None:
+    """``--since`` as a time (None when not given); TimeInputError names the forms read."""
+    if value is None:
+        return None
+    try:
+        return parse_moment(value)
+    except ValueError:
+        raise TimeInputError(
+            f"--since {value!r} is not a date or time", f"write it as {MOMENT_FORMS}"
+        ) from None
+
+
+def day_options(first: str | None, last: str | None) -> tuple[date | None, date | None]:
+    """``--from`` and ``--to`` as UTC days (None: open); TimeInputError for a day written in no
+    form this reads, or a first day after the last."""
+    days: list[date | None] = []
+    for name, value in (("--from", first), ("--to", last)):
+        try:
+            days.append(None if value is None else parse_day(value))
+        except ValueError:
+            raise TimeInputError(
+                f"{name} {value!r} is not a date", f"write it as {DAY_FORM}"
+            ) from None
+    try:
+        check_span(days[0], days[1])
+    except ValueError as error:
+        raise TimeInputError(str(error)) from None
+    return days[0], days[1]

@@ -29,6 +29,14 @@ class DispatchCounts:
     withdrawn: int = 0
     relay_failures: int = 0
 
+    COLUMNS = ("notices", "advisories", "withdrawn", "relay failures")
+    """The columns of `spotcap notices serve`'s table: `row`'s cells."""
+
+    def row(self) -> tuple[str, ...]:
+        """The counts with thousands separators, one cell per `COLUMNS`."""
+        counted = (self.notices, self.advisories, self.withdrawn, self.relay_failures)
+        return tuple(f"{n:,}" for n in counted)
+
 
 class NoticeDispatcher:
     """Turns a provider's lifecycle events into deliveries on the relay and the board."""

@@ -10,29 +10,24 @@ the events' time (``--published-at`` to fix it); the compiler itself never does.
 
 from __future__ import annotations
 
-import base64
 import time
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from contracts.approvals import KeyringError, load_change_control, sign_contract_file
 from contracts.bundles import BundleError, verify_bundle
 from contracts.compiler import CompileResult, ContractFileError, compile_contracts, contract_files
-from contracts.feasibility import RULES, FeasibilityEnv
+from contracts.feasibility import FeasibilityEnv
 from contracts.flags import NO_SIGNER, compile_flag_refusal
 from contracts.output import render_outputs, write_rendered
 from contracts.pool_file import POOL_FILE_HINT, PoolFileError, load_pools
 from contracts.published import DEFAULT_NAMESPACE, PUBLISHED_JSON
-from contracts.signing import (
-    SigningError,
-    key_id_of,
-    raw_public_bytes,
-    write_key_pair,
-)
+from contracts.signing import SigningError, key_id_of, key_pair_json, write_key_pair
 from schemas.contracts.model import parse_epoch_us
 from schemas.contracts.units import UnitError, parse_size_bytes
 from spotcap.cli.options import open_signer, read_public_key, signer_options
@@ -201,12 +196,8 @@ def compile_command(ctx: click.Context, *, contract_dir: Path, out_dir: Path, ke
     result = compile_contracts(files, env, published_at_us=_published_at_us(published_at),
                                region=settings.region, source_commit=source_commit,
                                change_control=_change_control(files, out_dir, keyring))  # fmt: skip
-    for rule in result.unchecked_rules:
-        say(
-            f"[yellow]warning:[/] rule {rule} was not checked ({RULES[rule]}): --unchecked "
-            "without --pools; published-contracts.json records it",
-            err=True,
-        )
+    for warning in result.unchecked_warnings:
+        say(f"[yellow]warning:[/] {escape(warning)}", err=True)
     for note in result.notes:
         say(f"note: {note}", markup=False, err=True)
     written: list[Path] = []
@@ -285,11 +276,8 @@ def verify_command(bundle_file: Path, pubkey_file: Path, as_json: bool) -> None:
     try:
         bundle = verify_bundle(bundle_file.read_bytes(), public_key)
     except BundleError as error:
-        report = {"ok": False, "error": type(error).__name__, "reason": str(error)}
-        fail(
-            f"{bundle_file}: refused ({type(error).__name__}): {error}",
-            json_report=report if as_json else None,
-        )
+        report = error.as_json() if as_json else None
+        fail(f"{bundle_file}: refused ({type(error).__name__}): {error}", json_report=report)
     if as_json:
         emit_json({"ok": True, "bundle": bundle.model_dump(mode="json")}, indent=None)
         return
@@ -313,15 +301,7 @@ def keygen_command(key_file: Path, as_json: bool) -> None:
         public_file, public_key = write_key_pair(key_file)
     except SigningError as error:
         fail(str(error))
-    key_id = key_id_of(public_key)
     if as_json:
-        emit_json(
-            {
-                "private_key_file": key_file.as_posix(),
-                "public_key_file": public_file.as_posix(),
-                "public_key": base64.b64encode(raw_public_bytes(public_key)).decode("ascii"),
-                "key_id": key_id,
-            }
-        )
+        emit_json(key_pair_json(key_file, public_file, public_key))
         return
-    say(f"wrote {key_file} and {public_file} (key {key_id})", markup=False)
+    say(f"wrote {key_file} and {public_file} (key {key_id_of(public_key)})", markup=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from projections.postgres.connection import FleetDatabaseError, connect, redact
-from projections.postgres.migrate import migrate, status
+from projections.postgres.migrate import migrate, migrate_report, status, status_rows
 from projections.stores import StoreError
 from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.cli.output import console, emit_json, show, table
@@ -33,17 +33,11 @@ def db_migrate(settings: Settings, postgres_dsn: str | None, as_json: bool) -> N
     except (StoreError, FleetDatabaseError) as error:
         fail(str(error))
     if as_json:
-        emit_json(
-            {
-                "database": redact(dsn),
-                "applied": [f"{m.version:04d}_{m.name}" for m in applied],
-                "migrations": [s.as_json() for s in states],
-            }
-        )
+        emit_json(migrate_report(redact(dsn), applied, states))
         return
     if applied:
         for m in applied:
-            console.print(f"applied {m.version:04d}_{m.name}")
+            console.print(f"applied {m.label}")
     else:
         console.print(f"up to date: {len(states)} migrations applied")
     console.print(f"[dim]{redact(dsn)}[/]")
@@ -65,14 +59,8 @@ def db_status(settings: Settings, postgres_dsn: str | None, as_json: bool) -> No
     if as_json:
         emit_json({"embedded": embedded, "migrations": [s.as_json() for s in states]})
         return
-    show(
-        table(
-            "fleet-state migrations",
-            ("version", "name", "applied"),
-            ((f"{s.version:04d}", s.name, "yes" if s.applied else "[yellow]no[/]") for s in states),
-            right=("version",),
-        )
-    )
+    columns = ("version", "name", "applied")
+    show(table("fleet-state migrations", columns, status_rows(states), right=("version",)))
     if embedded is not None:
         address, log = embedded.get("address", "?"), embedded.get("log_path")
         console.print(f"embedded PostgreSQL at {address} (log {log})")

@@ -70,7 +70,5 @@ def serve(settings: Settings, *, nats_url: str | None, metadata_host: str, metad
     if as_json:
         emit_json(dataclasses.asdict(counts), indent=None)
         return
-    columns = ("notices", "advisories", "withdrawn", "relay failures")
-    counted = (counts.notices, counts.advisories, counts.withdrawn, counts.relay_failures)
     title = f"notices served for region {settings.region}"
-    show(table(title, columns, [tuple(f"{n:,}" for n in counted)], right=columns))
+    show(table(title, counts.COLUMNS, [counts.row()], right=counts.COLUMNS))

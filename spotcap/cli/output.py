@@ -91,7 +91,7 @@ def _plain(cell: object) -> str:
 
 def progress(label: str, *, quiet: bool, counted: str = "records") -> Progress:
     """A transient progress bar on stderr: `label`, done of total `counted`, time, time left."""
-    return _bar(
+    return bars(
         quiet,
         TextColumn(label),
         BarColumn(),
@@ -106,16 +106,18 @@ def progress(label: str, *, quiet: bool, counted: str = "records") -> Progress:
 def spinner(label: str, *, quiet: bool) -> Progress:
     """A transient spinner on stderr for work whose length is unknown; the task's description
     follows `label`."""
-    return _bar(
+    return bars(
         quiet, SpinnerColumn(), TextColumn(f"{label}{{task.description}}"), TimeElapsedColumn()
     )
 
 
-def _bar(quiet: bool, *columns: ProgressColumn | str) -> Progress:
+def bars(quiet: bool, *columns: ProgressColumn | str) -> Progress:
+    """Transient progress bars on stderr of these columns (none shown when `quiet`)."""
     return Progress(*columns, console=err_console, transient=True, disable=quiet)
 
 
 __all__ = [
+    "bars",
     "console",
     "emit_json",
     "err_console",

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import closing
-from datetime import date, datetime
 from typing import Any
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from projections.ledger.store import LedgerError
 from projections.postgres.connection import FleetDatabaseError
@@ -30,7 +28,7 @@ from projections.read.lag import read_lag
 from projections.read.planning import PLANNING_COLUMNS, planning, planning_rows
 from projections.read.rows import json_row
 from projections.read.savings import SAVINGS_COLUMNS, late_sentences, savings, savings_rows
-from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
+from projections.read.times import TimeInputError, day_options, since_option
 from projections.read.why import NotFoundError, why
 from projections.stores import StoreError
 from spotcap.cli.options import need_home, postgres_option, with_postgres
@@ -54,21 +52,9 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str, 
         emit_json([json_row(r) for r in rows])
         return
     shown = "the first " if cut else ""
-    out = Table(title=f"{title} ({shown}{len(rows):,} rows)")
-    for label, _, _, right in columns:
-        out.add_column(label, justify="right" if right else "left", overflow="fold")
-    for row in rows:
-        out.add_row(*(fmt(row.get(key)) for _, key, fmt, _ in columns))
-    show(out)
-
-
-def _since(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_moment(value)
-    except ValueError:
-        fail(f"--since {value!r} is not a date or time", f"write it as {MOMENT_FORMS}", usage=True)
+    labels, right = [c[0] for c in columns], [c[0] for c in columns if c[3]]
+    cells = ([fmt(row.get(key)) for _, key, fmt, _ in columns] for row in rows)
+    show(table(f"{title} ({shown}{len(rows):,} rows)", labels, cells, right=right))
 
 
 def _fleet(settings: Settings, postgres_dsn: str | None) -> Any:
@@ -109,7 +95,10 @@ def _query(settings: Settings, read: Callable[..., Any], columns: Sequence[Colum
     """`read` over the fleet state with the command's filters, printed with `columns`."""
     dsn, as_json, limit = options.pop("postgres_dsn"), options.pop("as_json"), options.pop("limit")
     if "since" in options:
-        options["since"] = _since(options["since"])
+        try:
+            options["since"] = since_option(options["since"])
+        except TimeInputError as error:
+            fail(str(error), error.fix, usage=True)
     rows = read(_fleet(settings, dsn), limit=limit + 1, **options)  # one more: was it cut?
     emit(rows, columns, title, as_json, limit)
 
@@ -220,15 +209,6 @@ def report() -> None:
     """Reports for finance: the net saving per workload (docs/accounting.md)."""
 
 
-def _day(value: str | None, name: str) -> date | None:
-    if value is None:
-        return None
-    try:
-        return parse_day(value)
-    except ValueError:
-        fail(f"{name} {value!r} is not a date", f"write it as {DAY_FORM}", usage=True)
-
-
 @report.command("savings")
 @click.option("--from", "first", default=None, help="First UTC day (inclusive), e.g. 2026-11-02.")
 @click.option("--to", "last", default=None, help="Last UTC day (inclusive).")
@@ -241,11 +221,10 @@ def report_savings(
     """Per workload, every cost line and the net saving, with totals (from the ledger)."""
     need_home(settings, ledger=True)
     hold_home(settings)
-    first_day, last_day = _day(first, "--from"), _day(last, "--to")
     try:
-        check_span(first_day, last_day)
-    except ValueError as error:
-        fail(str(error), usage=True)
+        first_day, last_day = day_options(first, last)
+    except TimeInputError as error:
+        fail(str(error), error.fix, usage=True)
     try:
         result = savings(
             stores(settings).open_ledger(),
@@ -276,10 +255,11 @@ def report_planning(settings: Settings, *, first: str | None, last: str | None,
                     as_json: bool) -> None:  # fmt: skip
     """Per UTC day, vCPU-hours run by purchase model beside the reservations and the idle
     floor: the input to guaranteed-capacity planning (docs/accounting.md)."""
-    first_day, last_day = _day(first, "--from"), _day(last, "--to")
     try:
-        check_span(first_day, last_day)
+        first_day, last_day = day_options(first, last)
         result = planning(stores(settings).open_ledger(), first_day=first_day, last_day=last_day)
+    except TimeInputError as error:
+        fail(str(error), error.fix, usage=True)
     except ValueError as error:
         fail(str(error), usage=True)
     except (LedgerError, StoreError) as error:

@@ -23,6 +23,7 @@ from replay.report import (
     LINES,
     SHORT,
     diff_lines,
+    diff_lines_title,
     diff_sentences,
     diff_totals,
     engine_text,
@@ -178,7 +179,6 @@ def _print_diff(result: Replayed, rows: list[DiffRow], report: dict[str, Any], l
     title = f"rule {result.rule.name} against the recorded ledger, {span(report)} (EUR)"
     show(table(title, ("line", *money), diff_totals(report), right=money))
     changed = diff_lines(rows)
-    title = f"{len(changed):,} workload lines differ" + (
-        f" (the first {limit}; --json for all)" if len(changed) > limit else "")
+    title = diff_lines_title(len(changed), limit)
     show(table(title, ("workload", "line", *money), changed[:limit], right=money))
     say(closing, markup=False)

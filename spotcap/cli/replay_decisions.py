@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import click
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from replay.decisions_text import (
     exclusion_lines,
@@ -19,7 +19,7 @@ from replay.decisions_text import (
 )
 from replay.ledgers import day_span
 from spotcap.cli.options import need_home
-from spotcap.cli.output import emit_json, err_console, say, show, table
+from spotcap.cli.output import bars, emit_json, say, show, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
@@ -115,15 +115,8 @@ def _what_if(
         deciders = with_values(base_settings(run), values)
     except SettingError as error:
         fail(str(error), "spotcap replay decisions --list-settings shows every key", usage=True)
-    progress = Progress(
-        TextColumn("[bold]{task.description}[/]"),
-        BarColumn(),
-        TextColumn("{task.fields[done]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=quiet,
-    )
+    progress = bars(quiet, TextColumn("[bold]{task.description}[/]"), BarColumn(),
+                    TextColumn("{task.fields[done]}"), TimeElapsedColumn())  # fmt: skip
     with closing(open_log(settings)) as log, progress:
         sim = progress.add_task(
             f"simulating again ({orchestrator})", total=run.config.days, done=""

@@ -126,12 +126,7 @@ class SpotcapGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
-        except Exception as error:
-            from spotcap.failures import fail_on
-
-            fail_on(error)
-            raise
-        except KeyboardInterrupt as error:
+        except (Exception, KeyboardInterrupt) as error:
             from spotcap.failures import fail_on
 
             fail_on(error)

@@ -15,11 +15,7 @@ from spotcap.fail import fail
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
 def events(as_json: bool) -> None:
     """List the event catalogue: every event type, its topic, key and meaning."""
-    _print_catalogue(as_json)
-
-
-def _print_catalogue(as_json: bool) -> None:
-    from schemas.catalogue import event_types
+    from schemas.catalogue import CATALOGUE_COLUMNS, event_types
     from schemas.codec import Codec
 
     types = event_types()
@@ -28,8 +24,8 @@ def _print_catalogue(as_json: bool) -> None:
         return
     catalogue = table(
         f"spotcap event catalogue ({len(types)} event types)",
-        ("event type", "topic", "key", "fields", "what it records"),
-        ((t.name, t.topic, t.key, str(len(t.schema["fields"])), t.summary) for t in types),
+        CATALOGUE_COLUMNS,
+        (t.row() for t in types),
         right=("fields",),
     )
     catalogue.columns[0].style = "bold"
@@ -62,7 +58,7 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
     Exits 1 when the change is incompatible.
     """
     from schemas.catalogue import CatalogueError, envelope_schema, load_schema_dir
-    from schemas.compat import check_against_released
+    from schemas.compat import EVOLVE_FIX, check_against_released
 
     try:
         current = load_schema_dir(schema_dir) if schema_dir else envelope_schema()
@@ -75,26 +71,15 @@ def schemas_check(schema_dir: Path | None, as_json: bool) -> None:
             fail("incompatible", json_report=report)
         emit_json(report)
     elif result.compatible:
-        version = result.released_version
-        if version is None:
-            console.print("No released schema yet: run `spotcap schemas release`.")
-        elif not result.changed:
-            console.print(f"[green]ok[/]: the schemas match released version {version}.")
-        else:
-            added = ", ".join(result.added_event_types) or "none"
-            console.print(
-                f"[green]ok[/]: fully compatible with released version {version} "
-                f"(new event types: {added}). Record it with `spotcap schemas release`."
-            )
+        ok = "" if result.released_version is None else "[green]ok[/]: "
+        console.print(f"{ok}{result.summary()}")
     else:
         for problem in result.problems:
             say(f"  - {problem}", err=True)
         fail(
             f"the schemas are incompatible with released version {result.released_version} "
             f"({len(result.problems)} problems above)",
-            "give new fields a default, keep removed fields' defaults, never change a field's "
-            "type or remove an event type, rename by expand/contract; see "
-            "docs/events.md#evolution",
+            EVOLVE_FIX,
         )
 
 
@@ -114,19 +99,14 @@ def schemas_release(released_dir: Path | None, as_json: bool) -> None:
     """
     from schemas.catalogue import envelope_schema
     from schemas.codec import RELEASED_DIR
-    from schemas.compat import release, released_versions
+    from schemas.compat import release_report
 
-    folder = released_dir or RELEASED_DIR
-    before = released_versions(folder)
     try:
-        version, path = release(envelope_schema(), folder)
+        report = release_report(envelope_schema(), released_dir or RELEASED_DIR)
     except ValueError as error:
         fail(str(error), json_report={"ok": False, "error": str(error)} if as_json else None)
-    new_version = not before or version != before[-1][0]
     if as_json:
-        emit_json({"ok": True, "version": version, "path": str(path), "new": new_version})
+        emit_json(report)
         return
-    if new_version:
-        console.print(f"released schema version {version}: {path}")
-    else:
-        console.print(f"unchanged since released schema version {version}: {path}")
+    done = "released" if report["new"] else "unchanged since released"
+    console.print(f"{done} schema version {report['version']}: {report['path']}")

@@ -97,7 +97,7 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         if authority is not None:
             say(f"capacity authority: {authority.describe()}", err=True)
         folder = state or settings.home / "actuator" / settings.region
-        nodes = revoker_from_env(os.environ, folder / "revocations")  # durable, ADR-31
+        nodes = revoker_from_env(os.environ, folder / "revocations")  # durable: survives a crash
         counts = run_actuator(
             open_log(settings, service=True), make_codec(settings), provider, folder,
             orchestrator_id=orchestrator_id, should_stop=stop.is_set, side_events=side,
@@ -166,13 +166,15 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 @click.command("bundles")
 @click.option("--bundles", "folder", required=True, type=click.Path(path_type=Path),
               help="The signed bundles: `spotcap contracts compile --key`'s --out.")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address it listens on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True,
+              help="The port it listens on.")  # fmt: skip
 @click.option("--pki-mount", default="pki", show_default=True,
               help="OpenBao's PKI engine of the nodes' CA (BAO_ADDR, BAO_TOKEN).")  # fmt: skip
 @click.pass_obj
 def bundles(settings: Settings, /, folder: Path, host: str, port: int, pki_mount: str) -> None:
-    """Serve each node its own signed bundle over mutual TLS (ADR-31), until SIGTERM."""
+    """Serve each node its own signed bundle over mutual TLS (each node proves who it is with
+    a certificate from the nodes' CA), until SIGTERM."""
     stop = _stop_on_signals()
     try:
         home = settings.home / "bundles"

@@ -56,9 +56,8 @@ def run() -> None:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True, help="How much the workers log to stderr.")
 @click.pass_obj
-def streams_command(settings: Settings, *, role: str, pool_partitions: int,
-                    workload_partitions: int, session_timeout_s: float, snapshot_every: int,
-                    snapshot_interval_s: float, commit_interval_s: float, log_level: str) -> None:
+def streams_command(settings: Settings, /, *, role: str, pool_partitions: int,
+                    workload_partitions: int, log_level: str, **worker: Any) -> None:
     # fmt: on
     """Run the deciders on Kafka: the region's sequencer and Faust workers.
 
@@ -79,17 +78,8 @@ def streams_command(settings: Settings, *, role: str, pool_partitions: int,
         settings.region, pool_partitions=pool_partitions, workload_partitions=workload_partitions
     )
     try:
-        run_streams(
-            role,
-            bootstrap,
-            Codec(),
-            topics,
-            session_timeout_s=session_timeout_s,
-            snapshot_every=snapshot_every,
-            snapshot_interval_s=snapshot_interval_s,
-            commit_interval_s=commit_interval_s,
-            log_level=log_level,
-        )
+        # `worker`: the Faust worker's session timeout, snapshot and commit intervals
+        run_streams(role, bootstrap, Codec(), topics, log_level=log_level, **worker)
     except LogError as error:
         fail(
             f"the deciders of region {settings.region} on Kafka at {bootstrap} stopped: {error}",
@@ -179,12 +169,9 @@ def relay_command(settings: Settings, postgres_dsn: str | None, once: bool, inte
     hold_home(settings)
     with closing(open_log(settings)) as event_log:
         try:
-            conn = stores(settings).open_fleet()
-            try:
+            with closing(stores(settings).open_fleet()) as conn:
                 report = serve(event_log, conn, settings.region, once=once, interval_s=interval_s,
                                batch_size=batch_size)
-            finally:
-                conn.close()
         except (StoreError, FleetDatabaseError, RelayError, LogError) as error:
             fail(f"the outbox relay of region {settings.region} stopped: {error}")
     click.echo(f"audit: {report.sent} actions sent, {report.pending} pending")
