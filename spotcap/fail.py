@@ -9,6 +9,7 @@ malformed option), as click gives for its own usage errors.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -48,4 +49,20 @@ def fail(
     sys.exit(exit_code if exit_code is not None else EXIT_USAGE if usage else EXIT_FAILURE)
 
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_USAGE", "fail"]
+def reader_went_away() -> NoReturn:
+    """The reader of stdout stopped reading (`spotcap log cat | head`): nothing is wrong, so
+    nothing is said; exit as a command killed by SIGPIPE would, with stdout pointed at
+    /dev/null so the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "fail",
+    "reader_went_away",
+]

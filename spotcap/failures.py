@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import NoReturn
 
-from spotcap.fail import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, fail
+from spotcap.fail import EXIT_INTERRUPTED, fail, reader_went_away
 
 # errno -> (what it means in words, what a person can do about it)
 _OS_ERRORS: dict[int, tuple[str, str]] = {
@@ -86,15 +84,6 @@ def crash_report(error: BaseException) -> Path:
     path = folder / f"spotcap-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
     path.write_text("".join(traceback.format_exception(error)))
     return path
-
-
-def reader_went_away() -> NoReturn:
-    """The reader of stdout stopped reading (`spotcap log cat | head`): nothing is wrong, so
-    nothing is said; exit as a command killed by SIGPIPE would, with stdout pointed at
-    /dev/null so the interpreter's last flush cannot fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    raise SystemExit(EXIT_BROKEN_PIPE)
 
 
 def fail_on(error: BaseException) -> None:
