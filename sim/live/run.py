@@ -280,6 +280,10 @@ def _start_agents(run: LiveRun) -> None:
             agents.start(instance_id, workload_id, pool_id)
 
 
+SETTLE_S = 30.0
+"""How long a service restarted by its supervisor runs before the log's quiet counts."""
+
+
 def _until_quiet(run: LiveRun, log: KafkaLog) -> None:
     """Until no record arrived for `quiet_s` and the fleet state is at the log's end."""
     run.say("the span is over: waiting for the log to be quiet and the fleet state to catch up")
@@ -288,7 +292,12 @@ def _until_quiet(run: LiveRun, log: KafkaLog) -> None:
 
     def quiet() -> bool:
         ends = region_end_offsets(log, run.region)
-        if ends != last_ends[0]:
+        # A service waiting out its restart backoff, or started again only just now (a Faust
+        # worker rejoins its group before it reads), has not said its last word yet.
+        settling = any(
+            s.restarts and (not s.alive() or s.running_s() < SETTLE_S) for s in run.watched()
+        )
+        if ends != last_ends[0] or settling:
             last_ends[0], last_change_s[0] = ends, time.monotonic()
         return time.monotonic() - last_change_s[0] >= run.config.quiet_s
 

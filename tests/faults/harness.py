@@ -231,7 +231,14 @@ def projections_and_ledger(run: FaultedRun, scratch: Path) -> dict[str, str]:
     if not live_ledger["sums"]:
         found["ledger"] = "the ledger priced nothing"
     elif differ:
-        found["ledger"] = f"ledger tables that differ from a clean run: {differ}"
+        sums = live_ledger["sums"], clean_ledger["sums"]
+        keys = sorted(k for k in set(sums[0]) | set(sums[1]) if sums[0].get(k) != sums[1].get(k))
+        shown = [f"{k}: live {sums[0].get(k)}, clean {sums[1].get(k)}" for k in keys[:8]]
+        found["ledger"] = (
+            f"ledger tables that differ from a clean run: {differ}; {len(keys)} sums differ"
+            f" ({'; '.join(shown)}); net saving live {live_ledger['net_saving']},"
+            f" clean {clean_ledger['net_saving']}"
+        )
     return found
 
 
