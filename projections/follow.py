@@ -46,11 +46,11 @@ from streams.topics import topic_name
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
-ROUNDS_PER_CHILD = 20
+ROUNDS_PER_CHILD = 10
 """Ledger rounds per child process (with an `Opener`): chdb's leak of a closed session's
-threads (3-20 open files a round, more for bigger rounds, and their memory) is bounded by this
+threads (3-25 open files and a few MiB a round, more for bigger rounds) is bounded by this
 many rounds; a new child costs ~1-1.5 s of CPU (Python, pyarrow and chdb imported, the ledger
-opened), once every 40 s or more at the default interval."""
+opened), once every 20 s or more at the default interval (docs/performance.md, "Soak")."""
 Opener = Callable[[], tuple[EventLog, Codec]]
 """Opens the log and makes the codec in the ledger's child process: picklable (a module-level
 function, or a `functools.partial` of one), since the child is spawned."""
