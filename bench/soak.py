@@ -62,6 +62,30 @@ def _status(pid: int) -> tuple[float, int] | None:
     return rss_kib / 1024, fds
 
 
+def _with_spawned(pid: int, status: tuple[float, int] | None) -> tuple[float, int] | None:
+    """`status` of `pid` plus its spawned (multiprocessing) children's: the projections' ledger
+    rounds run in a child of theirs, whose command line does not name the folder."""
+    if status is None:
+        return None
+    rss, fds = status
+    try:  # each thread's children (the one that spawned a child lists it)
+        tasks = os.listdir(f"/proc/{pid}/task")
+        children = [
+            c for t in tasks for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()
+        ]
+    except OSError:
+        return status
+    for child in children:
+        try:
+            spawned = b"multiprocessing" in Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        more = _with_spawned(int(child), _status(int(child))) if spawned else None
+        if more:
+            rss, fds = rss + more[0], fds + more[1]
+    return rss, fds
+
+
 def processes(folder: Path) -> dict[str, tuple[float, int]]:
     """Every process whose command line names `folder`, by what it is; and this one."""
     found: dict[str, tuple[float, int]] = {}
@@ -75,7 +99,7 @@ def processes(folder: Path) -> dict[str, tuple[float, int]]:
         if str(folder) not in cmdline:
             continue
         name = _name(cmdline.split("\0"))
-        status = _status(int(entry)) if name else None
+        status = _with_spawned(int(entry), _status(int(entry))) if name else None
         if name and status:
             found[name] = status
     mine = _status(os.getpid())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
-from spotcap.wiring import make_codec, open_log, stores
+from spotcap.wiring import make_codec, open_log, open_log_and_codec, stores
 from streams.log import LogError
 from streams.runtime.journal import RuntimeTopics
 from streams.runtime.service import ROLES, run_streams
@@ -134,10 +135,11 @@ def projections_command(settings: Settings, what: str, postgres_dsn: str | None,
 
     settings = need_home(with_postgres(settings, postgres_dsn), log=True)
     hold_home(settings)
-    with closing(open_log(settings)) as event_log:
+    with closing(open_log(settings)) as event_log:  # the ledger's rounds: in a child (chdb)
         try:
             report = serve(event_log, make_codec(settings), settings.region, stores(settings),
-                           PROJECTIONS[what], interval_s=interval_s)
+                           PROJECTIONS[what], interval_s=interval_s,
+                           ledger_opener=partial(open_log_and_codec, settings))
         except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
             fail(f"the projections of region {settings.region} stopped: {error}")
     click.echo(report.describe())
