@@ -244,6 +244,15 @@ class ProjectAuthority:
         )
 
 
+def openbao_from_env(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """OpenBao's address and token as the environment gives them to every service that reads
+    it (the actuator's authority and revoker, the bundle service): BAO_ADDR (else VAULT_ADDR)
+    and BAO_TOKEN (else VAULT_TOKEN); None unless both are set."""
+    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
+    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
+    return (address, token) if address and token else None
+
+
 def authority_from_env(
     environ: Mapping[str, str], region: str, session: Any
 ) -> ProjectAuthority | None:
@@ -255,13 +264,13 @@ def authority_from_env(
     project = environ.get("SPOTCAP_AUTHORITY_PROJECT")
     if not project:
         return None
-    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
-    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
-    if not address or not token:
+    found = openbao_from_env(environ)
+    if found is None:
         raise NoAuthorityError(
             "SPOTCAP_AUTHORITY_PROJECT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and "
             f"BAO_TOKEN (or VAULT_TOKEN), a token that may read {RECORDS}/{region}/{project}"
         )
+    address, token = found
     import hvac  # loads requests: only an actuator with an authority needs it
 
     mount = environ.get("SPOTCAP_AUTHORITY_MOUNT") or DEFAULT_MOUNT

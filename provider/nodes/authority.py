@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from cryptography import x509
 
+from provider.authority import openbao_from_env
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
 
@@ -391,13 +392,13 @@ def revoker_from_env(environ: Mapping[str, str], journal: Path) -> Revoker | Non
     mount = environ.get("SPOTCAP_NODES_PKI_MOUNT")
     if not mount:
         return None
-    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
-    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
-    if not address or not token:
+    found = openbao_from_env(environ)
+    if found is None:
         raise NodeAuthorityError(
             "SPOTCAP_NODES_PKI_MOUNT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN "
             f"(or VAULT_TOKEN), a token that may revoke in {mount}"
         )
+    address, token = found
     import hvac
 
     return Revoker(NodeAuthority(hvac.Client(url=address, token=token), mount=mount), journal)

@@ -30,6 +30,7 @@ from typing import Any
 from cryptography import x509
 
 from contracts.output import bundle_file_name
+from provider.authority import openbao_from_env
 from provider.nodes.authority import NODE_ROLE, NodeAuthority, NodeAuthorityError, NodeRecord
 from provider.nodes.identity import (
     IdentityError,
@@ -245,13 +246,13 @@ def bundle_service_from_env(
     """`start_bundle_service` for the nodes' CA at OpenBao's `pki_mount`, OpenBao at BAO_ADDR
     (else VAULT_ADDR) with the token BAO_TOKEN (else VAULT_TOKEN): `spotcap run bundles`.
     `NodeAuthorityError` says what is missing or what OpenBao refused."""
-    address = environ.get("BAO_ADDR") or environ.get("VAULT_ADDR")
-    token = environ.get("BAO_TOKEN") or environ.get("VAULT_TOKEN")
-    if not address or not token:
+    found = openbao_from_env(environ)
+    if found is None:
         raise NodeAuthorityError(
             "the bundle service needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN (or "
             f"VAULT_TOKEN), a token of the {NODE_ROLE!r} role of {pki_mount} (sign, revoke, read)"
         )
+    address, token = found
     if not bundles.is_dir():
         raise NodeAuthorityError(
             f"{bundles} is not a folder of signed bundles: pass the --out folder of "
