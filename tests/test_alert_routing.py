@@ -193,7 +193,9 @@ def make_faults(root: Path, agent: AgentMetrics) -> None:
             "SELECT i.workload_id, min(i.instance_id) FROM instances i JOIN contracts c"
             " ON c.workload_id = i.workload_id GROUP BY 1 ORDER BY 1 LIMIT 1"
         ).fetchone() or ("", "")
-        (pool,) = conn.execute("SELECT min(pool_id) FROM pools").fetchone() or ("",)
+        (pool,) = conn.execute(
+            "SELECT min(pool_id) FROM pools WHERE purchase_model = 'reclaimable'"
+        ).fetchone() or ("",)  # reclaimable: its drill series are at 0 before the drills below
         assert workload and instance and pool, "the demo home has no contracted instance"
         region = settings.region
         started = event(DrainStarted(instance, workload, "local", 30, "notice"), 0,
