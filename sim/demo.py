@@ -157,6 +157,16 @@ def _baseline_apart(
     return pool, pool.submit(baseline_report, config, misbehaving_pool_ids)
 
 
+def _stop_apart(pool: ProcessPoolExecutor, baseline: Future[dict[str, Any]]) -> None:
+    """A run that failed does not wait for its baseline: the baseline's process is stopped (a
+    60-day baseline takes minutes, and the failure is what the user is waiting for)."""
+    if not baseline.done():
+        # Python 3.14 has pool.terminate_workers(); before it, the processes are the pool's own.
+        for process in list(pool._processes.values()):
+            process.terminate()
+    pool.shutdown(cancel_futures=True)
+
+
 def compare_seed(config: SimConfig, deciders: DeciderSettings | None = None) -> dict[str, Any]:
     """The deciders and the baseline on `config`, nothing written: both reports and the
     comparison `spotcap demo` prints (bench/honest.py runs it over seeds)."""
@@ -242,7 +252,7 @@ def run_demo(
             baseline = None if apart is None else apart[1].result()
         finally:
             if apart is not None:
-                apart[0].shutdown(cancel_futures=True)
+                _stop_apart(*apart)
     report = summary.report(sim.misbehaving_pool_ids)
     report.update(
         region=config.region, seed=config.seed, pools=len(sim.catalogue), orchestrator=orchestrator

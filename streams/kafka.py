@@ -272,6 +272,8 @@ class KafkaProducer:
         # The first flush that gave up: the records it left behind are still in librdkafka's
         # queue, and a later flush or close reports that same loss, not a new count.
         self._lost: FlushTimeoutError | None = None
+        # When produce first saw the broker reported down with no delivery since (monotonic).
+        self._down_since: float | None = None
 
     def _not_acknowledged(self, remaining: int, timeout_s: float) -> FlushTimeoutError:
         if self._lost is not None:
@@ -305,6 +307,8 @@ class KafkaProducer:
             if error is not None:
                 batch[slot] = error
                 return
+            self._health.up()
+            self._down_since = None
             batch[slot] = new_record(
                 message.topic(),
                 message.partition(),
@@ -343,6 +347,18 @@ class KafkaProducer:
                 batch.pop()  # never queued: no report will come for it
                 raise LogError(f"could not produce to {topic}: {error}") from error
         self._producer.poll(0)
+        if self._health.down is not None:
+            self._still_down()
+
+    def _still_down(self) -> None:
+        """A broker that went away and delivered nothing for the queue-full patience ends the
+        batch now, not at its flush: a writer with a large batch would otherwise go on queueing
+        (a demo simulated minutes of history into a dead broker before its first flush)."""
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+        elif now - self._down_since > self._queue_full_timeout_s:
+            raise self._not_acknowledged(len(self._pending), self._queue_full_timeout_s)
 
     def flush(self, timeout_s: float = 30.0) -> list[Record]:
         remaining = self._producer.flush(timeout_s)
