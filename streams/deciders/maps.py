@@ -25,7 +25,7 @@ _HOW: dict[type, _Slots | tuple[str, ...] | None] = {}
 
 
 def replace(obj: T, /, **changes: Any) -> T:
-    """`dataclasses.replace(obj, **changes)`: an equal new object, for under half of its CPU.
+    """`dataclasses.replace(obj, **changes)`: an equal new object, for about half its CPU.
     The deciders replace a field of their state some 320,000 times a simulated day, and
     `dataclasses.replace` looks up and checks every field of the class on every call, then
     calls `__init__` with them by keyword (a sixth of the demo's simulation CPU, issue 26).
