@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     ActuationCall,
@@ -64,7 +64,7 @@ from schemas.events import (
 )
 from schemas.ids import derived_event_id
 from streams.deciders.budget import Grant, TokenBucket
-from streams.deciders.maps import drop, put
+from streams.deciders.maps import drop, put, replace
 from streams.deciders.region import RegionView
 from streams.deciders.settings import ActuatorSettings, DeciderSettings
 from streams.deciders.types import US, Cause, Input, Tick, decision

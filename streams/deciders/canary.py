@@ -25,7 +25,7 @@ A newer version published while a canary runs replaces it (the older is rolled b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from schemas.events import (
     BundleCanaried,
@@ -43,6 +43,7 @@ from schemas.events import (
 )
 from schemas.frozen import FrozenMap
 from schemas.ids import derived_event_id
+from streams.deciders.maps import replace
 from streams.deciders.region import RegionView
 from streams.deciders.types import US, Cause, Input, Tick, decision
 

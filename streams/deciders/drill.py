@@ -15,7 +15,7 @@ a replay reproduces the drill's `drill_started` or `drill_refused` byte for byte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from schemas.events import (
     BreakerReset,
@@ -27,6 +27,7 @@ from schemas.events import (
     NoticeReceived,
 )
 from schemas.ids import derived_event_id
+from streams.deciders.maps import replace
 
 US = 1_000_000
 PRODUCER = "drill"

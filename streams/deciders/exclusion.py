@@ -33,7 +33,7 @@ re-excluded on stale evidence, and one that keeps misbehaving stays out instead 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     Envelope,
@@ -46,6 +46,7 @@ from schemas.events import (
     PoolReadmitted,
     PoolRegistered,
 )
+from streams.deciders.maps import replace
 from streams.deciders.observe import Exposure, poisson_tail
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings, ExclusionSettings

@@ -40,7 +40,7 @@ the approver's `fallback_reviewed`. Reads the region view. Outputs: `fallback_de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from schemas.events import (
     Allocation,
@@ -58,6 +58,7 @@ from schemas.events import (
     ReplacementRequested,
 )
 from streams.deciders import approval, eligibility
+from streams.deciders.maps import replace
 from streams.deciders.observe import US_PER_H
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings

@@ -35,7 +35,7 @@ nothing; its instances serve the claim opened last.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     ActuationRefused,
@@ -51,7 +51,7 @@ from schemas.events import (
 )
 from streams.deciders import eligibility
 from streams.deciders.eligibility import Needs
-from streams.deciders.maps import add
+from streams.deciders.maps import add, replace
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.types import US, Cause, Input, Tick, decision

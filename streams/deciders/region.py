@@ -15,7 +15,7 @@ the orchestrator runs on them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     Envelope,
@@ -31,7 +31,7 @@ from schemas.events import (
     RateCard,
     ReservationCommitted,
 )
-from streams.deciders.maps import drop, put
+from streams.deciders.maps import drop, put, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +206,7 @@ class RegionView:
         elif kind is PoolReadmitted:
             assert isinstance(p, PoolReadmitted)
             changes["excluded"] = drop(self.excluded, p.pool_id)
-        return replace(self, **changes) if changes else self  # type: ignore[arg-type]
+        return replace(self, **changes) if changes else self
 
     def _use(
         self, pool_id: str, vcpu: int, instance_id: str, *, launched: bool

@@ -27,7 +27,7 @@ fallback arbiter).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     ActuationRefused,
@@ -41,7 +41,7 @@ from schemas.events import (
     ReplacementRequested,
 )
 from streams.deciders import eligibility
-from streams.deciders.maps import add
+from streams.deciders.maps import add, replace
 from streams.deciders.region import RegionView
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.types import Cause, Input, Tick, decision

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     Envelope,
@@ -37,7 +37,7 @@ from schemas.events import (
     RateCard,
 )
 from schemas.ids import derived_event_id
-from streams.deciders.maps import put
+from streams.deciders.maps import put, replace
 from streams.deciders.observe import US_PER_H
 from streams.deciders.region import PoolFacts, RegionView
 from streams.deciders.settings import DeciderSettings, ScoringSettings
@@ -145,7 +145,7 @@ class Scorer:
             changes["forward"] = put(state.forward, p.pool_id, forward)
         elif isinstance(p, PoolRegistered):
             changes["pools"] = put(state.pools, p.pool_id, PoolFacts.of(p))
-        return replace(state, **changes)  # type: ignore[arg-type]
+        return replace(state, **changes)
 
     @property
     def _step(self) -> int:

@@ -14,7 +14,7 @@ with the role of the decision it serves, ADR-11).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.events import (
     CapacityClaimOpened,
@@ -27,7 +27,7 @@ from schemas.events import (
     PurchaseModel,
 )
 from streams.deciders.eligibility import Needs
-from streams.deciders.maps import drop, put
+from streams.deciders.maps import drop, put, replace
 
 ROLE_TAG = "spotcap.io/role"
 CLAIM_TAG = "spotcap.io/claim"  # the capacity claim an instance serves (its scheduler's)
