@@ -24,7 +24,7 @@ import yaml
 from infra import servers
 from provider.authority import CredentialIssuer, credential_path, setup_authority_store
 from provider.nodes import NodeIdentity
-from schemas.events import ActuationRefused, InstanceDeleted, InstanceLaunched
+from schemas.events import ActuationRefused, InstanceDeleted, InstanceLaunched, RateCard
 from sim.cloud import ServedCloud
 from sim.cloud.serve import write_client_files
 from tests.actuator_support import Decisions
@@ -34,7 +34,7 @@ from tests.identity_support import Setup, bundle_service
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 PROJECT = "spotcap"
 PATIENCE_S = 300.0
-P = TypeVar("P", InstanceLaunched, InstanceDeleted, ActuationRefused)
+P = TypeVar("P", InstanceLaunched, InstanceDeleted, ActuationRefused, RateCard)
 
 
 @pytest.fixture
@@ -165,6 +165,42 @@ def test_the_actuator_command_acts_with_openbaos_credential_and_renews_it(
         reader.secrets.kv.v1.read_secret(
             path=credential_path(REGION, "batch"), mount_point=bao.mount
         )
+
+
+def test_reads_go_out_with_openbaos_credential_and_never_with_the_files(
+    openbao: servers.Server, clouds: Callable[..., ServedCloud], tmp_path: Path
+) -> None:
+    """The actuator starts before the issuer has published anything: its reads of the
+    provider's feeds fail (saying so) and none goes out with the provider file's (wrong)
+    secret; once OpenBao holds the project's credential, the reads go out with it and the
+    feeds' rate cards reach the log."""
+    cloud = clouds()
+    bao = Authority(openbao, cloud, PROJECT)
+    provider_file = write_client_files(cloud, tmp_path / "client")
+    useless_clouds_yaml(tmp_path / "client")
+    decisions = Decisions(tmp_path / "home" / "log", REGION, OWNER, clock_of(cloud.access).now_us)
+    decisions.pools(CATALOGUE)
+    actuator = Actuator(tmp_path, provider_file, bao.env(PROJECT))
+    try:
+        deadline = time.monotonic() + PATIENCE_S
+        # Until the feeds' read fails: saying why, or (with the file's secret) refused by Keystone.
+        while (
+            f"no credential of project {PROJECT}" not in actuator.err.read_text()
+            and cloud.identity.refused == 0
+        ):
+            assert actuator.proc.poll() is None, actuator.err.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the actuator never read the feeds"
+            time.sleep(0.3)
+        assert not [e for e in decisions.events() if isinstance(e.payload, RateCard)]
+        assert cloud.identity.refused == 0  # nothing was sent with the file's credentials
+        before = cloud.identity.issued
+        bao.issue(ttl_s=3600)
+        cards = wait_for(decisions, actuator, RateCard, 1)
+    finally:
+        said = actuator.stop()
+    assert cards and cloud.identity.refused == 0
+    assert cloud.identity.issued > before  # a token for OpenBao's credential, not the file's
+    assert "not-the-secret" not in said and bao.reader_token not in said
 
 
 def test_the_actuator_command_refuses_orders_in_a_project_without_authority(
