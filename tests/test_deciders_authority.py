@@ -25,6 +25,7 @@ from contracts import FeasibilityEnv, compile_contracts
 from contracts.approvals import SIGNATURES_SUFFIX, ChangeControl, Published
 from contracts.approvals import sign_contract_file as sign
 from contracts.signing import raw_public_bytes
+from projections.read import why
 from schemas.events import ContractPublished, ContractRefused, Envelope, FallbackDecided
 from streams.deciders import DeciderSettings
 from streams.deciders.authority import ChangeTrust
@@ -123,14 +124,21 @@ def test_a_raise_signed_by_the_owner_alone_is_refused_and_spends_nothing(path: P
                    T0_US + 2 * MIN)  # fmt: skip
     assert isinstance(v2.payload, ContractPublished)
     assert set(v2.payload.signatures) == {"data-platform"}
-    [refused] = refusals(region.feed(v2))
+    made = region.feed(v2)
+    [v2_refused] = [e for e in made if isinstance(e.payload, ContractRefused)]
+    [refused] = refusals(made)
+    assert v2_refused.causation_id == v2.event_id
     assert (refused.workload_id, refused.contract_version, refused.in_force_version) == (
         "etl", 2, 1,
     )  # fmt: skip
     assert refused.signers == ("data-platform",) and refused.owner == "data-platform"
-    assert "raises the daily spend cap from 1000000 to 500000000" in refused.reason
+    assert "raises the daily spend cap from EUR 1.00 to EUR 500.00" in refused.reason
     assert "a higher authority's is missing or does not verify" in refused.reason
     assert "the owner data-platform's" not in refused.reason  # the owner's signature holds
+    said = why.sentence({"event_type": v2_refused.event_type, "key": "etl",
+                         "payload": v2_refused.payload.to_avro()})  # fmt: skip
+    assert said.startswith("version 2 of the contract of etl was refused, version 1 stays")
+    assert "EUR 500.00" in said and "signed by data-platform" in said
     # Version 1 stays in force: beyond its 1 EUR the approver is paged, nothing is bought.
     decided = region.shortfall(T0_US + H)
     assert decided.kind == "escalated" and decided.awaiting_approval

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from schemas.contracts.units import format_eur
+
 CHANGE_FORMAT = "spotcap.contract-change/v2"
 
 
@@ -74,8 +76,8 @@ def authority_changes(
     if now.spend_cap_eur_micros > before.spend_cap_eur_micros:
         found.append(
             (("fallback", "spend_cap_per_day_eur_micros"),
-             f"raises the daily spend cap from {before.spend_cap_eur_micros} to "
-             f"{now.spend_cap_eur_micros} micro-EUR"),
+             f"raises the daily spend cap from {format_eur(before.spend_cap_eur_micros)} to "
+             f"{format_eur(now.spend_cap_eur_micros)}"),
         )  # fmt: skip
     if (now.approver, now.approver_key) != (before.approver, before.approver_key) and (
         previous is not None or now.approver is not None
