@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,15 +26,26 @@ from contracts import FeasibilityEnv, compile_contracts
 from contracts.approvals import SIGNATURES_SUFFIX, ChangeControl, Published
 from contracts.approvals import sign_contract_file as sign
 from contracts.signing import raw_public_bytes
+from infra import servers
 from projections.read import why
 from schemas.events import ContractPublished, ContractRefused, Envelope, FallbackDecided
 from streams.deciders import DeciderSettings
 from streams.deciders.authority import ChangeTrust
+from streams.kafka import KafkaLog
 from streams.runtime.core import DeciderCore
+from streams.runtime.embedded import EmbeddedRunner, ListSink
+from streams.runtime.journal import RuntimeTopics
+from streams.runtime.sequencer import prepare
 from streams.runtime.service import decider_settings
+from streams.writer import EventWriter
 from tests.decider_events import MIN, Events, H, fleet, spread_fleet
 from tests.factories import T0_US
+from tests.runtime_scenario import CODEC, by_id
 from tests.test_contract_approvals import BOARD, KEYRING, OWNER, STRANGER, contract
+from tests.test_runtime_faust import Region as FaustRegion
+from tests.test_runtime_faust import assert_same, region_factory
+
+__all__ = ["region_factory"]  # a fixture, used by name
 
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 GUARANTEED = [s for s in spread_fleet(halls=3) if s.model == "guaranteed"]
@@ -241,3 +253,51 @@ def test_the_keyring_of_spotcap_run_streams(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode != 0 and "at least one owner and one higher authority" in done.stderr
     json.dumps(TRUST.owners)  # the trust is plain data (names and base64 keys)
+
+
+def test_the_faust_workers_under_a_keyring_refuse_a_raise_signed_once(
+    kafka: servers.Server, tmp_path: Path, path: Path, region_factory: list[FaustRegion]
+) -> None:
+    """`spotcap run streams --keyring` on the real broker: the workers make the embedded
+    runner's decisions with the same keys, a `contract_refused` among them, and the version in
+    force (1 EUR a day) escalates the shortfall instead of spending on the refused one."""
+    name = f"auth-{uuid.uuid4().hex[:6]}"
+    events = Events(name)
+    write(path, 1, cap("1.00"), (OWNER, "data-platform"), (BOARD, "capacity-board"))
+    v1 = published(path, 1, cap("1.00"), {}, T0_US + MIN)
+    write(path, 2, cap("500.00"), (OWNER, "data-platform"))
+    v2 = published(path, 2, cap("500.00"), {"etl": Published(0, 500_000_000, "a@example.org")},
+                   T0_US + 2 * MIN)  # fmt: skip
+    inputs = [
+        *fleet(events, GUARANTEED),
+        dataclasses.replace(v1, region=name),
+        dataclasses.replace(v2, region=name),
+        events.claim("etl", 64, T0_US + H),
+    ]
+    prepare(kafka.address, CODEC, RuntimeTopics(name))
+    log = KafkaLog(kafka.address)
+    writer = EventWriter(log, CODEC, name)
+    for event in inputs:
+        writer.write(event)
+    writer.close()
+    ring = tmp_path / "keyring.yaml"
+    ring.write_text(
+        "format: spotcap.keyring/v1\n"
+        f"owners:\n  data-platform: {_b64(OWNER)}\n"
+        f"authorities:\n  capacity-board: {_b64(BOARD)}\n"
+    )
+    sink = ListSink()
+    EmbeddedRunner(log, CODEC, name, sink, settings=decider_settings(ring)).run()
+    expected = by_id(sink.decisions)
+    types = sorted(CODEC.decode(b).event_type for b in expected.values())
+    assert "contract_refused" in types and "fallback_decided" in types, types
+    region = FaustRegion(kafka.address, name, tmp_path)
+    region_factory.append(region)
+    region.start("all", "all", "--keyring", str(ring))
+    region.read_until(expected)
+    region.settle()
+    assert_same(by_id(region.decisions), expected)
+    [refused] = refusals(region.decisions)
+    assert refused.contract_version == 2 and refused.in_force_version == 1
+    [decided] = [d.payload for d in region.decisions if isinstance(d.payload, FallbackDecided)]
+    assert decided.kind == "escalated" and decided.cap_eur_micros == 1_000_000
