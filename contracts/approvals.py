@@ -2,9 +2,12 @@
 or changes the fallback policy (its approver or approver key), is accepted only with two
 signatures: the owner's and a higher authority's.
 
-What is signed (`change_statement`) is the canonical JSON of the workload, the contract
-version and the SHA-256 of the contract file as written, so a signature covers exactly one
-version of one file. The signatures sit beside the file, in ``<file>.signatures.json``:
+What is signed (`schemas.contracts.change.change_statement`) is the canonical JSON of the
+workload, the contract version, the SHA-256 of the contract file as written and the authority
+that version holds, so a signature covers exactly one version of one file. The deciders check
+the same signatures again on the ``contract_published`` event, which carries them
+(``streams.deciders.authority``). The signatures sit beside the file, in
+``<file>.signatures.json``:
 
     {"signatures": [{"signer": "team-data", "value": "<base64 Ed25519 signature>"},
                     {"signer": "capacity-board", "value": "..."}]}
@@ -30,10 +33,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from contracts.signing import Signer
+from schemas.contracts.change import Authority, authority_changes, change_statement
 from schemas.contracts.errors import Finding
 from schemas.contracts.model import Contract
 
-CHANGE_FORMAT = "spotcap.contract-change/v1"
 KEYRING_FORMAT = "spotcap.keyring/v1"
 SIGNATURES_SUFFIX = ".signatures.json"
 RULE = "two-signatures"
@@ -41,6 +44,17 @@ RULE = "two-signatures"
 
 class KeyringError(ValueError):
     """The keyring cannot be used; says where and why."""
+
+
+def keyring_keys(data: bytes, source: str = "keyring") -> tuple[dict[str, str], dict[str, str]]:
+    """(owners, authorities) of a keyring's YAML, each name -> base64 of its key, every key
+    checked (`load_keyring`): what the deciders trust for changes of authority."""
+    load_keyring(data, source)
+    raw = yaml.safe_load(data)
+    return tuple(  # type: ignore[return-value]
+        {str(k): str(v) for k, v in (raw.get(name) or {}).items()}
+        for name in ("owners", "authorities")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +88,15 @@ def load_keyring(data: bytes, source: str = "keyring") -> Keyring:
     return Keyring(tables["owners"], tables["authorities"])
 
 
-@dataclass(frozen=True, slots=True)
-class Published:
-    """What the last published version of a workload's contract held of its authority."""
+Published = Authority
+"""What the last published version of a workload's contract held of its authority."""
 
-    floor_vcpu: int = 0
-    spend_cap_eur_micros: int = 0
-    approver: str | None = None
-    approver_key: str | None = None
 
-    @classmethod
-    def of(cls, contract: Contract) -> Published:
-        f = contract.fallback
-        return cls(contract.floor_vcpu, f.spend_cap_per_day_eur_micros, f.approver, f.approver_key)
+def authority_of(contract: Contract) -> Authority:
+    f = contract.fallback
+    return Authority(
+        contract.floor_vcpu, f.spend_cap_per_day_eur_micros, f.approver, f.approver_key
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,42 +110,47 @@ class ChangeControl:
     """Contract file -> the bytes of its ``.signatures.json`` (if it has one)."""
 
 
-def change_statement(workload: str, version: int, source_sha256: str) -> bytes:
-    return json.dumps(
-        {"format": CHANGE_FORMAT, "workload": workload, "version": version,
-         "source_sha256": source_sha256},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-    ).encode("ascii")  # fmt: skip
+def statement_of(contract: Contract, source_sha256: str) -> bytes:
+    """What the owner and a higher authority sign for this version of `contract`."""
+    return change_statement(
+        contract.workload, contract.version, source_sha256, authority_of(contract)
+    )
 
 
 def sign_change(
     signer: Signer, name: str, contract: Contract, source_sha256: str
 ) -> dict[str, str]:
     """One entry of a ``.signatures.json``: `name` signs this version of the contract."""
-    statement = change_statement(contract.workload, contract.version, source_sha256)
+    statement = statement_of(contract, source_sha256)
     return {"signer": name, "value": base64.b64encode(signer.sign(statement)).decode()}
 
 
 def changes(previous: Published | None, current: Contract) -> list[tuple[tuple[str, ...], str]]:
     """The changes of authority from `previous` (None: a new workload) to `current`: (where,
     what), each needing two signatures."""
-    before = previous or Published()
-    now = Published.of(current)
-    found: list[tuple[tuple[str, ...], str]] = []
-    if now.floor_vcpu > before.floor_vcpu:
-        found.append((("floor_vcpu",), f"raises the floor from {before.floor_vcpu} to "
-                                       f"{now.floor_vcpu} vCPU"))  # fmt: skip
-    if now.spend_cap_eur_micros > before.spend_cap_eur_micros:
-        found.append(
-            (("fallback", "spend_cap_per_day_eur_micros"),
-             f"raises the daily spend cap from {before.spend_cap_eur_micros} to "
-             f"{now.spend_cap_eur_micros} micro-EUR"),
-        )  # fmt: skip
-    if (now.approver, now.approver_key) != (before.approver, before.approver_key) and (
-        previous is not None or now.approver is not None
-    ):
-        found.append((("fallback", "approver"), "changes the fallback policy's approver"))
-    return found
+    return authority_changes(previous, authority_of(current))
+
+
+def signature_entries(raw: bytes | None) -> list[Any]:
+    """The entries of a ``.signatures.json`` (none when it is absent or unreadable)."""
+    if raw is None:
+        return []
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return []
+    entries = document.get("signatures", []) if isinstance(document, dict) else []
+    return entries if isinstance(entries, list) else []
+
+
+def published_signatures(raw: bytes | None) -> dict[str, str]:
+    """signer -> signature of a ``.signatures.json``, as the ``contract_published`` event
+    carries them for the deciders to check again."""
+    return {
+        str(e["signer"]): e["value"]
+        for e in signature_entries(raw)
+        if isinstance(e, dict) and isinstance(e.get("value"), str) and "signer" in e
+    }
 
 
 def _verified(entries: Sequence[Any], keys: Mapping[str, Ed25519PublicKey],
@@ -167,15 +182,8 @@ def check_change(
     where = found[0][0]
     described = "; ".join(w for _, w in found)
     sig_file = path.name + SIGNATURES_SUFFIX
-    raw = control.signatures.get(path)
-    entries: Sequence[Any] = []
-    if raw is not None:
-        try:
-            document = json.loads(raw)
-            entries = document.get("signatures", []) if isinstance(document, dict) else []
-        except ValueError:
-            entries = []
-    statement = change_statement(contract.workload, contract.version, source_sha256)
+    entries = signature_entries(control.signatures.get(path))
+    statement = statement_of(contract, source_sha256)
     owner_key = control.keyring.owners.get(contract.owner)
     owners = {contract.owner: owner_key} if owner_key is not None else {}
     owner_ok = contract.owner in _verified(entries, owners, statement)
@@ -242,12 +250,11 @@ def load_change_control(
 def sign_contract_file(path: Path, signer: Signer, name: str) -> Path:
     """Add `name`'s signature of this version of the contract file at `path` to its
     ``.signatures.json``; the signatures file."""
-    from contracts.compiler import contract_version_of
+    from contracts.compiler import contract_of
 
     data = path.read_bytes()
-    workload, version, source_sha256 = contract_version_of(path, data)
-    statement = change_statement(workload, version, source_sha256)
-    entry = {"signer": name, "value": base64.b64encode(signer.sign(statement)).decode()}
+    contract, source_sha256 = contract_of(path, data)
+    entry = sign_change(signer, name, contract, source_sha256)
     sig = path.with_name(path.name + SIGNATURES_SUFFIX)
     entries = json.loads(sig.read_bytes()).get("signatures", []) if sig.exists() else []
     entries = [e for e in entries if e.get("signer") != name] + [entry]

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from contracts.approvals import ChangeControl, check_change
+from contracts.approvals import ChangeControl, check_change, published_signatures
 from contracts.bundles import Bundle, bundle_for, bundle_sha256
 from contracts.diagnose import describe_validation_error, locate, locate_finding
 from contracts.event import Publication, contract_published
@@ -146,12 +146,13 @@ class ContractFileError(ValueError):
     """A contract file that does not compile; the message lists its errors."""
 
 
-def contract_version_of(path: Path, data: bytes) -> tuple[str, int, str]:
-    """(workload, version, SHA-256 of the bytes) of one contract file that resolves."""
+def contract_of(path: Path, data: bytes) -> tuple[Contract, str]:
+    """The resolved contract of one contract file that resolves, and the SHA-256 of its
+    bytes."""
     item = _read(path, data)
     if item.contract is None or item.errors:
         raise ContractFileError("; ".join(str(e) for e in item.errors) or f"{path}: no contract")
-    return item.contract.workload, item.contract.version, item.source_sha256
+    return item.contract, item.source_sha256
 
 
 def contract_files(directory: Path) -> dict[Path, bytes]:
@@ -275,6 +276,7 @@ def _event(
     published_at_us: int,
     region: str,
     source_commit: str | None,
+    signatures: Mapping[str, str],
 ) -> Envelope:
     payload = contract_published(
         Publication(
@@ -283,6 +285,7 @@ def _event(
             source_path=compiled_path.as_posix(),
             source_sha256=source_sha256,
             source_commit=source_commit,
+            signatures=signatures,
         )
     )
     return Envelope(
@@ -317,7 +320,8 @@ def compile_contracts(
 
     ``published_at_us`` becomes the events' ``occurred_at``: the compiler never reads the clock.
     With `change_control`, a change of authority (floor or cap raised, fallback approver
-    changed) is refused without the owner's and a higher authority's signatures (ADR-30).
+    changed) is refused without the owner's and a higher authority's signatures (ADR-30), and
+    the signatures of an accepted file travel in its event, for the deciders to check again.
     """
     parsed = [_read(path, files[path]) for path in sorted(files)]
     _refuse_duplicates(parsed)
@@ -355,6 +359,9 @@ def compile_contracts(
             published_at_us=published_at_us,
             region=region,
             source_commit=source_commit,
+            signatures=published_signatures(
+                change_control.signatures.get(item.path) if change_control else None
+            ),
         )
         accepted.append(
             CompiledContract(item.path, contract, item.source_sha256, bundle, sha, event)

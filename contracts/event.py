@@ -10,8 +10,8 @@ either side cannot be forgotten on the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeAlias
 
@@ -29,6 +29,9 @@ class Publication:
     source_path: str
     source_sha256: str
     source_commit: str | None
+    signatures: Mapping[str, str] = field(default_factory=dict)
+    """Signer -> signature of this version's change statement (ADR-30), from the file's
+    ``.signatures.json``: the deciders check them again."""
 
 
 Source: TypeAlias = str | Callable[[Publication], Any]
@@ -65,6 +68,7 @@ FIELDS: tuple[tuple[str, Source], ...] = (
     ("source_path", "source_path"),
     ("source_sha256", "source_sha256"),
     ("approver_key", "contract.fallback.approver_key"),
+    ("signatures", "signatures"),
 )
 """(field of ``ContractPublished``, where its value comes from), in the event's field order."""
 

@@ -10,6 +10,9 @@ application credentials, one project each, read through OpenBao; no node holds a
   provider's session is re-bound to the new credential (`bind`). Before every mutating call it
   asks `refusal`: no credential for the project, one that has expired, or OpenBao unreachable
   all refuse the call, and the actuator writes ``actuation_refused`` (rule ``no_authority``).
+  Reads (listing, the provider's feeds) go out with the same credential: from the moment the
+  authority takes the session, the provider file's own credentials are never used, and until
+  OpenBao hands one out a read fails (`NoCredentialYet`) instead of going out with them.
 
 A credential's secret is in no event, log line, error sentence or repr.
 """
@@ -67,6 +70,26 @@ class ProviderCredential:
             "application_credential_secret": self.application_credential_secret,
             "region_name": region_name,
         }
+
+
+def _no_credential_plugin(region: str, project: str) -> Any:
+    """A keystoneauth plugin that authenticates nothing: what the provider's session holds
+    under an authority until OpenBao hands out the project's credential, so that no call, a
+    read included, goes out with the provider file's own credentials (ADR-29)."""
+    from keystoneauth1 import exceptions, plugin
+
+    class NoCredentialYet(plugin.BaseAuthPlugin):
+        def get_token(self, session: Any, **_: Any) -> str:
+            raise exceptions.AuthorizationFailure(
+                f"no credential of project {project} in {region} from OpenBao yet: the "
+                "actuator sends nothing with the provider file's own credentials"
+            )
+
+        def get_endpoint(self, session: Any, **kwargs: Any) -> str:
+            self.get_token(session)
+            raise AssertionError("unreachable")
+
+    return NoCredentialYet()
 
 
 def credential_path(region: str, project: str) -> str:
@@ -170,6 +193,8 @@ class ProjectAuthority:
         self._bound: str | None = None
         self._failed_at_s = float("-inf")
         self.reads = 0
+        if session is not None:  # the provider file's credentials are never used from here
+            session.auth = _no_credential_plugin(region, project)
 
     def credential(self) -> ProviderCredential:
         """The project's credential; read from OpenBao when none is held or the lease is past

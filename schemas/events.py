@@ -205,6 +205,17 @@ class ContractPublished:
     an approval of spend beyond the cap is accepted only when signed by this key (ADR-30);
     null: no approval is accepted.
     """
+    signatures: Mapping[str, str] = FrozenMap()
+    """Signer name -> base64 Ed25519 signature of this version's change statement
+    (schemas.contracts.change: workload, version, source_sha256 and the authority it holds),
+    from the contract file's .signatures.json. A version that raises the floor or the daily
+    cap, or changes the approver, takes effect in the deciders only with the owner's and a
+    higher authority's valid signatures when they are given a keyring (ADR-30); empty in
+    events written before this field.
+    """
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signatures", frozen_map(self.signatures))
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -234,6 +245,7 @@ class ContractPublished:
             "source_sha256": self.source_sha256,
             "tolerated_interruptions_per_h": self.tolerated_interruptions_per_h,
             "approver_key": self.approver_key,
+            "signatures": dict(self.signatures),
         }
 
     @classmethod
@@ -268,6 +280,7 @@ class ContractPublished:
             source_path=d["source_path"],
             source_sha256=d["source_sha256"],
             approver_key=d["approver_key"],
+            signatures=FrozenMap(d["signatures"]),
         )
 
 
@@ -2583,6 +2596,58 @@ class BundleRolledBack:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ContractRefused:
+    """The deciders refused a published contract version that raises the floor or the daily spend
+    cap, or changes the fallback policy's approver, without valid signatures of the owner and
+    of a higher authority (ADR-30): the workload keeps the version in force, and nothing is
+    placed, kept or spent on the refused one's authority.
+    """
+
+    EVENT_TYPE: ClassVar[str] = "contract_refused"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.ContractRefused"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "workload_id"
+
+    workload_id: str
+    """The workload, as named in its contract."""
+    contract_version: int
+    """The refused version."""
+    contract_sha256: str
+    """Hex SHA-256 of the refused version's bundle."""
+    owner: str
+    """The team that owns the workload, told that its change was refused."""
+    in_force_version: int | None
+    """The version that stays in force; null when the workload has none yet."""
+    signers: tuple[str, ...]
+    """The names the refused event carried signatures for (verified or not), sorted."""
+    reason: str
+    """Why, in words: what the version changes and whose signature is missing or does not verify."""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "contract_version": self.contract_version,
+            "contract_sha256": self.contract_sha256,
+            "owner": self.owner,
+            "in_force_version": self.in_force_version,
+            "signers": list(self.signers),
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            workload_id=d["workload_id"],
+            contract_version=d["contract_version"],
+            contract_sha256=d["contract_sha256"],
+            owner=d["owner"],
+            in_force_version=d["in_force_version"],
+            signers=tuple(d["signers"]),
+            reason=d["reason"],
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -2627,6 +2692,7 @@ Payload: TypeAlias = (
     | BundleCanaried
     | BundlePromoted
     | BundleRolledBack
+    | ContractRefused
 )
 """Any event payload: one of the event record classes."""
 
@@ -2675,6 +2741,7 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.BundleCanaried": BundleCanaried,
         "spotcap.events.BundlePromoted": BundlePromoted,
         "spotcap.events.BundleRolledBack": BundleRolledBack,
+        "spotcap.events.ContractRefused": ContractRefused,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -2724,6 +2791,7 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "bundle_canaried": BundleCanaried,
         "bundle_promoted": BundlePromoted,
         "bundle_rolled_back": BundleRolledBack,
+        "contract_refused": ContractRefused,
     }
 )
 """Event classes by event type (``notice_received``)."""

@@ -192,17 +192,20 @@ def _docstring(text: str, indent: int) -> list[str]:
 
 
 def _py_default(fields: Sequence[Mapping[str, Any]], index: int) -> str | None:
-    """A Python default for a trailing run of fields with scalar or empty-array Avro defaults
-    (an empty array is the empty tuple, the immutable form arrays take in the classes)."""
+    """A Python default for a trailing run of fields with scalar, empty-array or empty-map Avro
+    defaults (an empty array is the empty tuple, an empty map the empty `FrozenMap`: the
+    immutable forms arrays and maps take in the classes)."""
     for fd in fields[index:]:
         if "default" not in fd or not _python_default_ok(fd["default"]):
             return None
     default = fields[index]["default"]
-    return "()" if default == [] else repr(default)
+    if default == []:
+        return "()"
+    return "FrozenMap()" if default == {} else repr(default)
 
 
 def _python_default_ok(default: Any) -> bool:
-    return isinstance(default, str | int | float | None) or default == []
+    return isinstance(default, str | int | float | None) or default in ([], {})
 
 
 def _record_class(

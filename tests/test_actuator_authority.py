@@ -20,21 +20,27 @@ from typing import TypeVar
 import hvac
 import pytest
 import yaml
+from cryptography import x509
 
+from agent.config import BundleConfig
+from agent.identity import FetchError, NodeIdentityClient
+from contracts.bundles import sign_bundle
+from contracts.output import bundle_file_name
 from infra import servers
 from provider.authority import CredentialIssuer, credential_path, setup_authority_store
-from provider.nodes import NodeIdentity
-from schemas.events import ActuationRefused, InstanceDeleted, InstanceLaunched
+from provider.nodes import NodeIdentity, identity_of_certificate
+from schemas.events import ActuationRefused, InstanceDeleted, InstanceLaunched, RateCard
 from sim.cloud import ServedCloud
 from sim.cloud.serve import write_client_files
-from tests.actuator_support import Decisions
+from tests.actuator_support import WORKLOAD, Decisions
 from tests.cloud_support import CATALOGUE, OWNER, POOL, REGION, clock_of, connect, served_clouds
-from tests.identity_support import Setup, bundle_service
+from tests.identity_support import SIGNER, Setup, bundle_service
+from tests.test_contracts import BASE, compile_one
 
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 PROJECT = "spotcap"
 PATIENCE_S = 300.0
-P = TypeVar("P", InstanceLaunched, InstanceDeleted, ActuationRefused)
+P = TypeVar("P", InstanceLaunched, InstanceDeleted, ActuationRefused, RateCard)
 
 
 @pytest.fixture
@@ -167,6 +173,42 @@ def test_the_actuator_command_acts_with_openbaos_credential_and_renews_it(
         )
 
 
+def test_reads_go_out_with_openbaos_credential_and_never_with_the_files(
+    openbao: servers.Server, clouds: Callable[..., ServedCloud], tmp_path: Path
+) -> None:
+    """The actuator starts before the issuer has published anything: its reads of the
+    provider's feeds fail (saying so) and none goes out with the provider file's (wrong)
+    secret; once OpenBao holds the project's credential, the reads go out with it and the
+    feeds' rate cards reach the log."""
+    cloud = clouds()
+    bao = Authority(openbao, cloud, PROJECT)
+    provider_file = write_client_files(cloud, tmp_path / "client")
+    useless_clouds_yaml(tmp_path / "client")
+    decisions = Decisions(tmp_path / "home" / "log", REGION, OWNER, clock_of(cloud.access).now_us)
+    decisions.pools(CATALOGUE)
+    actuator = Actuator(tmp_path, provider_file, bao.env(PROJECT))
+    try:
+        deadline = time.monotonic() + PATIENCE_S
+        # Until the feeds' read fails: saying why, or (with the file's secret) refused by Keystone.
+        while (
+            f"no credential of project {PROJECT}" not in actuator.err.read_text()
+            and cloud.identity.refused == 0
+        ):
+            assert actuator.proc.poll() is None, actuator.err.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the actuator never read the feeds"
+            time.sleep(0.3)
+        assert not [e for e in decisions.events() if isinstance(e.payload, RateCard)]
+        assert cloud.identity.refused == 0  # nothing was sent with the file's credentials
+        before = cloud.identity.issued
+        bao.issue(ttl_s=3600)
+        cards = wait_for(decisions, actuator, RateCard, 1)
+    finally:
+        said = actuator.stop()
+    assert cards and cloud.identity.refused == 0
+    assert cloud.identity.issued > before  # a token for OpenBao's credential, not the file's
+    assert "not-the-secret" not in said and bao.reader_token not in said
+
+
 def test_the_actuator_command_refuses_orders_in_a_project_without_authority(
     openbao: servers.Server, clouds: Callable[..., ServedCloud], tmp_path: Path
 ) -> None:
@@ -238,3 +280,74 @@ def test_the_actuator_command_revokes_the_nodes_it_deletes(
     assert not setup.authority.is_revoked(serials[1])
     journal = tmp_path / "home" / "actuator" / REGION / "revocations"
     assert f"revoked {REGION} {ids[0]}" in journal.read_text().splitlines()
+
+
+def test_every_node_the_actuator_launches_is_enrolled_and_revoked_at_termination(
+    openbao: servers.Server, clouds: Callable[..., ServedCloud], setup: Setup, tmp_path: Path
+) -> None:
+    """With SPOTCAP_NODES_DIR the actuator enrols each instance it launched: its key (0600),
+    certificate and CA in the node's boot folder, with which the node fetches its own bundle
+    over mutual TLS and renews its certificate; the instance's deletion revokes it."""
+    cloud = clouds()
+    provider_file = write_client_files(cloud, tmp_path / "client")
+    decisions = Decisions(tmp_path / "home" / "log", REGION, OWNER, clock_of(cloud.access).now_us)
+    decisions.pools(CATALOGUE)
+    placed = decisions.placement((POOL,), vcpu_each=16)
+    base = compile_one(BASE).accepted[0].bundle
+    signed = sign_bundle(base.model_copy(update={"workload_id": WORKLOAD}), SIGNER)
+    (setup.bundles / bundle_file_name(WORKLOAD)).write_bytes(signed)
+    boot = tmp_path / "boot"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTCAP_", "BAO_"))}
+    env |= {"SPOTCAP_NODES_PKI_MOUNT": setup.mount, "SPOTCAP_NODES_DIR": str(boot),
+            "BAO_ADDR": openbao.address, "BAO_TOKEN": servers.openbao_token(openbao)}  # fmt: skip
+    actuator = Actuator(tmp_path, provider_file, env)
+    try:
+        launched = wait_for(decisions, actuator, InstanceLaunched, 2)
+        ids = sorted(e.instance_id for e in launched)
+        deadline = time.monotonic() + PATIENCE_S
+        while not all((boot / i / "node.pem").exists() for i in ids):
+            assert actuator.proc.poll() is None, actuator.err.read_text()[-3000:]
+            assert time.monotonic() < deadline, sorted(p.name for p in boot.glob("*"))
+            time.sleep(0.3)
+        clients = {i: booted_node(boot / i, setup, i) for i in ids}
+        first_key = (boot / ids[1] / "node.key").read_bytes()
+        assert clients[ids[1]].renew().renewed  # the agent renews what the boot folder holds
+        assert (boot / ids[1] / "node.key").read_bytes() != first_key
+        decisions.returned(placed, (ids[0],))
+        wait_for(decisions, actuator, InstanceDeleted, 1)
+        refused = refusal_once_revoked(clients[ids[0]], boot / ids[0], actuator)
+        clients[ids[1]].fetch_bundle(boot / ids[1] / "again.json")  # the other still serves
+    finally:
+        said = actuator.stop()
+    assert "403" in refused and "revoked" in refused, refused
+    assert servers.openbao_token(openbao) not in said
+    for node_file in boot.rglob("*"):  # a node's files hold no token of the control plane
+        if node_file.is_file():
+            assert servers.openbao_token(openbao).encode() not in node_file.read_bytes()
+
+
+def booted_node(node: Path, setup: Setup, instance: str) -> NodeIdentityClient:
+    """The agent of a node booted with what the actuator delivered to `node`: its key is
+    private, its certificate names it, and it fetches its own bundle over mutual TLS."""
+    assert (node / "node.key").stat().st_mode & 0o777 == 0o600
+    config = BundleConfig(
+        path=node / "bundle.json", service_url=setup.service.address, ca=node / "ca.pem",
+        certificate=node / "node.pem", key=node / "node.key",
+    )  # fmt: skip
+    certificate = x509.load_pem_x509_certificate((node / "node.pem").read_bytes())
+    assert identity_of_certificate(certificate) == NodeIdentity(REGION, instance)
+    client = NodeIdentityClient(config, REGION, instance)
+    assert client.fetch_bundle(config.path)
+    return client
+
+
+def refusal_once_revoked(client: NodeIdentityClient, node: Path, actuator: Actuator) -> str:
+    """What the bundle service says to `client` once its node is revoked (bounded wait)."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        try:
+            client.fetch_bundle(node / "again.json")
+        except FetchError as error:
+            return str(error)
+        assert time.monotonic() < deadline and actuator.proc.poll() is None
+        time.sleep(0.3)

@@ -226,6 +226,14 @@ def _deleted(p: Payload, e: dict[str, Any]) -> str:
     )
 
 
+def _contract_refused(p: Payload, e: dict[str, Any]) -> str:
+    stays = (f"version {p['in_force_version']} stays" if p.get("in_force_version") is not None
+             else "no version is in force")  # fmt: skip
+    signers = ", ".join(p["signers"]) or "nobody"
+    return (f"version {p['contract_version']} of the contract of {p['workload_id']} was "
+            f"refused, {stays} (signed by {signers}): {p['reason']}")  # fmt: skip
+
+
 def _claim_opened(p: Payload, e: dict[str, Any]) -> str:
     return (f"{p['workload_id']} asked {p['scheduler']} cluster {p['cluster']} for "
             f"{p['requested_vcpu']:,} vCPU ({p['reason']})")  # fmt: skip
@@ -254,6 +262,7 @@ SENTENCES: dict[str, Callable[[Payload, dict[str, Any]], str]] = {
     "pool_excluded": _excluded,
     "pool_readmitted": _readmitted,
     "contract_published": _contract,
+    "contract_refused": _contract_refused,
     "instance_deleted": _deleted,
     "capacity_claim_opened": _claim_opened,
     "capacity_claim_closed": _claim_closed,
@@ -330,7 +339,8 @@ def why_workload(
 ) -> Answer:
     rows = _fetch(
         conn,
-        "key = %s AND event_type IN ('contract_published', 'placement_decided',"
+        "key = %s AND event_type IN ('contract_published', 'contract_refused',"
+        " 'placement_decided',"
         " 'fallback_decided', 'fallback_reviewed', 'fallback_returned', 'fallback_withheld',"
         " 'replacement_requested')"
         " ORDER BY occurred_at DESC LIMIT %s",

@@ -5,8 +5,8 @@ lost (`authority`); and the bundle service, HTTPS with mutual TLS, through which
 its own bundle and nothing else, and renews its certificate (`service`).
 
 What it may import: `schemas`, `contracts`, `provider`; hvac (OpenBao), cryptography (X.509).
-Who calls it: the launch path (enrolment), the lifecycle follower (revocation), the command
-line's bundle service, and the tests.
+Who calls it: the actuator's follower of nodes (`enrol`: enrolment at launch, revocation at
+deletion or loss), the command line's bundle service, and the tests.
 """
 
 from provider.nodes.authority import (
@@ -19,19 +19,23 @@ from provider.nodes.authority import (
     revoker_from_env,
     setup_pki,
 )
+from provider.nodes.enrol import Enroller, NodeLifecycle, nodes_from_env
 from provider.nodes.identity import NodeIdentity, identity_of_certificate
 from provider.nodes.service import BundleService, bundle_service_from_env, start_bundle_service
 
 __all__ = [
     "BundleService",
+    "Enroller",
     "Enrolment",
     "NodeAuthority",
     "NodeAuthorityError",
     "NodeIdentity",
+    "NodeLifecycle",
     "NodeRecord",
     "Revoker",
     "bundle_service_from_env",
     "identity_of_certificate",
+    "nodes_from_env",
     "revoke_on_loss",
     "revoker_from_env",
     "setup_pki",

@@ -16,7 +16,7 @@ from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
 from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
-from provider.nodes import NodeAuthorityError, bundle_service_from_env, revoker_from_env
+from provider.nodes import NodeAuthorityError, bundle_service_from_env, nodes_from_env
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
@@ -86,7 +86,8 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
     deletes as the actuator guard ordered, and writes the provider's answers to the log.
     With SPOTCAP_AUTHORITY_PROJECT (and BAO_ADDR, BAO_TOKEN) it acts with that project's
     short-lived credentials read from OpenBao, and refuses what it has no authority for; with
-    SPOTCAP_NODES_PKI_MOUNT it revokes the certificates of the nodes deleted or lost.
+    SPOTCAP_NODES_PKI_MOUNT it revokes the certificates of the nodes deleted or lost, and with
+    SPOTCAP_NODES_DIR too it enrols each node it launched (its identity under that folder).
     """
     need_home(settings, log=True)
     side: list[Envelope] = []
@@ -97,7 +98,7 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         if authority is not None:
             say(f"capacity authority: {authority.describe()}", err=True)
         folder = state or settings.home / "actuator" / settings.region
-        nodes = revoker_from_env(os.environ, folder / "revocations")  # durable: survives a crash
+        nodes = nodes_from_env(os.environ, folder)  # revocations durable: survive a crash
         counts = run_actuator(
             open_log(settings, service=True), make_codec(settings), provider, folder,
             orchestrator_id=orchestrator_id, should_stop=stop.is_set, side_events=side,

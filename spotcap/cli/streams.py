@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from contracts.approvals import KeyringError
 from schemas.codec import Codec
 from spotcap.cli.options import need_home, postgres_option, with_postgres
 from spotcap.config import Settings
@@ -23,7 +24,7 @@ from spotcap.home import hold_home
 from spotcap.wiring import make_codec, open_log, open_log_and_codec, stores
 from streams.log import LogError
 from streams.runtime.journal import RuntimeTopics
-from streams.runtime.service import ROLES, run_streams
+from streams.runtime.service import ROLES, decider_settings, run_streams
 
 
 @click.group("run")
@@ -56,9 +57,13 @@ def run() -> None:
               help="Seconds between two commits of the offsets the stored snapshots cover.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True, help="How much the workers log to stderr.")
+@click.option("--keyring", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="SPOTCAP_KEYRING", help="Keys a raised floor or cap, or a new approver, "
+              "must be signed by (spotcap.keyring/v1, as for contracts compile).")
 @click.pass_obj
 def streams_command(settings: Settings, /, *, role: str, pool_partitions: int,
-                    workload_partitions: int, log_level: str, **worker: Any) -> None:
+                    workload_partitions: int, log_level: str, keyring: Path | None,
+                    **worker: Any) -> None:
     # fmt: on
     """Run the deciders on Kafka: the region's sequencer and Faust workers.
 
@@ -66,6 +71,10 @@ def streams_command(settings: Settings, /, *, role: str, pool_partitions: int,
     after a crash a worker may send a decision again (same id, same bytes); consumers drop
     duplicates by event id. Stop with SIGTERM or Ctrl-C.
     """
+    try:
+        worker["settings"] = decider_settings(keyring)
+    except KeyringError as error:
+        fail(str(error), "give --keyring a spotcap.keyring/v1 file (docs/security.md)")
     bootstrap = settings.kafka_bootstrap
     if bootstrap is None:
         fail(

@@ -5,7 +5,13 @@ deadline), `capacity_claim_opened` (a run's expected duration, for the deadline 
 planner's `placement_decided` and the replacement's `replacement_requested` (what they could
 not place, and floor replacements), `launch_failed`, the workload's lifecycle and notices, and
 the approver's `fallback_reviewed`. Reads the region view. Outputs: `fallback_decided`,
-`fallback_returned`.
+`fallback_returned`, `fallback_withheld`, `contract_refused`.
+
+* **Two signatures** (ADR-30). With the keys the deciders trust (`DeciderSettings.trust`), a
+  published version that raises the floor or the cap, or changes the approver, without the
+  owner's and a higher authority's signatures does not take effect in any workload decider
+  (`WorkloadFacts.evolve`); the arbiter, which spends on that authority, says so:
+  `contract_refused`, naming what the version changes and whose signature is missing.
 
 * **Floor keeper** (ADR-22, ADR-23). When a floor instance is noticed or lost, a check is due
   `floor_check_s` later (5 min, inside the 15-minute rebuild target); if the floor is still
@@ -45,6 +51,8 @@ from dataclasses import dataclass
 from schemas.events import (
     Allocation,
     CapacityClaimOpened,
+    ContractPublished,
+    ContractRefused,
     Envelope,
     FallbackDecided,
     FallbackKind,
@@ -247,7 +255,26 @@ class FallbackArbiter:
                 state = self._short(state, event, p.vcpu)
         elif isinstance(p, NoticeReceived | InstanceLost):
             state = self._trouble(state, event, p)
-        return replace(state, facts=state.facts.evolve(event))
+        return replace(state, facts=state.facts.evolve(event, self.settings.trust))
+
+    def _published(
+        self, state: ArbiterState, event: Envelope, p: ContractPublished
+    ) -> list[Envelope]:
+        """`contract_refused` when `p` changes authority without both signatures (ADR-30)."""
+        reason = state.facts.refusal(p, self.settings.trust)
+        if reason is None:
+            return []
+        in_force = state.facts.terms
+        refused = ContractRefused(
+            workload_id=p.workload_id,
+            contract_version=p.contract_version,
+            contract_sha256=p.contract_sha256,
+            owner=p.owner,
+            in_force_version=in_force.contract_version if in_force is not None else None,
+            signers=tuple(sorted(p.signatures or {})),
+            reason=reason,
+        )
+        return [decision(refused, cause=Cause.of(event), at_us=event.occurred_at, decider=NAME)]
 
     def _trouble(
         self, state: ArbiterState, event: Envelope, p: NoticeReceived | InstanceLost
@@ -335,6 +362,8 @@ class FallbackArbiter:
     # -- decide ------------------------------------------------------------------------------
 
     def decide(self, state: ArbiterState, event: Input, view: RegionView) -> list[Envelope]:
+        if isinstance(event, Envelope) and isinstance(event.payload, ContractPublished):
+            return self._published(state, event, event.payload)
         terms = state.facts.terms
         if terms is None:
             return []

@@ -139,7 +139,7 @@ class Planner:
             return replace(state, pending=_settle(state.pending, p.pool_id, p.vcpu))
         elif isinstance(p, ActuationRefused) and p.call == "launch" and p.pool_id:
             return replace(state, pending=_settle(state.pending, p.pool_id, None))
-        return replace(state, facts=state.facts.evolve(event))
+        return replace(state, facts=state.facts.evolve(event, self.settings.trust))
 
     def _armed(self, state: PlannerState, at_us: int, cause: Cause | None) -> PlannerState:
         """The top-up timer: due `retry_s` after the claims began to lack something."""

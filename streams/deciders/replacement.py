@@ -116,7 +116,7 @@ class Replacement:
             return state
         elif isinstance(p, InstanceLost):
             state = replace(state, replaced=state.replaced - {p.instance_id})
-        return replace(state, facts=state.facts.evolve(event))
+        return replace(state, facts=state.facts.evolve(event, self.settings.trust))
 
     def decide(self, state: ReplacementState, event: Input, view: RegionView) -> list[Envelope]:
         if isinstance(event, Tick):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from streams.deciders.authority import ChangeTrust
+
 
 @dataclass(frozen=True, slots=True)
 class ExclusionSettings:
@@ -203,6 +205,12 @@ class DeciderSettings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     fallback: FallbackSettings = field(default_factory=FallbackSettings)
     actuator: ActuatorSettings = field(default_factory=ActuatorSettings)
+    trust: ChangeTrust | None = None
+    """ADR-30: the keys a published change of authority (a floor or a cap raised, the approver
+    changed) must be signed by, the owner's and a higher authority's, to take effect in the
+    workload deciders (`streams.deciders.authority`). None: every published version takes
+    effect (the compiler alone holds changes to two signatures). Not a decision parameter:
+    not settable with ``--set`` and not recorded with a run's settings."""
 
 
 def _positive(obj: object, *names: str) -> None:

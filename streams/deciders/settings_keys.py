@@ -27,6 +27,7 @@ MAX_S = 30 * DAY_S  # no window, dwell or interval of a decider is longer than a
 MAX_COUNT = 1_000_000
 MAX_FACTOR = 1e6
 NOT_SETTABLE = {"actuator.orchestrator_id"}
+NOT_SECTIONS = frozenset({"trust"})  # the keys the deciders trust (ADR-30): not a parameter
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,7 @@ def all_keys() -> list[str]:
     return [
         f"{section.name}.{f.name}"
         for section in fields(DeciderSettings)
+        if section.name not in NOT_SECTIONS
         for f in fields(_section_type(section.name))
     ]
 

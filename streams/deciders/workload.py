@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.contracts.change import Authority
 from schemas.events import (
     CapacityClaimOpened,
     CapacityReleased,
@@ -26,6 +27,7 @@ from schemas.events import (
     InstanceLost,
     PurchaseModel,
 )
+from streams.deciders.authority import ChangeTrust, refusal
 from streams.deciders.eligibility import Needs
 from streams.deciders.maps import drop, put, replace
 
@@ -137,13 +139,28 @@ class WorkloadFacts:
                 by_pool[h.pool_id] = by_pool.get(h.pool_id, 0) + h.vcpu
         return by_pool
 
-    def evolve(self, event: Envelope) -> WorkloadFacts:
-        """The facts after a contract or lifecycle event of this workload."""
+    @property
+    def authority(self) -> Authority | None:
+        """The authority of the contract in force (None: none yet)."""
+        t = self.terms
+        if t is None:
+            return None
+        return Authority(t.floor_vcpu, t.spend_cap_eur_micros, t.approver, t.approver_key)
+
+    def refusal(self, p: ContractPublished, trust: ChangeTrust | None) -> str | None:
+        """Why the published version `p` does not take effect (ADR-30; None: it does)."""
+        return None if trust is None else refusal(trust, self.authority, p)
+
+    def evolve(self, event: Envelope, trust: ChangeTrust | None = None) -> WorkloadFacts:
+        """The facts after a contract or lifecycle event of this workload; with `trust`, a
+        contract that changes authority without both signatures leaves the terms in force."""
         facts = (
             self if event.occurred_at <= self.now_us else replace(self, now_us=event.occurred_at)
         )
         p = event.payload
         if isinstance(p, ContractPublished):
+            if facts.refusal(p, trust) is not None:
+                return facts
             return replace(facts, terms=Terms.of(p))
         if isinstance(p, CapacityClaimOpened):
             facts = replace(facts, claims=put(facts.claims, p.claim_id, p.requested_vcpu))

@@ -13,14 +13,36 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from contracts.approvals import KeyringError, keyring_keys
 from schemas.codec import Codec
+from streams.deciders import DeciderSettings
+from streams.deciders.authority import ChangeTrust
 from streams.runtime.journal import RuntimeTopics
 from streams.runtime.sequencer import prepare, run_sequencer
 
 ROLES = ("all", "sequencer", "worker")
+
+
+def decider_settings(keyring: Path | None) -> DeciderSettings:
+    """The deciders' settings: with `keyring` (``spotcap.keyring/v1``, the file the compiler
+    reads), a published change of authority takes effect only with the owner's and a higher
+    authority's signatures by its keys (ADR-30). `KeyringError` says what is wrong."""
+    if keyring is None:
+        return DeciderSettings()
+    try:
+        owners, authorities = keyring_keys(keyring.read_bytes(), str(keyring))
+    except OSError as error:
+        raise KeyringError(f"cannot read the keyring {keyring}: {error.strerror}") from error
+    if not owners or not authorities:
+        raise KeyringError(
+            f"{keyring}: the deciders need at least one owner and one higher authority key, "
+            "or no change of authority could ever take effect"
+        )
+    return DeciderSettings(trust=ChangeTrust(owners, authorities))
 
 
 def run_streams(
