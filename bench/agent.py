@@ -75,7 +75,7 @@ async def _agents(  # noqa: PLR0917 (a worker's arguments, passed positionally b
     first: int, count: int, nats_url: str, folder: Path, ready: Any, stop: Any, region: str = REGION
 ) -> dict[str, int]:
     from agent.config import parse_config
-    from agent.service import Agent
+    from agent.service import Agent, settle_heap
     from tests.agent_support import bundle, write_bundle
 
     write_bundle(folder, bundle(checkpoint_method="none"))
@@ -104,6 +104,7 @@ async def _agents(  # noqa: PLR0917 (a worker's arguments, passed positionally b
         for node in batch:
             if not await node.intake.wait_subscribed(600.0):
                 raise SystemExit(f"{node.config.instance_id} did not subscribe within 600 s")
+    settle_heap()  # as `spotcap agent run` does once its agent started
     ready.put(count)
     while not stop.is_set():
         await asyncio.sleep(0.05)
