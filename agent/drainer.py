@@ -144,7 +144,8 @@ class Drainer:
                 return False
             self._started_causes.add(request.cause_event_id)
             self._pending += 1
-            self._idle.clear()
+            if self._idle.is_set():  # set and cleared only under the lock
+                self._idle.clear()
             if self._thread is None:
                 self._start_thread()
         self._queue.put((request, path, received_mono_s))

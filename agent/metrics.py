@@ -6,9 +6,13 @@ reads exactly its own agent's figures.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import get_args
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from schemas.events import DrainPath, NoticeSource
 
 DRAIN_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 90.0, 120.0)
 
@@ -84,6 +88,21 @@ class AgentMetrics:
             ["reason"],
             registry=r,
         )
+
+        self.notice_count = {
+            (source, kind): self.notices.labels(source, kind)
+            for source in get_args(NoticeSource)
+            for kind in ("notice", "advisory")
+        }
+        """The notice counter's series made ahead: a first ``labels`` call checks the label
+        names, 0.05 ms on the event loop at a notice (a wave's notices are each a first)."""
+
+    def prepare(self, paths: Iterable[DrainPath]) -> None:
+        """Make the drain histogram's series for `paths` now, at start: a histogram's first
+        ``labels`` call builds its buckets, 0.2-0.4 ms of the interpreter at the first drain, in
+        a wave while other notices wait."""
+        for path in paths:
+            self.drain_duration.labels(path)
 
     def serve(self, listen: str) -> int:
         """Serve ``/metrics`` on ``host:port`` (port 0: a free one); returns the port."""

@@ -9,6 +9,7 @@ its processes (DESIGN.md §6). `Agent.start` returns once everything runs in the
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import threading
@@ -76,6 +77,7 @@ class Agent:
         self.metrics_port: int | None = None
         self.bundles = BundleStore(config.bundle, config.state_dir, self.metrics)
         self.paths = dict(paths) if paths is not None else build_paths(config)
+        self.metrics.prepare({"local", *self.paths})  # a failing path falls back to local
         for path in self.paths.values():
             if hasattr(path, "on_attempt"):  # the Kubernetes path counts its eviction calls
                 path.on_attempt = lambda outcome: self.metrics.evictions.labels(outcome).inc()
@@ -193,7 +195,7 @@ class Agent:
         self.deliveries += 1
         message = delivery.message
         kind = "notice" if isinstance(message, Notice) else "advisory"
-        self.metrics.notices.labels(delivery.source, kind).inc()
+        self.metrics.notice_count[delivery.source, kind].inc()
         bundle = self.bundles.current
         if isinstance(message, Notice):
             self.recorder.record(
@@ -321,6 +323,17 @@ def no_bundle(config: AgentConfig) -> tuple[str, str]:
     )
 
 
+def settle_heap() -> None:
+    """Once the agents of this process have started: collect, then move the start-up heap
+    (modules, bundles, clients, metrics) out of the cyclic collector's reach for good.
+
+    A full collection walks the whole heap, and one falling in a wave holds every notice of the
+    process back (625 agents in one process, as in ``bench/agent.py``: 0.46 s a collection);
+    after the freeze it walks only what was made since."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_until_stopped(
     config: AgentConfig,
     beside: Callable[[threading.Event], None] | None = None,
@@ -336,6 +349,7 @@ async def run_until_stopped(
     beside_stop = threading.Event()
     thread = None
     async with Agent(config, clock=clock) as node:
+        settle_heap()
         loop.add_signal_handler(signal.SIGHUP, node.bundles.load)
         if node.metrics_port is not None:
             host = config.metrics_listen.rpartition(":")[0] if config.metrics_listen else ""

@@ -30,7 +30,7 @@ from agent.spool import (
     segments,
     spool_status,
 )
-from agent.spool_writer import SpoolWriter
+from agent.spool_writer import GatherTimer, SpoolWriter
 from schemas.avro_json import AvroJsonForm
 from schemas.codec import Codec
 from schemas.events import DrainCompleted, Envelope, UsageInterval
@@ -290,6 +290,59 @@ def test_a_full_disk_is_reported_and_what_waits_is_written_once_there_is_room(
         writer.close()
         ids = [line.record["event_id"] for line, _ in read_lines(disk / "spool")]
         assert ids == [_envelope(n).event_id for n in range(5)]
+
+
+SIZES = {"segment_bytes": 1 << 16, "max_bytes": 1 << 20}
+
+
+def _spooled_ids(spool_dir: Path) -> list[str]:
+    return [line.record["event_id"] for line, _ in read_lines(spool_dir)]
+
+
+def test_writers_write_by_themselves_after_gathering_and_share_one_timer_thread(
+    tmp_path: Path,
+) -> None:
+    """No flush, no close: each writer's batch reaches the disk once its gathering time is up,
+    each event written once; every writer of the process waits on
+    the one gather timer thread (an agent packed among hundreds wakes no thread per event)."""
+    timer = GatherTimer()
+    writers = [
+        SpoolWriter(Spool(tmp_path / f"spool-{w}", **SIZES), gather_s=0.2, timer=timer)
+        for w in range(20)
+    ]
+    for w, writer in enumerate(writers):
+        for n in range(3):
+            writer.submit(_envelope(100 * w + n))
+    for w, writer in enumerate(writers):
+        expected = [_envelope(100 * w + n).event_id for n in range(3)]
+        for _ in range(600):  # generous: a loaded machine
+            if _spooled_ids(tmp_path / f"spool-{w}") == expected:
+                break
+            threading.Event().wait(0.05)
+        assert _spooled_ids(tmp_path / f"spool-{w}") == expected
+        assert writer.written == 3  # each written once
+    gatherers = [t for t in threading.enumerate() if t.name == "spool-gather"]
+    assert [t for t in gatherers if t is timer._thread] and len(gatherers) <= 2  # this + GATHER
+    # A second round after the first was written: the timer serves it too.
+    writers[0].submit(_envelope(99))
+    for _ in range(600):
+        if writers[0].written == 4:
+            break
+        threading.Event().wait(0.05)
+    assert _spooled_ids(tmp_path / "spool-0")[-1] == _envelope(99).event_id
+    for writer in writers:
+        writer.close()
+
+
+def test_flush_and_close_do_not_wait_for_the_gathering_time(tmp_path: Path) -> None:
+    """A gathering time of an hour: flush and close still write what waits, at once."""
+    writer = SpoolWriter(Spool(tmp_path / "spool", **SIZES), gather_s=3600.0, timer=GatherTimer())
+    writer.submit(_envelope(1))
+    assert writer.flush(30.0)
+    assert _spooled_ids(tmp_path / "spool") == [_envelope(1).event_id]
+    writer.submit(_envelope(2))
+    writer.close(30.0)
+    assert _spooled_ids(tmp_path / "spool") == [_envelope(n).event_id for n in (1, 2)]
 
 
 # -- the embedded shipper -----------------------------------------------------------------------
