@@ -29,7 +29,9 @@ from schemas.events import Envelope, RateCard
 from streams.kafka import KafkaLog
 from streams.topics import region_topics, topic_name
 from tests.factories import notice
+from tests.runtime_scenario import by_id
 from tests.test_processing_chain import CODEC, history, price_of, processor
+from tests.test_runtime_faust import Region, assert_same, record
 
 pytestmark = pytest.mark.slow
 
@@ -132,3 +134,35 @@ def test_a_producer_and_a_processor_ride_out_latency_and_a_partition(
         if isinstance(e.payload, RateCard)
     )  # fmt: skip
     assert sorted(prices) == list(range(total)) and set(prices.values()) == {1}
+
+
+def test_the_deciders_ride_out_latency_and_a_partition(
+    proxied: tuple[servers.Server, Proxy], tmp_path: Path
+) -> None:
+    """The deciders as `spotcap run streams` processes (a sequencer and a Faust worker) reach
+    the broker only through the proxy; a third of the way through the scenario the link gets
+    latency and then a black hole longer than the worker's session timeout (6 s). Nobody
+    restarts anything: afterwards the decisions are exactly the embedded runner's over the
+    same inputs (by event id and bytes; a resend is the same decision)."""
+    broker, proxy = proxied
+    name = f"rtf-net-{uuid.uuid4().hex[:6]}"
+    expected = by_id(record(broker.address, name))  # inputs written straight to the broker
+    region = Region(broker.address, name, tmp_path)  # decisions read straight from it too
+    region.bootstrap = proxy.listen  # the processes come through the proxy
+    try:
+        region.start("sequencer", "sequencer")
+        region.start("worker", "worker-1")
+        region.read_until(expected, share=1 / 3)
+        proxy.latency(100, jitter_ms=50)
+        region.settle(2.0)
+        proxy.partition()
+        seen = len({d.event_id for d in region.decisions})
+        assert seen < len(expected), "the partition came too late to test anything"
+        region.settle(PARTITION_S)
+        proxy.heal()
+        region.read_until(expected)  # fails if a process exited
+        region.settle()
+    finally:
+        proxy.heal()
+        region.stop()
+    assert_same(by_id(region.decisions), expected)

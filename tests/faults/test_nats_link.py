@@ -9,11 +9,13 @@ workload was drained once."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from pathlib import Path
 
 import pytest
 
+from agent.config import AgentConfig
 from agent.service import Agent
 from infra import servers
 from provider.notices import MetadataServer, NoticeBoard, NoticeRelay
@@ -29,11 +31,14 @@ from tests.agent_support import (
     workload,
     write_bundle,
 )
-from tests.test_agent_intake import _with_metadata
 
 pytestmark = pytest.mark.slow
 
 POLL_S = 5.0  # the agent's default poll of the metadata endpoint
+
+
+def with_metadata(cfg: AgentConfig, url: str) -> AgentConfig:
+    return dataclasses.replace(cfg, notices=dataclasses.replace(cfg.notices, metadata_url=url))
 
 
 def test_a_notice_published_during_a_partition_is_drained_from_the_poll(
@@ -57,7 +62,7 @@ def test_a_notice_published_during_a_partition_is_drained_from_the_poll(
         board = NoticeBoard()
         relay = await NoticeRelay.connect(nats.address)
         metadata = MetadataServer(board)
-        async with relay, metadata, Agent(_with_metadata(cfg, metadata.url)) as node:
+        async with relay, metadata, Agent(with_metadata(cfg, metadata.url)) as node:
             assert await node.intake.wait_subscribed(10.0)
             proxy.partition()
             await relay.publish(note)  # the cloud's relay: into the black hole
