@@ -3,6 +3,7 @@ each fault does to a TCP link what the tests take it to do, seen on a plain echo
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -23,7 +24,7 @@ def echo() -> Iterator[int]:
     done = threading.Event()
 
     def serve(conn: socket.socket) -> None:
-        with conn:
+        with conn, contextlib.suppress(OSError):  # a reset (reset_peer) ends it
             while chunk := conn.recv(65536):
                 conn.sendall(chunk)
 
