@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool alertmanager versitygw kube-apiserver system-packages browser-tools bench clean
+.PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool alertmanager versitygw kube-apiserver toxiproxy system-packages browser-tools bench clean
 
 $(STAMP): pyproject.toml setup.py streams/_framing.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ demo: install
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS, OpenBao, versitygw, Slurm,
 ## kube-apiserver over etcd) through infra/servers/. promtool (which lints /metrics) comes with
 ## Debian's prometheus package.
-test: install checkpoint-integrations kafka-jars promtool alertmanager versitygw kube-apiserver system-packages browser-tools
+test: install checkpoint-integrations kafka-jars promtool alertmanager versitygw kube-apiserver toxiproxy system-packages browser-tools
 	$(BIN)/pytest
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
@@ -101,6 +101,11 @@ versitygw: install
 ## in infra/kubernetes/apiserver (~10 min of CPU the first time, seconds with Go's cache warm).
 kube-apiserver: install
 	$(BIN)/python -m infra.servers fetch-kube-apiserver
+
+## Toxiproxy, the network faults of tests/faults/ (latency, a black-holed link, resets) on
+## loopback, built once with go install (~15 s of CPU): the kernel here has no netem.
+toxiproxy: install
+	$(BIN)/python -m infra.servers fetch-toxiproxy
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,5 +1,5 @@
 """Shared pytest fixtures: the real servers (Kafka, PostgreSQL, NATS, OpenBao, Slurm,
-kube-apiserver over etcd) from infra/servers/.
+kube-apiserver over etcd, Toxiproxy) from infra/servers/.
 
 Each server is started once per test session under the session's temporary directory and stopped
 at the end. A server that cannot start fails the tests that need it (never skips them).
@@ -189,6 +189,14 @@ def versitygw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Serv
     """A real versitygw S3 server (posix backend, versioning, Object Lock enforced);
     ``.address`` is ``http://127.0.0.1:PORT``, the keys are ``servers.versitygw_credentials``."""
     yield from _serve(tmp_path_factory, "versitygw", servers.start_versitygw)
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+    """A real Toxiproxy (network faults on loopback: latency, black holes, resets);
+    ``servers.Toxiproxy(toxiproxy.address)`` makes proxies. Shared by the session: each test
+    makes proxies of its own, under names of its own."""
+    yield from _serve(tmp_path_factory, "toxiproxy", servers.start_toxiproxy)
 
 
 @pytest.fixture(scope="session")

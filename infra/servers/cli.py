@@ -18,9 +18,10 @@ from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
 from infra.servers.promtool import fetch_promtool
 from infra.servers.slurm import start_slurm
+from infra.servers.toxiproxy import fetch_toxiproxy, start_toxiproxy
 from infra.servers.versitygw import fetch_versitygw, start_versitygw
 
-NAMES = ("kafka", "postgres", "nats", "openbao", "slurm", "versitygw", "kubernetes")
+NAMES = ("kafka", "postgres", "nats", "openbao", "slurm", "versitygw", "kubernetes", "toxiproxy")
 
 _STARTERS: dict[str, Callable[[Path], Server]] = {
     "kafka": start_kafka,
@@ -30,6 +31,7 @@ _STARTERS: dict[str, Callable[[Path], Server]] = {
     "slurm": start_slurm,
     "versitygw": start_versitygw,
     "kubernetes": start_kubernetes,
+    "toxiproxy": start_toxiproxy,
 }
 _FETCHERS: dict[str, Callable[[], Path]] = {
     "fetch-kafka": fetch_kafka,
@@ -39,6 +41,7 @@ _FETCHERS: dict[str, Callable[[], Path]] = {
     "fetch-prometheus": fetch_prometheus,
     "fetch-versitygw": fetch_versitygw,
     "fetch-kube-apiserver": fetch_kube_apiserver,
+    "fetch-toxiproxy": fetch_toxiproxy,
 }
 
 
@@ -55,11 +58,13 @@ def main(argv: list[str] | None = None) -> int:
             "  fetch-prometheus           find prometheus (Debian's prometheus package)\n"
             "  fetch-versitygw            build the versitygw S3 server with go install (cached)\n"
             "  fetch-kube-apiserver       build kube-apiserver with go build (cached)\n"
+            "  fetch-toxiproxy            build Toxiproxy (network faults) with go install\n"
             "  SERVER start               start; prints {name, address, pid} as JSON\n"
             "  SERVER stop                stop cleanly (idempotent)\n"
             "  SERVER status              print the state as JSON; exit 3 if not running\n"
             "\n"
-            "SERVER is kafka, postgres, nats, openbao, slurm, versitygw or kubernetes. OpenBao\n"
+            "SERVER is kafka, postgres, nats, openbao, slurm, versitygw, kubernetes or\n"
+            "toxiproxy (its HTTP API; proxies are made through it). OpenBao\n"
             "runs in dev mode (in memory); Slurm is one node from Debian's packages (slurm-wlm,\n"
             "slurmrestd, munge); kubernetes is kube-apiserver over Debian's etcd. OpenBao's root\n"
             "token is in DIR/token, versitygw's keys in DIR/credentials.json, kubernetes'\n"
@@ -68,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         epilog=(
             "Environment: SPOTCAP_CACHE (jar cache, default ~/.cache/spotcap), SPOTCAP_JAVA or "
             "JAVA_HOME (java for Kafka), SPOTCAP_MVN, SPOTCAP_GO, SPOTCAP_NATS_SERVER, SPOTCAP_BAO "
-            "(bao for OpenBao), SPOTCAP_ETCD, SPOTCAP_KUBE_APISERVER. Errors go to stderr, exit "
-            "code 1."
+            "(bao for OpenBao), SPOTCAP_ETCD, SPOTCAP_KUBE_APISERVER, SPOTCAP_TOXIPROXY. Errors go "
+            "to stderr, exit code 1."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -62,7 +62,8 @@ def fetch_go_command(command: GoCommand) -> Path:
         log_path = home / "build.log"
         built = tmp / binary.name
         if command.build_dir is None:
-            argv = [go, "install", f"{command.module}@{command.version}"]
+            flags = ["-ldflags", command.ldflags] if command.ldflags else []
+            argv = [go, "install", *flags, f"{command.module}@{command.version}"]
             cwd = home
         else:  # -mod=readonly: the committed go.sum is the whole truth, nothing is resolved anew
             argv = [go, "build", "-mod=readonly", "-trimpath", "-ldflags", command.ldflags,

@@ -28,6 +28,7 @@ from infra.servers.process import (
     ports_of,
     prepare_dir,
     running,
+    server_status,
     spawn,
     state_of,
     tcp_connects,
@@ -121,16 +122,26 @@ def _random_cluster_id() -> str:
             return cid
 
 
-def _kafka_properties(data_dir: Path, broker_port: int, controller_port: int) -> str:
+def _kafka_properties(
+    data_dir: Path, broker_port: int, controller_port: int, proxied: tuple[int, str] | None = None
+) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+    advertised = f"PLAINTEXT://127.0.0.1:{broker_port}"
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    if proxied is not None:  # a listener whose clients are told to come through a proxy
+        port, through = proxied
+        listeners += f",PROXIED://127.0.0.1:{port}"
+        advertised += f",PROXIED://{through}"
+        protocols += ",PROXIED:PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "log.dirs": str(data_dir / "logs"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -177,11 +188,23 @@ def _kafka_probe(broker_port: int) -> Callable[[float], bool]:
     return probe
 
 
-def start_kafka(data_dir: Path, timeout_s: float = 120, *, java: str | None = None) -> Server:
+def start_kafka(
+    data_dir: Path,
+    timeout_s: float = 120,
+    *,
+    java: str | None = None,
+    advertised_through: str | None = None,
+) -> Server:
     """Start a single-node KRaft Kafka from ``data_dir`` and wait until it answers metadata.
 
     Formats the storage on first use; a restart on the same directory keeps the topics.
     ``java`` overrides the Java binary (else $SPOTCAP_JAVA, $JAVA_HOME/bin/java, PATH).
+
+    ``advertised_through`` ("HOST:PORT", a proxy's address) adds a second listener whose
+    clients are told the broker is at that address: a Kafka client connects to the broker it
+    is told of after bootstrap, so a proxy in front of the broker sees its traffic only when
+    the broker advertises the proxy. The listener's own port (the proxy's upstream) is
+    `proxied_listener`'s; ``Server.address`` stays the direct one.
     """
     name = "kafka"
     data_dir = prepare_dir(data_dir)
@@ -192,8 +215,10 @@ def start_kafka(data_dir: Path, timeout_s: float = 120, *, java: str | None = No
     java_bin = _java(java)
     log_path = data_dir / "kafka.log"
     props_path = data_dir / "server.properties"
-    broker_port, controller_port = ports_of(data_dir, 2)
-    props_path.write_text(_kafka_properties(data_dir, broker_port, controller_port))
+    broker_port, controller_port, *extra = ports_of(data_dir, 3 if advertised_through else 2)
+    proxied = (extra[0], advertised_through) if advertised_through else None
+    props_path.write_text(_kafka_properties(data_dir, broker_port, controller_port, proxied))
+    listener = {"proxied_port": proxied[0]} if proxied else {}
     classpath = f"{libs}/*"
     log4j = f"-Dlog4j2.configurationFile={KAFKA_LOG4J2}"
     fix_java = "needs Java 17+: set JAVA_HOME or SPOTCAP_JAVA, or put java on PATH"
@@ -264,7 +289,7 @@ def start_kafka(data_dir: Path, timeout_s: float = 120, *, java: str | None = No
     probe = _kafka_probe(broker_port)
     proc = spawn(name, argv, log_path, data_dir)
     server = Server(name, f"127.0.0.1:{broker_port}", proc.pid, data_dir, log_path)
-    write_state(data_dir, state_of(server, controller_port=controller_port))
+    write_state(data_dir, state_of(server, controller_port=controller_port, **listener))
     timings["ready_s"] = round(
         wait_ready(
             name,
@@ -276,5 +301,15 @@ def start_kafka(data_dir: Path, timeout_s: float = 120, *, java: str | None = No
         ),
         3,
     )
-    write_state(data_dir, state_of(server, controller_port=controller_port, timings=timings))
+    write_state(
+        data_dir, state_of(server, controller_port=controller_port, timings=timings, **listener)
+    )
     return server
+
+
+def proxied_listener(server: Server) -> str:
+    """The listener a proxy forwards to (``advertised_through``): "127.0.0.1:PORT"."""
+    state = server_status(server.data_dir)
+    if "proxied_port" not in state:
+        raise ServerError("kafka", "was started without advertised_through: no proxied listener")
+    return f"127.0.0.1:{int(state['proxied_port'])}"
