@@ -139,6 +139,10 @@ class Cause:
     """A placement without floor on committed capacity is work on room the floors left."""
 
 
+FINISHED_KEPT = 100_000
+"""Order ids done, kept by a book whose memory is not bounded otherwise."""
+
+
 class _Bounded(OrderedDict[str, Any]):
     """A mapping that forgets its oldest entries beyond `limit` (None: never)."""
 
@@ -169,7 +173,9 @@ class OrderBook:
         self._causes: _Bounded = _Bounded(memory)  # event id -> Cause
         self._gone: _Bounded = _Bounded(memory)  # instance id -> True
         self._orders: dict[str, Order] = {}  # not done yet, by order id
-        self._finished: _Bounded = _Bounded(memory)  # order ids done: a resend is no order
+        # The ids of orders done, so that a resend is no order (bounded even without `memory`:
+        # a resend comes soon after its first copy, and a long simulation orders millions).
+        self._finished: _Bounded = _Bounded(memory if memory is not None else FINISHED_KEPT)
         self._answers: dict[str, str] = {}  # answering event id -> order id
         self._deletes: dict[str, set[str]] = {}  # instance id -> delete orders not done
         self._seq = 0
