@@ -225,6 +225,21 @@ class KafkaLog:
         finally:
             consumer.close()
 
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
+        """The offsets consumer group `group` committed on each partition of `topic` (None:
+        none yet), asked without joining the group."""
+        partitions = [_KafkaTopicPartition(topic, n) for n in range(self.partitions_for(topic))]
+        consumer = _KafkaConsumer({**self._base, "group.id": group})
+        try:
+            got = consumer.committed(partitions, timeout=_ADMIN_TIMEOUT_S)
+        except KafkaException as error:
+            raise LogError(
+                f"offsets of group {group} on {topic} at {self.bootstrap}: {error}"
+            ) from error
+        finally:
+            consumer.close()
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in got}
+
     def producer(
         self, config: Mapping[str, Any] | None = None, *, queue_full_timeout_s: float = 30.0
     ) -> KafkaProducer:

@@ -380,9 +380,14 @@ def bounded(call: Callable[[], _T], timeout_s: float, timeout_error: LogTimeoutE
 
 
 try:
-    from streams._framing import kafka_records as _kafka_records
+    from streams import _framing
 except ImportError:  # built without a C compiler: the loop in `poll`
-    _kafka_records = None  # type: ignore[assignment]
+    _kafka_records = None
+else:
+    # The C code fills Record's slots; `streams.segment` binds it too, but a process that
+    # consumes from Kafka need not import that module (a test, a service on Kafka alone).
+    _framing.bind(Record)
+    _kafka_records = _framing.kafka_records
 
 
 def _record(message: Any) -> Record:

@@ -29,6 +29,7 @@ from schemas.events import (
 )
 from sim import ReclaimSettings, RegionSim, SimConfig
 from streams.deciders.workload import CLAIM_TAG, ROLE_TAG
+from streams.writer import publish
 from tests.actuator_support import CLAIM, CODEC, Decisions
 
 ME = "spotcap-test"
@@ -153,6 +154,25 @@ def test_the_service_launches_each_order_once_and_writes_the_answers(region: Reg
         _until_settled(again)
         assert again.counts.launched == 0
     assert len(region.provider.list_by_tag(DECISION_TAG, placed.event_id)) == 4
+
+
+def test_an_order_sent_again_after_its_answer_is_not_carried_out_again(region: Region) -> None:
+    """A restarted decider sends a decision again (same id, same bytes); a tailing actuator
+    reads the copy after the launch that answered it (it was written later). Seen in the live
+    fault run: six launch orders carried out twice after the broker was killed."""
+    region.placement()
+    orders = [e for e in region.events() if e.event_type == "actuation_ordered"]
+    with region.service() as service:
+        _until_settled(service)
+        assert service.counts.launched == 4
+        publish(region.log, CODEC, region.region, orders)  # the copies, after the answers
+        _until_settled(service)
+        assert service.counts.launched == 4
+    with region.service() as again:  # nor after a restart, from the stored book
+        publish(region.log, CODEC, region.region, orders)
+        _until_settled(again)
+        assert again.counts.launched == 0
+    assert len(_instances(region, InstanceLaunched)) == 4
 
 
 @pytest.mark.parametrize("kill_at", ["started", "called", "answered"])

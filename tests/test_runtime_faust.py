@@ -33,7 +33,7 @@ from streams.runtime.core import DERIVED_PREFIX, input_topics
 from streams.runtime.embedded import EmbeddedRunner, ListSink
 from streams.runtime.faust_app import in_sequence
 from streams.runtime.journal import Header, RuntimeTopics
-from streams.runtime.sequencer import prepare
+from streams.runtime.sequencer import deciders_behind, prepare
 from streams.topics import topic_name
 from streams.writer import EventWriter
 from tests.runtime_scenario import CODEC, CONFIG, by_id
@@ -262,6 +262,33 @@ def test_the_faust_workers_make_the_embedded_runners_decisions(
     region.settle()
     got = by_id(region.decisions)  # fails if one id carries two different decisions
     assert_same(got, expected)
+
+
+def test_the_deciders_say_they_are_done_only_once_every_decision_is_on_the_log(
+    kafka: servers.Server, tmp_path: Path, region_factory: list[Region]
+) -> None:
+    """`deciders_behind`, the live run's end: [] only once the sequencer, the router and the
+    workers committed the log's end. Then the workers are killed, so nothing more can come:
+    the log must already hold every decision."""
+    expected = by_id(record(kafka.address, "rtf-done"))
+    log, topics = KafkaLog(kafka.address), RuntimeTopics("rtf-done")
+    before = deciders_behind(log, CODEC, topics)
+    assert before and all(line.startswith("the sequencer at 0 of ") for line in before)
+    region = Region(kafka.address, "rtf-done", tmp_path)
+    region_factory.append(region)
+    region.start("sequencer", "sequencer")
+    worker = region.start("worker", "worker-1")
+    deadline = time.monotonic() + WAIT_S
+    while behind := deciders_behind(log, CODEC, topics):
+        assert time.monotonic() < deadline, f"still behind: {behind}; logs in {tmp_path}"
+        assert worker.poll() is None, f"the worker exited; logs in {tmp_path}"
+        time.sleep(1.0)
+    for proc in region.procs:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    region.read_until(expected)
+    region.settle()
+    assert_same(by_id(region.decisions), expected)
 
 
 @pytest.mark.parametrize("fault", ["none", "slow send buffer", "early kill"])

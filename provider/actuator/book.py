@@ -21,7 +21,8 @@ actuator service (`provider.actuator.service`) keeps one and snapshots it.
 
 Memory is bounded when `memory` is given: the claims learnt and the causes seen are kept for
 the last `memory` events that carry one (a cause is needed only until its orders are seen,
-which is at once).
+which is at once), and the ids of the last `memory` orders done (a copy of an order the
+deciders send again after a restart is not an order again).
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ class Cause:
     """A placement without floor on committed capacity is work on room the floors left."""
 
 
+FINISHED_KEPT = 100_000
+"""Order ids done, kept by a book whose memory is not bounded otherwise."""
+
+
 class _Bounded(OrderedDict[str, Any]):
     """A mapping that forgets its oldest entries beyond `limit` (None: never)."""
 
@@ -168,6 +173,9 @@ class OrderBook:
         self._causes: _Bounded = _Bounded(memory)  # event id -> Cause
         self._gone: _Bounded = _Bounded(memory)  # instance id -> True
         self._orders: dict[str, Order] = {}  # not done yet, by order id
+        # The ids of orders done, so that a resend is no order (bounded even without `memory`:
+        # a resend comes soon after its first copy, and a long simulation orders millions).
+        self._finished: _Bounded = _Bounded(memory if memory is not None else FINISHED_KEPT)
         self._answers: dict[str, str] = {}  # answering event id -> order id
         self._deletes: dict[str, set[str]] = {}  # instance id -> delete orders not done
         self._seq = 0
@@ -201,8 +209,11 @@ class OrderBook:
             self._causes.remember(event.event_id, cause)
 
     def _order(self, event: Envelope) -> None:
-        if event.event_id in self._orders:
-            return  # seen again (a runtime may send a decision twice: same id, same bytes)
+        if event.event_id in self._orders or event.event_id in self._finished:
+            # Seen again: a runtime may send a decision twice (same id, same bytes), also after
+            # the order was carried out and answered; a tailing reader then sees the copy after
+            # the answer (it was written later), and must not carry the order out again.
+            return
         self._seq += 1
         order = Order.of(event, self._seq)
         if order.call == "delete" and order.instance_id in self._gone:
@@ -216,6 +227,7 @@ class OrderBook:
 
     def finish(self, order_id: str) -> None:
         """`order_id` is done (its answer is in the log, or the actuator wrote it)."""
+        self._finished.remember(order_id, True)
         order = self._orders.pop(order_id, None)
         if order is None:
             return
@@ -331,6 +343,7 @@ class OrderBook:
             "causes": [asdict(c) for c in self._causes.values()],
             "gone": list(self._gone),
             "orders": [asdict(o) for o in self._orders.values()],
+            "finished": list(self._finished),
             "seq": self._seq,
             "done": self.done,
         }
@@ -346,6 +359,8 @@ class OrderBook:
         for instance_id in data["gone"]:
             book._gone.remember(instance_id, True)
         book._add_orders(Order(**o) for o in data["orders"])
+        for order_id in data.get("finished", ()):  # books stored before it was kept: none
+            book._finished.remember(order_id, True)
         book._seq = int(data["seq"])
         book.done = int(data["done"])
         return book

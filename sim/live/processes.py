@@ -145,10 +145,6 @@ class Service:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def running_s(self) -> float:
-        """Seconds since it was last started (restarts included)."""
-        return time.monotonic() - self._started_at
-
     def check(self) -> None:
         """Raise `LiveError` if it stopped and is not (or no longer) restarted; else start it
         again once its backoff is over."""

@@ -5,8 +5,9 @@ In order: the servers (Kafka, PostgreSQL, NATS; `processes.Servers`), the decide
 (``run streams``) and the projections (``run projections``), then the served cloud with its
 facts' tap and the scenario (`scenario`, `tap`) in this process, then the actuator
 (``run actuator`` on the cloud's provider file). The region's clock runs at `LiveConfig.speed`
-sim seconds per wall second until the span is over; the run then waits until the log is quiet
-and the projections have caught up, stops every service with SIGTERM (Ctrl-C stops the run the
+sim seconds per wall second until the span is over; the run then waits until the deciders
+are done with what the log holds (their committed offsets at its end), the log is quiet and
+the projections have caught up, stops every service with SIGTERM (Ctrl-C stops the run the
 same way), and summarises what the log holds (`sim.summary`, `sim.report`).
 
 Folders under ``<home>/live/<region>/``: ``servers/`` (each server's data and log),
@@ -37,7 +38,10 @@ from sim.live.tap import AGENTS, RegionTap
 from sim.report import DecisionSummary
 from sim.summary import RunSummary
 from streams.kafka import KafkaLog
+from streams.log import LogError
 from streams.merged import MergedHistory
+from streams.runtime.journal import RuntimeTopics
+from streams.runtime.sequencer import deciders_behind
 from streams.topics import EVENT_TOPICS, region_end_offsets, region_topics
 
 Say = Callable[[str], None]
@@ -137,7 +141,7 @@ def run_live(config: LiveConfig, home: Path, say: Say) -> dict[str, Any]:
             _until_the_span_is_over(run)
             _until_the_faults_are_over(run)
             sim_wall_s = time.monotonic() - sim_started
-            _until_quiet(run, log)
+            _until_settled(run, log, codec)
             run.say("stopping the services")
             _stop_services(run)
             _catch_up(run)
@@ -280,28 +284,40 @@ def _start_agents(run: LiveRun) -> None:
             agents.start(instance_id, workload_id, pool_id)
 
 
-SETTLE_S = 30.0
-"""How long a service restarted by its supervisor runs before the log's quiet counts."""
-
-
-def _until_quiet(run: LiveRun, log: KafkaLog) -> None:
-    """Until no record arrived for `quiet_s` and the fleet state is at the log's end."""
-    run.say("the span is over: waiting for the log to be quiet and the fleet state to catch up")
+def _until_settled(run: LiveRun, log: KafkaLog, codec: Codec) -> None:
+    """Until the deciders are done with everything the log holds (`deciders_behind`: every
+    input sequenced, every journal item routed, every stage record committed by the Faust
+    workers, so every decision is on the log), every service runs, nothing arrived for
+    `quiet_s` (the actuator and the agents have acted on the last decisions), and the fleet
+    state is at the log's end."""
+    run.say("the span is over: waiting until the deciders are done with the log, the log is "
+            "quiet and the fleet state caught up")  # fmt: skip
+    topics = RuntimeTopics(run.region)
     last_ends: list[object] = [None]
     last_change_s = [time.monotonic()]
+    behind = ["not asked yet"]
 
-    def quiet() -> bool:
+    def settled() -> bool:
         ends = region_end_offsets(log, run.region)
-        # A service waiting out its restart backoff, or started again only just now (a Faust
-        # worker rejoins its group before it reads), has not said its last word yet.
-        settling = any(
-            s.restarts and (not s.alive() or s.running_s() < SETTLE_S) for s in run.watched()
-        )
-        if ends != last_ends[0] or settling:
+        if ends != last_ends[0] or not all(s.alive() for s in run.watched()):
             last_ends[0], last_change_s[0] = ends, time.monotonic()
-        return time.monotonic() - last_change_s[0] >= run.config.quiet_s
+            return False
+        if time.monotonic() - last_change_s[0] < run.config.quiet_s:
+            return False
+        try:
+            now_behind = deciders_behind(log, codec, topics)
+        except LogError as error:
+            now_behind = [f"not known ({error})"]
+        if now_behind and now_behind != behind:
+            run.say(f"quiet, but the deciders are behind: {'; '.join(now_behind[:4])}")
+        behind[:] = now_behind
+        return not behind and region_end_offsets(log, run.region) == ends
 
-    wait_until(quiet, run.config.patience_s, "the log to be quiet", run.watched(), every_s=1.0)
+    try:
+        wait_until(settled, run.config.patience_s, "the deciders to be done with the log",
+                   run.watched(), every_s=1.0)  # fmt: skip
+    except LiveError as error:
+        raise LiveError(f"{error}; behind: {'; '.join(behind[:8])}", error.hint) from error
     wait_until(lambda: _fleet_caught_up(run), run.config.patience_s,
                "the fleet state to catch up", run.watched(), every_s=2.0)  # fmt: skip
 

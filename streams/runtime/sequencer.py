@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from schemas.codec import Codec
+from schemas.errors import CodecError
 from schemas.events import Envelope
 from streams.deciders import DeciderSettings, ExclusionWatcher, Scorer
 from streams.kafka import KafkaLog
@@ -46,11 +47,12 @@ from streams.runtime.core import (
     Sequence,
     WorkloadStage,
     input_topics,
+    is_input,
 )
 from streams.runtime.journal import Header, Routing, RuntimeTopics
 from streams.runtime.kafka_io import PartitionReader, RuntimeProducer
 from streams.schema_store import publish_schema
-from streams.topics import region_topics
+from streams.topics import region_topics, topic_name
 
 _LOG = logging.getLogger("spotcap.runtime.sequencer")
 
@@ -351,6 +353,70 @@ def prepare(bootstrap: str, codec: Codec, topics: RuntimeTopics) -> None:
     publish_schema(producer, topics.region, codec.schema)
     producer.flush()
     producer.close()
+
+
+def deciders_behind(log: KafkaLog, codec: Codec, topics: RuntimeTopics) -> list[str]:
+    """What the region's deciders have yet to do with what the log holds now, one line per
+    partition behind; [] when they are done with it.
+
+    Done means: every input record is covered by the journal's last checkpoint (the sequencer
+    appended it, or dropped it as a copy); the router committed the journal's end; and the
+    Faust workers committed the end of every stage partition. A worker commits a record only
+    once a stored snapshot covers it and the broker confirmed the decisions made before that
+    snapshot (`faust_app`), so then every decision of every journal item is on the log. Exact,
+    where a quiet period is a guess: a restarted worker rejoining its group says nothing for a
+    while, and so does a paused one."""
+    behind: list[str] = []
+    sequencer = Sequencer(log.bootstrap, codec, topics)
+    try:
+        positions = sequencer.recover().positions
+        seen = set(sequencer.sequence.seen.snapshot())
+    finally:
+        sequencer.close()
+    for name in input_topics():
+        topic = topic_name(topics.region, name)
+        for partition, end in sorted(log.end_offsets(topic).items()):
+            at = positions.get((topic, partition), 0)
+            if at < end and _any_new_input(
+                log.bootstrap, codec, (topic, partition), (at, end), seen
+            ):
+                behind.append(f"the sequencer at {at} of {topic}[{partition}]'s {end}")
+    consumers = (
+        ("the router", f"spotcap-router-{topics.region}", (topics.journal,)),
+        ("the workers", topics.app_id,
+         (topics.pool, topics.workload, topics.scorer, topics.actuator)),
+    )  # fmt: skip
+    for who, group, names in consumers:
+        for topic in names:
+            committed = log.committed_offsets(group, topic)
+            for partition, end in sorted(log.end_offsets(topic).items()):
+                at = committed.get(partition) or 0
+                if at < end:
+                    behind.append(f"{who} at {at} of {topic}[{partition}]'s {end}")
+    return behind
+
+
+def _any_new_input(
+    bootstrap: str, codec: Codec, tp: TopicPartition, span: tuple[int, int], seen: set[str]
+) -> bool:
+    """Whether the records of `tp` from `span`'s first offset to its end hold an input fact
+    the journal does not. The journal's checkpoint is written with a batch's items, so the
+    records after it that made no item (copies of facts it holds, events that are no input,
+    undecodable ones, which went to the dead letters) are covered without one."""
+    first, end = span
+    reader = PartitionReader(bootstrap, tp[0], tp[1], start=first)
+    try:
+        messages = reader.read_until(end - 1)
+    finally:
+        reader.close()
+    for message in messages:
+        try:
+            event = codec.decode(message.value or b"")
+        except CodecError:
+            continue
+        if is_input(event) and event.event_id not in seen:
+            return True
+    return False
 
 
 def run_sequencer(

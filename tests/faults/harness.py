@@ -65,11 +65,13 @@ def faulted_run(
     seed: int = 1,
     speed: float = 15.0,
     span_s: int = 3600,
+    agents_lead_s: int = 480,
     patience_s: float = 600.0,
     say: Callable[[str], None] = lambda text: print(text, flush=True),
 ) -> Iterator[FaultedRun]:
     """A live run under `faults` on servers of its own, started here in the folder the run
-    restarts them from, so that they outlive the run for the checks (stopped on exit)."""
+    restarts them from, so that they outlive the run for the checks (stopped on exit).
+    `agents_lead_s`: from the start of the real agents to their nodes' notices (`Scenario`)."""
     home = folder / "home"
     region = f"faults-{uuid.uuid4().hex[:8]}"
     servers_folder = home / "live" / region / "servers"
@@ -81,7 +83,8 @@ def faulted_run(
             start(servers_folder / name)
         address = {p.name: str(json.loads((p / "server.json").read_text())["address"])
                    for p in started}  # fmt: skip
-        scenario = Scenario(seed=seed, span_s=span_s, workloads=10, region=region)
+        scenario = Scenario(seed=seed, span_s=span_s, workloads=10, region=region,
+                            agents_lead_s=agents_lead_s)  # fmt: skip
         config = LiveConfig(scenario, speed=speed, kafka=address["kafka"], nats=address["nats"],
                             postgres=address["postgres"], patience_s=patience_s,
                             faults=tuple(faults))  # fmt: skip
