@@ -383,6 +383,10 @@ try:
     from streams._framing import kafka_records as _kafka_records
 except ImportError:  # built without a C compiler: the loop in `poll`
     _kafka_records = None  # type: ignore[assignment]
+else:
+    # The C side makes `Record`s once `streams.segment`'s import has bound the class; a process
+    # that reads only Kafka (a test of the Faust workers) may not have imported it otherwise.
+    import streams.segment  # noqa: F401
 
 
 def _record(message: Any) -> Record:
