@@ -16,7 +16,7 @@ from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
 from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
-from provider.nodes import NodeAuthorityError, bundle_service_from_env, revoker_from_env
+from provider.nodes import NodeAuthorityError, bundle_service_from_env, followed, revoker_from_env
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
@@ -174,11 +174,15 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 @click.pass_obj
 def bundles(settings: Settings, /, folder: Path, host: str, port: int, pki_mount: str) -> None:
     """Serve each node its own signed bundle over mutual TLS (each node proves who it is with
-    a certificate from the nodes' CA), until SIGTERM."""
+    a certificate from the nodes' CA), until SIGTERM; while a canary runs (ADR-32), the bundle
+    its pool is on, following the region's log."""
     stop = _stop_on_signals()
     try:
-        home = settings.home / "bundles"
-        running = bundle_service_from_env(os.environ, folder, host, port, pki_mount, state_dir=home)
+        releases = followed(open_log(settings, service=True), make_codec(settings),
+                            settings.region, stop.is_set)  # fmt: skip
+        running = bundle_service_from_env(os.environ, folder, host, port, pki_mount,
+                                          state_dir=settings.home / "bundles",
+                                          releases=releases)  # fmt: skip
     except (NodeAuthorityError, OSError) as error:
         fail(f"the bundle service did not start: {error}")
     say(f"bundle service at {running.address} (mutual TLS, nodes' CA of {pki_mount})", err=True)
