@@ -33,9 +33,10 @@ demo: install
 ## Install everything the tests need, then run the whole suite; the tests start the servers
 ## (Kafka in KRaft mode from Maven Central jars, PostgreSQL, NATS, OpenBao, versitygw, Slurm,
 ## kube-apiserver over etcd) through infra/servers/. promtool (which lints /metrics) comes with
-## Debian's prometheus package.
+## Debian's prometheus package. Two workers (pytest-xdist), each given whole test files: most
+## of the suite waits on the servers it starts, and a file's module fixtures then run once.
 test: install checkpoint-integrations kafka-jars promtool alertmanager versitygw kube-apiserver toxiproxy system-packages browser-tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 ## Debian packages the tests use: lua5.4 runs the Slurm job_submit filter (infra/admission);
 ## slurm-wlm, slurmrestd and munge are the real one-node Slurm the agent's drain tests use;
