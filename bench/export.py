@@ -30,14 +30,19 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -80,11 +85,22 @@ def prepare(home: Path, days: float) -> None:
     done.write_text("ok\n")
 
 
-def export_project(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
-    """`spotcap archive export --month MONTH` after its ledger catch-up, into `where`."""
+def open_embedded(root: Path) -> tuple[Any, Any]:
+    """The log and codec in an export's worker process (`replay.archive.columns.Opener`)."""
+    from schemas.codec import Codec
+    from streams.embedded import EmbeddedLog
+
+    return EmbeddedLog(root), Codec()
+
+
+def export_project(home: Path, where: Path, key_pem: bytes, workers: int) -> tuple[int, float]:
+    """`spotcap archive export --month MONTH` after its ledger catch-up, into `where`: the
+    history read by `workers` processes (`replay.archive.columns`) while this one queries the
+    cost lines (0: read here, `merged_records`)."""
     from contracts.signing import FileSigner
     from projections.stores import Stores
     from replay.archive.audit import audit_lines, read_audit
+    from replay.archive.columns import MonthReading
     from replay.archive.export import export_month, month_cost_lines
     from replay.archive.history import merged_records
     from replay.archive.storage import LocalStorage
@@ -94,19 +110,27 @@ def export_project(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]
     started = time.perf_counter()
     log = EmbeddedLog(home / "log")
     try:
-        store = Stores(home).open_ledger()
-        try:
-            lines = month_cost_lines(store, MONTH)
-        finally:
-            store.close()
-        audit = audit_lines(read_audit(log, REGION), MONTH)
-        with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
+        with ExitStack() as stack:
+            reading = None
+            if workers:
+                opener = partial(open_embedded, home / "log")
+                reading = stack.enter_context(
+                    MonthReading(opener, log, REGION, MONTH, workers=workers)
+                )
+            store = Stores(home).open_ledger()
+            try:
+                lines = month_cost_lines(store, MONTH)
+            finally:
+                store.close()
+            audit = audit_lines(read_audit(log, REGION), MONTH)
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-export-"))
             done = export_month(
                 LocalStorage(where),
                 FileSigner.from_bytes(key_pem),
                 region=REGION,
                 month=MONTH,
-                records=merged_records(log, Codec(), REGION),
+                records=merged_records(log, Codec(), REGION) if reading is None else (),
+                reading=reading,
                 cost_lines=lines,
                 workdir=Path(tmp),
                 now_us=int(time.time() * 1_000_000),
@@ -128,8 +152,9 @@ COST_SQL = (
 )
 
 
-def export_bare(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
-    """The same month with the libraries alone (`bench/export_bare.py`)."""
+def export_bare(home: Path, where: Path, key_pem: bytes, workers: int) -> tuple[int, float]:
+    """The same month with the libraries alone (`bench/export_bare.py`), read by `workers`
+    processes (at least one: a script would use them)."""
     from bench import export_bare
     from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA
     from replay.archive import layout
@@ -147,7 +172,7 @@ def export_bare(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
         events = export_bare.export(
             home / "log", topics=topics, ledger=home / "ledger", cost_sql=COST_SQL,
             month=bounds, shapes=shapes, key_pem=key_pem, workdir=Path(tmp),
-            where=where / REGION / MONTH,
+            where=where / REGION / MONTH, workers=max(1, workers),
         )  # fmt: skip
     return events, time.perf_counter() - started
 
@@ -171,6 +196,12 @@ def same_files(project: Path, bare: Path) -> None:
     say("  the two sides wrote the same data files")
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (the workers)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def _spread(values: list[float], fmt: str) -> str:
     lo, hi = fmt.format(min(values)), fmt.format(max(values))
     return f"{fmt.format(statistics.median(values))} ({lo}-{hi})"
@@ -183,6 +214,9 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=None, help="where the log is kept")
     parser.add_argument("--profile", action="store_true", help="profile the project's side")
     parser.add_argument("--prepare-only", action="store_true")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes reading the log, each side (0: the project reads in "
+                             "its own process, the bare side in one worker)")  # fmt: skip
     args = parser.parse_args()
     home = args.home or Path.home() / ".cache" / "spotcap" / "bench-export" / f"{args.days:g}d"
     prepare(home, args.days)
@@ -195,11 +229,11 @@ def main() -> None:
         if args.profile:
             profiler = cProfile.Profile()
             events, seconds = profiler.runcall(
-                export_project, home, Path(tmp) / "profiled", key_pem
+                export_project, home, Path(tmp) / "profiled", key_pem, 0
             )
             say(f"profiled: {events:,} events in {seconds:.1f} s")
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
-        sides: dict[str, Callable[[Path, Path, bytes], tuple[int, float]]] = {
+        sides: dict[str, Callable[[Path, Path, bytes, int], tuple[int, float]]] = {
             "project": export_project,
             "bare": export_bare,
         }
@@ -210,9 +244,9 @@ def main() -> None:
             order = ("project", "bare") if r % 2 == 0 else ("bare", "project")
             for side in order:
                 where = Path(tmp) / f"{side}-{r}"
-                cpu = time.process_time()
-                events, seconds = sides[side](home, where, key_pem)
-                cpu_rates[side].append(events / (time.process_time() - cpu))
+                cpu = _cpu_s()
+                events, seconds = sides[side](home, where, key_pem, args.workers)
+                cpu_rates[side].append(events / (_cpu_s() - cpu))
                 rates[side].append(events / seconds)
                 counts.add(events)
             if r == 0:

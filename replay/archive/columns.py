@@ -1,0 +1,209 @@
+"""The month's events read from the log in worker processes, as columns, merged in history order.
+
+An export's time is mostly each record's decode (fastavro), its payload as JSON and its Merkle
+leaf: work that is the same for every record and independent of the others. Here the region's
+partitions are shared among worker processes (spawned, each opening the log through an
+`Opener`), each reading its partitions as `replay.archive.history` reads them (the same fast
+path and the same fallback for older or damaged records) and handing back the month's rows as
+an Arrow table (with each row's leaf hash) in a file of the work folder. The parent puts the
+rows in `MergedHistory`'s order: when every partition's events are in event-time order (what
+the log's writers give), a stable sort by (occurred_at, topic, partition, offset), which is
+what merging the partitions gives; otherwise `heapq.merge` over every record's key, exactly
+as `merged_records` merges. The same log gives the same events.parquet, byte for byte, and the
+same leaves in the same order as the one-process export (tests/test_archive_records.py).
+
+Who calls it: `replay.archive.export.export_from_log` (and the bench), which start the reading
+first and query the ledger's cost lines while the workers read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import os
+import tempfile
+from array import array
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from projections.ledger.writer import LEDGER_TOPICS
+from replay.archive import layout
+from replay.archive.history import partition_records, payload_text
+from replay.archive.merkle import leaf_hash
+from schemas.codec import Codec
+from schemas.events import Envelope
+from streams.log import EventLog
+from streams.topics import topic_name
+
+Opener = Callable[[], tuple[EventLog, Codec]]
+"""Opens the log and makes the codec in a worker: picklable (a module-level function or a
+`functools.partial` of one), as `sim.materialise.Opener`."""
+
+Part = tuple[str, int, int]
+"""A partition to read: topic, partition, end offset (exclusive)."""
+
+Keys = dict[tuple[str, int], tuple[bytes, bytes]]
+"""Per partition, the occurred_at and offset of every record read (int64 arrays as bytes)."""
+
+_SCHEMA = layout.EVENTS_SCHEMA.append(pa.field("leaf", pa.binary(32)))
+_head_of_record = itemgetter(*Envelope.HEAD)
+
+
+def read_parts(
+    log: EventLog, codec: Codec, parts: Sequence[Part], month: str, path: Path
+) -> tuple[list[bytes], Keys]:
+    """Read `parts`, write their records of `month` to `path` (Arrow IPC, `_SCHEMA`, in each
+    partition's order); the Avro headers seen, and every record's key by partition."""
+    start_us, end_us = layout.month_bounds_us(month)
+    rows: list[tuple[Any, ...]] = []
+    headers: set[bytes] = set()
+    keys: Keys = {}
+    leaf_data = layout.leaf_data
+    for topic, partition, end in parts:
+        occurred, offsets = array("q"), array("q")
+        for record in partition_records(log, codec, topic, partition, end):
+            at, _, _, offset, data, fields = record
+            occurred.append(at)
+            offsets.append(offset)
+            if start_us <= at < end_us:
+                headers.add(data[:10])
+                event_id = fields["event_id"]
+                rows.append((*_head_of_record(fields), topic, partition, offset,
+                             payload_text(fields["payload"][1]), data,
+                             leaf_hash(leaf_data(event_id, data))))  # fmt: skip
+        keys[(topic, partition)] = (occurred.tobytes(), offsets.tobytes())
+    columns = zip(*rows, strict=True) if rows else ([] for _ in _SCHEMA)
+    table = pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, _SCHEMA, strict=True)], schema=_SCHEMA
+    )
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        writer.write_table(table)
+    return sorted(headers), keys
+
+
+def _read_in_worker(
+    opener: Opener, parts: Sequence[Part], month: str, path: Path
+) -> tuple[list[bytes], Keys]:
+    log, codec = opener()
+    try:
+        return read_parts(log, codec, parts, month, path)
+    finally:
+        log.close()
+
+
+def share(parts: Sequence[Part], workers: int) -> list[list[Part]]:
+    """`parts` among `workers`, each partition to the one with the fewest records so far
+    (largest first), none empty."""
+    loads: list[tuple[int, int, list[Part]]] = [(0, w, []) for w in range(workers)]
+    for part in sorted(parts, key=lambda p: (-p[2], p[0], p[1])):
+        load, w, mine = heapq.heappop(loads)
+        mine.append(part)
+        heapq.heappush(loads, (load + part[2], w, mine))
+    return [mine for _, _, mine in sorted(loads, key=itemgetter(1)) if mine]
+
+
+@dataclass
+class MonthEvents:
+    """The month's rows in history order (`layout.EVENTS_SCHEMA` and `leaf`), and what the
+    manifest says of them."""
+
+    table: pa.Table
+    headers: set[bytes] = field(default_factory=set)
+
+    @property
+    def leaves(self) -> list[bytes]:
+        return self.table.column("leaf").to_pylist()  # type: ignore[no-any-return]
+
+
+def _in_order(occurred: bytes) -> bool:
+    """Whether the int64 values in `occurred` never decrease."""
+    values = pa.Array.from_buffers(pa.int64(), len(occurred) // 8, [None, pa.py_buffer(occurred)])
+    return len(values) < 2 or bool(pc.all(pc.greater_equal(values[1:], values[:-1])).as_py())
+
+
+def _merged_order(table: pa.Table, keys: Keys) -> pa.Array:
+    """The indices of `table`'s rows in `MergedHistory`'s order."""
+    monotone = all(_in_order(occurred) for occurred, _ in keys.values())
+    if monotone:  # sorted partitions merge as one sort does (no two rows share a key)
+        order = [(name, "ascending") for name in ("occurred_at", "topic", "partition", "offset")]
+        return pc.sort_indices(table, order)
+    # A partition out of event-time order: merge every record's key as `merged_records` does
+    # (heapq.merge of the partitions' heads), then keep the month's rows in that order.
+    streams = [
+        [(at, topic, partition, offset)
+         for at, offset in zip(array("q", occurred), array("q", offsets), strict=True)]
+        for (topic, partition), (occurred, offsets) in sorted(keys.items())
+    ]  # fmt: skip
+    positions = zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset")),
+                    strict=True)  # fmt: skip
+    at_row = {position: i for i, position in enumerate(positions)}
+    found = (at_row.get(k[1:]) for k in heapq.merge(*streams))
+    return pa.array([i for i in found if i is not None], pa.int64())
+
+
+class MonthReading:
+    """The month's events of `region` being read by `workers` processes (started at once);
+    `events()` waits for them and merges. Use as a context manager (the pool and the work
+    folder go with it)."""
+
+    def __init__(
+        self,
+        opener: Opener,
+        log: EventLog,
+        region: str,
+        month: str,
+        *,
+        topics: Sequence[str] = LEDGER_TOPICS,
+        workers: int | None = None,
+    ) -> None:
+        layout.check_month(month)
+        self.month = month
+        parts = [
+            (name, n, end)
+            for name in (topic_name(region, t) for t in topics)
+            for n, end in sorted(log.end_offsets(name).items())
+            if end > 0
+        ]
+        shares = share(parts, max(1, workers or os.cpu_count() or 1))
+        self.workers = len(shares)
+        self._folder = tempfile.TemporaryDirectory(prefix="spotcap-export-read-")
+        self._paths = [Path(self._folder.name) / f"{w}.arrow" for w in range(len(shares))]
+        self._pool = ProcessPoolExecutor(
+            max(1, len(shares)), mp_context=multiprocessing.get_context("spawn")
+        )
+        self._futures: list[Future[tuple[list[bytes], Keys]]] = [
+            self._pool.submit(_read_in_worker, opener, mine, month, path)
+            for mine, path in zip(shares, self._paths, strict=True)
+        ]
+
+    def events(self) -> MonthEvents:
+        headers: set[bytes] = set()
+        keys: Keys = {}
+        tables = []
+        for future, path in zip(self._futures, self._paths, strict=True):
+            seen, theirs = future.result()
+            headers.update(seen)
+            keys.update(theirs)
+            with pa.memory_map(str(path)) as source:
+                tables.append(pa.ipc.open_file(source).read_all())
+        table = pa.concat_tables(tables) if tables else _SCHEMA.empty_table()
+        return MonthEvents(table.take(_merged_order(table, keys)), headers)
+
+    def close(self) -> None:
+        for future in self._futures:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+        self._folder.cleanup()
+
+    def __enter__(self) -> MonthReading:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
