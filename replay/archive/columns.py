@@ -26,6 +26,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ import pyarrow.compute as pc
 from projections.ledger.writer import LEDGER_TOPICS
 from replay.archive import layout
 from replay.archive.history import partition_records, payload_text
-from replay.archive.merkle import leaf_hash
+from replay.archive.merkle import Chained, Hash, chained, leaf_hash, root_of
 from schemas.codec import Codec
 from schemas.events import Envelope
 from streams.log import EventLog
@@ -98,6 +99,18 @@ def _read_in_worker(
         log.close()
 
 
+def _split(joined: bytes) -> list[Hash]:
+    return [joined[i : i + 32] for i in range(0, len(joined), 32)]
+
+
+def _root_of_joined(joined: bytes) -> Hash:
+    return root_of(_split(joined))
+
+
+def _chained_of_joined(old_size: int, old_frontier: list[Hash], joined: bytes) -> Chained:
+    return chained(old_size, old_frontier, _split(joined))
+
+
 def share(parts: Sequence[Part], workers: int) -> list[list[Part]]:
     """`parts` among `workers`, each partition to the one with the fewest records so far
     (largest first), none empty."""
@@ -117,8 +130,9 @@ class MonthEvents:
     table: pa.Table
     headers: set[bytes] = field(default_factory=set)
 
-    @property
+    @cached_property
     def leaves(self) -> list[bytes]:
+        """Each row's Merkle leaf hash, in order."""
         return self.table.column("leaf").to_pylist()  # type: ignore[no-any-return]
 
 
@@ -195,6 +209,18 @@ class MonthReading:
                 tables.append(pa.ipc.open_file(source).read_all())
         table = pa.concat_tables(tables) if tables else _SCHEMA.empty_table()
         return MonthEvents(table.take(_merged_order(table, keys)), headers)
+
+    def trees(
+        self, leaves: Sequence[Hash], old_size: int, old_frontier: Sequence[Hash]
+    ) -> Callable[[], tuple[Hash, Chained]]:
+        """The month's tree head and the chain extended by `leaves`, hashed by two of the
+        workers while this process writes the files; call the result for them."""
+        joined = b"".join(leaves)
+        chain = self._pool.submit(_chained_of_joined, old_size, list(old_frontier), joined)
+        if old_size == 0:  # the first month: the chain is the month's tree (RFC 9162 MTH)
+            return lambda: (chain.result()[1], chain.result())
+        root = self._pool.submit(_root_of_joined, joined)
+        return lambda: (root.result(), chain.result())
 
     def close(self) -> None:
         for future in self._futures:

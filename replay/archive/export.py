@@ -31,10 +31,10 @@ from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA, envelope_head
 from projections.stores import Stores
 from replay.archive import layout
 from replay.archive.audit import audit_lines, read_audit
-from replay.archive.columns import MonthReading, Opener
+from replay.archive.columns import MonthEvents, MonthReading, Opener
 from replay.archive.history import ArchiveRecord, merged_records
 from replay.archive.history import payload_text as _json_text
-from replay.archive.merkle import Extension, leaf_hash, root_of
+from replay.archive.merkle import chained, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.codec import Codec
 from schemas.errors import Origin
@@ -155,7 +155,7 @@ class _EventsFile:
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
 
-    def add_table(self, table: pa.Table, headers: Iterable[bytes]) -> None:
+    def add_table(self, table: pa.Table, headers: Iterable[bytes], leaves: list[bytes]) -> None:
         """The month's rows as `replay.archive.columns` merged them (`EVENTS_SCHEMA` and each
         row's leaf) and their Avro headers, in the row groups `add_record` would write."""
         self.headers.update(headers)
@@ -165,7 +165,7 @@ class _EventsFile:
             self.writer.write_table(group)
         # In chunks as the file's row groups read back: the derived files' bytes depend on it.
         self.table = pa.concat_tables(groups) if groups else rows
-        self.leaves.extend(table.column("leaf").to_pylist())
+        self.leaves.extend(leaves)
         self.topics.update(pc.unique(table.column("topic")).to_pylist())
         if table.num_rows:
             at = table.column("occurred_at").cast(pa.int64())
@@ -328,17 +328,16 @@ def _month_events(
     *,
     history: Iterable[Positioned],
     records: Iterable[ArchiveRecord],
-    reading: MonthReading | None,
+    read: MonthEvents | None,
     on_event: Callable[[int], None] | None,
 ) -> _EventsFile:
     """events.parquet of the events of `month` in `history`, `records` (in their order) or
-    `reading`."""
+    `read` (by worker processes, merged)."""
     start_us, end_us = layout.month_bounds_us(month)
     events = _EventsFile(path, codec)
     try:
-        if reading is not None:
-            month_events = reading.events()
-            events.add_table(month_events.table, month_events.headers)
+        if read is not None:
+            events.add_table(read.table, read.headers, read.leaves)
             if on_event is not None:
                 on_event(len(events.leaves))
         for origin, e in history:
@@ -412,8 +411,14 @@ def export_month(
     start_us, end_us = layout.month_bounds_us(month)
     workdir.mkdir(parents=True, exist_ok=True)
     codec = Codec()
+    old_size = int(chain_before["size"])
+    old_frontier = [bytes.fromhex(h) for h in chain_before["frontier"]]
+    read = trees = None
+    if reading is not None:  # the trees hashed by the workers while the files are written
+        read = reading.events()
+        trees = reading.trees(read.leaves, old_size, old_frontier)
     events = _month_events(workdir / layout.EVENTS, codec, month, history=history,
-                           records=records, reading=reading, on_event=on_event)  # fmt: skip
+                           records=records, read=read, on_event=on_event)  # fmt: skip
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
     typed_rows = write_typed_files(workdir / layout.EVENTS, workdir, table=events.table)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
@@ -422,13 +427,13 @@ def export_month(
         (workdir / layout.AUDIT).write_bytes(audit)
         audit_files[layout.AUDIT] = _file_entry(workdir / layout.AUDIT, audit.count(b"\n"), None)
 
-    extension = Extension(
-        int(chain_before["size"]),
-        [bytes.fromhex(h) for h in chain_before["frontier"]],
-        events.leaves,
-    )
-    root = root_of(events.leaves)
-    chain_root = extension.root()
+    if trees is None:
+        root, (chain_size, chain_root, proof, frontier) = (
+            root_of(events.leaves),
+            chained(old_size, old_frontier, events.leaves),
+        )
+    else:
+        root, (chain_size, chain_root, proof, frontier) = trees()
     manifest: dict[str, Any] = {
         "format": layout.FORMAT,
         "region": region,
@@ -464,10 +469,10 @@ def export_month(
             "previous_manifest_sha256": previous_sha,
             "previous_size": int(chain_before["size"]),
             "previous_root": chain_before["root"],
-            "size": extension.size,
+            "size": chain_size,
             "root": chain_root.hex(),
-            "consistency_proof": [h.hex() for h in extension.consistency_proof()],
-            "frontier": [h.hex() for h in extension.frontier()],
+            "consistency_proof": [h.hex() for h in proof],
+            "frontier": [h.hex() for h in frontier],
         },
         "retention": {
             "mode": "COMPLIANCE",
@@ -492,7 +497,7 @@ def export_month(
         len(events.leaves),
         cost_lines.num_rows,
         root.hex(),
-        extension.size,
+        chain_size,
         layout.sha256_hex(manifest_bytes),
         time.monotonic() - started,
     )
