@@ -9,27 +9,35 @@ with its ledger brought up to date, made once under --home (default
 the log, for up to 28 days).
 
 * project: what `spotcap archive export` runs after its ledger catch-up
-  (`replay.archive.export.export_from_log` without `catch_up`): the month's cost lines from
-  the ledger, the month's audit lines, the log's merged history read and the month written to
-  a fresh local archive directory (`LocalStorage`): events.parquet, the typed and priced files,
-  cost_lines.parquet, the Merkle tree, the chain, the signed manifest and head;
-* bare: the same files with fastavro, pyarrow and hashlib alone (`bench/export_bare.py`): the
-  same container files read by fastavro's reader, the same records in history order, the same
-  Parquet files (columns, compression, row groups), the same leaves hashed and the same tree,
-  the cost lines from the ledger's table through chdb, a manifest and head signed. No module
-  of ours, not even the codec. The first round checks that both sides wrote the same data
-  (`same_files`).
+  (`replay.archive.export.export_from_log` without `catch_up`): the month's history read by
+  `--workers` processes (`replay.archive.columns.MonthReading`, default one per core) while
+  this one queries the month's cost lines from the ledger and its audit lines, the rows merged
+  in history order and the month written to a fresh local archive directory
+  (`LocalStorage`): events.parquet, the typed and priced files, cost_lines.parquet, the Merkle
+  tree (hashed by the workers while the files are written), the chain, the signed manifest
+  and head;
+* bare: the same files with fastavro, pyarrow and hashlib alone (`bench/export_bare.py`), with
+  the same parallelism: the same container files read by fastavro's reader in `--workers`
+  processes (each decoding its partitions, writing the payload JSON, hashing the leaves, to an
+  Arrow file) while the parent queries the cost lines through chdb, the rows put in history
+  order by one sort, the same Parquet files (columns, compression, row groups), the same tree,
+  a manifest and head signed. No module of ours, not even the codec. The first round checks
+  that both sides wrote the same data (`same_files`).
+
+CPU is this process's and its children's (the workers, counted when they end).
 
 Each round runs both sides, the side that goes first alternating (project first in odd
 rounds); each round's ratio is its own pair's, reported as the median and range. `--profile`
-runs the project's side once more under cProfile, before the rounds, and prints its top
-entries by own time (`--rounds 0`: the profile alone).
+runs the project's side once more under cProfile, in one process (`merged_records`, no
+workers), before the rounds, and prints its top entries by own time (`--rounds 0`: the
+profile alone).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
 import resource
@@ -193,7 +201,11 @@ def same_files(project: Path, bare: Path) -> None:
             assert a.read_bytes() == b.read_bytes(), f"{name}: the two sides' bytes differ"
         else:
             assert pq.read_table(a).equals(pq.read_table(b)), f"{name}: the two sides differ"
-    say("  the two sides wrote the same data files")
+    ours = json.loads((project / "manifest.json").read_bytes())
+    theirs = json.loads((bare / REGION / MONTH / "manifest.json").read_bytes())
+    assert ours["merkle"] == {**theirs["merkle"], "leaf": ours["merkle"]["leaf"]}, "the trees"
+    assert ours["chain"]["frontier"] == theirs["frontier"], "the two sides' frontiers differ"
+    say("  the two sides wrote the same data files and the same tree")
 
 
 def _cpu_s() -> float:

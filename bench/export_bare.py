@@ -1,12 +1,13 @@
 """The bare reference of `bench/export.py`: a month's archive written with the libraries alone.
 
-fastavro reads the embedded log's container files (the same records) and each event's Avro
-record; `heapq.merge` puts them in history order; pyarrow writes the same Parquet files (the
-same columns, zstd, row groups of `BATCH_ROWS`); hashlib hashes the same leaves and builds the
-same tree; chdb gives the month's cost lines; cryptography signs the manifest and the head.
-No module of the project is imported: what the files must hold (the Parquet schemas, the Avro
-schema, the priced event types) is handed in as data by the bench.
-"""
+The partitions are shared among worker processes (as the project's export shares them): each
+reads the embedded log's container files with fastavro (the same records) and each event's
+Avro record, writes the payload as JSON, hashes the Merkle leaf and hands back an Arrow file;
+meanwhile chdb gives the month's cost lines. One sort puts the rows in history order; pyarrow
+writes the same Parquet files (the same columns, zstd, row groups of `BATCH_ROWS`); hashlib
+builds the same tree; cryptography signs the manifest and the head. No module of the project
+is imported: what the files must hold (the Parquet schemas, the Avro schema, the priced event
+types) is handed in as data by the bench."""
 
 from __future__ import annotations
 
@@ -101,6 +102,10 @@ def _root(leaves: list[bytes]) -> bytes:
     return level[0]
 
 
+def _frontier_of(joined: bytes) -> list[bytes]:
+    return _frontier([joined[i : i + 32] for i in range(0, len(joined), 32)])
+
+
 def _frontier(leaves: list[bytes]) -> list[bytes]:
     out, start = [], 0
     for bit in reversed(range(len(leaves).bit_length())):
@@ -186,7 +191,6 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
     lines = pa.ipc.open_stream(got).read_all().cast(shapes.schemas["cost_lines.parquet"])
     for future in futures:
         future.result()
-    pool.shutdown()
     read = pa.concat_tables(pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths)
     for p in paths:
         Path(p).unlink()
@@ -194,6 +198,8 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
                                    ("occurred_at", "topic", "partition", "offset")])  # fmt: skip
     read = read.take(order)
     leaves = read.column("leaf").to_pylist()
+    # The tree hashed by a worker while the files are written (the root folded from it).
+    hashed = pool.submit(_frontier_of, b"".join(leaves))
     events = read.select(events_schema.names)
     writer = pq.ParquetWriter(workdir / "events.parquet", events_schema, compression="zstd")
     groups = [events.slice(i, BATCH_ROWS) for i in range(0, events.num_rows, BATCH_ROWS)]
@@ -223,8 +229,11 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
     pq.write_table(lines, workdir / "cost_lines.parquet", compression="zstd")
     (workdir / "envelope.avsc").write_bytes(_canonical(shapes.avsc))
 
-    frontier = _frontier(leaves)
-    root = _root(leaves)
+    frontier = hashed.result()
+    pool.shutdown()
+    root = frontier[-1] if frontier else hashlib.sha256(b"").digest()
+    for h in reversed(frontier[:-1]):
+        root = _node(h, root)
     files = {}
     for path in sorted(workdir.iterdir()):
         data = path.read_bytes()
