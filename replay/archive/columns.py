@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import tempfile
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -50,8 +50,11 @@ Opener = Callable[[], tuple[EventLog, Codec]]
 Part = tuple[str, int, int]
 """A partition to read: topic, partition, end offset (exclusive)."""
 
-Keys = dict[tuple[str, int], tuple[bytes, bytes]]
-"""Per partition, the occurred_at and offset of every record read (int64 arrays as bytes)."""
+Keys = dict[tuple[str, int], tuple[bytes, bytes, int]]
+"""Per partition, the occurred_at and offset of every record read (int64 arrays as bytes) and
+how many of them are the month's (its rows in the worker's file)."""
+BATCH_ROWS = 50_000
+"""Rows per batch: of a worker's file, and of the merged rows (events.parquet's row groups)."""
 
 _SCHEMA = layout.EVENTS_SCHEMA.append(pa.field("leaf", pa.binary(32)))
 _head_of_record = itemgetter(*Envelope.HEAD)
@@ -60,33 +63,43 @@ _head_of_record = itemgetter(*Envelope.HEAD)
 def read_parts(
     log: EventLog, codec: Codec, parts: Sequence[Part], month: str, path: Path
 ) -> tuple[list[bytes], Keys]:
-    """Read `parts`, write their records of `month` to `path` (Arrow IPC, `_SCHEMA`, in each
-    partition's order); the Avro headers seen, and every record's key by partition."""
+    """Read `parts`, write their records of `month` to `path` (Arrow IPC, `_SCHEMA`, each
+    partition's rows in its order, one partition after the other, in batches of `BATCH_ROWS`:
+    a worker holds one batch); the Avro headers seen, and every record's key by partition."""
     start_us, end_us = layout.month_bounds_us(month)
     rows: list[tuple[Any, ...]] = []
     headers: set[bytes] = set()
     keys: Keys = {}
     leaf_data = layout.leaf_data
-    for topic, partition, end in parts:
-        occurred, offsets = array("q"), array("q")
-        for record in partition_records(log, codec, topic, partition, end):
-            at, _, _, offset, data, fields = record
-            occurred.append(at)
-            offsets.append(offset)
-            if start_us <= at < end_us:
-                headers.add(data[:10])
-                event_id = fields["event_id"]
-                rows.append((*_head_of_record(fields), topic, partition, offset,
-                             payload_text(fields["payload"][1]), data,
-                             leaf_hash(leaf_data(event_id, data))))  # fmt: skip
-        keys[(topic, partition)] = (occurred.tobytes(), offsets.tobytes())
-    columns = zip(*rows, strict=True) if rows else ([] for _ in _SCHEMA)
-    table = pa.Table.from_arrays(
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        for topic, partition, end in parts:
+            occurred, offsets = array("q"), array("q")
+            kept = 0
+            for record in partition_records(log, codec, topic, partition, end):
+                at, _, _, offset, data, fields = record
+                occurred.append(at)
+                offsets.append(offset)
+                if start_us <= at < end_us:
+                    kept += 1
+                    headers.add(data[:10])
+                    event_id = fields["event_id"]
+                    rows.append((*_head_of_record(fields), topic, partition, offset,
+                                 payload_text(fields["payload"][1]), data,
+                                 leaf_hash(leaf_data(event_id, data))))  # fmt: skip
+                    if len(rows) >= BATCH_ROWS:
+                        writer.write_table(_table(rows))
+                        rows = []
+            keys[(topic, partition)] = (occurred.tobytes(), offsets.tobytes(), kept)
+        if rows:
+            writer.write_table(_table(rows))
+    return sorted(headers), keys
+
+
+def _table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    columns = zip(*rows, strict=True)
+    return pa.Table.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, _SCHEMA, strict=True)], schema=_SCHEMA
     )
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
-        writer.write_table(table)
-    return sorted(headers), keys
 
 
 def _read_in_worker(
@@ -124,16 +137,33 @@ def share(parts: Sequence[Part], workers: int) -> list[list[Part]]:
 
 @dataclass
 class MonthEvents:
-    """The month's rows in history order (`layout.EVENTS_SCHEMA` and `leaf`), and what the
-    manifest says of them."""
+    """The month's rows by partition (`layout.EVENTS_SCHEMA` and `leaf`, memory-mapped from
+    the workers' files), the partition of each row in history order, and the Avro headers."""
 
-    table: pa.Table
+    parts: list[pa.Table]
+    order: pa.Array
     headers: set[bytes] = field(default_factory=set)
+
+    def batches(self, names: Sequence[str], size: int = BATCH_ROWS) -> Iterator[pa.Table]:
+        """The rows' columns `names` in history order, `size` rows at a time (each partition's
+        rows come in its own order, so a batch takes a contiguous slice of each: memory for
+        one batch, not the month)."""
+        cursor = [0] * len(self.parts)
+        for start in range(0, len(self.order), size):
+            pids = self.order.slice(start, size)
+            grouped = pc.sort_indices(pids)  # stable: by partition, each in its order
+            slices = []
+            for count in sorted(pids.value_counts().to_pylist(), key=itemgetter("values")):
+                p, n = count["values"], count["counts"]
+                slices.append(self.parts[p].select(names).slice(cursor[p], n))
+                cursor[p] += n
+            # Row q of the slices is row grouped[q] of the batch: take by the inverse.
+            yield pa.concat_tables(slices).take(pc.sort_indices(grouped))
 
     @cached_property
     def leaves(self) -> list[bytes]:
         """Each row's Merkle leaf hash, in order."""
-        return self.table.column("leaf").to_pylist()  # type: ignore[no-any-return]
+        return [h for t in self.batches(["leaf"]) for h in t.column("leaf").to_pylist()]
 
 
 def _in_order(occurred: bytes) -> bool:
@@ -142,24 +172,32 @@ def _in_order(occurred: bytes) -> bool:
     return len(values) < 2 or bool(pc.all(pc.greater_equal(values[1:], values[:-1])).as_py())
 
 
-def _merged_order(table: pa.Table, keys: Keys) -> pa.Array:
-    """The indices of `table`'s rows in `MergedHistory`'s order."""
-    monotone = all(_in_order(occurred) for occurred, _ in keys.values())
-    if monotone:  # sorted partitions merge as one sort does (no two rows share a key)
-        order = [(name, "ascending") for name in ("occurred_at", "topic", "partition", "offset")]
-        return pc.sort_indices(table, order)
+def _merged_order(
+    parts: list[pa.Table], names: list[tuple[str, int]], keys: Keys, month: str
+) -> pa.Array:
+    """The partition (its index in `parts`) of each of the month's rows, in `MergedHistory`'s
+    order."""
+    if all(_in_order(occurred) for occurred, _, _ in keys.values()):
+        # Sorted partitions merge as one sort does (no two rows share a key).
+        columns = ("occurred_at", "topic", "partition", "offset")
+        chunked = {
+            c: pa.chunked_array([t.column(c) for t in parts], _SCHEMA.field(c).type)
+            for c in columns
+        }
+        part = [pa.repeat(pa.scalar(i, pa.int32()), t.num_rows) for i, t in enumerate(parts)]
+        table = pa.table({**chunked, "part": pa.chunked_array(part, pa.int32())})
+        order = pc.sort_indices(table, [(c, "ascending") for c in columns])
+        return table.column("part").combine_chunks().take(order)
     # A partition out of event-time order: merge every record's key as `merged_records` does
-    # (heapq.merge of the partitions' heads), then keep the month's rows in that order.
-    streams = [
-        [(at, topic, partition, offset)
-         for at, offset in zip(array("q", occurred), array("q", offsets), strict=True)]
-        for (topic, partition), (occurred, offsets) in sorted(keys.items())
-    ]  # fmt: skip
-    positions = zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset")),
-                    strict=True)  # fmt: skip
-    at_row = {position: i for i, position in enumerate(positions)}
-    found = (at_row.get(k[1:]) for k in heapq.merge(*streams))
-    return pa.array([i for i in found if i is not None], pa.int64())
+    # (heapq.merge of the partitions' heads), and keep the month's rows in that order.
+    start_us, end_us = layout.month_bounds_us(month)
+    streams = []
+    for i, name in enumerate(names):
+        occurred, offsets, _ = keys[name]
+        pairs = zip(array("q", occurred), array("q", offsets), strict=True)
+        streams.append([(at, *name, offset, i) for at, offset in pairs])
+    merged = [k[4] for k in heapq.merge(*streams) if start_us <= k[0] < end_us]
+    return pa.array(merged, pa.int32())
 
 
 class MonthReading:
@@ -198,17 +236,22 @@ class MonthReading:
         ]
 
     def events(self) -> MonthEvents:
+        """Wait for the workers; the month's rows, memory-mapped, and their merged order."""
         headers: set[bytes] = set()
         keys: Keys = {}
-        tables = []
+        parts: list[pa.Table] = []
+        names: list[tuple[str, int]] = []
         for future, path in zip(self._futures, self._paths, strict=True):
             seen, theirs = future.result()
             headers.update(seen)
             keys.update(theirs)
-            with pa.memory_map(str(path)) as source:
-                tables.append(pa.ipc.open_file(source).read_all())
-        table = pa.concat_tables(tables) if tables else _SCHEMA.empty_table()
-        return MonthEvents(table.take(_merged_order(table, keys)), headers)
+            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            start = 0
+            for name, (_, _, rows) in theirs.items():
+                names.append(name)
+                parts.append(table.slice(start, rows))
+                start += rows
+        return MonthEvents(parts, _merged_order(parts, names, keys, self.month), headers)
 
     def trees(
         self, leaves: Sequence[Hash], old_size: int, old_frontier: Sequence[Hash]

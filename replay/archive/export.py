@@ -124,8 +124,6 @@ class _EventsFile:
         self.topics: set[str] = set()
         self.first_us: int | None = None
         self.last_us: int | None = None
-        self.table: pa.Table | None = None
-        """The rows written, when they came as one table (`add_table`)."""
 
     @property
     def fingerprints(self) -> list[str]:
@@ -155,21 +153,18 @@ class _EventsFile:
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
 
-    def add_table(self, table: pa.Table, headers: Iterable[bytes], leaves: list[bytes]) -> None:
-        """The month's rows as `replay.archive.columns` merged them (`EVENTS_SCHEMA` and each
-        row's leaf) and their Avro headers, in the row groups `add_record` would write."""
-        self.headers.update(headers)
-        rows = table.select(layout.EVENTS_SCHEMA.names)
-        groups = [rows.slice(start, BATCH_ROWS) for start in range(0, rows.num_rows, BATCH_ROWS)]
-        for group in groups:
-            self.writer.write_table(group)
-        # In chunks as the file's row groups read back: the derived files' bytes depend on it.
-        self.table = pa.concat_tables(groups) if groups else rows
-        self.leaves.extend(leaves)
-        self.topics.update(pc.unique(table.column("topic")).to_pylist())
-        if table.num_rows:
-            at = table.column("occurred_at").cast(pa.int64())
-            self.first_us, self.last_us = at[0].as_py(), at[-1].as_py()
+    def add_read(self, read: MonthEvents) -> None:
+        """The month as `replay.archive.columns` read and merged it, in the row groups
+        `add_record` would write (a batch at a time)."""
+        self.headers.update(read.headers)
+        self.leaves.extend(read.leaves)
+        for batch in read.batches(layout.EVENTS_SCHEMA.names, BATCH_ROWS):
+            self.writer.write_table(batch)
+            self.topics.update(pc.unique(batch.column("topic")).to_pylist())
+            at = batch.column("occurred_at").cast(pa.int64())
+            if self.first_us is None:
+                self.first_us = at[0].as_py()
+            self.last_us = at[-1].as_py()
 
     def flush(self) -> None:
         if not self.rows:
@@ -337,7 +332,7 @@ def _month_events(
     events = _EventsFile(path, codec)
     try:
         if read is not None:
-            events.add_table(read.table, read.headers, read.leaves)
+            events.add_read(read)
             if on_event is not None:
                 on_event(len(events.leaves))
         for origin, e in history:
@@ -420,7 +415,7 @@ def export_month(
     events = _month_events(workdir / layout.EVENTS, codec, month, history=history,
                            records=records, read=read, on_event=on_event)  # fmt: skip
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
-    typed_rows = write_typed_files(workdir / layout.EVENTS, workdir, table=events.table)
+    typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
     audit_files: dict[str, Any] = {}
     if audit is not None:
