@@ -9,35 +9,48 @@ with its ledger brought up to date, made once under --home (default
 the log, for up to 28 days).
 
 * project: what `spotcap archive export` runs after its ledger catch-up
-  (`replay.archive.export.export_from_log` without `catch_up`): the month's cost lines from
-  the ledger, the month's audit lines, the log's merged history read and the month written to
-  a fresh local archive directory (`LocalStorage`): events.parquet, the typed and priced files,
-  cost_lines.parquet, the Merkle tree, the chain, the signed manifest and head;
-* bare: the same files with fastavro, pyarrow and hashlib alone (`bench/export_bare.py`): the
-  same container files read by fastavro's reader, the same records in history order, the same
-  Parquet files (columns, compression, row groups), the same leaves hashed and the same tree,
-  the cost lines from the ledger's table through chdb, a manifest and head signed. No module
-  of ours, not even the codec. The first round checks that both sides wrote the same data
-  (`same_files`).
+  (`replay.archive.export.export_from_log` without `catch_up`): the month's history read by
+  `--workers` processes (`replay.archive.columns.MonthReading`, default one per core) while
+  this one queries the month's cost lines from the ledger and its audit lines, the rows merged
+  in history order and the month written to a fresh local archive directory
+  (`LocalStorage`): events.parquet, the typed and priced files, cost_lines.parquet, the Merkle
+  tree (hashed by the workers while the files are written), the chain, the signed manifest
+  and head;
+* bare: the same files with fastavro, pyarrow and hashlib alone (`bench/export_bare.py`), with
+  the same parallelism: the same container files read by fastavro's reader in `--workers`
+  processes (each decoding its partitions, writing the payload JSON, hashing the leaves, to an
+  Arrow file) while the parent queries the cost lines through chdb, the rows put in history
+  order by one sort, the same Parquet files (columns, compression, row groups), the same tree,
+  a manifest and head signed. No module of ours, not even the codec. The first round checks
+  that both sides wrote the same data (`same_files`).
+
+CPU is this process's and its children's (the workers, counted when they end).
 
 Each round runs both sides, the side that goes first alternating (project first in odd
 rounds); each round's ratio is its own pair's, reported as the median and range. `--profile`
-runs the project's side once more under cProfile, before the rounds, and prints its top
-entries by own time (`--rounds 0`: the profile alone).
+runs the project's side once more under cProfile, in one process (`merged_records`, no
+workers), before the rounds, and prints its top entries by own time (`--rounds 0`: the
+profile alone).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
+import os
 import pstats
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -80,11 +93,22 @@ def prepare(home: Path, days: float) -> None:
     done.write_text("ok\n")
 
 
-def export_project(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
-    """`spotcap archive export --month MONTH` after its ledger catch-up, into `where`."""
+def open_embedded(root: Path) -> tuple[Any, Any]:
+    """The log and codec in an export's worker process (`replay.archive.columns.Opener`)."""
+    from schemas.codec import Codec
+    from streams.embedded import EmbeddedLog
+
+    return EmbeddedLog(root), Codec()
+
+
+def export_project(home: Path, where: Path, key_pem: bytes, workers: int) -> tuple[int, float]:
+    """`spotcap archive export --month MONTH` after its ledger catch-up, into `where`: the
+    history read by `workers` processes (`replay.archive.columns`) while this one queries the
+    cost lines (0: read here, `merged_records`)."""
     from contracts.signing import FileSigner
     from projections.stores import Stores
     from replay.archive.audit import audit_lines, read_audit
+    from replay.archive.columns import MonthReading
     from replay.archive.export import export_month, month_cost_lines
     from replay.archive.history import merged_records
     from replay.archive.storage import LocalStorage
@@ -94,19 +118,27 @@ def export_project(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]
     started = time.perf_counter()
     log = EmbeddedLog(home / "log")
     try:
-        store = Stores(home).open_ledger()
-        try:
-            lines = month_cost_lines(store, MONTH)
-        finally:
-            store.close()
-        audit = audit_lines(read_audit(log, REGION), MONTH)
-        with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
+        with ExitStack() as stack:
+            reading = None
+            if workers:
+                opener = partial(open_embedded, home / "log")
+                reading = stack.enter_context(
+                    MonthReading(opener, log, REGION, MONTH, workers=workers)
+                )
+            store = Stores(home).open_ledger()
+            try:
+                lines = month_cost_lines(store, MONTH)
+            finally:
+                store.close()
+            audit = audit_lines(read_audit(log, REGION), MONTH)
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-export-"))
             done = export_month(
                 LocalStorage(where),
                 FileSigner.from_bytes(key_pem),
                 region=REGION,
                 month=MONTH,
-                records=merged_records(log, Codec(), REGION),
+                records=merged_records(log, Codec(), REGION) if reading is None else (),
+                reading=reading,
                 cost_lines=lines,
                 workdir=Path(tmp),
                 now_us=int(time.time() * 1_000_000),
@@ -128,8 +160,9 @@ COST_SQL = (
 )
 
 
-def export_bare(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
-    """The same month with the libraries alone (`bench/export_bare.py`)."""
+def export_bare(home: Path, where: Path, key_pem: bytes, workers: int) -> tuple[int, float]:
+    """The same month with the libraries alone (`bench/export_bare.py`), read by `workers`
+    processes (at least one: a script would use them)."""
     from bench import export_bare
     from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA
     from replay.archive import layout
@@ -147,7 +180,7 @@ def export_bare(home: Path, where: Path, key_pem: bytes) -> tuple[int, float]:
         events = export_bare.export(
             home / "log", topics=topics, ledger=home / "ledger", cost_sql=COST_SQL,
             month=bounds, shapes=shapes, key_pem=key_pem, workdir=Path(tmp),
-            where=where / REGION / MONTH,
+            where=where / REGION / MONTH, workers=max(1, workers),
         )  # fmt: skip
     return events, time.perf_counter() - started
 
@@ -168,7 +201,17 @@ def same_files(project: Path, bare: Path) -> None:
             assert a.read_bytes() == b.read_bytes(), f"{name}: the two sides' bytes differ"
         else:
             assert pq.read_table(a).equals(pq.read_table(b)), f"{name}: the two sides differ"
-    say("  the two sides wrote the same data files")
+    ours = json.loads((project / "manifest.json").read_bytes())
+    theirs = json.loads((bare / REGION / MONTH / "manifest.json").read_bytes())
+    assert ours["merkle"] == {**theirs["merkle"], "leaf": ours["merkle"]["leaf"]}, "the trees"
+    assert ours["chain"]["frontier"] == theirs["frontier"], "the two sides' frontiers differ"
+    say("  the two sides wrote the same data files and the same tree")
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (the workers)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -183,6 +226,9 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=None, help="where the log is kept")
     parser.add_argument("--profile", action="store_true", help="profile the project's side")
     parser.add_argument("--prepare-only", action="store_true")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes reading the log, each side (0: the project reads in "
+                             "its own process, the bare side in one worker)")  # fmt: skip
     args = parser.parse_args()
     home = args.home or Path.home() / ".cache" / "spotcap" / "bench-export" / f"{args.days:g}d"
     prepare(home, args.days)
@@ -195,11 +241,11 @@ def main() -> None:
         if args.profile:
             profiler = cProfile.Profile()
             events, seconds = profiler.runcall(
-                export_project, home, Path(tmp) / "profiled", key_pem
+                export_project, home, Path(tmp) / "profiled", key_pem, 0
             )
             say(f"profiled: {events:,} events in {seconds:.1f} s")
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
-        sides: dict[str, Callable[[Path, Path, bytes], tuple[int, float]]] = {
+        sides: dict[str, Callable[[Path, Path, bytes, int], tuple[int, float]]] = {
             "project": export_project,
             "bare": export_bare,
         }
@@ -210,9 +256,9 @@ def main() -> None:
             order = ("project", "bare") if r % 2 == 0 else ("bare", "project")
             for side in order:
                 where = Path(tmp) / f"{side}-{r}"
-                cpu = time.process_time()
-                events, seconds = sides[side](home, where, key_pem)
-                cpu_rates[side].append(events / (time.process_time() - cpu))
+                cpu = _cpu_s()
+                events, seconds = sides[side](home, where, key_pem, args.workers)
+                cpu_rates[side].append(events / (_cpu_s() - cpu))
                 rates[side].append(events / seconds)
                 counts.add(events)
             if r == 0:

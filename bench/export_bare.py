@@ -1,21 +1,22 @@
 """The bare reference of `bench/export.py`: a month's archive written with the libraries alone.
 
-fastavro reads the embedded log's container files (the same records) and each event's Avro
-record; `heapq.merge` puts them in history order; pyarrow writes the same Parquet files (the
-same columns, zstd, row groups of `BATCH_ROWS`); hashlib hashes the same leaves and builds the
-same tree; chdb gives the month's cost lines; cryptography signs the manifest and the head.
-No module of the project is imported: what the files must hold (the Parquet schemas, the Avro
-schema, the priced event types) is handed in as data by the bench.
-"""
+The partitions are shared among worker processes (as the project's export shares them): each
+reads the embedded log's container files with fastavro (the same records) and each event's
+Avro record, writes the payload as JSON, hashes the Merkle leaf and hands back an Arrow file;
+meanwhile chdb gives the month's cost lines. One sort puts the rows in history order; pyarrow
+writes the same Parquet files (the same columns, zstd, row groups of `BATCH_ROWS`); hashlib
+builds the same tree; cryptography signs the manifest and the head. No module of the project
+is imported: what the files must hold (the Parquet schemas, the Avro schema, the priced event
+types) is handed in as data by the bench."""
 
 from __future__ import annotations
 
 import hashlib
-import heapq
 import io
 import json
+import multiprocessing
 import shutil
-from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import fastavro
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -47,19 +49,37 @@ class Shapes:
     avsc: dict[str, Any]
 
 
-Item = tuple[int, str, int, int, bytes, dict[str, Any]]
-
-
-def _partition(path: Path, topic: str, number: int, schema: Any) -> Iterator[Item]:
-    for segment in sorted(path.glob("*.avro")):
-        with segment.open("rb") as f:
-            for r in fastavro.reader(f):
-                assert isinstance(r, dict)
-                data = r["value"]
-                e: Any = fastavro.schemaless_reader(
-                    io.BytesIO(data[10:]), schema, None, return_record_name=True
-                )
-                yield e["occurred_at"], topic, number, r["offset"], data, e
+def _read(
+    folders: list[tuple[str, int, str]],
+    avro_schema: dict[str, Any],
+    events_schema: pa.Schema,
+    month: tuple[int, int],
+    path: str,
+) -> None:
+    """In a worker: the partitions' records of the month, with each one's leaf, to an Arrow
+    file at `path` (each partition's in offset order)."""
+    schema = fastavro.parse_schema(avro_schema, _force=True)
+    start, end = month
+    encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=bytes.hex).encode
+    rows = []
+    for topic, number, folder in folders:
+        for segment in sorted(Path(folder).glob("*.avro")):
+            with segment.open("rb") as f:
+                for r in fastavro.reader(f):
+                    assert isinstance(r, dict)
+                    data = r["value"]
+                    e: Any = fastavro.schemaless_reader(
+                        io.BytesIO(data[10:]), schema, None, return_record_name=True
+                    )
+                    if start <= e["occurred_at"] < end:
+                        head = [e[f] for f in HEAD_FIELDS]
+                        text = encode(e["payload"][1])
+                        leaf = _leaf(e["event_id"], data)
+                        rows.append((*head, topic, number, r["offset"], text, data, leaf))
+    full = events_schema.append(pa.field("leaf", pa.binary(32)))
+    table = pa.table(list(zip(*rows, strict=True)), schema=full) if rows else full.empty_table()
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, full) as writer:
+        writer.write_table(table)
 
 
 def _leaf(event_id: str, data: bytes) -> bytes:
@@ -80,6 +100,10 @@ def _root(leaves: list[bytes]) -> bytes:
             paired.append(level[-1])
         level = paired
     return level[0]
+
+
+def _frontier_of(joined: bytes) -> list[bytes]:
+    return _frontier([joined[i : i + 32] for i in range(0, len(joined), 32)])
 
 
 def _frontier(leaves: list[bytes]) -> list[bytes]:
@@ -139,66 +163,25 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
     key_pem: bytes,
     workdir: Path,
     where: Path,
+    workers: int,
 ) -> int:
     """The month [month[0], month[1]) (microseconds) of the log's `topics` into `where`."""
-    schema = fastavro.parse_schema(shapes.avro_schema, _force=True)
-    parts = [
-        _partition(folder, f"{topic}", int(folder.name), schema)
-        for topic in topics
-        for folder in sorted((log / topic).iterdir())
-        if folder.is_dir()
-    ]
+    folders = [(topic, int(folder.name), str(folder)) for topic in topics
+               for folder in sorted((log / topic).iterdir()) if folder.is_dir()]  # fmt: skip
+    shares: list[list[tuple[str, int, str]]] = [[] for _ in range(workers)]
+    sizes = [0] * workers
+    size = {f: sum(p.stat().st_size for p in Path(f[2]).iterdir()) for f in folders}
+    for item in sorted(folders, key=lambda f: -size[f]):  # each to the least loaded worker
+        w = sizes.index(min(sizes))
+        shares[w].append(item)
+        sizes[w] += size[item]
     events_schema = shapes.schemas["events.parquet"]
-    writer = pq.ParquetWriter(workdir / "events.parquet", events_schema, compression="zstd")
-    rows: list[tuple[Any, ...]] = []
-    leaves: list[bytes] = []
-    typed: dict[str, list[dict[str, Any]]] = {t: [] for t in TYPED.values()}
-    typed_heads: dict[str, list[tuple[str, int]]] = {t: [] for t in TYPED.values()}
-    priced: list[tuple[Any, ...]] = []
-    encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=bytes.hex).encode
     start, end = month
-    for at, topic, number, offset, data, e in heapq.merge(*parts):
-        if not start <= at < end:
-            continue
-        payload = e["payload"][1]
-        text = encode(payload)
-        head = tuple(e[f] for f in HEAD_FIELDS)
-        rows.append((*head, topic, number, offset, text, data))
-        leaves.append(_leaf(e["event_id"], data))
-        kind = e["event_type"]
-        if kind in typed:
-            typed[kind].append(payload)
-            typed_heads[kind].append((e["event_id"], at))
-        elif kind in shapes.priced_types:
-            priced.append((e["event_id"], kind, at, e["causation_id"], topic, number, offset, text))
-        if len(rows) >= BATCH_ROWS:
-            writer.write_table(pa.table(list(zip(*rows, strict=True)), schema=events_schema))
-            rows = []
-    if rows:
-        writer.write_table(pa.table(list(zip(*rows, strict=True)), schema=events_schema))
-    writer.close()
-    for name, kind in TYPED.items():
-        target = shapes.schemas[name]
-        payloads, heads = typed[kind], typed_heads[kind]
-        columns: list[Any] = [[h[0] for h in heads], [h[1] for h in heads]]
-        fields = [f for f in target if f.name not in ("refused_late", "in_force")]
-        fields = [f for f in fields if not f.name.endswith("_integral_to_start")]
-        columns += [[p[f.name] for p in payloads] for f in fields[2:]]
-        table = pa.table(
-            [pa.array(c, f.type) for c, f in zip(columns, fields, strict=True)],
-            schema=pa.schema(fields),
-        )
-        if name == "rate_cards.parquet":
-            table = _cards(table, target)
-        pq.write_table(table, workdir / name, compression="zstd")
-    pq.write_table(
-        pa.table(list(zip(*priced, strict=True)), schema=shapes.schemas["priced_events.parquet"])
-        if priced
-        else shapes.schemas["priced_events.parquet"].empty_table(),
-        workdir / "priced_events.parquet",
-        compression="zstd",
-    )
-    import chdb.session
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    paths = [str(workdir / f"part-{w}.arrow") for w in range(workers)]
+    futures = [pool.submit(_read, mine, shapes.avro_schema, events_schema, month, path)
+               for mine, path in zip(shares, paths, strict=True)]  # fmt: skip
+    import chdb.session  # the cost lines while the workers read
 
     session: Any = chdb.session.Session(str(ledger))  # type: ignore[no-untyped-call]
     try:
@@ -206,11 +189,51 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
     finally:
         session.close()
     lines = pa.ipc.open_stream(got).read_all().cast(shapes.schemas["cost_lines.parquet"])
+    for future in futures:
+        future.result()
+    read = pa.concat_tables(pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths)
+    for p in paths:
+        Path(p).unlink()
+    order = pc.sort_indices(read, [(c, "ascending") for c in
+                                   ("occurred_at", "topic", "partition", "offset")])  # fmt: skip
+    read = read.take(order)
+    leaves = read.column("leaf").to_pylist()
+    # The tree hashed by a worker while the files are written (the root folded from it).
+    hashed = pool.submit(_frontier_of, b"".join(leaves))
+    events = read.select(events_schema.names)
+    writer = pq.ParquetWriter(workdir / "events.parquet", events_schema, compression="zstd")
+    groups = [events.slice(i, BATCH_ROWS) for i in range(0, events.num_rows, BATCH_ROWS)]
+    for group in groups:
+        writer.write_table(group)
+    writer.close()
+    events = pa.concat_tables(groups) if groups else events
+    for name, kind in TYPED.items():
+        target = shapes.schemas[name]
+        rows = events.filter(pc.equal(events.column("event_type"), kind))
+        payloads = json.loads("[" + ",".join(rows.column("payload").to_pylist()) + "]")
+        fields = [f for f in target if f.name not in ("refused_late", "in_force")]
+        fields = [f for f in fields if not f.name.endswith("_integral_to_start")]
+        columns: list[Any] = [rows.column("event_id"), rows.column("occurred_at")]
+        columns += [pa.array([p[f.name] for p in payloads], f.type) for f in fields[2:]]
+        table = pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(columns, fields, strict=True)],
+            schema=pa.schema(fields),
+        )
+        if name == "rate_cards.parquet":
+            table = _cards(table, target)
+        pq.write_table(table, workdir / name, compression="zstd")
+    priced_schema = shapes.schemas["priced_events.parquet"]
+    kept = pc.is_in(events.column("event_type"), value_set=pa.array(shapes.priced_types))
+    priced = events.select(priced_schema.names).filter(kept).cast(priced_schema)
+    pq.write_table(priced, workdir / "priced_events.parquet", compression="zstd")
     pq.write_table(lines, workdir / "cost_lines.parquet", compression="zstd")
     (workdir / "envelope.avsc").write_bytes(_canonical(shapes.avsc))
 
-    frontier = _frontier(leaves)
-    root = _root(leaves)
+    frontier = hashed.result()
+    pool.shutdown()
+    root = frontier[-1] if frontier else hashlib.sha256(b"").digest()
+    for h in reversed(frontier[:-1]):
+        root = _node(h, root)
     files = {}
     for path in sorted(workdir.iterdir()):
         data = path.read_bytes()

@@ -14,6 +14,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -30,8 +31,10 @@ from projections.ledger.writer import LEDGER_TOPICS, LINES_SCHEMA, envelope_head
 from projections.stores import Stores
 from replay.archive import layout
 from replay.archive.audit import audit_lines, read_audit
+from replay.archive.columns import MonthEvents, MonthReading, Opener
 from replay.archive.history import ArchiveRecord, merged_records
-from replay.archive.merkle import Extension, leaf_hash, root_of
+from replay.archive.history import payload_text as _json_text
+from replay.archive.merkle import chained, leaf_hash, root_of
 from replay.archive.storage import ArchiveError, ArchiveStorage
 from schemas.codec import Codec
 from schemas.errors import Origin
@@ -98,28 +101,6 @@ def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
     return sorted(months)
 
 
-def _hex(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.hex()
-    raise TypeError(f"cannot put {type(value).__name__} in JSON")
-
-
-def _json_encoder() -> Callable[[Any], str]:
-    """JSON as ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=_hex)``
-    writes it, with the C encoder made once rather than at every call (the ledger writer's
-    `_payload_encoder`): the same text."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - no C accelerator in this Python
-        encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_hex)
-        return encoder.encode
-    one_shot = make(None, _hex, json.encoder.encode_basestring_ascii, None, ":", ",",
-                    True, False, True)  # fmt: skip
-    return lambda value: "".join(one_shot(value, 0))
-
-
-_json_text = _json_encoder()
-
-
 def payload_json(e: Envelope) -> str:
     """The payload as JSON, as the ledger stores it (sorted keys; bytes as hex)."""
     return _json_text(e.payload.to_avro())
@@ -171,6 +152,19 @@ class _EventsFile:
         self.rows.append((*row, data))
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
+
+    def add_read(self, read: MonthEvents) -> None:
+        """The month as `replay.archive.columns` read and merged it, in the row groups
+        `add_record` would write (a batch at a time)."""
+        self.headers.update(read.headers)
+        self.leaves.extend(read.leaves)
+        for batch in read.batches(layout.EVENTS_SCHEMA.names, BATCH_ROWS):
+            self.writer.write_table(batch)
+            self.topics.update(pc.unique(batch.column("topic")).to_pylist())
+            at = batch.column("occurred_at").cast(pa.int64())
+            if self.first_us is None:
+                self.first_us = at[0].as_py()
+            self.last_us = at[-1].as_py()
 
     def flush(self) -> None:
         if not self.rows:
@@ -280,16 +274,22 @@ def priced_table(events_path: Path, table: pa.Table | None = None) -> pa.Table:
     return table.filter(kept).cast(layout.PRICED_SCHEMA)
 
 
-def write_typed_files(events_path: Path, folder: Path, *, typed: bool = True) -> dict[str, int]:
+def write_typed_files(
+    events_path: Path, folder: Path, *, typed: bool = True, table: pa.Table | None = None
+) -> dict[str, int]:
     """Write the files derived from `events_path` (`layout.DERIVED_FILES`) into `folder`; with
-    `typed` false, only priced_events.parquet. Returns their rows by name."""
-    read = pq.read_table(events_path, columns=layout.PRICED_SCHEMA.names)  # once, for all
+    `typed` false, only priced_events.parquet. `table`: the file's rows, if in memory. Returns
+    their rows by name."""
+    if table is None:
+        read = pq.read_table(events_path, columns=layout.PRICED_SCHEMA.names)  # once, for all
+    else:
+        read = table.select(layout.PRICED_SCHEMA.names)
     tables = typed_tables(events_path, read) if typed else {}
     tables[layout.PRICED] = priced_table(events_path, read)
     rows = {}
-    for name, table in tables.items():
-        pq.write_table(table, folder / name, compression="zstd")
-        rows[name] = table.num_rows
+    for name, derived in tables.items():
+        pq.write_table(derived, folder / name, compression="zstd")
+        rows[name] = derived.num_rows
     return rows
 
 
@@ -323,12 +323,18 @@ def _month_events(
     *,
     history: Iterable[Positioned],
     records: Iterable[ArchiveRecord],
+    read: MonthEvents | None,
     on_event: Callable[[int], None] | None,
 ) -> _EventsFile:
-    """events.parquet of the events of `month` in `history` or `records` (in their order)."""
+    """events.parquet of the events of `month` in `history`, `records` (in their order) or
+    `read` (by worker processes, merged)."""
     start_us, end_us = layout.month_bounds_us(month)
     events = _EventsFile(path, codec)
     try:
+        if read is not None:
+            events.add_read(read)
+            if on_event is not None:
+                on_event(len(events.leaves))
         for origin, e in history:
             if start_us <= e.occurred_at < end_us:
                 events.add(origin, e)
@@ -353,6 +359,7 @@ def export_month(
     month: str,
     history: Iterable[Positioned] = (),
     records: Iterable[ArchiveRecord] = (),
+    reading: MonthReading | None = None,
     cost_lines: pa.Table,
     workdir: Path,
     now_us: int,
@@ -360,8 +367,9 @@ def export_month(
     audit: bytes | None = None,
 ) -> Exported:
     """Write `month` of `region` to the archive: `records` is the region's history in order
-    as the log holds it (`merged_records`), or `history` the same as envelopes (one of the
-    two; events of other months are skipped), `cost_lines` the ledger's lines of the month,
+    as the log holds it (`merged_records`), or `history` the same as envelopes, or `reading`
+    the month read by worker processes (one of the three; events of other months are skipped
+    or not read), `cost_lines` the ledger's lines of the month,
     `audit` the month's capacity actions (`replay.archive.audit.audit_lines`; None: none
     exported, as before ADR-25's audit record); the month must be over by `now_us`
     (`check_over`)."""
@@ -398,9 +406,14 @@ def export_month(
     start_us, end_us = layout.month_bounds_us(month)
     workdir.mkdir(parents=True, exist_ok=True)
     codec = Codec()
-    events = _month_events(
-        workdir / layout.EVENTS, codec, month, history=history, records=records, on_event=on_event
-    )
+    old_size = int(chain_before["size"])
+    old_frontier = [bytes.fromhex(h) for h in chain_before["frontier"]]
+    read = trees = None
+    if reading is not None:  # the trees hashed by the workers while the files are written
+        read = reading.events()
+        trees = reading.trees(read.leaves, old_size, old_frontier)
+    events = _month_events(workdir / layout.EVENTS, codec, month, history=history,
+                           records=records, read=read, on_event=on_event)  # fmt: skip
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
     typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
@@ -409,13 +422,13 @@ def export_month(
         (workdir / layout.AUDIT).write_bytes(audit)
         audit_files[layout.AUDIT] = _file_entry(workdir / layout.AUDIT, audit.count(b"\n"), None)
 
-    extension = Extension(
-        int(chain_before["size"]),
-        [bytes.fromhex(h) for h in chain_before["frontier"]],
-        events.leaves,
-    )
-    root = root_of(events.leaves)
-    chain_root = extension.root()
+    if trees is None:
+        root, (chain_size, chain_root, proof, frontier) = (
+            root_of(events.leaves),
+            chained(old_size, old_frontier, events.leaves),
+        )
+    else:
+        root, (chain_size, chain_root, proof, frontier) = trees()
     manifest: dict[str, Any] = {
         "format": layout.FORMAT,
         "region": region,
@@ -451,10 +464,10 @@ def export_month(
             "previous_manifest_sha256": previous_sha,
             "previous_size": int(chain_before["size"]),
             "previous_root": chain_before["root"],
-            "size": extension.size,
+            "size": chain_size,
             "root": chain_root.hex(),
-            "consistency_proof": [h.hex() for h in extension.consistency_proof()],
-            "frontier": [h.hex() for h in extension.frontier()],
+            "consistency_proof": [h.hex() for h in proof],
+            "frontier": [h.hex() for h in frontier],
         },
         "retention": {
             "mode": "COMPLIANCE",
@@ -479,7 +492,7 @@ def export_month(
         len(events.leaves),
         cost_lines.num_rows,
         root.hex(),
-        extension.size,
+        chain_size,
         layout.sha256_hex(manifest_bytes),
         time.monotonic() - started,
     )
@@ -588,11 +601,15 @@ def export_from_log(
     month: str,
     on_step: Callable[[str], None] | None = None,
     now_us: int | None = None,
+    opener: Opener | None = None,
+    workers: int | None = None,
 ) -> Exported:
     """`export_month` of `region`'s `month` from the log: the ledger is brought up to date
     first (so the month's cost lines are complete), then the history is read in its merged
-    order. `on_step` hears what is being done, in words. The month must be over by `now_us`
-    (default: the wall clock now)."""
+    order. With `opener` (the log and codec for a child process), the history is read by
+    `workers` processes (default: one per core, `replay.archive.columns`) while this one
+    queries the cost lines. `on_step` hears what is being done, in words. The month must be
+    over by `now_us` (default: the wall clock now)."""
     from projections.catchup import catch_up, open_writer  # the catch-up's libraries
 
     now_us = int(time.time() * 1_000_000) if now_us is None else now_us
@@ -603,17 +620,25 @@ def export_from_log(
     say = on_step or (lambda _: None)
     say("bringing the ledger up to date")
     catch_up(log, codec, region, open_writer(stores, "ledger"))
-    lines = month_cost_lines(stores.open_ledger(), month)
-    say(f"reading the capacity actions of {month} from the audit topic")
-    audit = audit_lines(read_audit(log, region), month)
-    say(f"reading the history for {month}")
-    with tempfile.TemporaryDirectory(prefix="spotcap-export-") as tmp:
+    with ExitStack() as stack:
+        reading = None
+        if opener is not None:
+            reading = stack.enter_context(
+                MonthReading(opener, log, region, month, topics=LEDGER_TOPICS, workers=workers)
+            )
+            say(f"reading the history for {month} in {reading.workers} processes")
+        lines = month_cost_lines(stores.open_ledger(), month)
+        say(f"reading the capacity actions of {month} from the audit topic")
+        audit = audit_lines(read_audit(log, region), month)
+        say(f"reading the history for {month}")
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="spotcap-export-"))
         return export_month(
             storage,
             signer,
             region=region,
             month=month,
-            records=merged_records(log, codec, region, LEDGER_TOPICS),
+            records=merged_records(log, codec, region, LEDGER_TOPICS) if reading is None else (),
+            reading=reading,
             cost_lines=lines,
             workdir=Path(tmp),
             now_us=now_us,

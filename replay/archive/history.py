@@ -13,9 +13,10 @@ skipped with a warning, as the merged history skips it.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from projections.ledger.writer import LEDGER_TOPICS
@@ -31,6 +32,29 @@ POLL_RECORDS = 5000
 ArchiveRecord = tuple[int, str, int, int, bytes, dict[str, Any]]
 """occurred_at, topic, partition, offset, the event's bytes, its Avro record (the payload as
 ``(record name, fields)``): ordered by the first four, which no two records share."""
+
+
+def _hex(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot put {type(value).__name__} in JSON")
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """JSON as ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=_hex)``
+    writes it, with the C encoder made once rather than at every call (the ledger writer's
+    `_payload_encoder`): the same text."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - no C accelerator in this Python
+        encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_hex)
+        return encoder.encode
+    one_shot = make(None, _hex, json.encoder.encode_basestring_ascii, None, ":", ",",
+                    True, False, True)  # fmt: skip
+    return lambda value: "".join(one_shot(value, 0))
+
+
+payload_text = _json_encoder()
+"""A payload's fields as JSON, as the archive and the ledger store them."""
 
 
 class _OnePartition:
@@ -51,7 +75,7 @@ class _OnePartition:
         pass
 
 
-def _partition_records(
+def partition_records(
     log: EventLog, codec: Codec, topic: str, partition: int, end: int
 ) -> Iterator[ArchiveRecord]:
     """The partition's records up to `end`, in offset order, decoded for the archive."""
@@ -105,5 +129,5 @@ def merged_records(
     for name in (topic_name(region, t) for t in topics):
         for n, end in sorted(log.end_offsets(name).items()):
             if end > 0:
-                parts.append(_partition_records(log, codec, name, n, end))
+                parts.append(partition_records(log, codec, name, n, end))
     return heapq.merge(*parts)

@@ -204,3 +204,13 @@ def verify_consistency(
         fn >>= 1
         sn >>= 1
     return fr == first_root and sr == second_root and sn == 0
+
+
+Chained = tuple[int, Hash, list[Hash], list[Hash]]
+"""A tree extended (`Extension`): its size, root, consistency proof and frontier."""
+
+
+def chained(old_size: int, old_frontier: Sequence[Hash], new_leaves: Sequence[Hash]) -> Chained:
+    """What a manifest says of the tree of `old_size` leaves extended by `new_leaves`."""
+    extension = Extension(old_size, old_frontier, new_leaves)
+    return extension.size, extension.root(), extension.consistency_proof(), extension.frontier()

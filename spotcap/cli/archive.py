@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from spotcap.cli.output import emit_json, say, show, spinner, table
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
-from spotcap.wiring import make_codec, open_archive, open_log, stores
+from spotcap.wiring import make_codec, open_archive, open_log, open_log_and_codec, stores
 from streams.log import LogError
 
 public_key_option = click.option(
@@ -97,6 +98,7 @@ def export_command(settings: Settings, *, month: str, location: str | None, key_
                 stores=stores(settings),
                 month=month,
                 on_step=lambda s: step.update(task, description=s),
+                opener=partial(open_log_and_codec, settings),  # the history read in workers
             )
     except (ArchiveError, StoreError, LedgerError, LogError, SigningError) as error:
         fail(str(error))
