@@ -37,6 +37,7 @@ from projections.follow import _LedgerRounds
 from projections.ledger.store import ChdbStore
 from projections.ledger.writer import LedgerWriter
 from replay.ledgers import differing_lines, recorded_amounts
+from replay.sql import LEDGER_RELATIONS, SqlReplay
 from schemas.codec import Codec
 from schemas.events import (
     CapacityClaimOpened,
@@ -53,7 +54,7 @@ from spotcap.wiring import open_log, stores
 from streams.topics import region_topics
 from streams.writer import publish
 from tests.projection_support import Positioned, next_positions, positioned
-from tests.test_late_facts import T0, H, base_history, fold, late_cards, with_late
+from tests.test_late_facts import RULE, T0, H, base_history, fold, late_cards, with_late
 
 DEMAND = (InstanceLaunched, InstanceLost, InstanceDeleted, CapacityClaimOpened, CapacityReleased)
 STEPS = ("events", "ledger_lines", "priced_facts", "offsets")
@@ -103,7 +104,7 @@ delayed = st.dictionaries(st.integers(0, 200), st.integers(1, 120), max_size=8)
 resent = st.dictionaries(st.integers(0, 200), st.integers(1, 80), max_size=6)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.data_too_large])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.data_too_large])
 @given(late_cards, delayed, resent, st.data())
 def test_the_ledger_adds_up_whatever_arrived_late_or_twice(
     chdb_path: Path,
@@ -131,6 +132,10 @@ def test_the_ledger_adds_up_whatever_arrived_late_or_twice(
         write_in_rounds(rebuilt, arrived, len(arrived), None)
         assert differing_lines(in_time, recorded_amounts(rounds)) == {}
         assert differing_lines(in_time, recorded_amounts(rebuilt)) == {}
+        # The replay's engines agree: the Python fold over the log in the order it holds the
+        # events, and the SQL engine over the ledger's tables.
+        assert differing_lines(in_time, fold([e for _, e in arrived])[0]) == {}
+        assert differing_lines(in_time, SqlReplay(rounds, LEDGER_RELATIONS).run(RULE)) == {}
         for store in (rounds, rebuilt):  # every event once
             held = store.query("SELECT count() AS n FROM events FINAL")
             assert held == [{"n": len({e.event_id for e in events})}]
