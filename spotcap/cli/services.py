@@ -161,7 +161,7 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 @click.pass_obj
 def bundles(settings: Settings, /, folder: Path, host: str, port: int, pki_mount: str) -> None:
     """Serve each node its own signed bundle over mutual TLS (each node proves who it is with
-    a certificate from the nodes' CA), until SIGTERM; while a canary runs (ADR-32), the bundle
+    a certificate from the nodes' CA), until SIGTERM; while a canary runs, the bundle
     its pool is on, following the region's log."""
     stop = _stop_on_signals()
     try:
