@@ -16,6 +16,8 @@ import threading
 from functools import partial
 from pathlib import Path
 
+import pytest
+
 from projections.follow import _LedgerRounds
 from schemas.codec import Codec
 from spotcap.config import Settings
@@ -50,7 +52,12 @@ def open_files() -> int:
     return total
 
 
-def test_ledger_rounds_do_not_accumulate_open_files(tmp_path: Path) -> None:
+def test_ledger_rounds_do_not_accumulate_open_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rounds' child opens the home's own ledger: the suite's shared chdb path may already be
+    # open in this process (an earlier test's ledger), and chdb admits one process per path.
+    monkeypatch.delenv("SPOTCAP_CHDB_PATH")
     settings = Settings.load(home=tmp_path / "home", region="demo")
     events = [dataclasses.replace(e, region="demo") for _, e in sim_events(0.1, 10)]
     log = open_log(settings)
