@@ -6,7 +6,7 @@ import re
 from typing import Any, TypeAlias
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DEFAULT_SCHEMA = "spotcap"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -57,7 +57,9 @@ def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, connect_timeout_s: int = 
         ) from None
     tcp = {k: v for k, v in KEEPALIVES.items() if k not in given}
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s, **tcp)
+        conn = psycopg.connect(
+            make_conninfo(dsn, **tcp), autocommit=True, connect_timeout=connect_timeout_s
+        )
     except psycopg.OperationalError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise FleetDatabaseError(
