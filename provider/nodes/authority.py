@@ -185,6 +185,48 @@ class NodeAuthority:
         self._save(NodeRecord(identity, record.workload_id, {}, retired=True))
         return revoked
 
+    def live_serials(self, identity: NodeIdentity) -> list[str]:
+        """Every certificate OpenBao issued in this engine that names the node, is unexpired
+        and not revoked, whether or not the node's record lists it: one issued by an enrolment
+        that died before the record was written is found here too. Reads every stored
+        certificate of the engine (LIST ``certs``, then each): for recovery only."""
+        try:
+            listed = self._client.adapter.list(f"/v1/{self._mount}/certs")
+        except Exception as error:
+            if type(error).__name__ == "InvalidPath":  # none issued yet
+                return []
+            raise NodeAuthorityError(f"cannot list the certificates: {_why(error)}") from error
+        keys = (listed or {}).get("data", {}).get("keys", [])
+        now = self._clock()
+        found: list[str] = []
+        for key in keys:
+            try:
+                data = self._client.adapter.get(f"/v1/{self._mount}/cert/{key}")["data"]
+            except Exception as error:
+                raise NodeAuthorityError(f"cannot read certificate {key}: {_why(error)}") from error
+            if int(data.get("revocation_time") or 0) != 0:
+                continue
+            certificate = x509.load_pem_x509_certificate(str(data["certificate"]).encode())
+            if certificate.not_valid_after_utc.timestamp() <= now:
+                continue
+            try:
+                named = identity_of_certificate(certificate)
+            except ValueError:  # the bundle service's, or the CA's: no node's name
+                continue
+            if named == identity:
+                found.append(serial_text(certificate))
+        return sorted(found)
+
+    def revoke_serials(self, identity: NodeIdentity, serials: list[str]) -> None:
+        """Revoke these certificates of a node that stays enrolled (an enrolment that was
+        never delivered), and drop them from its record."""
+        for serial in serials:
+            self._post("revoke", {"serial_number": serial}, f"revoke {serial} of {identity}")
+        record = self.record(identity)
+        if record is not None:
+            kept = {s: e for s, e in record.serials.items() if s not in serials}
+            self._save(NodeRecord(identity, record.workload_id, kept, record.retired))
+
     def is_revoked(self, serial: str) -> bool:
         """Whether OpenBao has revoked the certificate with that serial (an unknown serial
         counts as revoked: it was not issued here)."""
