@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from cryptography import x509
 
-from provider.authority import openbao_from_env
+from provider.authority import OPENBAO_TIMEOUT_S, openbao_from_env
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
 
@@ -443,4 +443,5 @@ def revoker_from_env(environ: Mapping[str, str], journal: Path) -> Revoker | Non
     address, token = found
     import hvac
 
-    return Revoker(NodeAuthority(hvac.Client(url=address, token=token), mount=mount), journal)
+    client = hvac.Client(url=address, token=token, timeout=OPENBAO_TIMEOUT_S)
+    return Revoker(NodeAuthority(client, mount=mount), journal)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from provider.authority import openbao_from_env
+from provider.authority import OPENBAO_TIMEOUT_S, openbao_from_env
 from provider.nodes.authority import Enrolment, NodeAuthority, NodeAuthorityError, Revoker
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
@@ -245,7 +245,8 @@ def nodes_from_env(
         )
     import hvac
 
-    authority = NodeAuthority(hvac.Client(url=found[0], token=found[1]), mount=mount)
+    client = hvac.Client(url=found[0], token=found[1], timeout=OPENBAO_TIMEOUT_S)
+    authority = NodeAuthority(client, mount=mount)
     revoker = Revoker(authority, state_folder / "revocations")
     if not nodes_dir:
         return revoker
