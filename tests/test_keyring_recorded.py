@@ -14,13 +14,16 @@ import dataclasses
 import uuid
 from pathlib import Path
 
+import pytest
+
 from contracts.approvals import Published
 from contracts.signing import FileSigner
 from infra import servers
 from schemas.events import ContractRefused, Envelope, FallbackDecided, KeyringTrusted
-from streams.deciders import DeciderSettings
+from streams.deciders import DeciderSettings, RegionView
 from streams.deciders.authority import trust_digest
 from streams.kafka import KafkaLog
+from streams.runtime import state_codec
 from streams.runtime.core import Clock, DeciderCore
 from streams.runtime.embedded import CheckpointFile, EmbeddedRunner, ListSink, replay_journal
 from streams.runtime.journal import Header, RuntimeTopics
@@ -228,3 +231,16 @@ def test_the_sequencer_records_a_keyring_once_and_its_removal(
     replayed = ListSink()
     replay_journal(kafka.address, CODEC, name, replayed)
     assert refused_versions(replayed.decisions) == [2]  # 4 is taken: no keyring any more
+
+
+def test_a_view_stored_before_the_keyring_was_recorded_reads_with_none() -> None:
+    """A stage's state stored by the release before (its region view without `trust`) reads
+    back with no keyring in force, instead of refusing the stored state; a stored class with
+    more fields than this release knows is still refused."""
+    view = RegionView(region="eu-west-1", now_us=T0_US)
+    stored = state_codec.to_json(view)
+    name, *values = stored["@c"]
+    older = {"@c": [name, *values[:-1]]}  # `trust` is the view's last field
+    assert state_codec.from_json(older) == view
+    with pytest.raises(state_codec.StateCodecError, match="another release"):
+        state_codec.from_json({"@c": [name, *values, None]})
