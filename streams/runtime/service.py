@@ -63,6 +63,11 @@ def run_streams(
 
     config = FaustConfig(bootstrap, topics, codec=codec, **worker)
     if role == "worker":
+        if settings.trust is not None:
+            logging.getLogger("spotcap.runtime").warning(
+                "a worker does not use --keyring: the region's sequencer records its keyring "
+                "in the journal, and every worker decides with the keys recorded there"
+            )
         run_worker(config)
         return
     stop = threading.Event()
