@@ -468,8 +468,10 @@ class DeciderCore:
         sequence = self.sequence
         if not sequence.admit(event):
             return []
-        if self.view.trust != self.trust:  # this runtime's keyring, from here on
+        trust = self.view.trust
+        if trust is not self.trust and trust != self.trust:  # this runtime's keyring, from here
             self.apply(trust_event(self.trust, event.region, self.view.now_us, event.event_id))
+            self.trust = self.view.trust  # equal; the same object from now on (`is` is cheap)
         out = self._clocks(sequence.clocks_before(event.occurred_at))
         return out + self.apply(event)
 
