@@ -77,22 +77,21 @@ def test_an_enrolment_pending_at_a_kill_is_made_once_after_the_restart(
                       "--kill", "observed")  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     a, b = NodeIdentity(REGION, "i-aaaa"), NodeIdentity(REGION, "i-bbbb")
-    assert setup.authority.live_serials(a) == setup.authority.live_serials(b) == []
+    assert setup.authority.live_serials(a, b) == {a: [], b: []}
 
     # Restarted after its actuator's snapshot: the launches are not read again.
     restarted = answer(enroller(openbao, setup))
     assert len(restarted["enrolled"]) == 2 and restarted["pending"] == 0
     assert restarted["cleaned"] == []
+    live = setup.authority.live_serials(a, b)
     for identity in (a, b):  # exactly one live certificate, the one the node holds
-        assert setup.authority.live_serials(identity) == [
-            delivered_serial(setup, identity.instance_id)
-        ]
+        assert live[identity] == [delivered_serial(setup, identity.instance_id)]
         assert fetches_its_bundle(setup, identity.instance_id)
 
     # The log read again from an older position: delivered already, nothing issued.
     again = answer(enroller(openbao, setup, "--launched", "i-aaaa", "--launched", "i-bbbb"))
     assert again == {"enrolled": [], "cleaned": [], "pending": 0}
-    assert len(setup.authority.live_serials(a)) == 1
+    assert len(setup.authority.live_serials(a)[a]) == 1
 
 
 def test_a_kill_between_the_certificate_and_its_delivery_leaves_one_live_certificate(
@@ -101,14 +100,14 @@ def test_a_kill_between_the_certificate_and_its_delivery_leaves_one_live_certifi
     identity = NodeIdentity(REGION, "i-cccc")
     killed = enroller(openbao, setup, "--launched", "i-cccc", "--kill", "issued")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    [stray] = setup.authority.live_serials(identity)  # issued; no record, no files
+    [stray] = setup.authority.live_serials(identity)[identity]  # issued; no record, no files
     assert setup.authority.record(identity) is None
     assert not (setup.tmp / "boot" / "i-cccc" / "node.pem").exists()
 
     restarted = answer(enroller(openbao, setup))
     assert restarted["cleaned"] == [stray] and len(restarted["enrolled"]) == 1
     assert setup.authority.is_revoked(stray)
-    [live] = setup.authority.live_serials(identity)
+    [live] = setup.authority.live_serials(identity)[identity]
     assert live == delivered_serial(setup, "i-cccc") == restarted["enrolled"][0]
     record = setup.authority.record(identity)
     assert record is not None and list(record.serials) == [live]
@@ -121,8 +120,8 @@ def test_a_node_gone_before_the_restart_is_never_enrolled_and_its_stray_is_revok
     identity = NodeIdentity(REGION, "i-dddd")
     killed = enroller(openbao, setup, "--launched", "i-dddd", "--kill", "issued")
     assert killed.returncode == -signal.SIGKILL
-    [stray] = setup.authority.live_serials(identity)
+    [stray] = setup.authority.live_serials(identity)[identity]
     restarted = answer(enroller(openbao, setup, "--deleted", "i-dddd"))
     assert restarted == {"enrolled": [], "cleaned": [stray], "pending": 0}
-    assert setup.authority.live_serials(identity) == []
+    assert setup.authority.live_serials(identity) == {identity: []}
     assert not (setup.tmp / "boot" / "i-dddd").exists()

@@ -185,20 +185,20 @@ class NodeAuthority:
         self._save(NodeRecord(identity, record.workload_id, {}, retired=True))
         return revoked
 
-    def live_serials(self, identity: NodeIdentity) -> list[str]:
-        """Every certificate OpenBao issued in this engine that names the node, is unexpired
-        and not revoked, whether or not the node's record lists it: one issued by an enrolment
-        that died before the record was written is found here too. Reads every stored
-        certificate of the engine (LIST ``certs``, then each): for recovery only."""
+    def live_serials(self, *identities: NodeIdentity) -> dict[NodeIdentity, list[str]]:
+        """For each node, every certificate OpenBao issued in this engine that names it, is
+        unexpired and not revoked, whether or not the node's record lists it: one issued by an
+        enrolment that died before the record was written is found here too. Reads every
+        stored certificate of the engine once (LIST ``certs``, then each): for recovery."""
+        found: dict[NodeIdentity, list[str]] = {i: [] for i in identities}
         try:
             listed = self._client.adapter.list(f"/v1/{self._mount}/certs")
         except Exception as error:
             if type(error).__name__ == "InvalidPath":  # none issued yet
-                return []
+                return found
             raise NodeAuthorityError(f"cannot list the certificates: {_why(error)}") from error
         keys = (listed or {}).get("data", {}).get("keys", [])
         now = self._clock()
-        found: list[str] = []
         for key in keys:
             try:
                 data = self._client.adapter.get(f"/v1/{self._mount}/cert/{key}")["data"]
@@ -213,9 +213,9 @@ class NodeAuthority:
                 named = identity_of_certificate(certificate)
             except ValueError:  # the bundle service's, or the CA's: no node's name
                 continue
-            if named == identity:
-                found.append(serial_text(certificate))
-        return sorted(found)
+            if named in found:
+                found[named].append(serial_text(certificate))
+        return {i: sorted(serials) for i, serials in found.items()}
 
     def revoke_serials(self, identity: NodeIdentity, serials: list[str]) -> None:
         """Revoke these certificates of a node that stays enrolled (an enrolment that was

@@ -166,15 +166,8 @@ class Enroller:
         """Clean what a dead enroller left half done, then enrol and deliver what is pending;
         how many are still pending."""
         self._open()
-        for identity in sorted(self.unclean, key=str):
-            try:
-                strays = self._authority.live_serials(identity)
-                self._authority.revoke_serials(identity, strays)
-            except NodeAuthorityError as error:
-                log.warning("cannot clean up %s yet (tried again later): %s", identity, error)
-                continue
-            self.cleaned += strays
-            self.unclean.discard(identity)
+        if self.unclean:
+            self._clean()
         for identity, workload in list(self.pending.items()):
             if identity in self.unclean:
                 continue  # its strays first
@@ -183,7 +176,11 @@ class Enroller:
                 if record is not None and record.retired:  # gone before it was enrolled
                     del self.pending[identity]
                     continue
-                self._append(f"enrolling {identity.region} {identity.instance_id}")
+            except NodeAuthorityError as error:
+                log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
+                continue
+            self._append(f"enrolling {identity.region} {identity.instance_id}")
+            try:
                 enrolment = self._authority.enrol(identity, workload)
             except NodeAuthorityError as error:
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
@@ -194,6 +191,23 @@ class Enroller:
             self.enrolled.append(enrolment.serial)
             del self.pending[identity]
         return len(self.pending)
+
+    def _clean(self) -> None:
+        """Revoke every live certificate of the nodes whose enrolment may have been issued
+        and not delivered (one read of the engine's certificates for all of them)."""
+        try:
+            found = self._authority.live_serials(*sorted(self.unclean, key=str))
+        except NodeAuthorityError as error:
+            log.warning("cannot look for stray certificates yet (tried again later): %s", error)
+            return
+        for identity, strays in found.items():
+            try:
+                self._authority.revoke_serials(identity, strays)
+            except NodeAuthorityError as error:
+                log.warning("cannot clean up %s yet (tried again later): %s", identity, error)
+                continue
+            self.cleaned += strays
+            self.unclean.discard(identity)
 
     def close(self) -> None:
         if self._journal is not None:
