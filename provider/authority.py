@@ -9,7 +9,9 @@ application credentials, one project each, read through OpenBao; no node holds a
   path and nothing else, and reads again once `renew_after` of the lease has passed; the
   provider's session is re-bound to the new credential (`bind`). Before every mutating call it
   asks `refusal`: no credential for the project, one that has expired, or OpenBao unreachable
-  all refuse the call, and the actuator writes ``actuation_refused`` (rule ``no_authority``).
+  with none held all refuse the call, and the actuator writes ``actuation_refused`` (rule
+  ``no_authority``). A failed read is not tried again before a bounded backoff, and a held
+  credential that has not expired is used meanwhile (`ProjectAuthority.credential`).
   Reads (listing, the provider's feeds) go out with the same credential: from the moment the
   authority takes the session, the provider file's own credentials are never used, and until
   OpenBao hands one out a read fails (`NoCredentialYet`) instead of going out with them.
@@ -19,19 +21,26 @@ A credential's secret is in no event, log line, error sentence or repr.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+log = logging.getLogger("spotcap.authority")
+
 RECORDS = "spotcap/providers"
 DEFAULT_MOUNT = "spotcap-authority"
 """The KV (version 1) mount the issuer publishes to, unless SPOTCAP_AUTHORITY_MOUNT names one."""
 CREDENTIAL_TTL_S = 3600
 """One hour (ADR-29)."""
-RETRY_S = 30.0
-"""After a failed read, how long the actuator's steps wait before asking OpenBao again."""
+OPENBAO_TIMEOUT_S = 5.0
+"""How long one request to OpenBao may take (hvac's own default is 30 s): a stalled OpenBao
+must not hold the actuator's step, or a mutating call, for longer."""
+BACKOFF_S = (1.0, 60.0)
+"""After a failed read, OpenBao is not asked again for the first wait, doubled after each
+failure up to the second, and back to the first once a read succeeds: bounded both ways."""
 
 
 class NoAuthorityError(RuntimeError):
@@ -100,6 +109,8 @@ def _why(error: Exception) -> str:
     errors = getattr(error, "errors", None)
     if isinstance(errors, list) and errors:
         return "; ".join(str(e) for e in errors)
+    if "Timeout" in type(error).__name__:  # requests' ReadTimeout, ConnectTimeout
+        return f"OpenBao did not answer in time ({type(error).__name__})"
     if isinstance(error, OSError):
         return f"OpenBao is unreachable ({type(error).__name__})"
     return type(error).__name__
@@ -191,19 +202,43 @@ class ProjectAuthority:
         self._current: ProviderCredential | None = None
         self._read_at_s = 0.0
         self._bound: str | None = None
-        self._failed_at_s = float("-inf")
+        self._next_try_s = float("-inf")  # no read before this (after a failed one)
+        self._wait_s = BACKOFF_S[0]
         self.reads = 0
+        self.attempts = 0
+        """Reads asked of OpenBao, failed ones included."""
+        self.attempts_failed = 0
+        self.trouble: str | None = None
+        """Why the last read failed (None once one succeeds): a sentence naming OpenBao's
+        address and what to check, never a token or a secret."""
         if session is not None:  # the provider file's credentials are never used from here
             session.auth = _no_credential_plugin(region, project)
 
     def credential(self) -> ProviderCredential:
         """The project's credential; read from OpenBao when none is held or the lease is past
-        `renew_after`; `NoAuthorityError` when there is none, or it has expired."""
+        `renew_after`; `NoAuthorityError` when there is none, or it has expired.
+
+        OpenBao slow or down: a read that fails (no answer within the client's timeout,
+        `OPENBAO_TIMEOUT_S` from `authority_from_env`) is not tried again before a backoff
+        (`BACKOFF_S`, doubling, bounded); meanwhile a held credential that has not expired is
+        used still (its lease is OpenBao's advice to read again, not its end), and without
+        one every call is refused with the sentence of `trouble`."""
         now = self._clock()
         held = self._current
         if held is None or now >= self._read_at_s + held.lease_s * self._renew_after:
-            held = self._read()
-            self._current, self._read_at_s = held, now
+            if now >= self._next_try_s:
+                try:
+                    held = self._read()
+                except NoAuthorityError as error:
+                    self._failed(self._clock(), error)  # the wait counts from the failure
+                    if held is None or now >= held.expires_at_s:
+                        raise NoAuthorityError(self.trouble or str(error)) from error
+                else:
+                    self._current, self._read_at_s = held, now
+                    self._next_try_s, self._wait_s, self.trouble = float("-inf"), BACKOFF_S[0], None
+            elif held is None or now >= held.expires_at_s:
+                raise NoAuthorityError(self.trouble or "OpenBao has not answered yet")
+        assert held is not None
         if now >= held.expires_at_s:
             raise NoAuthorityError(
                 f"the credential of project {self.project} in {self.region} expired at "
@@ -223,13 +258,17 @@ class ProjectAuthority:
 
     def keep_fresh(self) -> None:
         """Renew and re-bind the credential once its lease is half spent, so that reads too go
-        out with a live one; after a failed attempt, try again only `RETRY_S` later (a step
-        must not wait on an unreachable OpenBao each time; a mutating call still asks)."""
-        now = self._clock()
-        if now < self._failed_at_s + RETRY_S:
-            return
-        if self.refusal("reading the provider") is not None:
-            self._failed_at_s = now
+        out with a live one (after a failed read, not before the backoff has passed)."""
+        self.refusal("reading the provider")
+
+    def _failed(self, now: float, error: NoAuthorityError) -> None:
+        """Note a failed read: the sentence, and when to ask again (the backoff doubles)."""
+        wait = self._wait_s
+        self._next_try_s = now + wait
+        self._wait_s = min(wait * 2, BACKOFF_S[1])
+        self.attempts_failed += 1
+        self.trouble = f"{error}; asked again in {wait:.0f} s"
+        log.warning("%s", self.trouble)
 
     def describe(self) -> str:
         """Where the authority comes from, in words (no token, no secret)."""
@@ -245,6 +284,7 @@ class ProjectAuthority:
 
     def _read(self) -> ProviderCredential:
         path = credential_path(self.region, self.project)
+        self.attempts += 1
         try:
             answer = self._client.secrets.kv.v1.read_secret(path=path, mount_point=self._mount)
         except Exception as error:
@@ -253,8 +293,12 @@ class ProjectAuthority:
                     f"OpenBao holds no credential for project {self.project} in {self.region} "
                     f"({self._mount}/{path}): the actuator has no authority there"
                 ) from error
+            address = getattr(self._client, "url", None) or "BAO_ADDR"
             raise NoAuthorityError(
-                f"cannot read the credential of project {self.project}: {_why(error)}"
+                f"cannot read the credential of project {self.project} from OpenBao at "
+                f"{address}: {_why(error)}; check that OpenBao runs there, unsealed, that this "
+                f"machine reaches it (BAO_ADDR), and that the actuator's token (BAO_TOKEN) may "
+                f"read {self._mount}/{path}"
             ) from error
         self.reads += 1
         data = answer["data"]
@@ -299,7 +343,7 @@ def authority_from_env(
     import hvac  # loads requests: only an actuator with an authority needs it
 
     mount = environ.get("SPOTCAP_AUTHORITY_MOUNT") or DEFAULT_MOUNT
-    client = hvac.Client(url=address, token=token)
+    client = hvac.Client(url=address, token=token, timeout=OPENBAO_TIMEOUT_S)
     authority = ProjectAuthority(client, region, project, mount=mount, session=session)
     authority.refusal("the actuator's start")  # binds the session when a credential exists
     return authority

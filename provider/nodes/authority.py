@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from cryptography import x509
 
-from provider.authority import openbao_from_env
+from provider.authority import OPENBAO_TIMEOUT_S, openbao_from_env
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
 
@@ -184,6 +184,48 @@ class NodeAuthority:
             revoked.append(serial)
         self._save(NodeRecord(identity, record.workload_id, {}, retired=True))
         return revoked
+
+    def live_serials(self, *identities: NodeIdentity) -> dict[NodeIdentity, list[str]]:
+        """For each node, every certificate OpenBao issued in this engine that names it, is
+        unexpired and not revoked, whether or not the node's record lists it: one issued by an
+        enrolment that died before the record was written is found here too. Reads every
+        stored certificate of the engine once (LIST ``certs``, then each): for recovery."""
+        found: dict[NodeIdentity, list[str]] = {i: [] for i in identities}
+        try:
+            listed = self._client.adapter.list(f"/v1/{self._mount}/certs")
+        except Exception as error:
+            if type(error).__name__ == "InvalidPath":  # none issued yet
+                return found
+            raise NodeAuthorityError(f"cannot list the certificates: {_why(error)}") from error
+        keys = (listed or {}).get("data", {}).get("keys", [])
+        now = self._clock()
+        for key in keys:
+            try:
+                data = self._client.adapter.get(f"/v1/{self._mount}/cert/{key}")["data"]
+            except Exception as error:
+                raise NodeAuthorityError(f"cannot read certificate {key}: {_why(error)}") from error
+            if int(data.get("revocation_time") or 0) != 0:
+                continue
+            certificate = x509.load_pem_x509_certificate(str(data["certificate"]).encode())
+            if certificate.not_valid_after_utc.timestamp() <= now:
+                continue
+            try:
+                named = identity_of_certificate(certificate)
+            except ValueError:  # the bundle service's, or the CA's: no node's name
+                continue
+            if named in found:
+                found[named].append(serial_text(certificate))
+        return {i: sorted(serials) for i, serials in found.items()}
+
+    def revoke_serials(self, identity: NodeIdentity, serials: list[str]) -> None:
+        """Revoke these certificates of a node that stays enrolled (an enrolment that was
+        never delivered), and drop them from its record."""
+        for serial in serials:
+            self._post("revoke", {"serial_number": serial}, f"revoke {serial} of {identity}")
+        record = self.record(identity)
+        if record is not None:
+            kept = {s: e for s, e in record.serials.items() if s not in serials}
+            self._save(NodeRecord(identity, record.workload_id, kept, record.retired))
 
     def is_revoked(self, serial: str) -> bool:
         """Whether OpenBao has revoked the certificate with that serial (an unknown serial
@@ -401,4 +443,5 @@ def revoker_from_env(environ: Mapping[str, str], journal: Path) -> Revoker | Non
     address, token = found
     import hvac
 
-    return Revoker(NodeAuthority(hvac.Client(url=address, token=token), mount=mount), journal)
+    client = hvac.Client(url=address, token=token, timeout=OPENBAO_TIMEOUT_S)
+    return Revoker(NodeAuthority(client, mount=mount), journal)
