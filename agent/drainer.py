@@ -60,6 +60,8 @@ class DrainPool:
         self._sleeping = 0
         self._threads = 0
         self._reserved = 0
+        self.wakes = 0
+        """Threads woken or started for jobs, ever (a wave's few, not one per notice)."""
         os.register_at_fork(after_in_child=self._forked)
 
     def _forked(self) -> None:
@@ -97,6 +99,7 @@ class DrainPool:
 
     def _wake(self) -> None:
         """Wake a sleeping thread, or start one (under the condition's lock)."""
+        self.wakes += 1
         if self._sleeping:
             self._sleeping -= 1
             self._looking += 1

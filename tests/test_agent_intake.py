@@ -419,6 +419,7 @@ def test_a_wave_of_drains_in_one_process_wakes_few_threads_and_runs_every_drain(
         pool.submit(quick)
     assert done.wait(60.0), f"{len(ran)} of 100 jobs ran"
     assert len(set(ran)) < 50, f"{len(set(ran))} threads woken for 100 quick jobs"
+    assert pool.wakes < 50, f"{pool.wakes} wakes for 100 quick jobs"
     busy.set()
     for _ in range(50):
         pool.release()
