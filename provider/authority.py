@@ -318,7 +318,7 @@ class ProjectAuthority:
                     f"OpenBao holds no credential for project {self.project} in {self.region} "
                     f"({self._mount}/{path}): the actuator has no authority there"
                 ) from error
-            if isinstance(error, OSError) or type(error).__name__ in _UNREACHABLE:
+            if unreachable(error):
                 raise AuthorityUnavailableError(
                     f"cannot read the credential of project {self.project}: {_why(error)}"
                 ) from error
@@ -336,6 +336,21 @@ class ProjectAuthority:
             expires_at_s=float(data["expires_at_s"]),
             lease_s=int(answer.get("lease_duration") or 0),
         )
+
+
+def openbao_client(address: str, token: str) -> Any:
+    """An hvac client of the services that read OpenBao (the actuator's authority, its node
+    enroller and revoker, the bundle service), each request bounded by `TIMEOUT_S`: a paused
+    OpenBao costs a call that long, not hvac's default 30 s."""
+    import hvac  # loads requests: only the services that read OpenBao need it
+
+    return hvac.Client(url=address, token=token, timeout=TIMEOUT_S)
+
+
+def unreachable(error: Exception) -> bool:
+    """Whether `error` (of hvac or requests) says OpenBao cannot answer now (down, paused,
+    sealed, starting, overloaded), rather than a refusal."""
+    return isinstance(error, OSError) or type(error).__name__ in _UNREACHABLE
 
 
 def openbao_from_env(environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -365,10 +380,8 @@ def authority_from_env(
             f"BAO_TOKEN (or VAULT_TOKEN), a token that may read {RECORDS}/{region}/{project}"
         )
     address, token = found
-    import hvac  # loads requests: only an actuator with an authority needs it
-
     mount = environ.get("SPOTCAP_AUTHORITY_MOUNT") or DEFAULT_MOUNT
-    client = hvac.Client(url=address, token=token, timeout=TIMEOUT_S)
+    client = openbao_client(address, token)
     authority = ProjectAuthority(client, region, project, mount=mount, session=session)
     authority.keep_fresh()  # binds the session when a credential exists and OpenBao answers
     return authority

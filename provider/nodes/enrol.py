@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from provider.authority import openbao_from_env
+from provider.authority import openbao_client, openbao_from_env
 from provider.nodes.authority import Enrolment, NodeAuthority, NodeAuthorityError, Revoker
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
@@ -134,9 +134,7 @@ def nodes_from_env(
             "SPOTCAP_NODES_PKI_MOUNT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN "
             f"(or VAULT_TOKEN), a token that may issue and revoke in {mount}"
         )
-    import hvac
-
-    authority = NodeAuthority(hvac.Client(url=found[0], token=found[1]), mount=mount)
+    authority = NodeAuthority(openbao_client(*found), mount=mount)
     revoker = Revoker(authority, state_folder / "revocations")
     if not nodes_dir:
         return revoker

@@ -4,7 +4,15 @@ more) under the services that use it, each on a real OpenBao of the test's own:
 - the actuator's capacity authority (ADR-29, `provider.authority`): with a live credential
   held, a renewal that cannot reach OpenBao is no refusal: the orders go out with the credential
   held, and the renewal is made once OpenBao answers; with no live credential held, the orders
-  wait (nothing sent, nothing refused) and go out, each once, when OpenBao answers again.
+  wait (nothing sent, nothing refused) and go out, each once, when OpenBao answers again;
+- a node agent renewing its certificate through the bundle service: the service answers 503
+  (OpenBao cannot be reached: not a refusal), the agent keeps its certificate, still valid and
+  still accepted by TLS, and renews once OpenBao answers again (the CA and the node's record
+  kept across a restart);
+- `spotcap serve` signing people in with OpenBao's OIDC tokens: a token signed by a key it has
+  seen keeps working through the outage (the keys are cached); a token naming a key it has not
+  seen is answered 503 with a sentence naming the issuer (never a 500, never let through), and
+  200 once OpenBao is back, with the same keys (Raft storage: a restart keeps them).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,7 +28,9 @@ from pathlib import Path
 
 import hvac
 import pytest
+from cryptography import x509
 
+from agent.identity import NodeIdentityClient, identity_round
 from infra import servers
 from infra.servers.process import alive
 from provider.actuator import ActuatorOptions, ActuatorService
@@ -27,11 +38,19 @@ from provider.authority import (
     TIMEOUT_S,
     ProjectAuthority,
     credential_path,
+    openbao_client,
     setup_authority_store,
 )
 from provider.base import CALL_TAG
+from provider.nodes import identity_of_certificate
 from schemas.events import ActuationRefused, InstanceLaunched
+from spotcap.config import Settings
+from spotcap.wiring import stores
 from tests.actuator_support import CODEC
+from tests.identity_support import REGION as NODES_REGION
+from tests.identity_support import bundle_service, enrol
+from tests.serve_support import Reply, Served, send
+from tests.signin_support import TEMPLATE, Issuer, new_issuer
 from tests.test_actuator import ME, Region
 
 pytestmark = pytest.mark.slow
@@ -197,3 +216,114 @@ def test_orders_wait_for_openbao_when_no_live_credential_is_held_and_go_out_once
     assert acting.refused() == []
     launched = acting.launched_by_order()
     assert len(launched) == 4 and set(launched.values()) == {1}
+
+
+JWKS_COOLDOWN_S = 30.0
+"""PyJWT's `PyJWKClient` fetches the keys again for a key id it has not seen only once 30 s
+have passed since its last fetch (its guard against forged key ids flooding the issuer)."""
+
+
+def fresh_key_token(issuer: Issuer, person: str) -> str:
+    """A token of `person` for this server's audience, signed by a new key of the issuer (one
+    that no key set fetched before it holds)."""
+    name = f"{issuer.name}-k{uuid.uuid4().hex[:6]}"
+    issuer.ids.create_named_key(name, allowed_client_ids=["*"], algorithm="RS256")
+    role = name.removeprefix(f"{issuer.name}-")
+    issuer.ids.create_or_update_role(
+        f"{issuer.name}-{role}", key=name, template=TEMPLATE, client_id=issuer.audience, ttl="1h"
+    )
+    return issuer.token(person, role)
+
+
+def health(served: Served, token: str) -> Reply:
+    headers = {"Authorization": f"Bearer {token}"}
+    return send(urllib.request.Request(f"{served.url}/api/v1/health", headers=headers))
+
+
+def wait_out_the_cooldown(since: float) -> None:
+    time.sleep(max(0.0, since + JWKS_COOLDOWN_S + 1 - time.monotonic()))  # bounded: 31 s
+
+
+def test_sign_in_keeps_known_keys_through_an_openbao_outage_and_says_503_for_new_ones(
+    bao: Bao, tmp_path: Path
+) -> None:
+    issuer = new_issuer(bao.server)
+    issuer.person("sre", ["spotcap-sre"])
+    home = tmp_path / "home"
+    home.mkdir()  # an empty home: the health route answers 200 on it
+    served = Served(home, tmp_path, "--oidc-issuer", issuer.url, "--oidc-audience",
+                    issuer.audience)  # fmt: skip
+    try:
+        known = issuer.token("sre")
+        assert health(served, known).status == 200  # the discovery and keys, read and cached
+        fetched_at = time.monotonic()
+        unseen = fresh_key_token(issuer, "sre")
+        wait_out_the_cooldown(fetched_at)
+        bao.pause()
+        try:
+            assert health(served, known).status == 200  # its key is cached
+            refused = health(served, unseen)  # its key must be fetched: OpenBao does not answer
+            assert refused.status == 503, refused.text
+            assert f"the sign-in issuer {issuer.url} cannot be reached" in refused.text
+        finally:
+            bao.resume()
+        assert health(served, unseen).status == 200
+        fetched_at = time.monotonic()
+        unseen = fresh_key_token(issuer, "sre")
+        wait_out_the_cooldown(fetched_at)
+        bao.kill()
+        try:
+            assert health(served, known).status == 200
+            refused = health(served, unseen)
+            assert refused.status == 503, refused.text
+            assert f"the sign-in issuer {issuer.url} cannot be reached" in refused.text
+        finally:
+            bao.start()
+        assert health(served, unseen).status == 200  # the same keys after the restart
+        assert health(served, known).status == 200
+        assert health(served, issuer.token("sre")).status == 200
+    finally:
+        served.stop()
+        stores(Settings.load(home=home, region="dev")).stop_embedded_postgres()
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_an_agent_keeps_its_certificate_through_an_openbao_outage_and_renews_after(
+    bao: Bao, tmp_path: Path, fault: str
+) -> None:
+    token = servers.openbao_token(bao.folder)
+    service = bundle_service(bao.server, tmp_path, client=openbao_client(bao.address, token))
+    setup = next(service)
+    try:
+        identity, config = enrol(setup, "i-outage", "wl-a")
+        now = [time.time()]
+        client = NodeIdentityClient(config, NODES_REGION, "i-outage", clock=lambda: now[0])
+        assert identity_round(client, config.path) == "bundle fetched"
+        now[0] += 0.6 * 3600  # past half the certificate's hour: renewal is due
+        held = config.certificate.read_bytes()
+        _, expires_at = client.expires_at_s()
+        if fault == "kill":
+            bao.kill()
+        else:
+            bao.pause()
+        out_at = time.monotonic()
+        try:
+            said = identity_round(client, config.path)
+            # The service could not check or sign: 503, not a refusal (403), and not a TLS
+            # failure: the certificate in use still opens the connection.
+            assert said.startswith("failed: the bundle service answered 503"), said
+            assert "OpenBao is unreachable" in said
+            assert config.certificate.read_bytes() == held and expires_at > time.time()
+            time.sleep(max(0.0, PAUSE_S - (time.monotonic() - out_at)))
+        finally:
+            if fault == "kill":
+                bao.start()
+            else:
+                bao.resume()
+        said = identity_round(client, config.path)
+        assert said == "certificate renewed, bundle unchanged", said
+        assert config.certificate.read_bytes() != held
+        renewed = x509.load_pem_x509_certificate(config.certificate.read_bytes())
+        assert identity_of_certificate(renewed) == identity
+    finally:
+        service.close()
