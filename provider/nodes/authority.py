@@ -376,6 +376,10 @@ class Revoker:
         for identity in list(self.pending):
             try:
                 self.revoked += self._authority.revoke(identity)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot revoke %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
                 continue

@@ -23,7 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from provider.authority import openbao_client, openbao_from_env
-from provider.nodes.authority import Enrolment, NodeAuthority, NodeAuthorityError, Revoker
+from provider.nodes.authority import (
+    Enrolment,
+    NodeAuthority,
+    NodeAuthorityError,
+    NodeAuthorityUnavailableError,
+    Revoker,
+)
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
 
@@ -88,6 +94,10 @@ class Enroller:
                     del self.pending[identity]
                     continue
                 enrolment = self._authority.enrol(identity, workload)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
                 continue

@@ -5,6 +5,8 @@ more) under the services that use it, each on a real OpenBao of the test's own:
   held, a renewal that cannot reach OpenBao is no refusal: the orders go out with the credential
   held, and the renewal is made once OpenBao answers; with no live credential held, the orders
   wait (nothing sent, nothing refused) and go out, each once, when OpenBao answers again;
+- the actuator's node revoker and enroller: with OpenBao paused a step tries one node, not
+  every node pending (3 s each), and once it answers every node is revoked or enrolled, once;
 - a node agent renewing its certificate through the bundle service: the service answers 503
   (OpenBao cannot be reached: not a refusal), the agent keeps its certificate, still valid and
   still accepted by TLS, and renews once OpenBao answers again (the CA and the node's record
@@ -42,8 +44,8 @@ from provider.authority import (
     setup_authority_store,
 )
 from provider.base import CALL_TAG
-from provider.nodes import identity_of_certificate
-from schemas.events import ActuationRefused, InstanceLaunched
+from provider.nodes import Enroller, NodeIdentity, Revoker, identity_of_certificate
+from schemas.events import ActuationRefused, Envelope, InstanceLaunched
 from spotcap.config import Settings
 from spotcap.wiring import stores
 from tests.actuator_support import CODEC
@@ -52,6 +54,7 @@ from tests.identity_support import bundle_service, enrol
 from tests.serve_support import Reply, Served, send
 from tests.signin_support import TEMPLATE, Issuer, new_issuer
 from tests.test_actuator import ME, Region
+from tests.test_node_identity import lost
 
 pytestmark = pytest.mark.slow
 
@@ -327,3 +330,45 @@ def test_an_agent_keeps_its_certificate_through_an_openbao_outage_and_renews_aft
         assert identity_of_certificate(renewed) == identity
     finally:
         service.close()
+
+
+def test_the_revoker_and_enroller_wait_for_a_paused_openbao_one_try_a_step(
+    bao: Bao, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = servers.openbao_token(bao.folder)
+    service = bundle_service(bao.server, tmp_path, client=openbao_client(bao.address, token))
+    setup = next(service)
+    try:
+        gone = [f"i-gone-{n}" for n in range(3)]
+        for instance in gone:
+            enrol(setup, instance, "wl-a")
+        revoker = Revoker(setup.authority)
+        enroller = Enroller(setup.authority, tmp_path / "boot")
+        new = [f"i-new-{n}" for n in range(3)]
+        for instance in gone:
+            revoker.observe(lost(instance))
+        for instance in new:
+            enroller.observe(launched(instance))
+        bao.pause()
+        try:
+            caplog.clear()
+            assert revoker.drain() == 3 and enroller.drain() == 3  # all still pending
+            tried = [r.getMessage() for r in caplog.records if "yet (tried again" in r.message]
+            assert len(tried) == 2, tried  # one node each, not three: the others would wait
+            assert "nor the 2 other(s) pending" in tried[0] and "unreachable" in tried[0]
+        finally:
+            bao.resume()
+        assert revoker.drain() == 0 and enroller.drain() == 0
+        assert revoker.drain() == 0 and len(revoker.revoked) == 3  # once each
+        assert sorted(p.name for p in (tmp_path / "boot").iterdir()) == new
+        for instance in gone:
+            record = setup.authority.record(NodeIdentity(NODES_REGION, instance))
+            assert record is not None and record.retired
+    finally:
+        service.close()
+
+
+def launched(instance: str) -> Envelope:
+    payload = InstanceLaunched(instance, "pool-1", "wl-a", 8, "reclaimable", {})
+    return Envelope(str(uuid.uuid4()), "instance_launched", 1, 1, NODES_REGION, instance, None,
+                    None, "test", payload)  # fmt: skip
