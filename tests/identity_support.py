@@ -4,7 +4,7 @@ as the launch path would: for tests/test_node_identity.py and tests/test_capacit
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +43,13 @@ class Setup:
     """The nodes' PKI mount."""
 
 
-def bundle_service(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
-    """Body of a fixture: the service, its authority and two workloads' signed bundles."""
-    client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
+def bundle_service(
+    openbao: servers.Server, tmp_path: Path, client: hvac.Client | None = None
+) -> Generator[Setup]:
+    """Body of a fixture: the service, its authority (through `client`, default a root client
+    of `openbao`) and two workloads' signed bundles."""
+    if client is None:
+        client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
     mount = f"pki-{uuid.uuid4().hex[:8]}"
     ca_pem = setup_pki(client, mount=mount)
     authority = NodeAuthority(client, mount=mount)

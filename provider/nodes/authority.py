@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from cryptography import x509
 
-from provider.authority import OPENBAO_TIMEOUT_S, openbao_from_env
+from provider.authority import openbao_client, openbao_from_env, unreachable
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
 
@@ -42,6 +42,15 @@ RECORDS = "spotcap/nodes"
 
 class NodeAuthorityError(RuntimeError):
     """The authority refused or could not act; the message says why and never holds a secret."""
+
+
+class NodeAuthorityUnavailableError(NodeAuthorityError):
+    """OpenBao could not be reached (down, paused, sealed): nothing was refused; try later."""
+
+
+def _failed(what: str, error: Exception) -> NodeAuthorityError:
+    kind = NodeAuthorityUnavailableError if unreachable(error) else NodeAuthorityError
+    return kind(f"cannot {what}: {_why(error)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +244,7 @@ class NodeAuthority:
         except Exception as error:  # hvac's InvalidPath for an unknown serial
             if type(error).__name__ == "InvalidPath":
                 return True
-            raise NodeAuthorityError(f"cannot read certificate {serial}: {_why(error)}") from error
+            raise _failed(f"read certificate {serial}", error) from error
         return int(answer["data"].get("revocation_time") or 0) != 0
 
     def service_certificate(self, host: str) -> Enrolment:
@@ -263,9 +272,7 @@ class NodeAuthority:
         except Exception as error:
             if type(error).__name__ == "InvalidPath":
                 return None
-            raise NodeAuthorityError(
-                f"cannot read the record of {identity}: {_why(error)}"
-            ) from error
+            raise _failed(f"read the record of {identity}", error) from error
         data = answer["data"]["data"]
         return NodeRecord(
             identity,
@@ -285,9 +292,7 @@ class NodeAuthority:
                 path=self._path(record.identity), secret=secret, mount_point=self._kv_mount
             )
         except Exception as error:
-            raise NodeAuthorityError(
-                f"cannot write the record of {record.identity}: {_why(error)}"
-            ) from error
+            raise _failed(f"write the record of {record.identity}", error) from error
 
     def _path(self, identity: NodeIdentity) -> str:
         # Per PKI mount: a record lists the serials of that mount's certificates.
@@ -305,7 +310,7 @@ class NodeAuthority:
         try:
             answer = self._client.adapter.post(f"/v1/{self._mount}/{path}", json=body)
         except Exception as error:  # hvac's hierarchy and requests' connection errors
-            raise NodeAuthorityError(f"cannot {what}: {_why(error)}") from error
+            raise _failed(what, error) from error
         return dict(answer["data"]) if answer and answer.get("data") else {}
 
     def _enrolment(
@@ -413,6 +418,10 @@ class Revoker:
         for identity in list(self.pending):
             try:
                 self.revoked += self._authority.revoke(identity)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot revoke %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
                 continue
@@ -441,7 +450,4 @@ def revoker_from_env(environ: Mapping[str, str], journal: Path) -> Revoker | Non
             f"(or VAULT_TOKEN), a token that may revoke in {mount}"
         )
     address, token = found
-    import hvac
-
-    client = hvac.Client(url=address, token=token, timeout=OPENBAO_TIMEOUT_S)
-    return Revoker(NodeAuthority(client, mount=mount), journal)
+    return Revoker(NodeAuthority(openbao_client(address, token), mount=mount), journal)

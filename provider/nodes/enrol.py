@@ -23,8 +23,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from provider.authority import OPENBAO_TIMEOUT_S, openbao_from_env
-from provider.nodes.authority import Enrolment, NodeAuthority, NodeAuthorityError, Revoker
+from provider.authority import openbao_client, openbao_from_env
+from provider.nodes.authority import (
+    Enrolment,
+    NodeAuthority,
+    NodeAuthorityError,
+    NodeAuthorityUnavailableError,
+    Revoker,
+)
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
 
@@ -176,12 +182,21 @@ class Enroller:
                 if record is not None and record.retired:  # gone before it was enrolled
                     del self.pending[identity]
                     continue
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
                 continue
             self._append(f"enrolling {identity.region} {identity.instance_id}")
             try:
                 enrolment = self._authority.enrol(identity, workload)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                self.unclean.add(identity)  # it may have been issued: check before again
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
                 self.unclean.add(identity)  # it may have been issued: check before again
@@ -257,10 +272,7 @@ def nodes_from_env(
             "SPOTCAP_NODES_PKI_MOUNT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN "
             f"(or VAULT_TOKEN), a token that may issue and revoke in {mount}"
         )
-    import hvac
-
-    client = hvac.Client(url=found[0], token=found[1], timeout=OPENBAO_TIMEOUT_S)
-    authority = NodeAuthority(client, mount=mount)
+    authority = NodeAuthority(openbao_client(*found), mount=mount)
     revoker = Revoker(authority, state_folder / "revocations")
     if not nodes_dir:
         return revoker

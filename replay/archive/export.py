@@ -92,13 +92,15 @@ class Exported:
 
 
 def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
-    """The months of `region` that have a manifest, in order."""
-    months = set()
+    """The months of `region` that have a manifest and its signature, in order. A manifest
+    without its signature is an export cut short between the two (the signature is written
+    last): that month is not archived, and an export of it writes it (verify finds it)."""
+    names: dict[str, set[str]] = {}
     for k in storage.keys(f"{region}/"):
         parts = k.split("/")
-        if len(parts) == 3 and parts[2] == layout.MANIFEST:
-            months.add(parts[1])
-    return sorted(months)
+        if len(parts) == 3:
+            names.setdefault(parts[1], set()).add(parts[2])
+    return sorted(m for m, n in names.items() if {layout.MANIFEST, layout.SIGNATURE} <= n)
 
 
 def payload_json(e: Envelope) -> str:
@@ -478,11 +480,9 @@ def export_month(
     manifest_bytes = layout.canonical_json(manifest)
     (workdir / layout.MANIFEST).write_bytes(manifest_bytes)
     (workdir / layout.SIGNATURE).write_bytes(signer.sign(manifest_bytes))
-    until = layout.retain_until(month)
     # The manifest and its signature last: a month without them is not archived (a retry
     # after a crash finds the month absent and writes it again).
-    for name in (*layout.DATA_FILES, *audit_files, layout.MANIFEST, layout.SIGNATURE):
-        storage.put(layout.key(region, month, name), workdir / name, until)
+    _put_month(storage, region, month, (*layout.DATA_FILES, *audit_files), workdir=workdir)
     # Then the head names this month as the newest (its signature first: a head is read with
     # its signature, and a head newer than its signature fails verify rather than passing).
     _put_head(storage, signer, region, month, manifest_bytes, workdir=workdir)
@@ -496,6 +496,23 @@ def export_month(
         layout.sha256_hex(manifest_bytes),
         time.monotonic() - started,
     )
+
+
+def _put_month(
+    storage: ArchiveStorage, region: str, month: str, names: tuple[str, ...], *, workdir: Path
+) -> None:
+    """Store the month's files `names`, then its manifest and signature (last: a month without
+    them is not archived, and an export run again writes it)."""
+    until = layout.retain_until(month)
+    try:
+        for name in (*names, layout.MANIFEST, layout.SIGNATURE):
+            storage.put(layout.key(region, month, name), workdir / name, until)
+    except ArchiveError as error:
+        raise ArchiveError(
+            f"{error}; {month} is not archived (its signed manifest is written last): run "
+            f"`spotcap archive export --month {month}` again once the archive answers, and it "
+            "writes the month (what this run stored is not stored twice)"
+        ) from error
 
 
 def _put_head(
@@ -513,8 +530,15 @@ def _put_head(
     (workdir / layout.HEAD).write_bytes(head)
     (workdir / layout.HEAD_SIGNATURE).write_bytes(signer.sign(head))
     until = layout.retain_until(month)
-    for name in (layout.HEAD_SIGNATURE, layout.HEAD):
-        storage.put(layout.head_key(region, name), workdir / name, until)
+    try:
+        for name in (layout.HEAD_SIGNATURE, layout.HEAD):
+            storage.put(layout.head_key(region, name), workdir / name, until)
+    except ArchiveError as error:
+        raise ArchiveError(
+            f"{error}; {month} is archived but the archive's signed head does not name it yet: "
+            f"run `spotcap archive export --month {month}` again once the archive answers, and "
+            "it writes the head"
+        ) from error
 
 
 def head_left_behind(
@@ -522,7 +546,8 @@ def head_left_behind(
 ) -> bytes | None:
     """`month`'s manifest when an export of it stopped after the manifest and before the head
     was complete: `month` is the newest archived month, its manifest signed by `public_key`,
-    and either it is the first month and no head was written, or the head is, byte for byte,
+    and either it is the first month and no head was written (or only the head's signature,
+    for this month), or the head is, byte for byte,
     the one naming the month the manifest links back to, signed by that key for it (stopped
     before the head) or for `month` (stopped between the head's signature and the head).
     None otherwise: a complete head, or one changed (verify says so)."""
@@ -537,10 +562,17 @@ def head_left_behind(
         return None
     if not _verifies(public_key, signature, manifest):
         return None
-    if previous is None:  # a first month: its export stopped before any head was written
-        return (
-            manifest if not storage.exists(layout.head_key(region, layout.HEAD_SIGNATURE)) else None
-        )
+    if previous is None:  # a first month: its export stopped before the head was written
+        if not storage.exists(layout.head_key(region, layout.HEAD_SIGNATURE)):
+            return manifest
+        if storage.exists(layout.head_key(region)):
+            return None  # complete, or changed: verify says which
+        try:  # stopped between the head's signature and the head
+            head_signature = storage.read(layout.head_key(region, layout.HEAD_SIGNATURE))
+        except ArchiveError:
+            return None
+        wanted = layout.head_of(region, month, manifest)
+        return manifest if _verifies(public_key, head_signature, wanted) else None
     try:
         before = layout.head_of(
             region, previous, storage.read(layout.key(region, previous, layout.MANIFEST))

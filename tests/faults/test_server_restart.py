@@ -5,7 +5,9 @@ The servers of several processes (kube-apiserver over etcd; slurmctld with slurm
 slurmrestd) take back the part that was killed alone, beside the parts still running: a
 Kubernetes client made before either kill (its kubeconfig names the server's authority) lists
 what it wrote before, and a job submitted before slurmctld's kill is still there, over the
-slurmrestd socket the intake knew."""
+slurmrestd socket the intake knew.
+OpenBao and versitygw come back with their data: OpenBao's PKI CA, transit key, KV secrets and
+the tokens it issued; versitygw's locked object versions and their retention."""
 
 from __future__ import annotations
 
@@ -15,12 +17,18 @@ import signal
 import subprocess
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import boto3
+import hvac
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from infra import servers
 from infra.servers.process import alive
+from provider.nodes.authority import setup_pki
 from streams.kafka import KafkaLog
 from streams.log import TopicSpec
 
@@ -102,6 +110,42 @@ def test_kube_apiserver_and_etcd_each_come_back_for_the_clients_that_knew_them(
         servers.stop(folder)
 
 
+def test_a_killed_openbao_comes_back_with_its_keys_secrets_and_tokens(tmp_path: Path) -> None:
+    folder = tmp_path / "openbao"
+    first = servers.start_openbao(folder)
+    try:
+        root = hvac.Client(url=first.address, token=servers.openbao_token(first), timeout=10)
+        ca = setup_pki(root, mount="pki-restart")
+        root.sys.enable_secrets_engine("transit")
+        root.write("transit/keys/signer", type="ed25519")
+        signed = root.write("transit/sign/signer", input="aGVsbG8=")["data"]["signature"]
+        root.secrets.kv.v2.create_or_update_secret(path="kept", secret={"value": "before"})
+        policy = 'path "secret/data/kept" { capabilities = ["read"] }'
+        root.sys.create_or_update_policy(name="reader", policy=policy)
+        token = root.auth.token.create(policies=["reader"], ttl="1h")["auth"]["client_token"]
+        _kill(folder)
+        again = servers.start_openbao(folder)
+        assert again.pid != first.pid and again.address == first.address
+        reader = hvac.Client(url=first.address, token=token, timeout=10)  # issued before
+        kept = reader.secrets.kv.v2.read_secret_version(path="kept", raise_on_deleted_version=True)
+        assert kept["data"]["data"] == {"value": "before"}
+        root = hvac.Client(url=first.address, token=servers.openbao_token(folder), timeout=10)
+        assert root.adapter.get("/v1/pki-restart/ca/pem").text.strip() == ca.strip()
+        verified = root.write("transit/verify/signer", input="aGVsbG8=", signature=signed)
+        assert verified["data"]["valid"] is True
+    finally:
+        servers.stop(folder)
+    # Stopped cleanly and started again: the same (a stop is not a reset).
+    again = servers.start_openbao(folder)
+    try:
+        assert again.address == first.address
+        reader = hvac.Client(url=first.address, token=token, timeout=10)
+        kept = reader.secrets.kv.v2.read_secret_version(path="kept", raise_on_deleted_version=True)
+        assert kept["data"]["data"] == {"value": "before"}
+    finally:
+        servers.stop(folder)
+
+
 def test_slurmctld_and_slurmrestd_each_come_back_with_the_jobs_they_had(tmp_path: Path) -> None:
     from streams.intake.slurm import get_jobs
 
@@ -120,5 +164,36 @@ def test_slurmctld_and_slurmrestd_each_come_back_with_the_jobs_they_had(tmp_path
             again = servers.start_slurm(folder)
             assert again.address == first.address and _pid(folder, part) != before
             assert str(submitted) in {str(j["job_id"]) for j in get_jobs(socket)}
+    finally:
+        servers.stop(folder)
+
+
+def test_a_killed_versitygw_comes_back_with_its_locked_versions(tmp_path: Path) -> None:
+    folder = tmp_path / "versitygw"
+    first = servers.start_versitygw(folder)
+    try:
+        access, secret = servers.versitygw_credentials(first)
+        s3 = boto3.client(
+            "s3", endpoint_url=first.address, aws_access_key_id=access,
+            aws_secret_access_key=secret, region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"}),
+        )  # fmt: skip
+        bucket = f"restart-{uuid.uuid4().hex[:8]}"
+        s3.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+        until = datetime.now(UTC).replace(microsecond=0) + timedelta(days=2)
+        put = s3.put_object(
+            Bucket=bucket, Key="month/manifest.json", Body=b"locked",
+            ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate=until,
+        )  # fmt: skip
+        _kill(folder)
+        again = servers.start_versitygw(folder)
+        assert again.pid != first.pid and again.address == first.address
+        # The same client (the address it knew): the object, its version and its lock are kept.
+        body = s3.get_object(Bucket=bucket, Key="month/manifest.json")["Body"].read()
+        assert body == b"locked"
+        lock = s3.get_object_retention(Bucket=bucket, Key="month/manifest.json")["Retention"]
+        assert lock["Mode"] == "COMPLIANCE" and lock["RetainUntilDate"] == until
+        with pytest.raises(ClientError):
+            s3.delete_object(Bucket=bucket, Key="month/manifest.json", VersionId=put["VersionId"])
     finally:
         servers.stop(folder)
