@@ -9,6 +9,11 @@ itself (`projections.catchup.run_projections`), and the ledger's child reads the
 totals, the fleet state's the `why` examples. A process that already holds the embedded
 ledger's path (chdb admits one per process, and no other process can open it meanwhile: a test
 process sharing one path among its ledgers) checks and projects the ledger itself, on a thread.
+
+The demo starts the children as soon as its log's topics exist (`Follower`): they follow the
+log while the simulation writes it (`streams.merged.Following`: the same events in the same
+order as one read of the finished log), so on two cores the projections' work overlaps the
+simulation's instead of following it, and the demo ends soon after its last flush.
 """
 
 from __future__ import annotations
@@ -51,6 +56,16 @@ class ProjectionsError(RuntimeError):
         self.hint = hint
 
 
+def name_process(name: str) -> None:
+    """Name this (child) process as `ps`, `top` and bench/demo.py show it (Linux; at most 15
+    characters are kept; elsewhere nothing happens)."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
+
+
 def check_region(stores: Stores) -> None:
     """Before the demo runs: the projections hold this region (or none), so that a run of
     another region is refused before it simulates, not after; ProjectionsError if not. The
@@ -91,34 +106,116 @@ def materialise(
     """Bring both projections up to date (or rebuild them), each in a process of its own, the
     two at once, and report on them; ProjectionsError when a store or the log fails (or a
     child ends without a word). `show` gets one progress for both."""
-    spawn = multiprocessing.get_context("spawn")
-    messages: Any = spawn.Queue()
-    children: dict[Which, Any] = {}
-    for which in WHICH:
-        here = which == "ledger" and _ledger_held_here(stores)
-        children[which] = (threading.Thread if here else spawn.Process)(
-            target=_project,
-            args=(opener, region, stores, which),
-            kwargs={"rebuild": rebuild, "messages": messages},
-            name=f"spotcap-project-{which}",
-        )
-    for child in children.values():
-        child.start()
-    try:
-        done = _gather(children, messages, show)
-    finally:
-        for child in children.values():
+    return _Projecting(opener, region, stores, rebuild=rebuild).result(show)
+
+
+class LogWritten:
+    """How far the demo has written its log (`streams.merged.Following`), shared with the
+    projections' children that follow it: they are spawned with its two values."""
+
+    def __init__(self) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self._below = spawn.Value("q", -1)
+        self._complete = spawn.Value("b", 0)
+
+    def watermark(self) -> int:
+        return int(self._below.value)
+
+    def complete(self) -> bool:
+        return bool(self._complete.value)
+
+    def flushed(self, below_us: int) -> None:
+        self._below.value = below_us
+
+    def finish(self) -> None:
+        self._complete.value = 1
+
+
+class Follower:
+    """Both projections following the demo's log while it is written (`sim.demo.LogFollower`):
+    `start` once the log's topics exist, then `flushed` after each flush, `complete` after the
+    last; `result` reports as `materialise` does. Should the demo's events ever come out of
+    event-time order (`disordered`), the children stop and `result` rebuilds both projections
+    from the finished log instead. `stop` ends the children (a demo that failed)."""
+
+    def __init__(self, opener: Opener, region: str, stores: Stores, *, rebuild: bool) -> None:
+        self._args = (opener, region, stores)
+        self._rebuild = rebuild
+        self._written = LogWritten()
+        self._projecting: _Projecting | None = None
+        self._disordered = False
+
+    def start(self) -> None:
+        self._projecting = _Projecting(*self._args, rebuild=self._rebuild, following=self._written)
+
+    def flushed(self, below_us: int) -> None:
+        self._written.flushed(below_us)
+
+    def disordered(self) -> None:
+        self._disordered = True
+        self.stop()
+
+    def complete(self) -> None:
+        self._written.finish()
+
+    def result(self, show: ShowProgress | None = None) -> dict[str, Any]:
+        if self._disordered or self._projecting is None:
+            return materialise(*self._args, rebuild=self._disordered or self._rebuild, show=show)
+        return self._projecting.result(show)
+
+    def stop(self) -> None:
+        self._written.finish()  # a child on a thread cannot be ended: it reads to the end
+        if self._projecting is not None:
+            self._projecting.stop()
+
+
+class _Projecting:
+    """Both projections being brought up to date, each in a process of its own (the ledger on
+    a thread where this process holds its path), started at once; following a log still
+    written with `following`."""
+
+    def __init__(
+        self,
+        opener: Opener,
+        region: str,
+        stores: Stores,
+        *,
+        rebuild: bool,
+        following: LogWritten | None = None,
+    ) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self.messages: Any = spawn.Queue()
+        self.children: dict[Which, Any] = {}
+        for which in WHICH:
+            here = which == "ledger" and _ledger_held_here(stores)
+            self.children[which] = (threading.Thread if here else spawn.Process)(
+                target=_project,
+                args=(opener, region, stores, which),
+                kwargs={"rebuild": rebuild, "messages": self.messages, "following": following},
+                name=f"spotcap-project-{which}",
+            )
+        for child in self.children.values():
+            child.start()
+
+    def result(self, show: ShowProgress | None) -> dict[str, Any]:
+        try:
+            done = _gather(self.children, self.messages, show)
+        finally:
+            self.stop()
+        fleet, ledger = done["fleet"], done["ledger"]
+        total = ledger["savings"]
+        return {
+            "projections": [done[which]["run"] for which in WHICH],
+            "savings_eur": {name: eur_string(micros) for name, micros in total.items()},
+            "savings_micros": total,
+            "why_examples": fleet["why_examples"],
+        }
+
+    def stop(self) -> None:
+        for child in self.children.values():
             if child.is_alive() and isinstance(child, multiprocessing.process.BaseProcess):
                 child.terminate()
             child.join()
-    fleet, ledger = done["fleet"], done["ledger"]
-    total = ledger["savings"]
-    return {
-        "projections": [done[which]["run"] for which in WHICH],
-        "savings_eur": {name: eur_string(micros) for name, micros in total.items()},
-        "savings_micros": total,
-        "why_examples": fleet["why_examples"],
-    }
 
 
 def _gather(
@@ -167,18 +264,28 @@ def _check_alive(
 
 
 def _project(
-    opener: Opener, region: str, stores: Stores, which: Which, *, rebuild: bool, messages: Any
+    opener: Opener,
+    region: str,
+    stores: Stores,
+    which: Which,
+    *,
+    rebuild: bool,
+    messages: Any,
+    following: LogWritten | None = None,
 ) -> None:
     """In the child: one projection brought up to date, then what the demo says of it."""
     from projections.catchup import run_projections
     from projections.ledger.store import LedgerError
     from projections.postgres.connection import FleetDatabaseError
 
+    if threading.current_thread() is threading.main_thread():
+        name_process(f"spotcap-{which}")
     try:
         log, codec = opener()
         try:
+            show = _relay(which, messages)
             runs = run_projections(
-                log, codec, region, stores, (which,), fresh=rebuild, show=_relay(which, messages)
+                log, codec, region, stores, (which,), fresh=rebuild, show=show, following=following
             )
         finally:
             log.close()

@@ -9,9 +9,11 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner, Result
 
+from projections.stores import LEDGER_DATABASE
 from schemas.codec import Codec
 from sim import RegionSim, SimConfig, simulate
 from sim.demo import baseline_report
@@ -20,6 +22,7 @@ from spotcap.config import Settings
 from spotcap.wiring import stores
 from streams.embedded import EmbeddedLog
 from streams.topics import EVENT_TOPICS, topic_name
+from tests.projection_support import dump_fleet
 
 REGION = "demo-test"
 ARGS = ["--days", "0.25", "--workloads", "20", "--seed", "9", "--no-projections"]
@@ -104,6 +107,57 @@ def test_the_projections_and_the_baseline_run_in_processes_of_their_own(tmp_path
     # The baseline simulated in a process of its own reports what it reports in this one.
     config = SimConfig(seed=9, days=0.25, workloads=20, region=REGION)
     assert report["baseline"] == baseline_report(config, RegionSim(config).misbehaving_pool_ids)
+
+
+def _demo_follow(home: Path, mode: str) -> dict[str, Any]:
+    """tests/demo_follow.py in a process of its own: its projections' report."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
+    command = [sys.executable, "-m", "tests.demo_follow", str(home), REGION, mode, "2000"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    for run in report["projections"]:
+        del run["seconds"]
+    return report
+
+
+def _dump_ledger(home: Path) -> dict[str, Any]:
+    """The home's own ledger's tables (tests/projection_worker.py, in a process of its own: this
+    one may hold the suite's chdb path)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
+    command = [sys.executable, "-m", "tests.projection_worker", "ledger-dump",
+               "--path", str(home / "ledger"), "--database", LEDGER_DATABASE]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    dumped: dict[str, Any] = json.loads(done.stdout)
+    return dumped
+
+
+def test_projections_that_follow_the_run_hold_what_a_rebuild_after_it_holds(
+    tmp_path: Path,
+) -> None:
+    """The demo's projections follow its log while it is written (flushed every 2,000 events
+    here, so they read it in about 15 steps): the same log, and the same fleet state and ledger
+    row for row as both projections rebuilt from the finished log."""
+    followed, after = tmp_path / "followed", tmp_path / "after"
+    try:
+        reports = [_demo_follow(followed, "follow"), _demo_follow(after, "after")]
+        assert reports[0] == reports[1]
+        assert reports[0]["projections"][1]["events"] > 10_000
+        assert _segments(followed) == _segments(after)
+        ledgers = [_dump_ledger(followed), _dump_ledger(after)]
+        assert ledgers[0]["ledger_lines"] and ledgers[0] == ledgers[1]
+        fleets = []
+        for home in (followed, after):
+            conn = stores(Settings(home=home, region=REGION)).open_fleet()
+            fleets.append(dump_fleet(conn))
+            conn.close()
+        assert fleets[0]["instances"] and fleets[0] == fleets[1]
+    finally:
+        for home in (followed, after):
+            stores(Settings(home=home, region=REGION)).stop_embedded_postgres()
 
 
 def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:
