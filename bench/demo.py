@@ -242,7 +242,7 @@ def _open_log(root: Path) -> tuple[EventLog, Codec]:
 
 # Runs the command given and writes, to the file named first, as JSON: each process's peak
 # RSS (KiB) and CPU (user + system, s) by its name (`/proc/PID/comm`: the demo's children name
-# themselves, spotcap-fleet, spotcap-ledger, spotcap-compare), the command's own as "own", the
+# themselves: spotcap-project, spotcap-compare, spotcap-check), the command's own as "own", the
 # largest peak among the processes it started as "tree": each process's high-water mark (VmHWM)
 # and CPU read from /proc every 0.2 s while it runs (wait4's rusage would give the largest of
 # the whole tree as the command's own; a process's last 0.2 s of CPU can be missed).

@@ -16,12 +16,12 @@ from click.testing import CliRunner, Result
 from projections.stores import LEDGER_DATABASE
 from schemas.codec import Codec
 from sim import RegionSim, SimConfig, simulate
-from sim.demo import baseline_report
+from sim.demo import baseline_report, run_demo
 from spotcap.cli.demo import demo
 from spotcap.config import Settings
 from spotcap.wiring import stores
 from streams.embedded import EmbeddedLog
-from streams.topics import EVENT_TOPICS, topic_name
+from streams.topics import EVENT_TOPICS, region_topics, topic_name
 from tests.projection_support import dump_fleet
 
 REGION = "demo-test"
@@ -158,6 +158,58 @@ def test_projections_that_follow_the_run_hold_what_a_rebuild_after_it_holds(
     finally:
         for home in (followed, after):
             stores(Settings(home=home, region=REGION)).stop_embedded_postgres()
+
+
+class Told:
+    """A follower of the run (`sim.demo.LogFollower`) that notes, at each flush it is told of,
+    the watermark and the end offsets a reader of the log sees then."""
+
+    def __init__(self, reader: EmbeddedLog) -> None:
+        self.reader = reader
+        self.calls: list[str] = []
+        self.flushes: list[tuple[int, dict[tuple[str, int], int]]] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def flushed(self, below_us: int) -> None:
+        self.calls.append("flushed")
+        topics = [topic_name(REGION, t) for t in EVENT_TOPICS]
+        ends = {(t, n): end for t in topics for n, end in self.reader.end_offsets(t).items()}
+        self.flushes.append((below_us, ends))
+
+    def disordered(self) -> None:
+        self.calls.append("disordered")
+
+    def complete(self) -> None:
+        self.calls.append("complete")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+
+def test_the_run_tells_its_follower_how_far_the_log_is_written(tmp_path: Path) -> None:
+    """At each flush every event below the watermark the follower is told is in the log (a
+    reader sees it), and no event below it is written later: the simulation writes in event-time
+    order, so the projections follow the run and never fall back to reading it again."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.apply_topics(region_topics(REGION))
+    told = Told(EmbeddedLog(tmp_path / "log"))
+    config = SimConfig(seed=9, days=0.25, workloads=20, region=REGION)
+    report = run_demo(log, Codec(), tmp_path / "runs", config, compare=False, follower=told,
+                      flush_every=1000)  # fmt: skip
+    log.close()
+    flushes = report["events"] // 1000
+    assert told.calls == ["start", *["flushed"] * flushes, "complete"]
+    watermarks = [below for below, _ in told.flushes]
+    assert watermarks == sorted(watermarks) and watermarks[0] > config.start_us
+    codec, reader = Codec(), EmbeddedLog(tmp_path / "log")
+    for (topic, number), _ in told.flushes[-1][1].items():
+        for record in reader.partition(topic, number).read(0, 10**7):
+            at = codec.decode(record.value or b"", record.origin).occurred_at
+            for below, ends in told.flushes:
+                if at < below:  # below the watermark: in the log at that flush
+                    assert record.offset < ends[(topic, number)]
 
 
 def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:
