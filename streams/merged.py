@@ -319,9 +319,9 @@ class MergedHistory:
         )
 
     def _learn(self) -> bool:
-        """Following, at most every `_FOLLOW_REFRESH_S`: the writer's watermark, then every
-        partition's end; once the writer is done, read to the end offsets (`_read_to_end`).
-        Whether anything was learnt."""
+        """Following, at most every `_FOLLOW_REFRESH_S`: the writer's watermark, then (when it
+        moved) every partition's end; once the writer is done, read to the end offsets
+        (`_read_to_end`). Whether anything was learnt."""
         following = self._following
         now = time.monotonic()
         if following is None or now - self._last_end_refresh < _FOLLOW_REFRESH_S:
@@ -330,8 +330,12 @@ class MergedHistory:
         if following.complete():
             self._read_to_end()
             return True
-        # The watermark first: every record below it is within the ends learnt after it.
-        self._safe_below = following.watermark()
+        # The watermark first: every record below it is within the ends learnt after it. An
+        # unchanged watermark has nothing new below it: the ends learnt after it still hold.
+        watermark = following.watermark()
+        if watermark == self._safe_below:
+            return False
+        self._safe_below = watermark
         self._refresh_ends(set(self._names))
         return True
 
