@@ -122,10 +122,16 @@ class _EventsFile:
         self.writer = pq.ParquetWriter(path, layout.EVENTS_SCHEMA, compression="zstd")
         self.rows: list[tuple[Any, ...]] = []
         self.leaves: list[bytes] = []
+        self.read_rows = 0  # rows of `add_read`, whose leaves a worker hashes
         self.headers: set[bytes] = set()
         self.topics: set[str] = set()
         self.first_us: int | None = None
         self.last_us: int | None = None
+
+    @property
+    def count(self) -> int:
+        """The rows written."""
+        return len(self.leaves) + self.read_rows
 
     @property
     def fingerprints(self) -> list[str]:
@@ -157,9 +163,10 @@ class _EventsFile:
 
     def add_read(self, read: MonthEvents) -> None:
         """The month as `replay.archive.columns` read and merged it, in the row groups
-        `add_record` would write (a batch at a time)."""
+        `add_record` would write (a batch at a time); its leaves are hashed elsewhere
+        (`MonthReading.trees`)."""
         self.headers.update(read.headers)
-        self.leaves.extend(read.leaves)
+        self.read_rows += len(read)
         for batch in read.batches(layout.EVENTS_SCHEMA.names, BATCH_ROWS):
             self.writer.write_table(batch)
             self.topics.update(pc.unique(batch.column("topic")).to_pylist())
@@ -214,7 +221,7 @@ def write_events_file(path: Path, history: Iterable[Positioned], *, typed: bool 
         events.close()
     if typed:
         write_typed_files(path, path.parent)
-    return len(events.leaves)
+    return events.count
 
 
 def typed_tables(events_path: Path, table: pa.Table | None = None) -> dict[str, pa.Table]:
@@ -295,6 +302,13 @@ def write_typed_files(
     return rows
 
 
+def _derived_files(read: MonthEvents, folder: str) -> dict[str, int]:
+    """In a worker: `write_typed_files` from the month's rows as read (the columns
+    events.parquet holds, in its order and row groups: the same files, byte for byte)."""
+    table = read.table(layout.PRICED_SCHEMA.names)
+    return write_typed_files(Path(folder) / layout.EVENTS, Path(folder), table=table)
+
+
 def _file_entry(path: Path, rows: int | None, schema: pa.Schema | None) -> dict[str, Any]:
     data = path.read_bytes()
     entry: dict[str, Any] = {"sha256": layout.sha256_hex(data), "bytes": len(data)}
@@ -336,18 +350,18 @@ def _month_events(
         if read is not None:
             events.add_read(read)
             if on_event is not None:
-                on_event(len(events.leaves))
+                on_event(events.count)
         for origin, e in history:
             if start_us <= e.occurred_at < end_us:
                 events.add(origin, e)
-                if on_event is not None and len(events.leaves) % 10_000 == 0:
-                    on_event(len(events.leaves))
+                if on_event is not None and events.count % 10_000 == 0:
+                    on_event(events.count)
         add = events.add_record
         for record in records:
             if start_us <= record[0] < end_us:
                 add(record)
-                if on_event is not None and len(events.leaves) % 10_000 == 0:
-                    on_event(len(events.leaves))
+                if on_event is not None and events.count % 10_000 == 0:
+                    on_event(events.count)
     finally:
         events.close()
     return events
@@ -410,14 +424,19 @@ def export_month(
     codec = Codec()
     old_size = int(chain_before["size"])
     old_frontier = [bytes.fromhex(h) for h in chain_before["frontier"]]
-    read = trees = None
-    if reading is not None:  # the trees hashed by the workers while the files are written
+    read = trees = derived = None
+    if reading is not None:
+        # While this process writes events.parquet, one worker writes the files derived from
+        # it (from the same rows in the same order) and another hashes the trees.
         read = reading.events()
-        trees = reading.trees(read.leaves, old_size, old_frontier)
+        derived = reading.in_worker(_derived_files, str(workdir))
+        trees = reading.trees(old_size, old_frontier)
     events = _month_events(workdir / layout.EVENTS, codec, month, history=history,
                            records=records, read=read, on_event=on_event)  # fmt: skip
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
-    typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
+    typed_rows = (
+        write_typed_files(workdir / layout.EVENTS, workdir) if derived is None else derived.result()
+    )
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
     audit_files: dict[str, Any] = {}
     if audit is not None:
@@ -442,9 +461,7 @@ def export_month(
             "last_event_at": iso(events.last_us) if events.last_us is not None else None,
         },
         "files": {
-            layout.EVENTS: _file_entry(
-                workdir / layout.EVENTS, len(events.leaves), layout.EVENTS_SCHEMA
-            ),
+            layout.EVENTS: _file_entry(workdir / layout.EVENTS, events.count, layout.EVENTS_SCHEMA),
             layout.COST_LINES: _file_entry(
                 workdir / layout.COST_LINES, cost_lines.num_rows, cost_lines.schema
             ),
@@ -456,11 +473,11 @@ def export_month(
             **audit_files,
         },
         "events": {
-            "count": len(events.leaves),
+            "count": events.count,
             "topics": sorted(events.topics),
             "avro_headers": events.fingerprints,  # C3 01 + writer schema fingerprint
         },
-        "merkle": {"leaf": layout.LEAF, "size": len(events.leaves), "root": root.hex()},
+        "merkle": {"leaf": layout.LEAF, "size": events.count, "root": root.hex()},
         "chain": {
             "previous_month": previous,
             "previous_manifest_sha256": previous_sha,
@@ -489,7 +506,7 @@ def export_month(
     return Exported(
         region,
         month,
-        len(events.leaves),
+        events.count,
         cost_lines.num_rows,
         root.hex(),
         chain_size,
