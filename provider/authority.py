@@ -241,7 +241,7 @@ class ProjectAuthority:
                 try:
                     fresh = self._read()
                 except AuthorityUnavailableError as error:
-                    self._failed(now, error, held if live else None)
+                    self._failed(self._clock(), error, held if live else None)  # from the failure
                     if not live:
                         raise
                 else:
