@@ -35,6 +35,8 @@ from projections.ledger.pricer import (
     Pricer,
     Refusal,
     Reservation,
+    replace_in,
+    usage_of,
 )
 from projections.ledger.pricing import LedgerLine
 from projections.ledger.rates import Card, RateBook
@@ -52,6 +54,7 @@ from schemas.events import (
 )
 
 LEDGER_PROJECTION = "ledger"
+_PRICED_TYPES = frozenset(("usage_interval", "work_wasted"))  # what a late card re-prices
 LEDGER_TOPICS = ("lifecycle", "market", "demand", "decisions", "usage")
 RATE_HORIZON_US = 2 * 86_400_000_000  # rate cards held in memory behind the newest event
 MEMORY_HORIZON_US = RATE_HORIZON_US  # what was priced, held in memory behind the newest event
@@ -242,11 +245,43 @@ class _StoredSource:
         self.by_pool: dict[str, list[Priced]] = {}
         self.batch: list[tuple[Priced, Origin]] = []  # priced in the batch being prepared
         self.origin: Origin | None = None  # the position of the event being priced
+        # Where each item held was in the log, and each item read back for the batch being
+        # prepared (a re-priced item is stored again at its own position: as committed as it
+        # was, so that a crash before the batch's offsets leaves it as the restart needs it).
+        self.origins: dict[str, Origin] = {}
+        self.read: dict[str, Origin] = {}
+        self.stored_ids: set[str] = set()  # of the batch's events, those priced and committed
+
+    def begin(self, stored_ids: set[str]) -> None:
+        """A new batch: `stored_ids` of its events were priced and committed already."""
+        self.batch, self.read, self.stored_ids = [], {}, stored_ids
 
     def add(self, item: Priced) -> None:
         self.by_pool.setdefault(item.pool_id, []).append(item)
         assert self.origin is not None
+        self.origins[item.envelope.event_id] = self.origin
         self.batch.append((item, self.origin))
+
+    def seen(self, event_id: str) -> bool:
+        return event_id in self.origins or event_id in self.stored_ids
+
+    def usage_of(self, workload_id: str, after_us: int) -> Iterator[Priced]:
+        seen: set[str] = set()
+        for item in usage_of(self.by_pool, workload_id, after_us):
+            seen.add(item.envelope.event_id)
+            yield item
+        for item, origin in self._writer.stored_usage(workload_id, after_us):
+            if item.envelope.event_id not in seen:
+                seen.add(item.envelope.event_id)
+                self.read[item.envelope.event_id] = origin
+                yield item
+
+    def replace(self, item: Priced) -> None:
+        event_id = item.envelope.event_id
+        origin = self.origins.get(event_id) or self.read[event_id]
+        replace_in(self.by_pool, item)  # held from now on (a stored one too)
+        self.origins[event_id] = origin
+        self.batch.append((item, origin))
 
     def overlapping(self, pool_id: str, from_us: int, to_us: int) -> Iterator[Priced]:
         seen: set[str] = set()
@@ -261,7 +296,13 @@ class _StoredSource:
 
     def prune(self, before_us: int) -> None:
         for pool_id, items in self.by_pool.items():
-            self.by_pool[pool_id] = [i for i in items if i.to_us >= before_us]
+            kept = []
+            for i in items:
+                if i.to_us >= before_us:
+                    kept.append(i)
+                else:  # read back from the store from now on (committed by then)
+                    self.origins.pop(i.envelope.event_id, None)
+            self.by_pool[pool_id] = kept
 
 
 class LedgerWriter:
@@ -355,6 +396,46 @@ class LedgerWriter:
                 out.append(Priced(e, e.payload.pool_id, e.occurred_at, e.occurred_at + 1))
         return out
 
+    def stored_usage(self, workload_id: str, after_us: int) -> list[tuple[Priced, Origin]]:
+        """The usage intervals of `workload_id` ending after `after_us` priced by earlier
+        batches (within the demand's horizon), with their positions."""
+        rows = self._query(
+            "SELECT toString(event_id) AS event_id, toUnixTimestamp64Micro(occurred_at) AS t,"
+            " record, payload, pieces, decided_by, x.topic AS topic, x.partition AS partition,"
+            " x.offset AS offset FROM (SELECT * FROM priced_facts FINAL WHERE event_type ="
+            " 'usage_interval' AND to_us > {a:Int64} AND"
+            " JSONExtractString(payload, 'workload_id') = {w:String}) AS x"
+            f"{self._committed_join('x')}",
+            {"w": workload_id, "a": after_us},
+        )
+        out = []
+        for r in rows:
+            e = _envelope(str(r["event_id"]), int(r["t"]), str(r["record"]), str(r["payload"]))
+            u = e.payload
+            assert isinstance(u, UsageInterval)
+            pieces = tuple(_piece(p) for p in r["pieces"])
+            item = Priced(e, u.pool_id, u.start_at, u.end_at, pieces, str(r["decided_by"]))
+            origin = Origin(str(r["topic"]), int(r["partition"]), int(r["offset"]))
+            out.append((item, origin))
+        return out
+
+    def _stored_ids(self, events: Sequence[tuple[Origin, Envelope]]) -> set[str]:
+        """Of the batch's usage intervals and wasted work, those priced already and committed
+        (a record the log holds twice under one id, the first read by an earlier run)."""
+        times = [e.occurred_at for _, e in events if e.event_type in _PRICED_TYPES]
+        if not times:
+            return set()
+        rows = self._query(
+            "SELECT toString(event_id) AS event_id FROM (SELECT event_id, topic, partition,"
+            " offset FROM events WHERE event_type IN ('usage_interval', 'work_wasted') AND"
+            " occurred_at >= fromUnixTimestamp64Micro({f:Int64}, 'UTC') AND"
+            " occurred_at <= fromUnixTimestamp64Micro({t:Int64}, 'UTC')) AS e"
+            f"{self._committed_join('e')}",
+            {"f": min(times), "t": max(times)},
+        )
+        wanted = {e.event_id for _, e in events if e.event_type in _PRICED_TYPES}
+        return {str(r["event_id"]) for r in rows} & wanted
+
     def _events_of(
         self, types: Sequence[str], where: str, params: Mapping[str, Any]
     ) -> list[Envelope]:
@@ -438,6 +519,16 @@ class LedgerWriter:
             {},
         ):
             pricer.priced_until[str(r["pool_id"])] = int(r["t"])
+        # How far each workload's usage was priced (within the demand's horizon): a claim,
+        # launch or end before it re-prices what it changes.
+        for r in self._query(
+            "SELECT JSONExtractString(payload, 'workload_id') AS w, max(to_us) AS t FROM"
+            " (SELECT * FROM priced_facts FINAL WHERE event_type = 'usage_interval' AND"
+            " to_us >= {s:Int64}) AS x"
+            f"{self._committed_join('x')} GROUP BY w",
+            {"s": since},
+        ):
+            pricer.usage_until[str(r["w"])] = int(r["t"])
         pricer.watermark_us = newest
 
     # -- offsets ------------------------------------------------------------------------------
@@ -476,7 +567,7 @@ class LedgerWriter:
         corrections_before = pricer.corrections
         priced: list[LedgerLine] = []
         origins: dict[str, Origin] = {}
-        source.batch = []
+        source.begin(self._stored_ids(events))
         feed = pricer.feed
         for origin, e in events:
             source.origin = origin
@@ -582,6 +673,8 @@ def _pieces(pieces: Sequence[Piece]) -> list[dict[str, int]]:
 
 
 def _priced_table(items: Sequence[tuple[Priced, Origin]]) -> pa.Table:
+    # An item re-priced in the batch that priced it: its last pieces only.
+    items = list({i.envelope.event_id: (i, o) for i, o in items}.values())
     rows = [
         (
             i.envelope.event_id,
