@@ -9,8 +9,8 @@ usage at useful pieces and UTC midnights, every line summed exactly and rounded 
 micro-euros (half to even), then scaled. A rate card that arrives after events it prices
 re-prices them: each rule's lines of those events with the card less their lines without
 (the corrections the ledger writes); so does a claim, launch or end that arrives after usage
-of its workload ending later (it changes what was useful), and a usage interval or wasted
-work read twice (a record the log holds twice under one id) is priced once. The
+of its workload ending later (it changes what was useful), and a usage interval, wasted work
+or checkpoint read twice (a record the log holds twice under one id) is priced once. The
 reservations' cost accrues to the idle floor up to the last whole hour of the history's
 latest event. Where the ledger charges every line to its workload, a rule may charge it to
 the platform or share the day's total of that line over the workloads by their used
@@ -178,7 +178,7 @@ class Fold:
         self.demand: dict[str, Demand] = {}
         self.reservations: dict[str, Envelope] = {}
         self.items: dict[str, list[Item]] = {}  # pool -> what was priced on it
-        self.priced_ids: dict[str, int] = {}  # the event ids of the items, with their ends
+        self.priced_ids: dict[str, int] = {}  # ids of the items (and checkpoints), their ends
         self.usage_until: dict[str, int] = {}  # workload -> the end of its usage priced
         self.priced_until: dict[str, int] = {}
         self.watermark_us: int | None = None
@@ -488,6 +488,9 @@ class Fold:
         ]
 
     def _checkpoint(self, e: Envelope, c: CheckpointWritten) -> None:
+        if e.event_id in self.priced_ids:
+            return
+        self.priced_ids[e.event_id] = e.occurred_at
         day = e.occurred_at // DAY_US
         if not self._in_range(day):
             return
