@@ -81,8 +81,17 @@ _AS_IT_STANDS = "ORDER BY batch DESC LIMIT 1 BY event_id"
 _UTC_US = pa.timestamp("us", tz="UTC")
 
 
+_UPGRADES = (
+    ("ledger_lines", "ALTER TABLE ledger_lines ADD COLUMN IF NOT EXISTS batch UInt64"),
+    ("priced_facts", "ALTER TABLE priced_facts ADD COLUMN IF NOT EXISTS batch UInt64,"
+                     " MODIFY ORDER BY (pool_id, to_us, event_id, batch)"),
+)  # fmt: skip
+"""The `batch` column of a ledger made before it (ddl/0004_batches.sql), table by table."""
+
+
 def apply_ddl(store: LedgerStore) -> None:
-    """Create the ledger's tables and views (idempotent: IF NOT EXISTS)."""
+    """Create the ledger's tables and views (idempotent: IF NOT EXISTS), and add the columns
+    a ledger made by an earlier version lacks."""
     folder = resources.files("projections.ledger") / "ddl"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
@@ -94,6 +103,11 @@ def apply_ddl(store: LedgerStore) -> None:
         for statement in text.split(";"):
             if statement.strip():
                 store.command(statement)
+    batched = "SELECT table FROM system.columns WHERE database = currentDatabase() AND name='batch'"
+    have = {str(r["table"]) for r in store.query(batched)}
+    for table, alter in _UPGRADES:
+        if table not in have:
+            store.command(alter)
 
 
 LEDGER_TABLES = (

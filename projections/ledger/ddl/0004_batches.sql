@@ -14,11 +14,5 @@ CREATE TABLE IF NOT EXISTS ledger_batches (
 ) ENGINE = ReplacingMergeTree(batch)
 ORDER BY (projection_name);
 
--- The batch that wrote each line.
-ALTER TABLE ledger_lines ADD COLUMN IF NOT EXISTS batch UInt64;
-
--- What was priced, one row per batch that priced or re-priced it (a late claim, launch or end
--- re-prices a usage interval with other pieces): the highest batch's row is the item as it stands,
--- and removing a killed batch's rows leaves the item as the batch before had it.
-ALTER TABLE priced_facts ADD COLUMN IF NOT EXISTS batch UInt64,
-    MODIFY ORDER BY (pool_id, to_us, event_id, batch);
+-- Ledgers made before this file have no `batch` columns: `writer.apply_ddl` adds them (to the
+-- lines, and to the end of the priced facts' sorting key).
