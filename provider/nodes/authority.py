@@ -339,6 +339,23 @@ def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
     return authority.revoke(NodeIdentity(envelope.region, payload.instance_id))
 
 
+def replace_journal(journal: Path, lines: list[str]) -> None:
+    """Write a compacted journal atomically: a temporary file, synced, put in its place."""
+    tmp = journal.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        out.writelines(lines)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(journal)
+
+
+def append_line(journal: IO[str], line: str) -> None:
+    """One journal line, on disk before the caller goes on."""
+    journal.write(line + "\n")
+    journal.flush()
+    os.fsync(journal.fileno())
+
+
 class Revoker:
     """Revokes the certificates of instances deleted or lost, as their events are folded; a
     revocation OpenBao could not make waits and is tried again at the next `drain`, so a
@@ -389,18 +406,11 @@ class Revoker:
         # Compacted: what is pending and what was done, nothing else (atomically replaced).
         lines = [f"revoked {i.region} {i.instance_id}\n" for i in sorted(self.done, key=str)]
         lines += [f"retire {i.region} {i.instance_id} {e}\n" for i, e in self.pending.items()]
-        tmp = journal.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as out:
-            out.writelines(lines)
-            out.flush()
-            os.fsync(out.fileno())
-        tmp.replace(journal)
+        replace_journal(journal, lines)
 
     def _append(self, line: str) -> None:
         if self._journal is not None:
-            self._journal.write(line + "\n")
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
+            append_line(self._journal, line)
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload

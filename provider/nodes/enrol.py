@@ -30,6 +30,8 @@ from provider.nodes.authority import (
     NodeAuthorityError,
     NodeAuthorityUnavailableError,
     Revoker,
+    append_line,
+    replace_journal,
 )
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
@@ -136,18 +138,11 @@ class Enroller:
         lines = [f"gone {i.region} {i.instance_id}\n" for i in sorted(self.gone, key=str)]
         lines += [f"launch {i.region} {i.instance_id} {w}\n" for i, w in self.pending.items()]
         lines += [f"enrolling {i.region} {i.instance_id}\n" for i in sorted(self.unclean, key=str)]
-        tmp = journal.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as out:
-            out.writelines(lines)
-            out.flush()
-            os.fsync(out.fileno())
-        tmp.replace(journal)
+        replace_journal(journal, lines)
 
     def _append(self, line: str) -> None:
         if self._journal is not None:
-            self._journal.write(line + "\n")
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
+            append_line(self._journal, line)
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload
