@@ -339,24 +339,44 @@ def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
     return authority.revoke(NodeIdentity(envelope.region, payload.instance_id))
 
 
-def replace_journal(journal: Path, lines: list[str]) -> None:
-    """Write a compacted journal atomically: a temporary file, synced, put in its place."""
-    tmp = journal.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        out.writelines(lines)
-        out.flush()
-        os.fsync(out.fileno())
-    tmp.replace(journal)
+class Journalled:
+    """A follower with a journal of its own (a file of lines, each synced before it goes on;
+    compacted atomically when read back at its first use): `_load` reads it."""
+
+    def __init__(self, journal: Path | None) -> None:
+        self._journal: IO[str] | None = None
+        self._journal_path = journal
+        # Read at the first observe or drain: the actuator holds its state folder's lock then.
+        self._opened = journal is None
+
+    def _open(self) -> None:
+        if self._opened or self._journal_path is None:
+            return
+        self._opened = True
+        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+        self._load(self._journal_path)
+        self._journal = self._journal_path.open("a", encoding="utf-8")
+
+    def _load(self, journal: Path) -> None:
+        raise NotImplementedError
+
+    def _append(self, line: str) -> None:
+        if self._journal is not None:
+            self._journal.write(line + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    @staticmethod
+    def _compact(journal: Path, lines: list[str]) -> None:
+        tmp = journal.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as out:
+            out.writelines(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(journal)
 
 
-def append_line(journal: IO[str], line: str) -> None:
-    """One journal line, on disk before the caller goes on."""
-    journal.write(line + "\n")
-    journal.flush()
-    os.fsync(journal.fileno())
-
-
-class Revoker:
+class Revoker(Journalled):
     """Revokes the certificates of instances deleted or lost, as their events are folded; a
     revocation OpenBao could not make waits and is tried again at the next `drain`, so a
     control plane that lost OpenBao for a while still revokes every node it saw go.
@@ -377,18 +397,7 @@ class Revoker:
         """Every serial revoked by this revoker, in order."""
         self.done: set[NodeIdentity] = set()
         """Identities revoked (this run, or a journal's earlier one)."""
-        self._journal: IO[str] | None = None
-        self._journal_path = journal
-        # Read at the first observe or drain: the actuator holds its state folder's lock then.
-        self._opened = journal is None
-
-    def _open(self) -> None:
-        if self._opened or self._journal_path is None:
-            return
-        self._opened = True
-        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
-        self._load(self._journal_path)
-        self._journal = self._journal_path.open("a", encoding="utf-8")
+        super().__init__(journal)
 
     def _load(self, journal: Path) -> None:
         if not journal.exists():
@@ -406,11 +415,7 @@ class Revoker:
         # Compacted: what is pending and what was done, nothing else (atomically replaced).
         lines = [f"revoked {i.region} {i.instance_id}\n" for i in sorted(self.done, key=str)]
         lines += [f"retire {i.region} {i.instance_id} {e}\n" for i, e in self.pending.items()]
-        replace_journal(journal, lines)
-
-    def _append(self, line: str) -> None:
-        if self._journal is not None:
-            append_line(self._journal, line)
+        self._compact(journal, lines)
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload

@@ -21,17 +21,15 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
 
 from provider.authority import openbao_client, openbao_from_env
 from provider.nodes.authority import (
     Enrolment,
+    Journalled,
     NodeAuthority,
     NodeAuthorityError,
     NodeAuthorityUnavailableError,
     Revoker,
-    append_line,
-    replace_journal,
 )
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
@@ -61,7 +59,7 @@ def deliver(enrolment: Enrolment, folder: Path) -> None:
     _write(folder / NODE_CERTIFICATE, f"{enrolment.certificate_pem}\n{enrolment.ca_pem}\n", 0o644)
 
 
-class Enroller:
+class Enroller(Journalled):
     """Enrols each launched node and delivers its identity to `nodes_dir/<instance id>`.
 
     With a `journal` (a file in the actuator's state folder) a pending enrolment survives the
@@ -91,24 +89,13 @@ class Enroller:
         certificates are revoked before anything else is done for them."""
         self.cleaned: list[str] = []
         """Serials revoked as strays of an enrolment that never reached its node."""
-        self._journal: IO[str] | None = None
-        self._journal_path = journal
-        # Read at the first observe or drain: the actuator holds its state folder's lock then.
-        self._opened = journal is None
+        super().__init__(journal)
 
     def folder(self, identity: NodeIdentity) -> Path:
         return self.nodes_dir / identity.instance_id
 
     def delivered(self, identity: NodeIdentity) -> bool:
         return (self.folder(identity) / NODE_CERTIFICATE).exists()
-
-    def _open(self) -> None:
-        if self._opened or self._journal_path is None:
-            return
-        self._opened = True
-        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
-        self._load(self._journal_path)
-        self._journal = self._journal_path.open("a", encoding="utf-8")
 
     def _load(self, journal: Path) -> None:
         if not journal.exists():
@@ -138,11 +125,7 @@ class Enroller:
         lines = [f"gone {i.region} {i.instance_id}\n" for i in sorted(self.gone, key=str)]
         lines += [f"launch {i.region} {i.instance_id} {w}\n" for i, w in self.pending.items()]
         lines += [f"enrolling {i.region} {i.instance_id}\n" for i in sorted(self.unclean, key=str)]
-        replace_journal(journal, lines)
-
-    def _append(self, line: str) -> None:
-        if self._journal is not None:
-            append_line(self._journal, line)
+        self._compact(journal, lines)
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload
