@@ -49,6 +49,7 @@ from schemas.events import ActuationRefused, Envelope, InstanceLaunched
 from spotcap.config import Settings
 from spotcap.wiring import stores
 from tests.actuator_support import CODEC
+from tests.faults.own_servers import kill
 from tests.identity_support import REGION as NODES_REGION
 from tests.identity_support import bundle_service, enrol
 from tests.serve_support import Reply, Served, send
@@ -75,11 +76,7 @@ class Bao:
         self.client = hvac.Client(url=self.address, token=servers.openbao_token(folder))
 
     def kill(self) -> None:
-        os.kill(self.server.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while alive(self.server.pid):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        kill(self.server.pid)
 
     def start(self) -> None:
         self.server = servers.start_openbao(self.folder)

@@ -47,6 +47,7 @@ from tests import kube_support as kube
 from tests.cli_support import SPOTCAP
 from tests.cloud_support import OWNER, POOL, REGION, adapter, create_server, served_clouds
 from tests.cloud_support import connect as connect_cloud
+from tests.faults.own_servers import own
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -65,11 +66,7 @@ def clouds() -> Iterator[Callable[..., ServedCloud]]:
 @pytest.fixture
 def own_postgres(tmp_path: Path) -> Iterator[servers.Server]:
     """A PostgreSQL of the test's own: it is killed."""
-    server = servers.start_postgres(tmp_path / "postgres")
-    try:
-        yield server
-    finally:
-        servers.stop(server)
+    yield from own(servers.start_postgres, tmp_path / "postgres")
 
 
 class Reconciler:

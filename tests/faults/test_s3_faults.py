@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from infra import servers
 from infra.servers.process import alive
 from replay.archive import layout
 from replay.archive.s3 import S3Storage
+from tests.faults.own_servers import kill
 from tests.replay_support import History
 
 pytestmark = pytest.mark.slow
@@ -60,11 +60,7 @@ class Gateway:
         )  # fmt: skip
 
     def kill(self) -> None:
-        os.kill(self.server.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while alive(self.server.pid):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        kill(self.server.pid)
 
     def start(self) -> None:
         address = self.server.address

@@ -35,6 +35,7 @@ from infra import servers
 from infra.servers.process import read_state
 from schemas.events import CapacityClaimOpened, CapacityReleased, Envelope
 from tests import kube_support as kube
+from tests.faults.own_servers import own
 from tests.test_intake import Intake, claim_of, claims_in_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -243,11 +244,7 @@ class Pods:
 @pytest.fixture
 def own_kubernetes(tmp_path: Path) -> Iterator[servers.Server]:
     """A kube-apiserver and etcd of the test's own: they are killed."""
-    server = servers.start_kubernetes(tmp_path / "kubernetes")
-    try:
-        yield server
-    finally:
-        servers.stop(server)
+    yield from own(servers.start_kubernetes, tmp_path / "kubernetes")
 
 
 def test_the_kubernetes_intake_rides_out_kube_apiserver_and_etcd_faults_and_its_own(
@@ -301,11 +298,7 @@ def test_the_kubernetes_intake_rides_out_kube_apiserver_and_etcd_faults_and_its_
 @pytest.fixture
 def own_slurm(tmp_path: Path) -> Iterator[servers.Server]:
     """A Slurm of the test's own: its slurmctld and slurmrestd are killed."""
-    server = servers.start_slurm(tmp_path / "slurm")
-    try:
-        yield server
-    finally:
-        servers.stop(server)
+    yield from own(servers.start_slurm, tmp_path / "slurm")
 
 
 class Jobs:
