@@ -4,7 +4,8 @@
 22.05. Everything runs as root from ``data_dir`` on free ports of 127.0.0.1: the node is
 ``localhost`` with 2 CPUs and a partition ``batch`` that requeues. munged runs as the ``munge``
 user from its own socket folder under /run (its socket folder and every parent must be
-traversable by that user, which pytest's private temporary folders are not). slurmrestd answers
+traversable by that user, which pytest's private temporary folders are not); slurmd's spool is
+under /run too (slurmstepd's socket there must have a short path). slurmrestd answers
 on the Unix socket ``data_dir/rest.sock`` with the ``openapi/v0.0.38`` plugin (the dbv plugin
 stops it without slurmdbd). See ``../shared/notes/slurm-on-this-machine.md``.
 
@@ -66,6 +67,20 @@ def published_contracts(server: Server) -> Path:
     return server.data_dir / PUBLISHED_CONTRACTS
 
 
+def job_state_holds(server: Server, marker: str) -> bool:
+    """slurmctld's saved job state (``StateSaveLocation/job_state``, what a slurmctld started
+    again recovers its jobs from) holds `marker`: a job's unique name or admin comment.
+
+    slurmctld saves its state on a thread of its own, up to 5 s after a change (its
+    SAVE_MAX_WAIT; longer on a loaded machine), so a slurmctld killed with SIGKILL comes back
+    without the jobs and changes of its last seconds. It writes ``job_state.new`` and renames
+    it, so the file read here is whole."""
+    try:
+        return marker.encode() in (server.data_dir / "state" / "job_state").read_bytes()
+    except FileNotFoundError:
+        return False
+
+
 def rest_socket(server: Server) -> Path:
     return server.data_dir / "rest.sock"
 
@@ -73,6 +88,15 @@ def rest_socket(server: Server) -> Path:
 def _munge_dir(data_dir: Path) -> Path:
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
     return Path("/run") / f"spotcap-munge-{digest}"
+
+
+def _spool_dir(data_dir: Path) -> Path:
+    """slurmd's spool, under /run: slurmstepd makes its Unix socket there
+    (``localhost_<job>.<step>``, the batch step 4294967291), and a socket's path has at most
+    108 bytes; under a deep ``data_dir`` (pytest's temporary folders in CI) every job's
+    launch failed ("Unix socket path ... is too long") and the job was requeued held."""
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    return Path("/run") / f"spotcap-slurmd-{digest}"
 
 
 def _prepare_munge(data_dir: Path) -> Path:
@@ -95,7 +119,9 @@ def _prepare_munge(data_dir: Path) -> Path:
 
 def _write_conf(data_dir: Path, munge_socket: Path, ctld_port: int, slurmd_port: int) -> Path:
     (data_dir / "state").mkdir(exist_ok=True)
-    (data_dir / "spool").mkdir(exist_ok=True)
+    spool = _spool_dir(data_dir)
+    shutil.rmtree(spool, ignore_errors=True)
+    spool.mkdir(parents=True)
     conf = data_dir / "slurm.conf"
     conf.write_text(
         "\n".join(
@@ -112,7 +138,7 @@ def _write_conf(data_dir: Path, munge_socket: Path, ctld_port: int, slurmd_port:
                 f"SlurmctldPort={ctld_port}",
                 f"SlurmdPort={slurmd_port}",
                 f"StateSaveLocation={data_dir / 'state'}",
-                f"SlurmdSpoolDir={data_dir / 'spool'}",
+                f"SlurmdSpoolDir={spool}",
                 f"SlurmctldPidFile={data_dir / 'slurmctld.pid'}",
                 f"SlurmdPidFile={data_dir / 'slurmd.pid'}",
                 f"SlurmctldLogFile={data_dir / 'slurmctld.log'}",
@@ -196,6 +222,7 @@ def start_slurm(data_dir: Path, timeout_s: float = 60) -> Server:
     if main is not None and all(live.values()):
         return main
     _check_installed()
+    _check_socket_path(data_dir / "rest.sock")
     log_path = data_dir / "slurm.log"
     had = ports_had(data_dir, 2)
     conf = data_dir / "slurm.conf"
@@ -251,6 +278,8 @@ def _spawn_missing(
             continue
         if part == "slurmrestd":
             (data_dir / "rest.sock").unlink(missing_ok=True)
+        if part == "slurmd":
+            _spool_dir(data_dir).mkdir(parents=True, exist_ok=True)
         argv, log, env = _part(part, data_dir, conf, munge)
         proc = spawn(part, argv, log, data_dir, env={"SLURM_CONF": str(conf), **env})
         if part == "slurm":
@@ -264,6 +293,12 @@ def _check_installed() -> None:
     for binary in ("munged", "slurmctld", "slurmd", "slurmrestd"):
         if not (_SBIN / binary).exists():
             raise ServerError("slurm", f"{_SBIN / binary} is not installed", fix=_FIX)
+
+
+def _check_socket_path(sock: Path) -> None:
+    if len(os.fsencode(sock)) > 107:  # a Unix socket's path: 108 bytes with its NUL
+        raise ServerError("slurm", f"slurmrestd's socket path {sock} is longer than 107 bytes",
+                          fix="start Slurm from a shorter data folder")  # fmt: skip
 
 
 def _prepare(data_dir: Path) -> tuple[Path, Path, list[int]]:

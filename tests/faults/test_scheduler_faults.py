@@ -23,6 +23,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -356,19 +357,38 @@ class Jobs:
         return {n for n in names if f"churn-{n}" not in listed.stdout.split()}
 
 
+def _run_the_blocker(jobs: Jobs, server: servers.Server) -> None:
+    """A job holding the node's 2 CPUs, so that the test's jobs stay pending (the intake
+    claims pending work); it runs before the faults, and slurmctld has saved it running, so
+    that a slurmctld killed later recovers it as it was."""
+    blocker = jobs.slurm("sbatch", "--parsable", "-o", "/dev/null", "-J", "blocker", "-c", "2",
+                         "--wrap", "sleep 3600")  # fmt: skip
+    assert blocker.returncode == 0, blocker.stderr
+    job = blocker.stdout.strip().split(";")[0]
+    seen = [""]
+
+    def running() -> bool:
+        seen[0] = jobs.slurm("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip()
+        return seen[0].startswith("RUNNING")
+
+    deadline = time.monotonic() + 180
+    while not running():  # it starts at slurmctld's next scheduling pass (2 s apart)
+        assert time.monotonic() < deadline, f"the blocker did not run in 180 s: {seen[0]!r}"
+        time.sleep(0.5)
+    # Anything slurmctld saves after this change saves the blocker running.
+    marker = f"running-{uuid.uuid4().hex[:12]}"
+    marked = jobs.slurm("scontrol", "update", f"JobId={job}", f"AdminComment={marker}")
+    assert marked.returncode == 0, marked.stderr
+    kube.wait_until(lambda: servers.job_state_holds(server, marker), 120,
+                    "slurmctld to save the running blocker in its state", every_s=0.2)  # fmt: skip
+
+
 def test_the_slurm_intake_rides_out_slurmctld_and_slurmrestd_faults_and_its_own(
     tmp_path: Path, own_slurm: servers.Server
 ) -> None:
     folder = own_slurm.data_dir
     jobs = Jobs(own_slurm)
-    blocker = jobs.slurm("sbatch", "--parsable", "-o", "/dev/null", "-c", "2", "--wrap",
-                         "sleep 3600")  # fmt: skip
-    assert blocker.returncode == 0, blocker.stderr
-    kube.wait_until(
-        lambda: jobs.slurm("squeue", "-h", "-j", blocker.stdout.strip(), "-o", "%T").stdout
-        .strip() == "RUNNING",
-        60, "the blocker to run (what comes after waits for capacity)",
-    )  # fmt: skip
+    _run_the_blocker(jobs, own_slurm)
     prefix = "slurm/faulted/"  # claim ids: slurm/<cluster>/<job id>/<submit time>
     intake = Intake(tmp_path / "home", ("--slurmrestd", own_slurm.address, "--cluster",
                                          "faulted", "--poll-interval-s", "0.5"))  # fmt: skip
