@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -417,6 +418,8 @@ def stop(server_or_data_dir: Server | Path | str) -> None:
     else:
         _children.pop(pid, None)
     _stop_companions([c for c in companions if c.get("after")], data_dir, name)
+    for folder in state.get("remove_after_stop", ()):  # outside data_dir (Slurm's under /run)
+        shutil.rmtree(folder, ignore_errors=True)
     (data_dir / STATE_FILE).unlink(missing_ok=True)
 
 

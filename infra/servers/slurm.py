@@ -11,7 +11,8 @@ stops it without slurmdbd). See ``../shared/notes/slurm-on-this-machine.md``.
 
 The returned server's ``address`` is ``unix:<data_dir>/rest.sock``; ``slurm_conf(server)`` is the
 configuration file to put in ``SLURM_CONF`` for ``sbatch``, ``scontrol`` and friends. Stopping
-cancels every job first (``scancel``), then stops slurmrestd, slurmd and munged, then slurmctld.
+cancels every job first (``scancel``), then stops slurmrestd, slurmd and munged, then slurmctld,
+and removes its two folders under /run.
 
 Admission (ADR-04): slurmctld loads spotcap's filter, ``infra/admission/job_submit.lua``
 (``JobSubmitPlugins=lua``, the script beside slurm.conf), with a second partition
@@ -251,6 +252,7 @@ def start_slurm(data_dir: Path, timeout_s: float = 60) -> Server:
         pre_stop=["scancel", "--full", "--signal=KILL", "--user=root"],
         pre_stop_env=env,
         ports={"slurmctld": ctld_port, "slurmd": slurmd_port},
+        remove_after_stop=[str(munge), str(_spool_dir(data_dir))],  # a start makes them anew
     )
     write_state(data_dir, state)
     probe = _probe(conf, sock, any_state=partial)
