@@ -37,7 +37,7 @@ from infra.servers.nats import start_nats
 from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
 from infra.servers.process import Server, ServerError, server_status, stop
-from infra.servers.slurm import published_contracts, slurm_conf, start_slurm
+from infra.servers.slurm import job_state_holds, published_contracts, slurm_conf, start_slurm
 from infra.servers.toxiproxy import Proxy, Toxiproxy, fetch_toxiproxy, start_toxiproxy
 from infra.servers.versitygw import (
     fetch_versitygw,
@@ -56,6 +56,7 @@ __all__ = [
     "fetch_kube_apiserver",
     "fetch_toxiproxy",
     "fetch_versitygw",
+    "job_state_holds",
     "kubeconfig",
     "openbao_token",
     "published_contracts",

@@ -43,12 +43,16 @@ from infra.servers.process import (
     ServerError,
     cache_dir,
     kill,
+    live_companion,
+    ports_had,
     ports_of,
     prepare_dir,
+    read_state,
     running,
     spawn,
     state_of,
     stop,
+    wait_probe,
     wait_ready,
     write_state,
 )
@@ -186,24 +190,83 @@ def _apiserver_probe(address: str, ca: Path, token: str) -> Callable[[float], bo
 
 
 def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
-    """Start etcd and kube-apiserver; return when ``/readyz`` answers 200."""
+    """Start etcd and kube-apiserver; return when ``/readyz`` answers 200.
+
+    Either part found stopped beside the other (killed, or crashed) is started again alone, on
+    the ports it had, and kube-apiserver keeps its serving certificate: a client that knew the
+    server (its address, the CA its kubeconfig names) reconnects by itself."""
     name = "kubernetes"
     data_dir = prepare_dir(data_dir)
-    existing = running(data_dir, name)
-    if existing is not None:
-        return existing
-    etcd = _etcd_binary()
-    if not Path(etcd).is_file():
-        raise ServerError(name, f"{etcd} is not installed", fix=_ETCD_FIX)
-    binary = fetch_kube_apiserver()
+    state = read_state(data_dir)
+    api_running = running(data_dir, name)
+    etcd_pid = live_companion(state, "etcd", data_dir)
+    if api_running is not None and etcd_pid is not None:
+        return api_running
+    had = ports_had(data_dir, 3)
+    if (api_running is not None or etcd_pid is not None) and (had is None or state is None):
+        stop(data_dir)  # a part runs but its ports are unknown: start both anew
+        api_running, etcd_pid, state = None, None, None
+    etcd, binary = _binaries()
     pki = data_dir / "pki"
     pki.mkdir(exist_ok=True)
-    sa_key, sa_pub = _service_account_keys(pki)
+    _service_account_keys(pki)
     token = _admin_token(data_dir)
-    client_port, peer_port, api_port = ports_of(data_dir, 3)
+    if api_running is None and etcd_pid is None:
+        client_port, peer_port, api_port = ports_of(data_dir, 3)
+    else:
+        assert had is not None
+        client_port, peer_port, api_port = had
+    etcd_ready = 0.0
+    if etcd_pid is None:
+        etcd_pid, etcd_ready = _start_etcd(etcd, data_dir, client_port, peer_port, timeout_s)
+    log_path = data_dir / "kube-apiserver.log"
+    address = f"https://127.0.0.1:{api_port}"
+    ca = pki / "apiserver.crt"
+    if api_running is None:
+        try:
+            api = _spawn_apiserver(binary, data_dir, client_port, api_port)
+        except ServerError:
+            kill(etcd_pid, "etcd")
+            raise
+        server = Server(name, address, api.pid, data_dir, log_path)
+    else:
+        server = api_running
+    _write_kubeconfig(data_dir / ADMIN_KUBECONFIG, address, ca, token)
+    state = state_of(
+        server,
+        companions=[{"name": "etcd", "pid": etcd_pid, "match": str(data_dir), "after": True}],
+        kubeconfig=str(data_dir / ADMIN_KUBECONFIG),
+        ports={"etcd": client_port, "etcd_peer": peer_port, "kube-apiserver": api_port},
+    )
+    write_state(data_dir, state)
+    probe = _apiserver_probe(address, ca, token)
+    try:
+        if api_running is None:
+            ready = wait_ready(name, api, probe, timeout_s, log_path=log_path, fix=_APISERVER_FIX)
+        else:  # it was waiting for etcd: ready again once it reaches it
+            ready = wait_probe(name, probe, timeout_s, log_path=log_path, fix=_APISERVER_FIX)
+    except ServerError:
+        stop(data_dir)  # etcd too
+        raise
+    state["timings"] = {"etcd_ready_s": round(etcd_ready, 3), "ready_s": round(ready, 3)}
+    write_state(data_dir, state)
+    return server
+
+
+def _binaries() -> tuple[str, Path]:
+    etcd = _etcd_binary()
+    if not Path(etcd).is_file():
+        raise ServerError("kubernetes", f"{etcd} is not installed", fix=_ETCD_FIX)
+    return etcd, fetch_kube_apiserver()
+
+
+def _start_etcd(
+    etcd: str, data_dir: Path, client_port: int, peer_port: int, timeout_s: float
+) -> tuple[int, float]:
+    """etcd on its ports, from its data folder; its pid and how long it took to answer."""
     etcd_log = data_dir / "etcd.log"
     peer = f"http://127.0.0.1:{peer_port}"
-    etcd_proc = spawn(
+    proc = spawn(
         "etcd",
         [etcd, "--name", "spotcap", "--data-dir", str(data_dir / "etcd"),
          "--listen-client-urls", f"http://127.0.0.1:{client_port}",
@@ -213,51 +276,34 @@ def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
         etcd_log,
         data_dir,
     )  # fmt: skip
-    etcd_ready = wait_ready(
-        "etcd", etcd_proc, _etcd_probe(client_port), timeout_s, log_path=etcd_log, fix=_ETCD_FIX
+    ready = wait_ready(
+        "etcd", proc, _etcd_probe(client_port), timeout_s, log_path=etcd_log, fix=_ETCD_FIX
     )
-    log_path = data_dir / "kube-apiserver.log"
-    address = f"https://127.0.0.1:{api_port}"
-    ca = pki / "apiserver.crt"
-    for made in (ca, pki / "apiserver.key"):  # made anew at each start: wait for the new one
-        made.unlink(missing_ok=True)
-    try:
-        api = spawn(
-            name,
-            [str(binary), f"--etcd-servers=http://127.0.0.1:{client_port}",
-             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-             f"--secure-port={api_port}", f"--cert-dir={pki}",
-             # A loopback advertise address is refused by the endpoint reconciler.
-             "--endpoint-reconciler-type=none",
-             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-             f"--service-account-key-file={sa_pub}",
-             f"--service-account-signing-key-file={sa_key}",
-             f"--token-auth-file={data_dir / 'tokens.csv'}",
-             "--authorization-mode=RBAC", "--anonymous-auth=false",
-             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"],
-            log_path,
-            data_dir,
-        )  # fmt: skip
-    except ServerError:
-        kill(etcd_proc.pid, "etcd")
-        raise
-    server = Server(name, address, api.pid, data_dir, log_path)
-    _write_kubeconfig(data_dir / ADMIN_KUBECONFIG, address, ca, token)
-    state = state_of(
-        server,
-        companions=[{"name": "etcd", "pid": etcd_proc.pid, "match": str(data_dir), "after": True}],
-        kubeconfig=str(data_dir / ADMIN_KUBECONFIG),
-        ports={"etcd": client_port, "etcd_peer": peer_port, "kube-apiserver": api_port},
-    )
-    write_state(data_dir, state)
-    try:
-        ready = wait_ready(
-            name, api, _apiserver_probe(address, ca, token), timeout_s, log_path=log_path,
-            fix=_APISERVER_FIX,
-        )  # fmt: skip
-    except ServerError:
-        stop(data_dir)  # etcd too
-        raise
-    state["timings"] = {"etcd_ready_s": round(etcd_ready, 3), "ready_s": round(ready, 3)}
-    write_state(data_dir, state)
-    return server
+    return proc.pid, ready
+
+
+def _spawn_apiserver(
+    binary: Path, data_dir: Path, client_port: int, api_port: int
+) -> subprocess.Popen[bytes]:
+    pki = data_dir / "pki"
+    # kube-apiserver makes its certificate when it finds none, and keeps the one it finds: a
+    # restart keeps the authority its clients' kubeconfigs name.
+    if not ((pki / "apiserver.crt").exists() and (pki / "apiserver.key").exists()):
+        for made in (pki / "apiserver.crt", pki / "apiserver.key"):
+            made.unlink(missing_ok=True)
+    return spawn(
+        "kubernetes",
+        [str(binary), f"--etcd-servers=http://127.0.0.1:{client_port}",
+         "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+         f"--secure-port={api_port}", f"--cert-dir={pki}",
+         # A loopback advertise address is refused by the endpoint reconciler.
+         "--endpoint-reconciler-type=none",
+         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+         f"--service-account-key-file={pki / 'sa.pub'}",
+         f"--service-account-signing-key-file={pki / 'sa.key'}",
+         f"--token-auth-file={data_dir / 'tokens.csv'}",
+         "--authorization-mode=RBAC", "--anonymous-auth=false",
+         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"],
+        data_dir / "kube-apiserver.log",
+        data_dir,
+    )  # fmt: skip

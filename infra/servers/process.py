@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -126,6 +127,16 @@ def ports_of(data_dir: Path, count: int) -> list[int]:
     return ports
 
 
+def ports_had(data_dir: Path, count: int) -> list[int] | None:
+    """The ports ``ports.json`` remembers for the server of ``data_dir``, bound or not (a part
+    of a server started again beside parts still running must take the ports it had)."""
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        had = [int(p) for p in json.loads((data_dir / PORTS_FILE).read_text())]
+        if len(had) == count:
+            return had
+    return None
+
+
 def tcp_connects(port: int, timeout: float = 0.5) -> bool:
     """True if something accepts TCP connections on 127.0.0.1:``port``."""
     try:
@@ -180,6 +191,23 @@ def write_state(data_dir: Path, state: dict[str, Any]) -> None:
     tmp = data_dir / f".{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     tmp.replace(data_dir / STATE_FILE)
+
+
+def read_state(data_dir: Path) -> dict[str, Any] | None:
+    """What ``data_dir``'s state file holds, if it holds anything readable."""
+    return _read_state(data_dir)
+
+
+def live_companion(state: Mapping[str, Any] | None, name: str, data_dir: Path) -> int | None:
+    """The pid of the companion process ``name`` the state file names, if it still runs (and
+    is still that process: its command line names its folder)."""
+    for companion in (state or {}).get("companions", ()):
+        if companion.get("name") != name:
+            continue
+        pid = int(companion.get("pid", 0))
+        if pid > 0 and alive(pid) and str(companion.get("match", data_dir)) in _cmdline(pid):
+            return pid
+    return None
 
 
 def _read_state(data_dir: Path) -> dict[str, Any] | None:
@@ -304,6 +332,21 @@ def wait_ready(
         time.sleep(0.1)
 
 
+def wait_probe(
+    name: str, probe: Callable[[float], bool], timeout_s: float, *, log_path: Path, fix: str
+) -> float:
+    """Call ``probe(remaining_s)`` until it returns True (a server of which only a part was
+    started again, no process of this call to watch); returns the seconds it took, or raises
+    ServerError when the time runs out."""
+    started = time.monotonic()
+    while (left := timeout_s - (time.monotonic() - started)) > 0:
+        if probe(min(left, 5.0)):
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise ServerError(name, f"did not answer within {timeout_s:.0f} s of a restart",
+                      log_path=log_path, fix=fix)  # fmt: skip
+
+
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -375,6 +418,8 @@ def stop(server_or_data_dir: Server | Path | str) -> None:
     else:
         _children.pop(pid, None)
     _stop_companions([c for c in companions if c.get("after")], data_dir, name)
+    for folder in state.get("remove_after_stop", ()):  # outside data_dir (Slurm's under /run)
+        shutil.rmtree(folder, ignore_errors=True)
     (data_dir / STATE_FILE).unlink(missing_ok=True)
 
 

@@ -16,15 +16,17 @@ duplicates; within one process a drift is written once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
-from projections.postgres.connection import Connection
+from projections.postgres.connection import Connection, FleetDatabaseError
 from provider.base import (
     OWNER_TAG,
     CapacityProvider,
@@ -41,6 +43,13 @@ log = logging.getLogger("spotcap.reconciler")
 US = 1_000_000
 PRODUCER = "spotcap/reconciler"
 LIVE_STATES = ("requested", "running", "advised", "noticed", "draining", "drained")
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
+TRANSIENT: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    FleetDatabaseError,
+)
+"""What a round raises when the fleet state's database is away: tried again."""
 GRACE_S = 120.0
 """An instance launched less than this long ago is not judged (its launch or deletion may
 still be on its way)."""
@@ -99,9 +108,11 @@ class Reconciler:
         flush: Callable[[], object],
         *,
         grace_s: float = GRACE_S,
+        reconnect: Callable[[], Connection] | None = None,
     ) -> None:
         self.provider = provider
         self.conn = conn
+        self._reconnect = reconnect
         self._write = write
         self._flush = flush
         self.grace_us = round(grace_s * US)
@@ -127,6 +138,18 @@ class Reconciler:
             report.written += self._report(drift, now_us)
         self._flush()
         return report
+
+    def reconnect(self) -> None:
+        """A new connection to the fleet state in place of one that was lost (raises what
+        connecting raises; without a way to reconnect, `FleetDatabaseError`)."""
+        if self._reconnect is None:
+            raise FleetDatabaseError("the connection to the fleet state was lost")
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        try:
+            self.conn = self._reconnect()
+        except Exception as error:  # whatever connecting raises: the database is not back
+            raise FleetDatabaseError(str(error)) from error
 
     def _ask(self, instance_id: str) -> Instance | None:
         try:
@@ -212,12 +235,32 @@ def run_reconciler(
     should_stop: Callable[[], bool],
     on_round: Callable[[RoundReport], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    on_error: Callable[[str], None] | None = None,
 ) -> int:
-    """Round after round, `every_s` apart, until `should_stop`; returns how many rounds."""
+    """Round after round, `every_s` apart, until `should_stop`; returns how many rounds.
+
+    A round that fails because the fleet state's database went away (killed, restarting, a
+    lost connection) is given up, said through `on_error`, and tried again on a new
+    connection after a backoff (1 s, doubled up to 30 s): rounds judge what is, so a round
+    given up loses nothing, and the events of a round are written at its end, after every
+    read. (It used to end the process with a traceback.)"""
     rounds = 0
+    backoff_s = RETRY_FIRST_S
     while not should_stop():
         started = time.monotonic()
-        report = reconciler.round()
+        try:
+            report = reconciler.round()
+        except TRANSIENT as error:
+            said = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            if on_error is not None:
+                on_error(f"reconciler: the fleet state is unreachable ({type(error).__name__}: "
+                         f"{said}); trying again in {backoff_s:.0f} s")  # fmt: skip
+            _wait(backoff_s, should_stop, sleep)
+            backoff_s = min(backoff_s * 2, RETRY_MAX_S)
+            with contextlib.suppress(*TRANSIENT):
+                reconciler.reconnect()
+            continue
+        backoff_s = RETRY_FIRST_S
         rounds += 1
         if on_round is not None:
             on_round(report)
@@ -226,6 +269,12 @@ def run_reconciler(
             sleep(min(left, 0.5))
             left = every_s - (time.monotonic() - started)
     return rounds
+
+
+def _wait(seconds: float, should_stop: Callable[[], bool], sleep: Callable[[float], None]) -> None:
+    until = time.monotonic() + seconds
+    while not should_stop() and (left := until - time.monotonic()) > 0:
+        sleep(min(left, 0.5))
 
 
 def kinds(drifts: Iterable[Drift]) -> dict[str, int]:

@@ -147,12 +147,14 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
         log = open_log(settings, service=True)
         writer = EventWriter(log, make_codec(settings), settings.region)
         with stores(settings).open_fleet() as conn:
-            rec = Reconciler(provider, conn, writer.write, writer.flush, grace_s=grace_s)
+            rec = Reconciler(provider, conn, writer.write, writer.flush, grace_s=grace_s,
+                             reconnect=stores(settings).open_fleet)  # fmt: skip
             if once:
                 report = rec.round()
             else:
                 run_reconciler(rec, every_s=every_s, should_stop=stop.is_set,
-                               on_round=lambda r: say(r.progress(), err=True))  # fmt: skip
+                               on_round=lambda r: say(r.progress(), err=True),
+                               on_error=lambda line: say(line, err=True))  # fmt: skip
                 return
         writer.close()
     except PROBLEMS as error:

@@ -39,6 +39,10 @@ WORKLOAD_LABEL = "spotcap.io/workload"
 WATCH_WINDOW_S = 5
 """How long one watch request stays open: the longest a stop waits for the source."""
 RETRY_S = 2.0
+REFUSED_PATIENCE_S = 60.0
+"""How long an intake that was served goes on trying when refused (HTTP 401 or 403) before it
+stops: a restarted kube-apiserver refuses until its caches are filled. Refused at its first
+list, it stops at once (the credentials or the roles are wrong)."""
 
 
 class AccessRefusedError(Exception):
@@ -141,16 +145,31 @@ class KubernetesSource:
         """Complete batches after every (re)list, updates from the watch in between, until
         `stop` is set; an API that cannot be reached is retried every couple of seconds."""
         version: str | None = None
+        refused_since: float | None = None  # since when, once it had been served
+        served = False
         while not stop.is_set():
             try:
                 if version is None:
                     batch, version = self._list()
+                    served, refused_since = True, None
                     yield batch
                 version = yield from self._watch(version, stop)
             except ApiException as error:
                 if error.status == 410:
-                    version = None  # compacted away: list again
+                    log.info("kubernetes %s: the watch's version is gone (410); listing again",
+                             self.cluster)  # fmt: skip
+                    version = None  # compacted away, or older than a new server's cache
                     continue
+                if error.status in (401, 403) and served:
+                    # A kube-apiserver just started again refuses tokens and roles until its
+                    # caches are filled (seen: a 403 right after a restart): wait a while.
+                    refused_since = refused_since or time.monotonic()
+                    if time.monotonic() - refused_since < REFUSED_PATIENCE_S:
+                        log.warning("kubernetes %s: the API refused (HTTP %s); retrying",
+                                    self.cluster, error.status)  # fmt: skip
+                        version = None
+                        stop.wait(RETRY_S)
+                        continue
                 if error.status in (401, 403):  # credentials or RBAC: waiting will not help
                     raise AccessRefusedError(
                         f"the Kubernetes API of {self.cluster} refused to list and watch pods "
@@ -186,8 +205,12 @@ class KubernetesSource:
             _request_timeout=WATCH_WINDOW_S + 10,
         ):
             kind, pod = event["type"], event["object"]  # an ERROR event raises ApiException
-            version = str(pod.metadata.resource_version)
-            if kind != "BOOKMARK":
+            if kind == "BOOKMARK":
+                # Not a pod: the client leaves a bookmark's object a dict (kubernetes 37);
+                # only its version counts. One came after a restart of kube-apiserver.
+                version = str(event["raw_object"]["metadata"]["resourceVersion"])
+            else:
+                version = str(pod.metadata.resource_version)
                 now_us = self._now_us()
                 seen = sighting(self.cluster, pod, now_us, deleted=kind == "DELETED")
                 if seen is not None:

@@ -61,6 +61,16 @@ def stage_of(job: dict[str, Any]) -> Stage:
     return "running" if state in _RUNNING else "ended"
 
 
+def claim_id(cluster: str, job: dict[str, Any]) -> str:
+    """``slurm/<cluster>/<job id>/<submit time>``: a job id alone is not unique. slurmctld
+    saves its state a few seconds after a change, and a slurmctld killed in between (seen:
+    SIGKILL) comes back without the jobs submitted since and hands their ids out again; the
+    second job 5 would have had the first's claim id, so its events the first's event ids, and
+    readers would have dropped them as copies. A job given an id again is submitted after the
+    restart, in a later second than the job it replaces."""
+    return f"slurm/{cluster}/{int(job['job_id'])}/{int(job.get('submit_time') or 0)}"
+
+
 def sighting(cluster: str, job: dict[str, Any], seen_at_us: int) -> Sighting | None:
     """The job as a claim's work, or None when it names no workload."""
     workload = workload_of(job.get("comment"), job.get("wckey"))
@@ -70,7 +80,7 @@ def sighting(cluster: str, job: dict[str, Any], seen_at_us: int) -> Sighting | N
     moment_s = {"pending": job.get("submit_time"), "ended": job.get("end_time")}.get(stage)
     job_id = int(job["job_id"])
     return Sighting(
-        claim_id=f"slurm/{cluster}/{job_id}",
+        claim_id=claim_id(cluster, job),
         workload_id=workload,
         scheduler="slurm",
         cluster=cluster,

@@ -1,6 +1,13 @@
 """A server killed with SIGKILL and started again from its folder comes back on the ports it had
 (`infra.servers.process.ports_of`), so that a client that knew its address reconnects by itself:
 a Kafka producer made before the kill delivers after the restart, without being made again.
+The servers of several processes (kube-apiserver over etcd; slurmctld with slurmd, munged and
+slurmrestd) take back the part that was killed alone, beside the parts still running: a
+Kubernetes client made before either kill (its kubeconfig names the server's authority) lists
+what it wrote before, and a job slurmctld had saved before its kill is still there, over the
+slurmrestd socket the intake knew (slurmctld promises no more: it saves its state a few seconds
+after a change, and a SIGKILL loses the jobs of those seconds; the scheduler fault tests show the
+intake reporting such a lost job's claim released once).
 OpenBao and versitygw come back with their data: OpenBao's PKI CA, transit key, KV secrets and
 the tokens it issued; versitygw's locked object versions and their retention."""
 
@@ -9,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -29,8 +37,16 @@ from streams.log import TopicSpec
 pytestmark = pytest.mark.slow
 
 
-def _kill(folder: Path) -> None:
-    pid = int(json.loads((folder / "server.json").read_text())["pid"])
+def _pid(folder: Path, part: str | None = None) -> int:
+    state = json.loads((folder / "server.json").read_text())
+    if part is None:
+        return int(state["pid"])
+    (pid,) = (int(c["pid"]) for c in state["companions"] if c["name"] == part)
+    return pid
+
+
+def _kill(folder: Path, part: str | None = None) -> None:
+    pid = _pid(folder, part)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while alive(pid) and time.monotonic() < deadline:
@@ -71,6 +87,31 @@ def test_a_kafka_client_reconnects_to_a_restarted_broker(tmp_path: Path) -> None
         servers.stop(folder)
 
 
+def test_kube_apiserver_and_etcd_each_come_back_for_the_clients_that_knew_them(
+    tmp_path: Path,
+) -> None:
+    from tests import kube_support as kube
+
+    folder = tmp_path / "kubernetes"
+    first = servers.start_kubernetes(folder)
+    try:
+        api = kube.admin(first)  # its CA read once, as a long-running client does
+        ns = kube.namespace(api, "before")
+        for part in ("etcd", None):  # etcd alone, then kube-apiserver alone
+            before = _pid(folder, part)
+            _kill(folder, part)
+            again = servers.start_kubernetes(folder)
+            assert again.address == first.address and _pid(folder, part) != before
+            kube.core(api).create_namespaced_config_map(
+                ns, {"metadata": {"name": f"after-{part or 'apiserver'}"}}
+            )
+        names = {m.metadata.name for m in kube.core(api).list_namespaced_config_map(ns).items}
+        assert {"after-etcd", "after-apiserver"} <= names
+        api.close()  # type: ignore[no-untyped-call]
+    finally:
+        servers.stop(folder)
+
+
 def test_a_killed_openbao_comes_back_with_its_keys_secrets_and_tokens(tmp_path: Path) -> None:
     folder = tmp_path / "openbao"
     first = servers.start_openbao(folder)
@@ -103,6 +144,34 @@ def test_a_killed_openbao_comes_back_with_its_keys_secrets_and_tokens(tmp_path: 
         reader = hvac.Client(url=first.address, token=token, timeout=10)
         kept = reader.secrets.kv.v2.read_secret_version(path="kept", raise_on_deleted_version=True)
         assert kept["data"]["data"] == {"value": "before"}
+    finally:
+        servers.stop(folder)
+
+
+def test_slurmctld_and_slurmrestd_each_come_back_with_the_jobs_they_had(tmp_path: Path) -> None:
+    from streams.intake.slurm import get_jobs
+
+    folder = tmp_path / "slurm"
+    first = servers.start_slurm(folder)
+    env = {**os.environ, "SLURM_CONF": str(servers.slurm_conf(first))}
+    name = f"kept-{uuid.uuid4().hex[:12]}"
+    try:
+        submitted = subprocess.run(
+            ["sbatch", "--parsable", "-o", "/dev/null", "--hold", "-J", name, "--wrap",
+             "sleep 600"],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip().split(";")[0]  # fmt: skip
+        deadline = time.monotonic() + 120  # slurmctld saves within 5 s of a change, if not loaded
+        while not servers.job_state_holds(first, name):
+            assert time.monotonic() < deadline, f"slurmctld did not save job {name} in 120 s"
+            time.sleep(0.2)
+        socket = Path(first.address.removeprefix("unix:"))
+        for part in (None, "slurmrestd"):  # slurmctld alone, then slurmrestd alone
+            before = _pid(folder, part)
+            _kill(folder, part)
+            again = servers.start_slurm(folder)
+            assert again.address == first.address and _pid(folder, part) != before
+            assert str(submitted) in {str(j["job_id"]) for j in get_jobs(socket)}
     finally:
         servers.stop(folder)
 
