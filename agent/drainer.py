@@ -74,6 +74,12 @@ class DrainPool:
     def threads(self) -> int:
         return self._threads
 
+    def busy(self) -> tuple[int, int]:
+        """(threads running a job, jobs waiting for a thread): (1, 0) while one drain blocks
+        means every other job handed to the pool has finished."""
+        with self._cond:
+            return self._threads - self._looking - self._sleeping, len(self._jobs)
+
     def reserve(self) -> None:
         """One more thread waiting ahead of any job (an agent's start: the first notice then
         finds a thread, as starting one waits for the interpreter lock, milliseconds in a wave)."""
@@ -175,7 +181,11 @@ class Drainer:
         self._lock = threading.Lock()
         self._lane: deque[tuple[DrainRequest, DrainPathImpl, float]] = deque()
         self._scheduled = False
-        """The lane is handed to the pool, or being served (under `_lock`)."""
+        """The lane is handed to the pool, or being served (under `_lock`). Set with the append
+        that finds it clear, cleared only by the lane's job when it finds the lane empty, both
+        under `_lock`: so a lane is one job of the pool at most, and its drains run one after
+        another whatever the pool's size. Nothing else ends a drain early: `wait` and `stop`
+        timing out leave the lane as it is."""
         self._reserved = False
         self._pending = 0
         self._idle_waiters: list[threading.Event] = []
@@ -357,7 +367,9 @@ class Drainer:
             causation_id=started_id,
         )
         if trigger is not None:
-            trigger.join(max(0.0, deadline.left_s() + self._config.drain.safety_margin_s))
+            # bounded by the trigger's own timeout; a far deadline must not overflow the wait
+            left_s = deadline.left_s() + self._config.drain.safety_margin_s
+            trigger.join(min(threading.TIMEOUT_MAX, max(0.0, left_s)))
         report = checkpoint[0]
         if (
             report is None
