@@ -15,6 +15,11 @@ Latency runs from just before the publish to the drain signal, both on CLOCK_MON
 clock for every process on Linux). The bare reference runs the same layout with bare nats-py
 subscribers that only take the time on receipt; the ratio is agent / bare.
 
+CPU per wave notice: each worker process samples its CPU time (every thread) from just before
+the wave; the CPU from the wave's first publish to the process's last drain signal, over the
+process's wave notices, is what the wave's latency is made of on a shared CPU, and unlike the
+latency it hardly moves with the machine's load (other engineers' work on a shared machine).
+
 Idle cost: one ``spotcap agent run`` process with NATS, the metadata poll (every 5 s, default)
 and the metrics endpoint on, measured over ``--idle-s`` seconds after a warm-up: CPU in
 millicores (every thread's time on a CPU from /proc/PID/task/*/schedstat, to the nanosecond)
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import multiprocessing as mp
 import os
 import shutil
@@ -47,6 +53,9 @@ sys.path.insert(0, str(ROOT))
 REGION = "bench-1"
 SETTLE_S = 3.0
 START_BATCH = 50
+MARK_S = 0.3  # the CPU samples start this long before the wave
+SAMPLE_S = 0.005
+SAMPLE_FOR_S = 3.0
 
 
 def _instance(n: int) -> str:
@@ -146,17 +155,42 @@ async def _bare(first: int, count: int, nats_url: str, ready: Any, stop: Any) ->
     return signals
 
 
+def _sample_cpu(wave: Any, samples: list[tuple[int, int]]) -> None:
+    """From the wave's mark, the process's CPU time (every thread) every `SAMPLE_S` for
+    `SAMPLE_FOR_S`: read at each drain signal instead, the read itself (the kernel sums every
+    thread's time: 1,250 of them in an agent process) would be counted as the agent's."""
+    wave.wait()
+    end = time.monotonic() + SAMPLE_FOR_S
+    while time.monotonic() < end:
+        samples.append((time.monotonic_ns(), time.process_time_ns()))
+        time.sleep(SAMPLE_S)
+
+
 def _worker(  # noqa: PLR0917 (multiprocessing passes them positionally)
-    kind: str, first: int, count: int, nats_url: str, folder: str, ready: Any, stop: Any, out: Any
+    kind: str,
+    first: int,
+    count: int,
+    nats_url: str,
+    folder: str,
+    ready: Any,
+    stop: Any,
+    wave: Any,
+    out: Any,
 ) -> None:
     import logging
+    import threading
 
     logging.basicConfig(level=logging.ERROR)
+    samples: list[tuple[int, int]] = []
+    sampler = threading.Thread(target=_sample_cpu, args=(wave, samples), daemon=True)
+    sampler.start()
     if kind == "agent":
         signals = asyncio.run(_agents(first, count, nats_url, Path(folder), ready, stop))
     else:
         signals = asyncio.run(_bare(first, count, nats_url, ready, stop))
-    out.put(signals)
+    wave.set()  # a run without a wave: the sampler ends too
+    sampler.join(SAMPLE_FOR_S + 5)
+    out.put((os.getpid(), signals, samples))
 
 
 # -- the publisher ------------------------------------------------------------------------------
@@ -178,7 +212,7 @@ def _notice(instance: str, region: str = REGION) -> Any:
 
 
 async def _publish(
-    nats_url: str, idle: int, wave: int, agents: int
+    nats_url: str, idle: int, wave: int, agents: int, mark: Any = None
 ) -> tuple[dict[str, int], list[str], list[str]]:
     from provider.notices import NoticeRelay
 
@@ -192,7 +226,10 @@ async def _publish(
             await relay.publish(note)
             idle_ids.append(note.event_id)
             await asyncio.sleep(0.02)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0 - MARK_S)
+        if mark is not None:
+            mark.set()  # the workers' CPU samples start
+        await asyncio.sleep(MARK_S)
         notes = [_notice(_instance(idle + n)) for n in range(min(wave, agents - idle))]
         client = relay._client  # back to back: one flush for the whole wave
         for note in notes:
@@ -210,9 +247,38 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def _run_layout(kind: str, args: argparse.Namespace, nats_url: str) -> dict[str, list[float]]:
+def _cpu_at(samples: list[tuple[int, int]], at_ns: int) -> float | None:
+    """The process's CPU time (ns) at `at_ns` (CLOCK_MONOTONIC), between its two samples."""
+    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+        if t0 <= at_ns <= t1:
+            return c0 + (c1 - c0) * (at_ns - t0) / max(1, t1 - t0)
+    return None
+
+
+def _wave_cpu(
+    outs: list[tuple[int, dict[str, int], list[tuple[int, int]]]],
+    published: dict[str, int],
+    wave_ids: list[str],
+) -> list[tuple[int, float]]:
+    """For each process that got wave notices: how many, and its CPU time (every thread) from
+    the wave's first publish to its last drain signal (ms)."""
+    start = min((published[i] for i in wave_ids), default=0)
+    found = []
+    for _, signals, samples in outs:
+        mine = [signals[i] for i in wave_ids if i in signals]
+        if not mine:
+            continue
+        first, last = _cpu_at(samples, start), _cpu_at(samples, max(mine))
+        if first is not None and last is not None:
+            found.append((len(mine), (last - first) / 1e6))
+    return found
+
+
+def _run_layout(
+    kind: str, args: argparse.Namespace, nats_url: str
+) -> tuple[dict[str, list[float]], list[tuple[int, float]]]:
     ctx = mp.get_context("spawn")
-    ready, out, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    ready, out, stop, wave = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
     per = -(-args.agents // args.processes)
     procs = []
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as folder:
@@ -223,7 +289,8 @@ def _run_layout(kind: str, args: argparse.Namespace, nats_url: str) -> dict[str,
                 break
             sub = Path(folder) / f"w{p}"
             proc = ctx.Process(
-                target=_worker, args=(kind, first, count, nats_url, str(sub), ready, stop, out)
+                target=_worker,
+                args=(kind, first, count, nats_url, str(sub), ready, stop, wave, out),
             )
             proc.start()
             procs.append(proc)
@@ -235,13 +302,14 @@ def _run_layout(kind: str, args: argparse.Namespace, nats_url: str) -> dict[str,
         )
         time.sleep(SETTLE_S)
         published, idle_ids, wave_ids = asyncio.run(
-            _publish(nats_url, args.idle, args.wave, args.agents)
+            _publish(nats_url, args.idle, args.wave, args.agents, wave)
         )
-        time.sleep(3.0)
+        time.sleep(SAMPLE_FOR_S)
         stop.set()
         signals: dict[str, int] = {}
-        for _ in procs:
-            signals.update(out.get(timeout=600))
+        outs = [out.get(timeout=600) for _ in procs]
+        for _, got, _ in outs:
+            signals.update(got)
         for proc in procs:
             proc.join(60)
     result = {}
@@ -250,7 +318,31 @@ def _run_layout(kind: str, args: argparse.Namespace, nats_url: str) -> dict[str,
         if missing:
             print(f"  {kind}: {len(missing)} of {len(ids)} notices without a drain signal")
         result[label] = [(signals[i] - published[i]) / 1e6 for i in ids if i in signals]
-    return result
+    return result, _wave_cpu(outs, published, wave_ids)
+
+
+def _print_wave_cpu(cpu: dict[str, list[tuple[int, float]]]) -> None:
+    """CPU per wave notice, from the wave's first publish to each process's last drain signal:
+    what the wave's latency is made of on a CPU shared with the publisher and `nats-server`, and
+    unlike the latency it hardly moves with the machine's load."""
+    print(
+        "\n  wave, CPU per notice: every thread of a process, from the first publish to its\n"
+        f"  last drain signal (sampled every {SAMPLE_S * 1000:g} ms)"
+    )
+    per = {}
+    for kind in ("agent", "bare"):
+        found = cpu[kind]
+        if not found:
+            print(f"  {kind:>6}: no CPU samples around the wave")
+            continue
+        busiest = max(found)
+        per[kind] = sum(ms for _, ms in found) / sum(n for n, _ in found) * 1000
+        print(
+            f"  {kind:>6}: {per[kind]:6.1f} µs a notice over {len(found)} processes; the "
+            f"busiest ({busiest[0]} notices) {busiest[1] / busiest[0] * 1000:6.1f} µs"
+        )
+    if len(per) == 2:
+        print(f"  {'ratio':>6}: {per['agent'] / per['bare']:6.1f}x")
 
 
 # -- idle cost ----------------------------------------------------------------------------------
@@ -369,7 +461,8 @@ def main() -> None:
             f"{args.agents:,} agents in {args.processes} processes on {os.cpu_count()} cores, "
             f"NATS {nats_url}: notice to drain signal"
         )
-        figures = {kind: _run_layout(kind, args, nats_url) for kind in ("agent", "bare")}
+        runs = {kind: _run_layout(kind, args, nats_url) for kind in ("agent", "bare")}
+        figures = {kind: run[0] for kind, run in runs.items()}
         print(f"\n  {'pattern':<16} {'':>6} {'n':>6} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}")
         for label in figures["agent"]:
             for kind in ("agent", "bare"):
@@ -385,6 +478,7 @@ def main() -> None:
                     f"  {label:<16} {'ratio':>6} {'':>6} {_pct(a, 0.5) / _pct(b, 0.5):>9.1f}x "
                     f"{_pct(a, 0.99) / _pct(b, 0.99):>8.1f}x"
                 )
+        _print_wave_cpu({kind: run[1] for kind, run in runs.items()})
         if not args.skip_idle:
             _idle_cost(nats_url, args.idle_s)
     finally:

@@ -168,7 +168,7 @@ def message_from_json(data: bytes | str | Mapping[str, Any]) -> Message:
             raise NoticeFormatError(f"not JSON: {exc}") from exc
     else:
         parsed = data
-    if not isinstance(parsed, Mapping):
+    if type(parsed) is not dict and not isinstance(parsed, Mapping):  # dict: no ABC check
         raise NoticeFormatError("not a JSON object")
     kind = parsed.get("kind")
     if kind == "notice":

@@ -18,6 +18,7 @@ from agent.config import AgentConfig
 from agent.service import Agent
 from infra import servers
 from provider.notices import MetadataServer, NoticeBoard, NoticeRelay
+from schemas.events import DrainPath
 from schemas.notices import ReclaimAdvisory
 from tests.agent_support import (
     bundle,
@@ -27,6 +28,7 @@ from tests.agent_support import (
     reap,
     spool_events,
     wait_async,
+    wait_for,
     workload,
     write_bundle,
 )
@@ -310,3 +312,183 @@ def test_a_repeated_drain_of_the_same_notice_writes_the_same_event_ids(tmp_path:
         runs.append(events)
     first, second = ([(e.event_type, e.event_id) for e in run] for run in runs)
     assert first == second and len(first) >= 3
+
+
+class _Gated:
+    """A drain path that notes when each drain starts and ends, and how many of its drains ran
+    at once at most, and, for the causes in `gated`, waits for `gate` (bounded) before its
+    signal, as a drain waiting on its scheduler does."""
+
+    name: DrainPath = "local"
+
+    def __init__(self, gated: set[str]) -> None:
+        import threading
+
+        self.gated = gated
+        self.gate = threading.Event()
+        self.steps: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._running = 0
+        self.most_running = 0
+
+    def drain(self, ctx: Any) -> Any:
+        from agent.drain.base import DrainResult
+
+        cause = ctx.request.cause_event_id
+        with self._lock:
+            self._running += 1
+            self.most_running = max(self.most_running, self._running)
+            self.steps.append(("start", cause))
+        try:
+            if cause in self.gated:
+                assert self.gate.wait(60.0), "the test never opened the gate"
+            ctx.mark_signal()
+        finally:
+            with self._lock:
+                self._running -= 1
+                self.steps.append(("end", cause))
+        return DrainResult("local", True, False, "test")
+
+
+def _gated_drainers(tmp_path: Path, pool: Any, instances: tuple[str, ...]) -> list[Any]:
+    from agent.clock import WallClock
+    from agent.drainer import Drainer
+    from agent.records import Recorder
+
+    drainers = []
+    for instance in instances:
+        cfg = config(tmp_path / instance, instance)
+        drainer = Drainer(cfg, {"local": _Gated(set())}, Recorder(cfg.region, cfg.producer,
+                          WallClock(), lambda _: None), WallClock(), pool=pool)  # fmt: skip
+        drainer.start_thread()
+        drainers.append(drainer)
+    return drainers
+
+
+def _start(drainer: Any, instance: str, *, gated: bool = False) -> str:
+    """Hand a new notice's drain to `drainer` (held at its signal if `gated`); its cause."""
+    path = drainer.path_for(None)
+    note = notice(instance)
+    if gated:
+        path.gated.add(note.event_id)
+    request = drainer.request_for(bundle(), workload_id="etl", trigger="notice",
+                                  cause_event_id=note.event_id,
+                                  deadline_at_us=note.deadline_at_us)  # fmt: skip
+    assert drainer.start(request, path, 0.0)
+    assert not drainer.start(request, path, 0.0), "a cause is drained once"
+    return note.event_id
+
+
+@pytest.mark.parametrize("first_running", [False, True], ids=["queued", "running"])
+def test_a_blocked_drain_holds_back_no_other_agents_drain_and_an_agents_drains_run_in_order(
+    tmp_path: Path, first_running: bool
+) -> None:
+    """Agents of one process share the drain pool: while agent A's drain waits on its scheduler,
+    agent B's drain runs to its end; A's second notice is drained after its first, never beside,
+    though the pool has threads to spare, whether the second came while the first still waited
+    for a thread or while it ran, and whatever a wait for A's drains that times out says.
+
+    Once A's first drain is at its path and every other job handed to the pool has finished
+    (`busy() == (1, 0)`), a second drain of A handed to the pool on its own would have run:
+    what A's path saw then is the whole answer, with no timing in it. (Before, the test looked
+    as soon as B's drain ended, and under load A's first drain had sometimes not reached its
+    path yet: 6 in 300 runs saw no step of A's at all, not a second drain beside the first.)"""
+    from agent.drainer import DrainPool
+
+    pool = DrainPool()
+    for _ in range(4):
+        pool.reserve()  # threads to spare: a second drain of A would find one
+    a, b = _gated_drainers(tmp_path, pool, ("i-0000a", "i-0000b"))
+    a_path, b_path = a.path_for(None), b.path_for(None)
+    assert pool.threads == 6
+    first = _start(a, "i-0000a", gated=True)
+    if first_running:
+        wait_for(lambda: a_path.steps == [("start", first)], 30.0, "A's first drain to start")
+    second = _start(a, "i-0000a")
+    other = _start(b, "i-0000b")
+    assert b.wait(30.0), "agent B's drain waited for agent A's blocked drain"
+    assert b_path.steps == [("start", other), ("end", other)]
+    assert not a.wait(0.0), "A's first drain ended though its gate is shut"
+    wait_for(
+        lambda: ("start", first) in a_path.steps and pool.busy() == (1, 0),
+        30.0,
+        "A's first drain to start and every other job handed to the pool to finish",
+    )
+    assert a_path.steps == [("start", first)], "A's second drain ran beside its first"
+    a_path.gate.set()
+    assert a.wait(30.0)
+    assert a_path.steps == [("start", first), ("end", first), ("start", second), ("end", second)]
+    assert a_path.most_running == 1
+    for _ in range(4):
+        pool.release()
+    for drainer in (a, b):
+        drainer.stop(5.0)
+    wait_for(lambda: pool.threads == 0, 30.0, "the pool's threads to end once given back")
+
+
+def test_many_agents_drains_on_a_pool_of_many_threads_each_run_one_at_a_time_in_order(
+    tmp_path: Path,
+) -> None:
+    """Forty drains of each of three agents handed to a pool of eight threads, interleaved and
+    back to back, each agent's first drain held until all are handed over: every drain runs,
+    each agent's in the order they came and never two of one agent at once."""
+    from agent.drainer import DrainPool
+
+    pool = DrainPool()
+    for _ in range(5):
+        pool.reserve()
+    instances = ("i-0000a", "i-0000b", "i-0000c")
+    drainers = _gated_drainers(tmp_path, pool, instances)
+    assert pool.threads == 8
+    causes: list[list[str]] = [[] for _ in instances]
+    for turn in range(40):
+        for which, (drainer, instance) in enumerate(zip(drainers, instances, strict=True)):
+            causes[which].append(_start(drainer, instance, gated=turn == 0))
+    for drainer in drainers:
+        drainer.path_for(None).gate.set()
+    for drainer, sent in zip(drainers, causes, strict=True):
+        assert drainer.wait(60.0), "an agent's drains did not all run"
+        path = drainer.path_for(None)
+        assert path.steps == [(step, cause) for cause in sent for step in ("start", "end")]
+        assert path.most_running == 1
+    for _ in range(5):
+        pool.release()
+    for drainer in drainers:
+        drainer.stop(5.0)
+    wait_for(lambda: pool.threads == 0, 30.0, "the pool's threads to end once given back")
+
+
+def test_a_wave_of_drains_in_one_process_wakes_few_threads_and_runs_every_drain() -> None:
+    """A hundred lanes handed to the pool back to back while its one awake thread is busy run on
+    a few threads, not one each (a thread woken per notice cost 40-80 µs of CPU a notice in
+    `bench/agent.py`), and every one of them runs."""
+    import threading
+
+    from agent.drainer import DrainPool
+
+    pool = DrainPool()
+    for _ in range(50):
+        pool.reserve()
+    assert pool.threads == 50
+    busy = threading.Event()
+    ran: list[int] = []
+    done = threading.Event()
+
+    def quick() -> None:
+        ran.append(threading.get_ident())
+        if len(ran) == 100:
+            done.set()
+
+    def hold() -> None:
+        busy.wait(60.0)
+
+    pool.submit(hold)
+    for _ in range(100):
+        pool.submit(quick)
+    assert done.wait(60.0), f"{len(ran)} of 100 jobs ran"
+    assert len(set(ran)) < 50, f"{len(set(ran))} threads woken for 100 quick jobs"
+    assert pool.wakes < 50, f"{pool.wakes} wakes for 100 quick jobs"
+    busy.set()
+    for _ in range(50):
+        pool.release()
+    wait_for(lambda: pool.threads == 0, 30.0, "the pool's threads to end once given back")
