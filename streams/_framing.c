@@ -25,6 +25,9 @@ static const char *FIELDS[N_FIELDS] = {
 static PyTypeObject *record_type = NULL;
 static Py_ssize_t slot_offsets[N_FIELDS];
 static PyObject *empty_tuple = NULL;
+/* Classes whose instances never change once made (frozen dataclasses with slots, based on
+ * object, every member a plain object slot): see `settled` below. */
+static PyObject *immutable_types = NULL;
 
 /* ---- encoding ---------------------------------------------------------------------- */
 
@@ -344,11 +347,115 @@ fail:
     return NULL;
 }
 
+/* ---- leaving acyclic objects out of the collector's walks ---------------------------- */
+
+/* Whether `value` can be part of no reference cycle, so that an immutable object holding it
+ * need not be walked by the garbage collector: a value of a type the collector does not track
+ * (str, int, bytes, float, None, bool), or a tuple or an instance of an immutable class whose
+ * items are all such values, recursively (these are left out of the collector's walks on the
+ * way, as CPython does for tuples of atomic values at its next collection). Nothing else: a
+ * list or a dict can change and join a cycle later. -1 on an error. */
+static int settled(PyObject *value, int depth) {
+    if (!PyObject_IS_GC(value)) return 1;
+    if (!PyObject_GC_IsTracked(value)) {
+        /* Untracked tuples, records and immutable instances hold only settled values; a list
+         * or a dict untracked now may be tracked later. */
+        if (PyTuple_CheckExact(value)) return 1;
+        if (immutable_types == NULL) return 0;
+        return PySet_Contains(immutable_types, (PyObject *)Py_TYPE(value));
+    }
+    if (depth > 8) return 0;
+    if (PyTuple_CheckExact(value)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(value);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int ok = settled(PyTuple_GET_ITEM(value, i), depth + 1);
+            if (ok != 1) return ok;
+        }
+        PyObject_GC_UnTrack(value);
+        return 1;
+    }
+    if (immutable_types == NULL) return 0;
+    PyTypeObject *type = Py_TYPE(value);
+    int immutable = PySet_Contains(immutable_types, (PyObject *)type);
+    if (immutable != 1) return immutable;
+    if (PyDict_Check(value)) {
+        /* An immutable mapping (a dict subclass that refuses changes): CPython tracks a dict
+         * again when a value that may be tracked is put in it, however it is put there. */
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &pos, &key, &item)) {
+            int ok = settled(key, depth + 1);
+            if (ok == 1) ok = settled(item, depth + 1);
+            if (ok != 1) return ok;
+        }
+    }
+    for (PyMemberDef *member = type->tp_members; member != NULL && member->name != NULL;
+         member++) {
+        PyObject *slot = *(PyObject **)((char *)value + member->offset);
+        if (slot == NULL) {
+            if (PyDict_Check(value)) continue; /* a mapping's cache not filled yet */
+            return 0;                          /* a field not yet set: not made whole */
+        }
+        int ok = settled(slot, depth + 1);
+        if (ok != 1) return ok;
+    }
+    PyObject_GC_UnTrack(value);
+    return 1;
+}
+
+/* Register `cls` as immutable (checked: based on object, or on dict for a mapping, no
+ * __dict__, every member a plain object slot; the caller vouches that its instances are not
+ * changed once made). */
+static int add_immutable(PyTypeObject *type) {
+    /* Its bases hold nothing of their own (object, or Generic), or it is a dict's. */
+    PyTypeObject *base = type->tp_base;
+    int plain_base = base == &PyDict_Type ||
+                     (base != NULL && base->tp_basicsize == PyBaseObject_Type.tp_basicsize &&
+                      base->tp_dictoffset == 0 && base->tp_weaklistoffset == 0 &&
+                      !PyType_IsSubtype(base, &PyDict_Type));
+    if (!plain_base || type->tp_dictoffset != 0 ||
+        type->tp_weaklistoffset != 0 || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%.100s: not a slots class on a plain base, without __dict__ or __weakref__",
+                     type->tp_name);
+        return -1;
+    }
+    for (PyMemberDef *member = type->tp_members; member != NULL && member->name != NULL;
+         member++) {
+        if (member->type != T_OBJECT_EX || member->flags & READONLY) {
+            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a plain object slot",
+                         type->tp_name, member->name);
+            return -1;
+        }
+    }
+    if (immutable_types == NULL) {
+        immutable_types = PySet_New(NULL);
+        if (immutable_types == NULL) return -1;
+    }
+    return PySet_Add(immutable_types, (PyObject *)type);
+}
+
+static PyObject *immutable(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "immutable() takes a class");
+        return NULL;
+    }
+    if (add_immutable((PyTypeObject *)cls) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *settle(PyObject *self, PyObject *value) {
+    int ok = settled(value, 0);
+    if (ok < 0) return NULL;
+    return PyBool_FromLong(ok);
+}
+
 /* ---- constructors of frozen dataclasses with slots ---------------------------------- */
 
 typedef struct {
     PyTypeObject *type;
     Py_ssize_t n;
+    int immutable; /* registered: an instance of only settled fields is not tracked */
     Py_ssize_t offsets[];
 } Layout;
 
@@ -370,10 +477,22 @@ static PyObject *construct(PyObject *capsule, PyObject *const *args, Py_ssize_t 
     }
     PyObject *made = layout->type->tp_alloc(layout->type, 0);
     if (made == NULL) return NULL;
+    int all_settled = layout->immutable;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         Py_INCREF(args[i]);
         *(PyObject **)((char *)made + layout->offsets[i]) = args[i];
+        if (all_settled) {
+            all_settled = settled(args[i], 1);
+            if (all_settled < 0) {
+                Py_DECREF(made);
+                return NULL;
+            }
+        }
     }
+    /* Immutable and holding only settled values: part of no reference cycle, ever (an
+     * origin, a decoded event, a message: thousands alive in a batch, which the collector
+     * would otherwise walk at each of its collections). */
+    if (all_settled && PyObject_GC_IsTracked(made)) PyObject_GC_UnTrack(made);
     return made;
 }
 
@@ -401,7 +520,9 @@ static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name) {
 static PyObject *constructor(PyObject *self, PyObject *args) {
     PyTypeObject *type;
     PyObject *names;
-    if (!PyArg_ParseTuple(args, "O!O!:constructor", &PyType_Type, &type, &PyTuple_Type, &names))
+    int frozen = 0;
+    if (!PyArg_ParseTuple(args, "O!O!|p:constructor", &PyType_Type, &type, &PyTuple_Type,
+                          &names, &frozen))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(names);
     if (type->tp_dictoffset != 0) {
@@ -418,6 +539,17 @@ static PyObject *constructor(PyObject *self, PyObject *args) {
         }
     }
     layout->n = n;
+    /* Only a class whose every slot is a field made here can be registered immutable. */
+    layout->immutable = 0;
+    if (frozen) {
+        Py_ssize_t members = 0;
+        for (PyMemberDef *m = type->tp_members; m != NULL && m->name != NULL; m++) members++;
+        if (members == n && add_immutable(type) == 0) {
+            layout->immutable = 1;
+        } else {
+            PyErr_Clear();
+        }
+    }
     Py_INCREF(type);
     layout->type = type;
     PyObject *capsule = PyCapsule_New(layout, NULL, drop_layout);
@@ -569,6 +701,7 @@ static PyObject *bind(PyObject *self, PyObject *cls) {
         PyErr_SetString(PyExc_TypeError, "Record must have no __dict__");
         return NULL;
     }
+    if (add_immutable(type) < 0) return NULL;
     Py_INCREF(cls);
     Py_XSETREF(record_type, type);
     Py_RETURN_NONE;
@@ -579,7 +712,13 @@ static PyMethodDef methods[] = {
     {"encode_block", (PyCFunction)(void (*)(void))encode_block, METH_VARARGS | METH_KEYWORDS,
      "encode_block(records, sync) -> bytes: one container block (checked format)."},
     {"constructor", constructor, METH_VARARGS,
-     "constructor(cls, field_names) -> a function making cls(*fields), slots filled directly."},
+     "constructor(cls, field_names, frozen=False) -> a function making cls(*fields), slots "
+     "filled directly (frozen: instances of only settled fields left out of the collector)."},
+    {"immutable", immutable, METH_O,
+     "immutable(cls): instances of cls are never changed once made (a frozen slots class)."},
+    {"settle", settle, METH_O,
+     "settle(value) -> bool: whether value can be part of no reference cycle (tuples and "
+     "immutable instances of such values are left out of the collector's walks)."},
     {"make_records", (PyCFunction)(void (*)(void))make_records, METH_VARARGS | METH_KEYWORDS,
      "make_records(topic, partition, first, rows) -> list[Record]: offsets from `first`."},
     {"kafka_records", kafka_records, METH_O,

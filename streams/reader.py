@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from operator import itemgetter
 
+from schemas import events as _events
 from schemas.codec import Codec
 from schemas.errors import CodecError, CorruptRecordError, Origin, UnknownSchemaError
-from schemas.events import Envelope
+from schemas.events import PAYLOAD_TYPES, Envelope
+from schemas.frozen import FrozenMap
 from streams.deadletter import DeadLetters
 from streams.log import (
     CORRUPT_HEADER,
@@ -22,6 +25,7 @@ from streams.log import (
     Producer,
     Record,
     TopicPartition,
+    immutable,
     next_positions,
     slots_constructor,
 )
@@ -36,6 +40,21 @@ class Decoded:
     envelope: Envelope
 
 
+# Envelopes, payloads and the records inside them (frozen dataclasses) never change once
+# decoded: a `Decoded` of them (and its origin) is left out of the garbage collector's walks
+# (a poll's batch holds thousands).
+immutable(
+    FrozenMap,
+    *(c for c in vars(_events).values() if isinstance(c, type) and is_dataclass(c)),
+)
+# `Envelope(*fields, payload)`, its slots filled directly (one per event read), and the
+# fields before its payload, from the Avro record, in the envelope's order.
+# `Envelope.__post_init__` checks that the event type names the payload's type; `record_of`
+# has checked that of every record the fast path takes.
+_new_envelope = slots_constructor(Envelope, checked=True)
+_ENVELOPE_FIELDS = tuple(f.name for f in fields(Envelope))
+assert _ENVELOPE_FIELDS[-1] == "payload"
+_envelope_fields = itemgetter(*_ENVELOPE_FIELDS[:-1])
 # `Decoded(origin, envelope)`, its slots filled directly (one per event read).
 new_decoded = slots_constructor(Decoded)
 
@@ -68,15 +87,28 @@ class Decoder:
             damaged = dict(record.headers).get(CORRUPT_HEADER)
             if damaged is not None:
                 raise CorruptRecordError(damaged.decode(errors="replace"), origin)
-        if record.value is None:
+        value = record.value
+        if value is None:
             raise CodecError("the record has no value (a tombstone)", origin)
+        whole = self.codec.record_of(value)
+        if whole is not None:
+            # Written with this codec's schema, one whole record: the envelope's slots filled
+            # directly (a frozen dataclass's __init__ costs more than the rest of it). Anything
+            # the payload's own constructor refuses is decoded again below, which says why.
+            avro = whole[1]
+            try:
+                payload = PAYLOAD_TYPES[avro["payload"][0]].from_avro(avro["payload"][1])
+            except (KeyError, TypeError, ValueError):
+                pass
+            else:
+                return _new_envelope(*_envelope_fields(avro), payload)
         try:
-            return self.codec.decode(record.value, origin)
+            return self.codec.decode(value, origin)
         except UnknownSchemaError:
             # Written by a newer release? Its writer published the schema on the log.
             if self._schema_store is None or not self._schema_store.refresh():
                 raise
-            return self.codec.decode(record.value, origin)
+            return self.codec.decode(value, origin)
 
 
 class DecodingReader:

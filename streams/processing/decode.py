@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from schemas.errors import CodecError
 from streams.log import Record
 from streams.processing.dead_letters import DeadLetterGuard
-from streams.processing.message import Message, ProcessingStep, new_message
+from streams.processing.message import Message, MessageRejected, ProcessingStep, new_message
 from streams.reader import Decoded, Decoder, new_decoded
 
 
@@ -18,7 +20,25 @@ class Decode:
         self._guard = guard
 
     def submit(self, item: Message[Record]) -> None:
-        record = item.record
+        self._take(item.record)
+
+    def submit_all(self, records: deque[Record]) -> int:
+        """Take records from the left of `records`, in order, as `submit` takes each one's
+        message (a poll's records handed on as they are, without a message apiece); stops at
+        the first one the chain refuses (`MessageRejected`: left in `records`, untouched).
+        Returns how many were taken."""
+        taken = 0
+        take = self._take
+        try:
+            while records:
+                take(records[0])
+                records.popleft()
+                taken += 1
+        except MessageRejected:
+            pass
+        return taken
+
+    def _take(self, record: Record) -> None:
         try:
             origin = record.origin
             decoded = new_decoded(origin, self._decoder.decode(record, origin))

@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic
 
-from streams.log import COMMIT_TIMEOUT_S, Consumer, Record, TopicPartition
+from streams.log import COMMIT_TIMEOUT_S, Consumer, TopicPartition
 from streams.processing.batch import Batch
 from streams.processing.commit import Commit
 from streams.processing.dead_letters import DeadLetterGuard
 from streams.processing.decode import Decode
-from streams.processing.message import Message, Out, ProcessingStep
+from streams.processing.message import Out
 from streams.processing.step import Step, StepFunction
 from streams.processing.write import Sink, Write
 from streams.reader import Decoder
@@ -31,7 +31,7 @@ class BatchSettings:
 class Chain(Generic[Out]):
     """A built chain: its first step, and the steps the processor asks about."""
 
-    head: ProcessingStep[Message[Record]]
+    head: Decode
     batch: Batch[Out]
     commit: Commit
 

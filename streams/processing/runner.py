@@ -17,7 +17,7 @@ from typing import Generic
 
 from streams.log import CLOSE_TIMEOUT_S, Consumer, EventLog, Record, TopicPartition
 from streams.processing.factory import Chain, ChainFactory
-from streams.processing.message import MessageRejected, Out, new_message
+from streams.processing.message import Out
 
 _BACKPRESSURE_POLL_S = 0.05  # how soon a refused input is offered again
 
@@ -83,18 +83,13 @@ class Processor(Generic[Out]):
         chain = self._chain
         if chain is None:
             return 0
-        taken = 0
         head = chain.head
         backlog = self._backlog
-        while backlog:
-            record = backlog[0]
-            try:
-                head.submit(new_message(record, record))
-            except MessageRejected:
-                self._hold_back()
-                break
-            backlog.popleft()
-            taken += 1
+        # The poll's records handed to the chain as they are (no message apiece); what it
+        # refuses stays in the backlog, in order, offered again at the next run.
+        taken = head.submit_all(backlog)
+        if backlog:
+            self._hold_back()
         head.poll()
         if self._held_back and not chain.batch.busy:
             self._held_back = False
