@@ -100,6 +100,8 @@ class _Partition:
         self.end = end  # None: tailing, and the end is unknown so far
         self.buffer: deque[Decoded] = deque()
         self.done = end is not None and start >= end
+        # Held back (done, or its buffer full): paused in the consumer while it is assigned,
+        # and again whenever it is assigned (a pause asked before that waits for it).
         self.paused = False
 
 
@@ -164,6 +166,9 @@ class MergedHistory:
         self._undecodable = 0
         self._last_progress = time.monotonic()
         self._last_end_refresh = -float("inf")
+        # What the consumer has assigned so far: only those can be paused or resumed in it
+        # (a history may decide to hold a partition before its first poll has assigned it).
+        self._assigned: set[TopicPartition] = set()
         self._consumer: Consumer | None = log.consumer(
             group or f"spotcap-history-{uuid.uuid4().hex}", self._names, listener=self
         )
@@ -233,20 +238,21 @@ class MergedHistory:
 
     def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         self._last_progress = time.monotonic()  # joining the group is not a stall
-        done = []
+        self._assigned.update(partitions)
+        held = []
         for tp in partitions:
             partition = self._partitions[tp]
             consumer.seek(*tp, partition.position)
-            if partition.done:
-                done.append(tp)
+            if partition.done or partition.paused:
+                held.append(tp)
                 partition.paused = True
-        if done:
-            consumer.pause(done)
+        if held:
+            consumer.pause(held)
 
     def on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        # The group is this history's own: partitions leave it only when it closes.
-        for tp in partitions:
-            self._partitions[tp].paused = False
+        # The group is this history's own: partitions leave it only when it closes. A held
+        # partition stays held: it is paused again if it is assigned again.
+        self._assigned.difference_update(partitions)
 
     # -- merging ---------------------------------------------------------------------------
 
@@ -415,12 +421,16 @@ class MergedHistory:
             self._dead_letters.flush()
 
     def _pause(self, tp: TopicPartition) -> None:
+        """Hold `tp` back: paused in the consumer now if it is assigned, else when it is
+        (`on_assign`)."""
         partition = self._partitions[tp]
-        if not partition.paused and self._consumer is not None:
+        if partition.paused:
+            return
+        partition.paused = True
+        if self._consumer is not None and tp in self._assigned:
             self._consumer.pause([tp])
-            partition.paused = True
 
     def _resume(self, tp: TopicPartition) -> None:
-        if self._consumer is not None:
+        self._partitions[tp].paused = False
+        if self._consumer is not None and tp in self._assigned:
             self._consumer.resume([tp])
-            self._partitions[tp].paused = False

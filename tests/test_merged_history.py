@@ -412,3 +412,30 @@ def test_following_a_writer_gives_the_sequence_of_one_read_of_the_finished_log(
     assert len(whole) == len(events)
     assert [(d.origin, d.envelope) for d in got] == [(d.origin, d.envelope) for d in whole]
     assert follower.progress.records_total == len(events)
+
+
+def test_following_a_writer_done_before_the_first_poll_reads_to_the_end(log: EventLog) -> None:
+    """The writer is done before the follower first polls (the demo's child starts late, or
+    the log's consumer has not joined its group yet) and some partitions hold nothing: those
+    are done before they are assigned, and are paused once they are, not refused."""
+    region = new_region(log)
+    events = mixed_events(region, 6)  # fewer keys than partitions: some stay empty
+    write_raw(log, events)
+    empty = [
+        (topic_name(region, t), n)
+        for t in TOPICS
+        for n, end in log.end_offsets(topic_name(region, t)).items()
+        if end == 0
+    ]
+    assert empty, "the test needs a partition with nothing in it"
+    written = Written()
+    written.below, written.done = max(e.occurred_at for e in events) + 1, True
+    follower = MergedHistory(log, CODEC, region, TOPICS, until=written)
+    got: list[Decoded] = []
+    deadline = time.monotonic() + 120
+    while not follower.finished and time.monotonic() < deadline:
+        got.extend(follower.read(timeout_s=1.0))
+    follower.close()
+    whole = list(MergedHistory(log, CODEC, region, TOPICS))
+    assert len(whole) == len(events)
+    assert [(d.origin, d.envelope) for d in got] == [(d.origin, d.envelope) for d in whole]
