@@ -240,12 +240,16 @@ def _open_log(root: Path) -> tuple[EventLog, Codec]:
     return EmbeddedLog(root), Codec()
 
 
-# Runs the command given and writes, to the file named first, the command's own peak RSS and
-# the largest peak among the processes it started (the projections' children), KiB: each
-# process's high-water mark (VmHWM) read from /proc every 0.2 s while it runs (wait4's rusage
-# would give the largest of the whole tree as the command's own).
+# Runs the command given and writes, to the file named first, as JSON: each process's peak
+# RSS (KiB) and CPU (user + system, s) by its name (`/proc/PID/comm`: the demo's children name
+# themselves: spotcap-project, spotcap-compare, spotcap-check), the command's own as "own", the
+# largest peak among the processes it started as "tree": each process's high-water mark (VmHWM)
+# and CPU read from /proc every 0.2 s while it runs (wait4's rusage would give the largest of
+# the whole tree as the command's own; a process's last 0.2 s of CPU can be missed).
 _TREE = """
-import os, subprocess, sys, time
+import json, os, subprocess, sys, time
+
+TICK = os.sysconf("SC_CLK_TCK")
 
 def hwm(pid):
     try:
@@ -256,6 +260,17 @@ def hwm(pid):
     except OSError:
         pass
     return 0
+
+def cpu_and_name(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+        with open(f"/proc/{pid}/comm") as comm:
+            name = comm.read().strip()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / TICK, name
 
 def children(pid):
     found = []
@@ -268,21 +283,31 @@ def children(pid):
     return found
 
 child = subprocess.Popen(sys.argv[2:])
-own = tree = 0
+seen = {}  # pid -> [name, peak KiB, CPU s]
 while True:
-    own = max(own, hwm(child.pid))
-    pending, seen = children(child.pid), set()
+    pending, walked = [child.pid], set()
     while pending:
         pid = pending.pop()
-        if pid not in seen:
-            seen.add(pid)
-            tree = max(tree, hwm(pid))
-            pending += children(pid)
+        if pid in walked:
+            continue
+        walked.add(pid)
+        now = cpu_and_name(pid)
+        if now is not None:
+            row = seen.setdefault(pid, ["own" if pid == child.pid else now[1], 0, 0.0])
+            if pid != child.pid:
+                row[0] = now[1]
+            row[1], row[2] = max(row[1], hwm(pid)), now[0]
+        pending += children(pid)
     if child.poll() is not None:
         break
     time.sleep(0.2)
+by_name = {}
+for name, peak, cpu in seen.values():
+    was = by_name.get(name, (0, 0.0))
+    by_name[name] = (max(was[0], peak), was[1] + cpu)
+tree = max([peak for pid, (_, peak, _) in seen.items() if pid != child.pid] or [0])
 with open(sys.argv[1], "w") as out:
-    out.write(f"{own} {tree}")
+    json.dump({"processes": by_name, "tree": tree}, out)
 sys.exit(child.returncode)
 """
 
@@ -293,13 +318,15 @@ class Run:
     tree_peak_mib: float  # the largest of the processes it started (0: none seen)
     wall_s: float
     cpu_s: float  # user + system, its reaped children's included
+    # Each process by name: (peak RSS MiB, CPU s as last sampled), the command's own as "own".
+    processes: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
 def peak_rss_mib(command: list[str], out: Path | None = None) -> Run:
     """Run `command` in a child process (through a small one that watches its memory): its
     peak RSS (MiB) and its largest child's, wall time (s) and CPU time (s, user + system, its
     children's included; a server it leaves running, the embedded PostgreSQL, is not counted:
-    neither its CPU nor its memory)."""
+    neither its CPU nor its memory), and each process's peak and CPU by name."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
     env["PYTHONPATH"] = str(ROOT)
     start = time.perf_counter()
@@ -310,11 +337,13 @@ def peak_rss_mib(command: list[str], out: Path | None = None) -> Run:
             done = subprocess.run(wrapped, env=env, stdout=stdout, cwd=ROOT, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed with exit code {done.returncode}")
-        own_kib, tree_kib = (int(v) for v in Path(peaks.name).read_text().split())
+        seen = json.loads(Path(peaks.name).read_text())
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall_s = time.perf_counter() - start
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Run(own_kib / 1024, tree_kib / 1024, wall_s, cpu_s)
+    processes = {name: (kib / 1024, cpu) for name, (kib, cpu) in seen["processes"].items()}
+    own = processes.get("own", (0.0, 0.0))[0]
+    return Run(own, seen["tree"] / 1024, wall_s, cpu_s, processes)
 
 
 def memory(days_list: list[float], seed: int, projections: bool) -> None:
@@ -349,6 +378,8 @@ def memory(days_list: list[float], seed: int, projections: bool) -> None:
             f"{run.peak_mib:>5,.0f} MiB  {run.tree_peak_mib:>9,.0f} MiB  {alone:>5,.0f} MiB"
             f"  (load average after: {os.getloadavg()[0]:.1f})"
         )
+        for name, (peak, cpu) in sorted(run.processes.items()):
+            print(f"  {'':>8}  {name:>22}: peak RSS {peak:>6,.0f} MiB, CPU {cpu:>6,.1f} s")
     if len(demo) >= 2:
         first, last = min(demo), max(demo)
         for name, a, b in (

@@ -47,7 +47,7 @@ from schemas.errors import Origin
 from schemas.events import Envelope
 from streams.deadletter import DeadLetters, OnDemandProducer
 from streams.log import Consumer, EventLog, Record, TopicPartition
-from streams.merged import MergedHistory, Progress
+from streams.merged import Following, MergedHistory, Progress
 from streams.processing.dead_letters import DeadLetterGuard, DeadLetterPolicy
 from streams.processing.factory import BatchSettings, Chain, ChainFactory
 from streams.processing.runner import Processor
@@ -224,9 +224,12 @@ def catch_up_together(
     *,
     on_progress: Callable[[Progress], None] | None = None,
     batch_events: int = BATCH_EVENTS,
+    following: Following | None = None,
 ) -> list[RunReport]:
     """`catch_up` for several writers that read the same topics from the same stored offsets
-    (a rebuild of both projections): the history is read and decoded once, and each batch goes
+    (a rebuild of both projections), up to the log's end offsets now, or with `following` to
+    the end of a log its writer is still appending to (`streams.merged.Following`: the same
+    events in the same order): the history is read and decoded once, and each batch goes
     to every writer in turn, on a write-behind thread while the next batch is read, decoded and
     prepared (the ledger prices a batch and makes its tables on this thread: one thread of
     Python at a time, and the writer thread's time is mostly the stores' own).
@@ -252,7 +255,7 @@ def catch_up_together(
         region,
         topics,
         start=start,
-        until="end",
+        until="end" if following is None else following,
         dead_letters=DeadLetters(producer, codec, region, f"projection/{names}"),
         poll_records=POLL_RECORDS,
         buffer_per_partition=BUFFER_PER_PARTITION,
@@ -381,14 +384,18 @@ def run_projections(
     *,
     fresh: bool,
     show: ShowProgress | None = None,
+    following: Following | None = None,
 ) -> list[RunReport]:
     """Catch up (or, with `fresh`, rebuild) each projection of `which`. Projections that start
-    from the same offsets (always, in a rebuild) share one read of the history."""
+    from the same offsets (always, in a rebuild) share one read of the history. `following`:
+    a writer still appending to the log, followed to its end (`catch_up_together`)."""
     writers = [open_writer(stores, name, fresh=fresh) for name in which]
     reports: list[RunReport] = []
     for group in _read_together(writers):
         with (show or _silent)([w.which for w in group]) as on_progress:
-            reports += catch_up_together(log, codec, region, group, on_progress=on_progress)
+            reports += catch_up_together(
+                log, codec, region, group, on_progress=on_progress, following=following
+            )
     return reports
 
 

@@ -20,13 +20,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from schemas.codec import Codec
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from sim.clock import DAY_US, HOUR_US
 from sim.fresh import fresh_plan, record_demo_ends
 from sim.loop import DecidersOrchestrator, owned_by
+from sim.materialise import name_process
 from sim.orchestration import Orchestrator
 from sim.orchestrator import BaselineOrchestrator
 from sim.record import RecordedRun, forget_run, record_run
@@ -55,6 +56,20 @@ DEFAULT_ORCHESTRATOR = "deciders"
 BASELINE = "baseline"
 
 ProgressCallback = Callable[[float], None]
+
+
+class LogFollower(Protocol):
+    """What reads the log while the demo writes it (the projections: `sim.materialise.Follower`):
+    started once the region's topics exist, told after each flush how far the log is written
+    (every event below that event time is in it, and none below it comes later), and when it
+    is complete; `disordered` if an event ever came below what it was told (it must then read
+    the finished log again); `stop` if the run failed."""
+
+    def start(self) -> None: ...
+    def flushed(self, below_us: int) -> None: ...
+    def disordered(self) -> None: ...
+    def complete(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 class DemoRefusedError(RuntimeError):
@@ -102,21 +117,39 @@ def write_run(
     codec: Codec,
     on_progress: ProgressCallback | None = None,
     decisions: DecisionSummary | None = None,
+    *,
+    follower: LogFollower | None = None,
+    flush_every: int = FLUSH_EVENTS,
 ) -> RunSummary:
-    """Run `sim` to its end, writing each event to its topic; returns what was written."""
+    """Run `sim` to its end, writing each event to its topic; returns what was written.
+    `follower` is told after each flush the event time below which the log is complete (the
+    latest written: the simulation publishes in event-time order), and when it all is."""
     summary = RunSummary(sim.catalogue)
-    writer = EventWriter(log, codec, sim.config.region, flush_every=FLUSH_EVENTS)
+    writer = EventWriter(log, codec, sim.config.region, flush_every=flush_every)
+    latest = told = -1  # the latest event time written, and the last told to the follower
     try:
         for batch in sim.run(HOUR_US):
             for envelope in batch:
                 summary.observe(envelope)
                 if decisions is not None:
                     decisions.observe(envelope)
+                written = writer.written
                 writer.write(envelope)
+                if follower is not None:
+                    at = envelope.occurred_at
+                    if at < told:  # below what the follower was told: it must read again
+                        follower.disordered()
+                        follower = None
+                        continue
+                    latest = max(latest, at)
+                    if writer.written != written:  # that write flushed
+                        follower.flushed(told := latest)
             if on_progress is not None:
                 on_progress((sim.now_us() - sim.config.start_us) / DAY_US)
     finally:
         writer.close()
+    if follower is not None:
+        follower.complete()
     return summary
 
 
@@ -153,7 +186,10 @@ def _baseline_apart(
     """`baseline_report` started in a fresh (spawned) process, beside the deciders' run: the
     second core simulates the baseline while this one runs the deciders and writes the log.
     It writes nothing, so the log's bytes do not depend on it."""
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    spawn = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(
+        1, mp_context=spawn, initializer=name_process, initargs=("spotcap-compare",)
+    )
     return pool, pool.submit(baseline_report, config, misbehaving_pool_ids)
 
 
@@ -194,6 +230,8 @@ def run_demo(
     on_baseline_progress: ProgressCallback | None = None,
     deciders: DeciderSettings | None = None,
     say: Callable[[str], None] | None = None,
+    follower: LogFollower | None = None,
+    flush_every: int = FLUSH_EVENTS,
 ) -> dict[str, Any]:
     """Apply the region's topics, refuse a log that already holds its events, run, report.
 
@@ -204,7 +242,10 @@ def run_demo(
     config too, unwritten, in a process of its own while this one runs (`on_baseline_progress`
     is told when it is done), and the report compares the two (`sim.report.comparison`). The run
     is marked in `runs_dir` (`streams.runs`); a finished run records its configuration there
-    (`sim.record`), for `spotcap replay decisions`. The caller closes `log`.
+    (`sim.record`), for `spotcap replay decisions`. The caller closes `log`. A `follower` is
+    started once the topics exist and follows the run as `write_run` writes it (stopped if the
+    run fails). `flush_every`: events per flush (the log's bytes depend on it; tests make it
+    small).
     """
     deciders = owned_by(config.orchestrator.orchestrator_id, deciders)
     if fresh:
@@ -242,14 +283,22 @@ def run_demo(
         if compare and orchestrator != BASELINE:
             apart = _baseline_apart(config, sim.misbehaving_pool_ids)
         try:
+            if follower is not None:
+                follower.start()
             decisions = DecisionSummary(sim.misbehaving_pool_ids)
-            summary = write_run(sim, log, codec, on_progress, decisions)
+            summary = write_run(
+                sim, log, codec, on_progress, decisions, follower=follower, flush_every=flush_every
+            )
             record_demo_ends(log, runs_dir, config.region)
             record_run(
                 runs_dir,
                 RecordedRun(config, orchestrator, None if orchestrator == BASELINE else deciders),
             )
             baseline = None if apart is None else apart[1].result()
+        except BaseException:
+            if follower is not None:
+                follower.stop()
+            raise
         finally:
             if apart is not None:
                 _stop_apart(*apart)
@@ -303,6 +352,7 @@ __all__ = [
     "DEFAULT_ORCHESTRATOR",
     "ORCHESTRATORS",
     "DemoRefusedError",
+    "LogFollower",
     "baseline_report",
     "checked_config",
     "contract_files_sentence",

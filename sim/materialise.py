@@ -1,14 +1,20 @@
 """The end of the demo: materialise both projections, then say what they hold: the savings
 totals, and three `why` commands a person can paste.
 
-Each projection is brought up to date in a fresh (spawned) process of its own, the two at once
-(one per core): the demo's process never imports the stores' libraries (chdb's engine alone
-maps about 250 MiB at import), and each child's memory goes back to the system when it ends.
-The children open the log and the codec through a picklable `Opener`; each reads the history
-itself (`projections.catchup.run_projections`), and the ledger's child reads the savings
-totals, the fleet state's the `why` examples. A process that already holds the embedded
-ledger's path (chdb admits one per process, and no other process can open it meanwhile: a test
-process sharing one path among its ledgers) checks and projects the ledger itself, on a thread.
+Both projections are brought up to date in one fresh (spawned) process, from one read of the
+history (`projections.catchup.run_projections`: decoding it is a third of each projection's
+CPU, so it is done once): the demo's process never imports the stores' libraries (chdb's engine
+alone maps about 250 MiB at import), and the child's memory goes back to the system when it
+ends. The child opens the log and the codec through a picklable `Opener`, then reads the
+savings totals from the ledger and the `why` examples from the fleet state. A process that
+already holds the embedded ledger's path (chdb admits one per process, and no other process can
+open it meanwhile: a test process sharing one path among its ledgers) projects the ledger
+itself, on a thread, and the fleet state in a child.
+
+The demo starts the child as soon as its log's topics exist (`Follower`): it follows the log
+while the simulation writes it (`streams.merged.Following`: the same events in the same order
+as one read of the finished log), so on two cores the projections' work overlaps the
+simulation's instead of following it, and the demo ends soon after its last flush.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ if TYPE_CHECKING:  # the catch-up's modules import psycopg and pyarrow: the chil
 NO_PROJECTIONS = "or run the demo with --no-projections"
 Which = Literal["fleet", "ledger"]  # as `projections.catchup.Which`
 WHICH: tuple[Which, ...] = ("fleet", "ledger")
+LABELS = {"fleet": "fleet state", "ledger": "ledger"}
 # How long the demo waits for a child that ended without saying how (killed: out of memory)
 # to have its last message read, once it is seen dead.
 _LAST_WORD_S = 10.0
@@ -51,6 +58,16 @@ class ProjectionsError(RuntimeError):
         self.hint = hint
 
 
+def name_process(name: str) -> None:
+    """Name this (child) process as `ps`, `top` and bench/demo.py show it (Linux; at most 15
+    characters are kept; elsewhere nothing happens)."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
+
+
 def check_region(stores: Stores) -> None:
     """Before the demo runs: the projections hold this region (or none), so that a run of
     another region is refused before it simulates, not after; ProjectionsError if not. The
@@ -59,7 +76,9 @@ def check_region(stores: Stores) -> None:
         refused = _check_region(stores)
     else:
         spawn = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        with ProcessPoolExecutor(
+            1, mp_context=spawn, initializer=name_process, initargs=("spotcap-check",)
+        ) as pool:
             refused = pool.submit(_check_region, stores).result()
     if refused is not None:
         raise ProjectionsError(*refused)
@@ -88,37 +107,121 @@ def materialise(
     rebuild: bool,
     show: ShowProgress | None = None,
 ) -> dict[str, Any]:
-    """Bring both projections up to date (or rebuild them), each in a process of its own, the
-    two at once, and report on them; ProjectionsError when a store or the log fails (or a
+    """Bring both projections up to date (or rebuild them) in a process of their own, and
+    report on them; ProjectionsError when a store or the log fails (or a
     child ends without a word). `show` gets one progress for both."""
-    spawn = multiprocessing.get_context("spawn")
-    messages: Any = spawn.Queue()
-    children: dict[Which, Any] = {}
-    for which in WHICH:
-        here = which == "ledger" and _ledger_held_here(stores)
-        children[which] = (threading.Thread if here else spawn.Process)(
-            target=_project,
-            args=(opener, region, stores, which),
-            kwargs={"rebuild": rebuild, "messages": messages},
-            name=f"spotcap-project-{which}",
-        )
-    for child in children.values():
-        child.start()
-    try:
-        done = _gather(children, messages, show)
-    finally:
-        for child in children.values():
+    return _Projecting(opener, region, stores, rebuild=rebuild).result(show)
+
+
+class LogWritten:
+    """How far the demo has written its log (`streams.merged.Following`), shared with the
+    projections' children that follow it: they are spawned with its two values."""
+
+    def __init__(self) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self._below = spawn.Value("q", -1)
+        self._complete = spawn.Value("b", 0)
+
+    def watermark(self) -> int:
+        return int(self._below.value)
+
+    def complete(self) -> bool:
+        return bool(self._complete.value)
+
+    def flushed(self, below_us: int) -> None:
+        self._below.value = below_us
+
+    def finish(self) -> None:
+        self._complete.value = 1
+
+
+class Follower:
+    """Both projections following the demo's log while it is written (`sim.demo.LogFollower`):
+    `start` once the log's topics exist, then `flushed` after each flush, `complete` after the
+    last; `result` reports as `materialise` does. Should the demo's events ever come out of
+    event-time order (`disordered`), the children stop and `result` rebuilds both projections
+    from the finished log instead. `stop` ends the children (a demo that failed)."""
+
+    def __init__(self, opener: Opener, region: str, stores: Stores, *, rebuild: bool) -> None:
+        self._args = (opener, region, stores)
+        self._rebuild = rebuild
+        self._written = LogWritten()
+        self._projecting: _Projecting | None = None
+        self._disordered = False
+
+    def start(self) -> None:
+        self._projecting = _Projecting(*self._args, rebuild=self._rebuild, following=self._written)
+
+    def flushed(self, below_us: int) -> None:
+        self._written.flushed(below_us)
+
+    def disordered(self) -> None:
+        self._disordered = True
+        self.stop()
+
+    def complete(self) -> None:
+        self._written.finish()
+
+    def result(self, show: ShowProgress | None = None) -> dict[str, Any]:
+        if self._disordered or self._projecting is None:
+            return materialise(*self._args, rebuild=self._disordered or self._rebuild, show=show)
+        return self._projecting.result(show)
+
+    def stop(self) -> None:
+        self._written.finish()  # a child on a thread cannot be ended: it reads to the end
+        if self._projecting is not None:
+            self._projecting.stop()
+
+
+class _Projecting:
+    """Both projections being brought up to date in a process of their own (the ledger on a
+    thread where this process holds its path, the fleet state then in a process of its own);
+    following a log still written with `following`."""
+
+    def __init__(
+        self,
+        opener: Opener,
+        region: str,
+        stores: Stores,
+        *,
+        rebuild: bool,
+        following: LogWritten | None = None,
+    ) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self.messages: Any = spawn.Queue()
+        self.children: dict[Which, Any] = {}
+        here = _ledger_held_here(stores)
+        for group in (("fleet",), ("ledger",)) if here else (WHICH,):
+            on_thread = here and group == ("ledger",)
+            child = (threading.Thread if on_thread else spawn.Process)(
+                target=_project,
+                args=(opener, region, stores, group),
+                kwargs={"rebuild": rebuild, "messages": self.messages, "following": following},
+                name=f"spotcap-project-{'-'.join(group)}",
+            )
+            self.children.update(dict.fromkeys(group, child))
+        for child in set(self.children.values()):
+            child.start()
+
+    def result(self, show: ShowProgress | None) -> dict[str, Any]:
+        try:
+            done = _gather(self.children, self.messages, show)
+        finally:
+            self.stop()
+        fleet, ledger = done["fleet"], done["ledger"]
+        total = ledger["savings"]
+        return {
+            "projections": [done[which]["run"] for which in WHICH],
+            "savings_eur": {name: eur_string(micros) for name, micros in total.items()},
+            "savings_micros": total,
+            "why_examples": fleet["why_examples"],
+        }
+
+    def stop(self) -> None:
+        for child in set(self.children.values()):
             if child.is_alive() and isinstance(child, multiprocessing.process.BaseProcess):
                 child.terminate()
             child.join()
-    fleet, ledger = done["fleet"], done["ledger"]
-    total = ledger["savings"]
-    return {
-        "projections": [done[which]["run"] for which in WHICH],
-        "savings_eur": {name: eur_string(micros) for name, micros in total.items()},
-        "savings_micros": total,
-        "why_examples": fleet["why_examples"],
-    }
 
 
 def _gather(
@@ -143,7 +246,8 @@ def _gather(
             elif kind == "done":
                 done[which] = body
             else:
-                raise ProjectionsError(f"the {which} projection failed: {body}", NO_PROJECTIONS)
+                names = " and ".join(LABELS[w] for w in which)
+                raise ProjectionsError(f"projecting the {names} failed: {body}", NO_PROJECTIONS)
     return done
 
 
@@ -167,41 +271,55 @@ def _check_alive(
 
 
 def _project(
-    opener: Opener, region: str, stores: Stores, which: Which, *, rebuild: bool, messages: Any
+    opener: Opener,
+    region: str,
+    stores: Stores,
+    group: tuple[Which, ...],
+    *,
+    rebuild: bool,
+    messages: Any,
+    following: LogWritten | None = None,
 ) -> None:
-    """In the child: one projection brought up to date, then what the demo says of it."""
+    """In the child: the projections of `group` brought up to date (both from one read of the
+    history when they start from the same offsets), then what the demo says of each."""
     from projections.catchup import run_projections
     from projections.ledger.store import LedgerError
     from projections.postgres.connection import FleetDatabaseError
 
+    if threading.current_thread() is threading.main_thread():
+        name_process("spotcap-project")
     try:
         log, codec = opener()
         try:
+            show = _relay(group, messages)
             runs = run_projections(
-                log, codec, region, stores, (which,), fresh=rebuild, show=_relay(which, messages)
+                log, codec, region, stores, group, fresh=rebuild, show=show, following=following
             )
         finally:
             log.close()
-        r = runs[0]
-        body: dict[str, Any] = {
-            "run": {
-                "projection": r.projection,
-                "events": r.events,
-                "seconds": round(r.seconds, 3),
-                "unpriced": r.unpriced,
+        bodies: list[tuple[str, dict[str, Any]]] = []
+        for r in runs:
+            body: dict[str, Any] = {
+                "run": {
+                    "projection": r.projection,
+                    "events": r.events,
+                    "seconds": round(r.seconds, 3),
+                    "unpriced": r.unpriced,
+                }
             }
-        }
-        if which == "ledger":
-            body["savings"] = _savings(stores)
-        else:
-            body["why_examples"] = _why_examples(stores)
+            if r.projection == "ledger":
+                body["savings"] = _savings(stores)
+            else:
+                body["why_examples"] = _why_examples(stores)
+            bodies.append((r.projection, body))
     except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
-        messages.put(("failed", which, str(error)))
+        messages.put(("failed", group, str(error)))
     except BaseException:
-        messages.put(("failed", which, traceback.format_exc(limit=-3)))
+        messages.put(("failed", group, traceback.format_exc(limit=-3)))
         raise
     else:
-        messages.put(("done", which, body))
+        for which, body in bodies:
+            messages.put(("done", which, body))
 
 
 def _ledger_held_here(stores: Stores) -> bool:
@@ -214,8 +332,9 @@ def _ledger_held_here(stores: Stores) -> bool:
     return held is not None and held == stores.ledger_location()[0].resolve()
 
 
-def _relay(which: Which, messages: Any) -> ShowProgress:
-    """The child's progress, sent to the demo's process (at most every 20,000 records)."""
+def _relay(group: tuple[Which, ...], messages: Any) -> ShowProgress:
+    """The child's progress, sent to the demo's process (at most every 20,000 records), for
+    each projection of `group` (they read the history together)."""
     from contextlib import nullcontext
 
     last = [-1]
@@ -223,7 +342,9 @@ def _relay(which: Which, messages: Any) -> ShowProgress:
     def send(progress: Progress) -> None:
         if progress.records_read - last[0] >= 20_000 or progress.fraction == 1.0:
             last[0] = progress.records_read
-            messages.put(("progress", which, (progress.records_read, progress.records_total or 0)))
+            for which in group:
+                read = (progress.records_read, progress.records_total or 0)
+                messages.put(("progress", which, read))
 
     def show(_: Sequence[Which]) -> Any:
         return nullcontext(send)

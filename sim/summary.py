@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.ledger.pricer import Pricer
+from projections.ledger.pricer import DEMAND_HORIZON_US, MemorySource, Pricer
 from projections.ledger.rule import CAUSES, COUNTERFACTUAL, RECORDED
 from projections.money import eur_string
 from schemas.events import (
@@ -42,8 +42,12 @@ from schemas.events import (
     WorkWasted,
 )
 from schemas.pools import PoolCatalogue
+from sim.clock import DAY_US
 
 US_PER_H = 3_600_000_000
+# What the summary holds of rate cards and priced items behind the newest event: the ledger
+# writer's own horizon for them (`projections.ledger.writer.RATE_HORIZON_US`).
+SUMMARY_HORIZON_US = 2 * DAY_US
 
 
 @dataclass(slots=True)
@@ -93,10 +97,28 @@ class _Prices:
     def cost_eur_micros(self, vcpu: int, start_us: int, end_us: int) -> float:
         return vcpu * (self.integral(end_us) - self.integral(start_us)) / US_PER_H
 
+    def prune(self, before_us: int) -> None:
+        """Forget the cards superseded before `before_us` (the one in force then is kept; the
+        integrals are measured from a fixed origin, so those kept stay as they were)."""
+        i = bisect.bisect_right(self.times_us, before_us) - 1
+        if i > 0:
+            del self.times_us[:i], self.cumulative[:i], self.prices[:i]
+
 
 class RunSummary:
-    def __init__(self, catalogue: PoolCatalogue) -> None:
+    """Counts a run's events as they are observed, in memory flat in the run's length: once a
+    sim day (or `horizon_us`, if shorter) it forgets the rate cards and priced items older than
+    `horizon_us`, and the ended demand older than the ledger's own demand horizon, as the
+    ledger's writer forgets them behind its batches. No event reaches back that far (a usage
+    interval spans at most `SimConfig.usage_interval_s`, 6 h; a late card at most the ledger's
+    allowed lateness, 1 h); a usage interval that does raises ValueError, never a wrong sum."""
+
+    def __init__(self, catalogue: PoolCatalogue, horizon_us: int = SUMMARY_HORIZON_US) -> None:
         self._catalogue = catalogue
+        self._horizon_us = horizon_us
+        self._prune_every_us = min(DAY_US, horizon_us)
+        self._pruned_at = -1
+        self._forgotten_before = -1
         self.events_by_type: Counter[str] = Counter()
         self.events_by_topic: Counter[str] = Counter()
         self.losses_with_notice = 0
@@ -121,13 +143,22 @@ class RunSummary:
         self.spend_eur_micros = 0.0
         self.spend_by_model: defaultdict[str, float] = defaultdict(float)
         self.instance_h = 0.0
-        self._pricer = Pricer(RECORDED)
+        self._source = MemorySource()
+        self._pricer = Pricer(RECORDED, source=self._source)
         self.ledger_micros: Counter[str] = Counter()
         self.ledger_quantity: defaultdict[str, float] = defaultdict(float)
         self._accrued = False
         self.misbehaving: tuple[str, ...] = ()  # the simulation's truth, when a caller sets it
 
     def _price(self, envelope: Envelope) -> None:
+        if envelope.occurred_at // self._prune_every_us > self._pruned_at:
+            self._prune(envelope.occurred_at)
+        usage = envelope.payload
+        if isinstance(usage, UsageInterval) and usage.start_at < self._forgotten_before:
+            raise ValueError(
+                f"usage interval {envelope.event_id} starts before the run summary's horizon "
+                f"({self._horizon_us / 3.6e9:g} h): give RunSummary a longer horizon_us"
+            )
         for line in self._pricer.feed(envelope):
             self.ledger_micros[line.cause] += line.amount_eur_micros
             self.ledger_quantity[line.cause] += line.quantity
@@ -183,6 +214,17 @@ class RunSummary:
         elif isinstance(payload, ContractPublished):
             self.workloads.add(payload.workload_id)
             self.target_vcpu += payload.target_vcpu
+
+    def _prune(self, now_us: int) -> None:
+        """Once a sim day (or horizon): forget what nothing from `now_us` on reaches back to."""
+        self._pruned_at = now_us // self._prune_every_us
+        before = self._forgotten_before = now_us - self._horizon_us
+        self._pricer.book.prune(before)
+        self._source.prune(before)
+        for demand in self._pricer.demand.values():
+            demand.prune(now_us - max(self._horizon_us, DEMAND_HORIZON_US))
+        for prices in self._prices.values():
+            prices.prune(before)
 
     def _moment(self, at_us: int) -> None:
         if self.first_us is None:

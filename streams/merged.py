@@ -21,6 +21,13 @@ Two modes:
 - ``until=None`` (tailing): follow the log. A partition with no buffered event holds the
   others back until it has one or is at its current end, so events written later than their
   event time may come out after later ones.
+- ``until=Following(...)``: follow a log that one writer is still appending to in event-time
+  order, and give out the same sequence as ``until="end"`` would once the writer is done. The
+  writer says how far it has written (`Following.watermark`: every record of event time below it
+  is in the log) and when it is done (`Following.complete`); an event is given out only below
+  the watermark, or once the log is complete (then the end offsets are taken and the history
+  reads to them, as ``until="end"``). A consumer can so follow a history while it is written
+  (the demo's projections follow its simulation) and still fold it exactly as one read.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from schemas.codec import Codec
 from schemas.errors import CodecError
@@ -44,9 +51,24 @@ from streams.topics import topic_name
 
 _LOG = logging.getLogger("spotcap.merged")
 _END_REFRESH_S = 1.0  # tailing: how often to learn the partitions' current ends when waiting
+_FOLLOW_REFRESH_S = 0.2  # following a writer: how often to ask it how far it has written
 
 # The key a partition head is ordered by.
 _Key = tuple[int, str, int, int]
+
+
+@runtime_checkable
+class Following(Protocol):
+    """What a writer still appending says to a history that follows it (``until=``)."""
+
+    def watermark(self) -> int:
+        """An event time (µs): every record whose event time is below it is in the log now,
+        and no record below it will be appended later."""
+        ...
+
+    def complete(self) -> bool:
+        """Whether the writer is done: everything it writes is in the log."""
+        ...
 
 
 class HistoryStalledError(LogTimeoutError):
@@ -78,6 +100,8 @@ class _Partition:
         self.end = end  # None: tailing, and the end is unknown so far
         self.buffer: deque[Decoded] = deque()
         self.done = end is not None and start >= end
+        # Held back (done, or its buffer full): paused in the consumer while it is assigned,
+        # and again whenever it is assigned (a pause asked before that waits for it).
         self.paused = False
 
 
@@ -92,7 +116,7 @@ class MergedHistory:
         region: str,
         topics: Sequence[str],
         *,
-        until: Literal["end"] | Mapping[TopicPartition, int] | None = "end",
+        until: Literal["end"] | Mapping[TopicPartition, int] | Following | None = "end",
         start: Mapping[TopicPartition, int] | None = None,
         schema_store: SchemaStore | None = None,
         dead_letters: DeadLetters | None = None,
@@ -110,18 +134,22 @@ class MergedHistory:
         self._capacity = buffer_per_partition
         self._stall_timeout_s = stall_timeout_s
         self._names = [topic_name(region, t) for t in topics]
-        self._tailing = until is None
+        # Following a writer: its watermark when the partitions' ends were last learnt.
+        self._following = until if isinstance(until, Following) else None
+        self._safe_below = -1
+        self._tailing = until is None or self._following is not None
         self._partitions: dict[TopicPartition, _Partition] = {}
         starts = start or {}
         for name in self._names:
             ends = log.end_offsets(name)
             for n, end in sorted(ends.items()):
                 tp = (name, n)
-                if until is None:
+                if until is None or self._following is not None:
                     last: int | None = None
                 elif until == "end":
                     last = end
                 else:
+                    assert isinstance(until, Mapping)
                     last = until.get(tp, end)
                 self._partitions[tp] = _Partition(starts.get(tp, 0), last)
         self._heap: list[_Key] = []
@@ -138,6 +166,9 @@ class MergedHistory:
         self._undecodable = 0
         self._last_progress = time.monotonic()
         self._last_end_refresh = -float("inf")
+        # What the consumer has assigned so far: only those can be paused or resumed in it
+        # (a history may decide to hold a partition before its first poll has assigned it).
+        self._assigned: set[TopicPartition] = set()
         self._consumer: Consumer | None = log.consumer(
             group or f"spotcap-history-{uuid.uuid4().hex}", self._names, listener=self
         )
@@ -191,6 +222,8 @@ class MergedHistory:
             self._emit(out, max_events)
             if out or self.finished:
                 return out
+            if self._following is not None and not self._heap and self._learn():
+                continue  # nothing buffered: the writer may be done
             left = deadline - time.monotonic()
             if left <= 0:
                 return out
@@ -205,20 +238,21 @@ class MergedHistory:
 
     def on_assign(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         self._last_progress = time.monotonic()  # joining the group is not a stall
-        done = []
+        self._assigned.update(partitions)
+        held = []
         for tp in partitions:
             partition = self._partitions[tp]
             consumer.seek(*tp, partition.position)
-            if partition.done:
-                done.append(tp)
+            if partition.done or partition.paused:
+                held.append(tp)
                 partition.paused = True
-        if done:
-            consumer.pause(done)
+        if held:
+            consumer.pause(held)
 
     def on_revoke(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
-        # The group is this history's own: partitions leave it only when it closes.
-        for tp in partitions:
-            self._partitions[tp].paused = False
+        # The group is this history's own: partitions leave it only when it closes. A held
+        # partition stays held: it is paused again if it is assigned again.
+        self._assigned.difference_update(partitions)
 
     # -- merging ---------------------------------------------------------------------------
 
@@ -248,19 +282,80 @@ class MergedHistory:
 
     def _may_pass(self) -> bool:
         """Tailing: partitions with nothing buffered hold the merge back unless they are at
-        their current end."""
+        their current end. Following a writer: unless they are at their current end and the
+        smallest head is below the writer's watermark (read before those ends were), or the
+        writer is done (then the history reads to the log's end offsets)."""
         if not self._tailing:
             return False
+        if self._following is not None:
+            return self._may_pass_following()
         now = time.monotonic()
         if now - self._last_end_refresh >= _END_REFRESH_S:
             self._last_end_refresh = now
-            for name in {tp[0] for tp in self._empty}:
-                for n, end in self._log.end_offsets(name).items():
-                    if (name, n) in self._partitions:
-                        self._partitions[(name, n)].end = end
+            self._refresh_ends({tp[0] for tp in self._empty})
         return all(
             (p := self._partitions[tp]).end is not None and p.position >= p.end
             for tp in self._empty
+        )
+
+    def _refresh_ends(self, names: set[str]) -> None:
+        for name in names:
+            for n, end in self._log.end_offsets(name).items():
+                if (name, n) in self._partitions:
+                    self._partitions[(name, n)].end = end
+
+    def _may_pass_following(self) -> bool:
+        if self._heads_below_watermark():
+            return True
+        if self._learn():
+            return not self._empty if self._following is None else self._heads_below_watermark()
+        return False
+
+    def _heads_below_watermark(self) -> bool:
+        """Following: every partition with nothing buffered is at its end as learnt after the
+        watermark was, and the smallest head is below that watermark (whatever those
+        partitions are given later is at or above it, so comes after that head)."""
+        return (
+            bool(self._heap)
+            and self._heap[0][0] < self._safe_below
+            and all(
+                (p := self._partitions[tp]).end is not None and p.position >= p.end
+                for tp in self._empty
+            )
+        )
+
+    def _learn(self) -> bool:
+        """Following, at most every `_FOLLOW_REFRESH_S`: the writer's watermark, then (when it
+        moved) every partition's end; once the writer is done, read to the end offsets
+        (`_read_to_end`). Whether anything was learnt."""
+        following = self._following
+        now = time.monotonic()
+        if following is None or now - self._last_end_refresh < _FOLLOW_REFRESH_S:
+            return False
+        self._last_end_refresh = now
+        if following.complete():
+            self._read_to_end()
+            return True
+        # The watermark first: every record below it is within the ends learnt after it. An
+        # unchanged watermark has nothing new below it: the ends learnt after it still hold.
+        watermark = following.watermark()
+        if watermark == self._safe_below:
+            return False
+        self._safe_below = watermark
+        self._refresh_ends(set(self._names))
+        return True
+
+    def _read_to_end(self) -> None:
+        """The writer is done: from here on the history reads to the log's end offsets now."""
+        self._following, self._tailing = None, False
+        self._refresh_ends(set(self._names))
+        for tp, partition in self._partitions.items():
+            if partition.end is not None and partition.position >= partition.end:
+                partition.done = True
+                self._empty.discard(tp)
+                self._pause(tp)
+        self._records_total = self._records_read + sum(
+            max(0, (p.end or 0) - p.position) for p in self._partitions.values()
         )
 
     def _fill(self, timeout_s: float) -> None:
@@ -326,12 +421,16 @@ class MergedHistory:
             self._dead_letters.flush()
 
     def _pause(self, tp: TopicPartition) -> None:
+        """Hold `tp` back: paused in the consumer now if it is assigned, else when it is
+        (`on_assign`)."""
         partition = self._partitions[tp]
-        if not partition.paused and self._consumer is not None:
+        if partition.paused:
+            return
+        partition.paused = True
+        if self._consumer is not None and tp in self._assigned:
             self._consumer.pause([tp])
-            partition.paused = True
 
     def _resume(self, tp: TopicPartition) -> None:
-        if self._consumer is not None:
+        self._partitions[tp].paused = False
+        if self._consumer is not None and tp in self._assigned:
             self._consumer.resume([tp])
-            self._partitions[tp].paused = False

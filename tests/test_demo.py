@@ -9,17 +9,20 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner, Result
 
+from projections.stores import LEDGER_DATABASE
 from schemas.codec import Codec
 from sim import RegionSim, SimConfig, simulate
-from sim.demo import baseline_report
+from sim.demo import baseline_report, run_demo
 from spotcap.cli.demo import demo
 from spotcap.config import Settings
 from spotcap.wiring import stores
 from streams.embedded import EmbeddedLog
-from streams.topics import EVENT_TOPICS, topic_name
+from streams.topics import EVENT_TOPICS, region_topics, topic_name
+from tests.projection_support import dump_fleet
 
 REGION = "demo-test"
 ARGS = ["--days", "0.25", "--workloads", "20", "--seed", "9", "--no-projections"]
@@ -104,6 +107,112 @@ def test_the_projections_and_the_baseline_run_in_processes_of_their_own(tmp_path
     # The baseline simulated in a process of its own reports what it reports in this one.
     config = SimConfig(seed=9, days=0.25, workloads=20, region=REGION)
     assert report["baseline"] == baseline_report(config, RegionSim(config).misbehaving_pool_ids)
+
+
+def _demo_follow(home: Path, mode: str) -> dict[str, Any]:
+    """tests/demo_follow.py in a process of its own: its projections' report."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
+    command = [sys.executable, "-m", "tests.demo_follow", str(home), REGION, mode, "2000"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    for run in report["projections"]:
+        del run["seconds"]
+    return report
+
+
+def _dump_ledger(home: Path) -> dict[str, Any]:
+    """The home's own ledger's tables (tests/projection_worker.py, in a process of its own: this
+    one may hold the suite's chdb path)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCAP_")}
+    command = [sys.executable, "-m", "tests.projection_worker", "ledger-dump",
+               "--path", str(home / "ledger"), "--database", LEDGER_DATABASE]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    dumped: dict[str, Any] = json.loads(done.stdout)
+    # One row a partition per batch before ClickHouse merges them: batches end where the polls
+    # happen to (so this count varies between two rebuilds of one log); the rows are compared.
+    del dumped["consumed_offsets_raw_count"]
+    return dumped
+
+
+def test_projections_that_follow_the_run_hold_what_a_rebuild_after_it_holds(
+    tmp_path: Path,
+) -> None:
+    """The demo's projections follow its log while it is written (flushed every 2,000 events
+    here, so they read it in about 15 steps): the same log, and the same fleet state and ledger
+    row for row as both projections rebuilt from the finished log."""
+    followed, after = tmp_path / "followed", tmp_path / "after"
+    try:
+        reports = [_demo_follow(followed, "follow"), _demo_follow(after, "after")]
+        assert reports[0] == reports[1]
+        assert reports[0]["projections"][1]["events"] > 10_000
+        assert _segments(followed) == _segments(after)
+        ledgers = [_dump_ledger(followed), _dump_ledger(after)]
+        assert ledgers[0]["ledger_lines"] and ledgers[0] == ledgers[1]
+        fleets = []
+        for home in (followed, after):
+            conn = stores(Settings(home=home, region=REGION)).open_fleet()
+            fleets.append(dump_fleet(conn))
+            conn.close()
+        assert fleets[0]["instances"] and fleets[0] == fleets[1]
+    finally:
+        for home in (followed, after):
+            stores(Settings(home=home, region=REGION)).stop_embedded_postgres()
+
+
+class Told:
+    """A follower of the run (`sim.demo.LogFollower`) that notes, at each flush it is told of,
+    the watermark and the end offsets a reader of the log sees then."""
+
+    def __init__(self, reader: EmbeddedLog) -> None:
+        self.reader = reader
+        self.calls: list[str] = []
+        self.flushes: list[tuple[int, dict[tuple[str, int], int]]] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def flushed(self, below_us: int) -> None:
+        self.calls.append("flushed")
+        topics = [topic_name(REGION, t) for t in EVENT_TOPICS]
+        ends = {(t, n): end for t in topics for n, end in self.reader.end_offsets(t).items()}
+        self.flushes.append((below_us, ends))
+
+    def disordered(self) -> None:
+        self.calls.append("disordered")
+
+    def complete(self) -> None:
+        self.calls.append("complete")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+
+def test_the_run_tells_its_follower_how_far_the_log_is_written(tmp_path: Path) -> None:
+    """At each flush every event below the watermark the follower is told is in the log (a
+    reader sees it), and no event below it is written later: the simulation writes in event-time
+    order, so the projections follow the run and never fall back to reading it again."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.apply_topics(region_topics(REGION))
+    told = Told(EmbeddedLog(tmp_path / "log"))
+    config = SimConfig(seed=9, days=0.25, workloads=20, region=REGION)
+    report = run_demo(log, Codec(), tmp_path / "runs", config, compare=False, follower=told,
+                      flush_every=1000)  # fmt: skip
+    log.close()
+    flushes = report["events"] // 1000
+    assert told.calls == ["start", *["flushed"] * flushes, "complete"]
+    watermarks = [below for below, _ in told.flushes]
+    assert watermarks == sorted(watermarks) and watermarks[0] > config.start_us
+    codec, reader = Codec(), EmbeddedLog(tmp_path / "log")
+    for (topic, number), _ in told.flushes[-1][1].items():
+        for record in reader.partition(topic, number).read(0, 10**7):
+            at = codec.decode(record.value or b"", record.origin).occurred_at
+            for below, ends in told.flushes:
+                if at < below:  # below the watermark: in the log at that flush
+                    assert record.offset < ends[(topic, number)]
 
 
 def test_the_log_holds_every_event_of_the_run(tmp_path: Path) -> None:

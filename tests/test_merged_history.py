@@ -361,3 +361,81 @@ def test_a_partition_that_never_reaches_its_end_stalls_with_a_named_error(
     )
     with pytest.raises(HistoryStalledError, match=rf"{lifecycle}\[0\] at {ends[0]} of"):
         list(history)
+
+
+class Written:
+    """How far a test's writer has written (`streams.merged.Following`)."""
+
+    def __init__(self) -> None:
+        self.below = -1
+        self.done = False
+
+    def watermark(self) -> int:
+        return self.below
+
+    def complete(self) -> bool:
+        return self.done
+
+
+def test_following_a_writer_gives_the_sequence_of_one_read_of_the_finished_log(
+    log: EventLog,
+) -> None:
+    """A history following a writer gives out everything below the writer's watermark while it
+    writes, and in the end the very sequence one read of the finished log gives, though the
+    flushes split instants (many events share a time) and partitions stay idle for a while."""
+    region = new_region(log)
+    events = mixed_events(region, 600)
+    written = Written()
+    follower = MergedHistory(
+        log, CODEC, region, TOPICS, until=written, poll_records=16, buffer_per_partition=4
+    )
+    writer = EventWriter(log, CODEC, region, flush_every=10**9)
+    got: list[Decoded] = []
+    deadline = time.monotonic() + 120
+    for start in range(0, len(events), 70):
+        chunk = events[start : start + 70]
+        for event in chunk:
+            writer.write(event)
+        writer.flush()
+        written.below = chunk[-1].occurred_at
+        below = sum(e.occurred_at < written.below for e in events)
+        while len(got) < below and time.monotonic() < deadline:
+            got.extend(follower.read(timeout_s=1.0))
+        assert len(got) >= below  # the follower does not wait for the end
+        assert not follower.finished
+    writer.close()
+    written.done = True
+    while not follower.finished and time.monotonic() < deadline:
+        got.extend(follower.read(timeout_s=1.0))
+    follower.close()
+    whole = list(MergedHistory(log, CODEC, region, TOPICS))
+    assert len(whole) == len(events)
+    assert [(d.origin, d.envelope) for d in got] == [(d.origin, d.envelope) for d in whole]
+    assert follower.progress.records_total == len(events)
+
+
+def test_following_a_writer_done_before_the_first_poll_reads_to_the_end(log: EventLog) -> None:
+    """The writer is done before the follower first polls (the demo's child starts late, or
+    the log's consumer has not joined its group yet) and some partitions hold nothing: those
+    are done before they are assigned, and are paused once they are, not refused."""
+    region = new_region(log)
+    events = mixed_events(region, 6)  # fewer keys than partitions: some stay empty
+    write_raw(log, events)
+    empty = [
+        (topic_name(region, t), n)
+        for t in TOPICS
+        for n, end in log.end_offsets(topic_name(region, t)).items()
+        if end == 0
+    ]
+    assert empty, "the test needs a partition with nothing in it"
+    written = Written()
+    written.below, written.done = max(e.occurred_at for e in events) + 1, True
+    follower = MergedHistory(log, CODEC, region, TOPICS, until=written)
+    got: list[Decoded] = []
+    deadline = time.monotonic() + 120
+    while not follower.finished and time.monotonic() < deadline:
+        got.extend(follower.read(timeout_s=1.0))
+    follower.close()
+    whole = list(MergedHistory(log, CODEC, region, TOPICS))
+    assert len(whole) == len(events)
+    assert [(d.origin, d.envelope) for d in got] == [(d.origin, d.envelope) for d in whole]

@@ -30,7 +30,7 @@ from schemas.events import (
     WorkWasted,
 )
 from sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
-from sim.clock import DAY_US, EPOCH_US, SECOND_US
+from sim.clock import DAY_US, EPOCH_US, HOUR_US, SECOND_US
 from sim.demo import DemoRefusedError, checked_config, contract_files_sentence
 from sim.materialise import projection_lines
 from sim.report import misbehaving_pool_rows, wave_rows, waves_title
@@ -161,6 +161,28 @@ def test_misbehaving_pools_are_reclaimed_far_above_their_rate() -> None:
         assert ratios[pool_id] > 5, pool_id
     others = [r for p, r in ratios.items() if p not in sim.misbehaving_pool_ids]
     assert statistics.median(others) < 2
+
+
+def test_the_run_summary_forgets_behind_its_horizon_and_reports_the_same() -> None:
+    """The summary forgets rate cards and priced items behind its horizon (memory flat in the
+    run's length): with 8 h (beyond the 6 h usage intervals) it reports exactly what a summary
+    holding the whole run reports, holding a third of the cards; with 3 h a usage interval
+    reaches behind it, which is an error, never a wrong sum."""
+    config = SimConfig(seed=9, days=1.0, workloads=20, region="summary")
+    events = [e for batch in RegionSim(config).run() for e in batch]
+    catalogue = RegionSim(config).catalogue
+    whole = RunSummary(catalogue, horizon_us=10 * DAY_US)
+    recent = RunSummary(catalogue, horizon_us=8 * HOUR_US)
+    for e in events:
+        whole.observe(e)
+        recent.observe(e)
+    assert recent.report() == whole.report()
+    assert recent.report()["ledger"]["net_saving_eur_micros"] != 0
+    assert len(recent._pricer.book) * 2 < len(whole._pricer.book)
+    short = RunSummary(catalogue, 3 * HOUR_US)
+    with pytest.raises(ValueError, match="longer horizon_us"):
+        for e in events:
+            short.observe(e)
 
 
 def test_a_wave_reclaims_much_of_a_hall_within_minutes() -> None:

@@ -107,6 +107,11 @@ class MemorySource:
     def overlapping(self, pool_id: str, from_us: int, to_us: int) -> Iterator[Priced]:
         return (i for i in self.by_pool.get(pool_id, ()) if i.to_us > from_us and i.from_us < to_us)
 
+    def prune(self, before_us: int) -> None:
+        """Forget the items that end before `before_us` (nothing priced later reaches them)."""
+        for pool_id, items in self.by_pool.items():
+            self.by_pool[pool_id] = [i for i in items if i.to_us >= before_us]
+
 
 class Refusal(NamedTuple):
     """A fact past the allowed lateness: why it is not priced."""

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -49,6 +49,9 @@ from spotcap.wiring import (
     stores,
 )
 from streams.log import LogError
+
+if TYPE_CHECKING:
+    from sim.materialise import Follower
 
 
 # fmt: off
@@ -112,8 +115,7 @@ def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | 
     if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
         fail(f"--contracts-out: {problem[0]}", "choose a --contracts-out directory you may write")
     hold_home(settings, exclusive=fresh)  # --fresh deletes the region's history
-    if projections:
-        _check_region(settings)
+    follower = _follower(settings, rebuild=fresh) if projections else None
     bar = Progress(
         TextColumn("[bold]simulating[/] {task.description}"),
         BarColumn(),
@@ -149,6 +151,7 @@ def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | 
                 compare=compare,
                 on_baseline_progress=baseline_progress,
                 say=lambda text: say(text, markup=False, err=True),
+                follower=follower,
             )
         except DemoRefusedError as error:
             bar.stop()
@@ -157,8 +160,8 @@ def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | 
             bar.stop()
             fail(str(error))
     report["log"] = describe_log(settings)
-    if projections:
-        report["projections"] = _materialise(settings, rebuild=fresh, quiet=as_json)
+    if follower is not None:
+        report["projections"] = _materialise(follower, rebuild=fresh, quiet=as_json)
     if contracts_out is not None:
         files = write_contract_files(config, contracts_out)
         report["contracts_out"] = {"dir": str(contracts_out), "files": files}
@@ -186,28 +189,25 @@ def _live(settings: Settings, config: LiveConfig, as_json: bool) -> None:
         say(line, markup=False)
 
 
-def _check_region(settings: Settings) -> None:
-    """Before anything runs: the home's projections hold this region (or none)."""
-    from sim.materialise import ProjectionsError, check_region
+def _follower(settings: Settings, *, rebuild: bool) -> Follower:
+    """Before anything runs: the home's projections hold this region (or none); then what
+    brings them up to date while the run writes the log (`sim.materialise.Follower`)."""
+    from sim.materialise import Follower, ProjectionsError, check_region
 
     try:
         check_region(stores(settings))
     except ProjectionsError as error:
         fail(str(error), error.hint)
+    opener = partial(open_log_and_codec, settings)
+    return Follower(opener, settings.region, stores(settings), rebuild=rebuild)
 
 
-def _materialise(settings: Settings, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
+def _materialise(follower: Follower, *, rebuild: bool, quiet: bool) -> dict[str, Any]:
     # The projections run in processes of their own: the stores' libraries stay out of this one.
-    from sim.materialise import ProjectionsError, materialise
+    from sim.materialise import ProjectionsError
 
     try:
-        return materialise(
-            partial(open_log_and_codec, settings),
-            settings.region,
-            stores(settings),
-            rebuild=rebuild,
-            show=_projecting(rebuild, quiet),
-        )
+        return follower.result(_projecting(rebuild, quiet))
     except ProjectionsError as error:
         fail(str(error), error.hint)
 
