@@ -24,6 +24,7 @@ from provider.nodes import (
     setup_pki,
     start_bundle_service,
 )
+from provider.nodes.releases import Releases
 from provider.nodes.service import RunningService
 from tests.test_contracts import BASE, compile_one
 
@@ -43,8 +44,11 @@ class Setup:
     """The nodes' PKI mount."""
 
 
-def bundle_service(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
-    """Body of a fixture: the service, its authority and two workloads' signed bundles."""
+def bundle_service(
+    openbao: servers.Server, tmp_path: Path, releases: Releases | None = None
+) -> Iterator[Setup]:
+    """Body of a fixture: the service, its authority and two workloads' signed bundles; with
+    `releases`, serving each node the bundle its pool is on (ADR-32)."""
     client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
     mount = f"pki-{uuid.uuid4().hex[:8]}"
     ca_pem = setup_pki(client, mount=mount)
@@ -58,7 +62,7 @@ def bundle_service(openbao: servers.Server, tmp_path: Path) -> Iterator[Setup]:
     ca = tmp_path / "ca.pem"
     ca.write_text(ca_pem)
     service = start_bundle_service(
-        BundleService(authority, bundles), state_dir=tmp_path / "service"
+        BundleService(authority, bundles, releases), state_dir=tmp_path / "service"
     )
     try:
         yield Setup(client, authority, service, bundles, ca, tmp_path, mount)

@@ -193,7 +193,9 @@ def test_partitions_in_any_interleaving_make_the_cores_decisions(
     assert len(made) == len(core_decisions)  # no crash: nothing made twice
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+# Seeds whose schedule crashes partitions that had published decisions (with the scenario's
+# changed contracts, seed 4's twelve crashes all came where nothing was made again).
+@pytest.mark.parametrize("seed", [5, 7])
 def test_partitions_restored_from_snapshots_make_them_again_with_the_same_ids(
     seed: int, core_decisions: dict[str, bytes]
 ) -> None:

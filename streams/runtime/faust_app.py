@@ -8,7 +8,7 @@
 | pool | ``deciders-pool`` | pool | the exclusion watcher's pools |
 | scorer | ``deciders-scorer`` | region | the scorer |
 | workload | ``deciders-workload`` | workload | planner, replacement, fallback; the region view |
-| actuator | ``deciders-actuator`` | region | the actuator guard |
+| actuator | ``deciders-actuator`` | region | the actuator guard, the canary (ADR-32) |
 
 Each agent hands its partitions' records to the stage classes of `stages`, in batches. It
 publishes their decisions to the region's ``decisions`` topic (the workload agent also sends

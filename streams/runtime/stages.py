@@ -9,9 +9,10 @@ snapshots in Faust tables; tests feed them from lists in any interleaving.
   partition, the scorer on the region's.
 * `WorkloadPartition`: the workload deciders of the workloads routed to it, with its own copy of
   the region view, brought to each record's position from the journal (`JournalItems`).
-* `ActuatorPartition`: the actuator guard; it merges the workload partitions' decisions by
-  their place and applies position after position once every workload partition has said it
-  is past it (progress), reading the facts and clocks of those positions from the journal.
+* `ActuatorPartition`: the actuator guard and the canary (ADR-32); it merges the workload
+  partitions' decisions by their place and applies position after position once every
+  workload partition has said it is past it (progress), reading the facts and clocks of those
+  positions from the journal.
 
 A partition knows the last position it applied; a record at or below it was applied already
 (a copy sent again after a crash) and is skipped. Its snapshot is everything it holds, so a
@@ -167,7 +168,8 @@ class WorkloadPartition:
 
 
 class ActuatorPartition:
-    """The actuator guard, merging the workload partitions' decisions by their place."""
+    """The actuator guard and the canary, merging the workload partitions' decisions by their
+    place (the canary reads facts and clocks only)."""
 
     def __init__(
         self,
