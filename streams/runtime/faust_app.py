@@ -37,7 +37,12 @@ state ends at, the records in between are read from Kafka by the worker itself a
 first: Faust drops, and acknowledges, the records it fetched under an older consumer
 generation when a rebalance comes (``Stream._py_aiter``), so they never reach the stream, and
 seeking its consumer back did not bring them again (a restarted worker waited forever). So a
-decision made again is made from the same state.
+decision made again is made from the same state. The actuator's partition is no exception: its
+snapshot holds what it received but has not applied yet (the workload partitions' progress and
+their decisions waiting for it), so it too stores the offset its state ends at and reads a
+hole. (It used to store no offset and check none: the records Faust dropped at a rebalance
+or a restart, and committed past, never reached it, and the workload decisions among them were
+never carried to the guard: 59-86 actuation decisions missing in a CI run.)
 A consumer that drops duplicates by event id sees every decision once.
 """
 
@@ -264,8 +269,9 @@ class _Held:
     unacked: list[tuple[int, Source]] = field(default_factory=list)
     next_offset: int | None = None
     """The offset of the source partition's next record: every record before it is in the
-    state (applied, or skipped as a copy). None: not known yet (a runner with no snapshot, or
-    the actuator's, whose snapshot leaves out what it received but has not applied)."""
+    state (applied, received, or skipped as a copy). None: not known yet (a runner with no
+    snapshot before its first batch, or one restored from a snapshot stored before the
+    actuator's held what it received)."""
     sought: int | None = None  # the offset the consumer was last sent back to
 
 
@@ -318,8 +324,7 @@ class StageHost:
             runner.restore(state_codec.decode(data))
             held.stored_position = runner.position
             held.stored_keys = [k.encode() for k in info["chunks"]]  # dropped at the next store
-            if not isinstance(runner, ActuatorPartition):
-                held.next_offset = info.get("next_offset")
+            held.next_offset = info.get("next_offset")
             _LOG.info("%s[%d]: restored at position %d", self.name, partition, runner.position)
         self.held[partition] = held
         return held
@@ -360,11 +365,7 @@ class StageHost:
             return
         held = self.hold(partition)
         runner = held.runner
-        if (
-            held.next_offset is None
-            and runner.position < 0
-            and not isinstance(runner, ActuatorPartition)
-        ):
+        if held.next_offset is None and runner.position < 0:
             # No snapshot: the state starts from the partition's first record.
             tp = TP(self.table_source_topic, partition)
             held.next_offset = (await self.app.consumer.earliest_offsets(tp))[tp]
@@ -378,9 +379,8 @@ class StageHost:
             out = await self._apply_actuator(runner, held, records)
         else:
             out = runner.apply(records)
-        if not isinstance(runner, ActuatorPartition):
-            last = max(_offset_of(e) for _, e in pairs)
-            held.next_offset = max(held.next_offset or 0, last + 1)
+        last = max(_offset_of(e) for _, e in pairs)
+        held.next_offset = max(held.next_offset or 0, last + 1)
         await self._publish(partition, out)
         held.unacked += [(r.position, e) for r, e in pairs]
         await self._maybe_store(partition, held)
