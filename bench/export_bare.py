@@ -4,8 +4,10 @@ The partitions are shared among worker processes (as the project's export shares
 reads the embedded log's container files with fastavro (the same records) and each event's
 Avro record, writes the payload as JSON, hashes the Merkle leaf and hands back an Arrow file;
 meanwhile chdb gives the month's cost lines. One sort puts the rows in history order; pyarrow
-writes the same Parquet files (the same columns, zstd, row groups of `BATCH_ROWS`); hashlib
-builds the same tree; cryptography signs the manifest and the head. No module of the project
+writes the same Parquet files (the same columns, zstd, row groups of `BATCH_ROWS`): this
+process events.parquet, a worker at the same time the typed and priced files from the same
+Arrow files and order, as the project's export does; hashlib builds the same tree (in the other
+worker); cryptography signs the manifest and the head. No module of the project
 is imported: what the files must hold (the Parquet schemas, the Avro schema, the priced event
 types) is handed in as data by the bench."""
 
@@ -148,6 +150,34 @@ def _cards(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays([*rows.select(names[: -len(extra)]).columns, *extra], schema=schema)
 
 
+def _derived(paths: list[str], order: pa.Array, shapes: Shapes, workdir: str) -> None:
+    """In a worker: the typed and priced files from the workers' files in history order
+    (`order`), in the row groups of events.parquet."""
+    priced_schema = shapes.schemas["priced_events.parquet"]
+    read = pa.concat_tables(pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths)
+    read = read.select(priced_schema.names).take(order)
+    groups = [read.slice(i, BATCH_ROWS) for i in range(0, read.num_rows, BATCH_ROWS)]
+    events = pa.concat_tables(groups) if groups else read
+    for name, kind in TYPED.items():
+        target = shapes.schemas[name]
+        rows = events.filter(pc.equal(events.column("event_type"), kind))
+        payloads = json.loads("[" + ",".join(rows.column("payload").to_pylist()) + "]")
+        fields = [f for f in target if f.name not in ("refused_late", "in_force")]
+        fields = [f for f in fields if not f.name.endswith("_integral_to_start")]
+        columns: list[Any] = [rows.column("event_id"), rows.column("occurred_at")]
+        columns += [pa.array([p[f.name] for p in payloads], f.type) for f in fields[2:]]
+        table = pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(columns, fields, strict=True)],
+            schema=pa.schema(fields),
+        )
+        if name == "rate_cards.parquet":
+            table = _cards(table, target)
+        pq.write_table(table, Path(workdir) / name, compression="zstd")
+    kept = pc.is_in(events.column("event_type"), value_set=pa.array(shapes.priced_types))
+    priced = events.filter(kept).cast(priced_schema)
+    pq.write_table(priced, Path(workdir) / "priced_events.parquet", compression="zstd")
+
+
 def _canonical(data: Any) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
@@ -192,42 +222,24 @@ def export(  # noqa: PLR0915 (one pass, as a script would write it)
     for future in futures:
         future.result()
     read = pa.concat_tables(pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths)
-    for p in paths:
-        Path(p).unlink()
     order = pc.sort_indices(read, [(c, "ascending") for c in
                                    ("occurred_at", "topic", "partition", "offset")])  # fmt: skip
+    # The typed and priced files written by a worker while this process writes events.parquet
+    # (from the same files and order), the tree hashed by the other.
+    derived = pool.submit(_derived, paths, order, shapes, str(workdir))
     read = read.take(order)
     leaves = read.column("leaf").to_pylist()
-    # The tree hashed by a worker while the files are written (the root folded from it).
     hashed = pool.submit(_frontier_of, b"".join(leaves))
     events = read.select(events_schema.names)
     writer = pq.ParquetWriter(workdir / "events.parquet", events_schema, compression="zstd")
-    groups = [events.slice(i, BATCH_ROWS) for i in range(0, events.num_rows, BATCH_ROWS)]
-    for group in groups:
-        writer.write_table(group)
+    for i in range(0, events.num_rows, BATCH_ROWS):
+        writer.write_table(events.slice(i, BATCH_ROWS))
     writer.close()
-    events = pa.concat_tables(groups) if groups else events
-    for name, kind in TYPED.items():
-        target = shapes.schemas[name]
-        rows = events.filter(pc.equal(events.column("event_type"), kind))
-        payloads = json.loads("[" + ",".join(rows.column("payload").to_pylist()) + "]")
-        fields = [f for f in target if f.name not in ("refused_late", "in_force")]
-        fields = [f for f in fields if not f.name.endswith("_integral_to_start")]
-        columns: list[Any] = [rows.column("event_id"), rows.column("occurred_at")]
-        columns += [pa.array([p[f.name] for p in payloads], f.type) for f in fields[2:]]
-        table = pa.Table.from_arrays(
-            [c.cast(f.type) for c, f in zip(columns, fields, strict=True)],
-            schema=pa.schema(fields),
-        )
-        if name == "rate_cards.parquet":
-            table = _cards(table, target)
-        pq.write_table(table, workdir / name, compression="zstd")
-    priced_schema = shapes.schemas["priced_events.parquet"]
-    kept = pc.is_in(events.column("event_type"), value_set=pa.array(shapes.priced_types))
-    priced = events.select(priced_schema.names).filter(kept).cast(priced_schema)
-    pq.write_table(priced, workdir / "priced_events.parquet", compression="zstd")
     pq.write_table(lines, workdir / "cost_lines.parquet", compression="zstd")
     (workdir / "envelope.avsc").write_bytes(_canonical(shapes.avsc))
+    derived.result()
+    for p in paths:
+        Path(p).unlink()
 
     frontier = hashed.result()
     pool.shutdown()

@@ -420,7 +420,9 @@ def _silent(_: Sequence[Which]) -> AbstractContextManager[Callable[[Progress], N
 
 class SeekingFactory(ChainFactory[Positioned]):
     """Builds the chain on assignment after seeking each partition to the offset the fleet
-    state stored with its rows (so the consumer group's own commits are only a fallback)."""
+    state stored with its rows, and one it stored none for to the log's beginning: the state
+    holds nothing of that partition (a new or rebuilt database), whatever the consumer group
+    committed before (its commits never decide where the state's history starts)."""
 
     def __init__(self, writer: FleetWriter, decoder: Decoder, guard: DeadLetterGuard,
                  settings: BatchSettings | None = None) -> None:  # fmt: skip
@@ -431,8 +433,7 @@ class SeekingFactory(ChainFactory[Positioned]):
     def create(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> Chain[Positioned]:
         stored = self._writer.stored_offsets()
         for topic, partition in partitions:
-            if (topic, partition) in stored:
-                consumer.seek(topic, partition, stored[(topic, partition)])
+            consumer.seek(topic, partition, stored.get((topic, partition), 0))
         return super().create(consumer, partitions)
 
 

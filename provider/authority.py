@@ -8,8 +8,13 @@ application credentials, one project each, read through OpenBao; no node holds a
 * The **actuator** reads it through hvac (`ProjectAuthority`), with a token that may read that
   path and nothing else, and reads again once `renew_after` of the lease has passed; the
   provider's session is re-bound to the new credential (`bind`). Before every mutating call it
-  asks `refusal`: no credential for the project, one that has expired, or OpenBao unreachable
-  all refuse the call, and the actuator writes ``actuation_refused`` (rule ``no_authority``).
+  asks `refusal`: no credential for the project, or one that has expired and was not replaced,
+  refuse the call, and the actuator writes ``actuation_refused`` (rule ``no_authority``).
+  **OpenBao unreachable** (killed, paused, restarting, sealed) is not a refusal: the actuator
+  goes on with the credential it holds until that one expires, and asks OpenBao again after a
+  backoff (`RETRY_FIRST_S` doubled up to `RETRY_MAX_S`, each read bounded by `TIMEOUT_S`);
+  with no live credential held, `AuthorityUnavailableError` holds its orders back (none is
+  sent, none refused) until OpenBao answers.
   Reads (listing, the provider's feeds) go out with the same credential: from the moment the
   authority takes the session, the provider file's own credentials are never used, and until
   OpenBao hands one out a read fails (`NoCredentialYet`) instead of going out with them.
@@ -19,6 +24,8 @@ A credential's secret is in no event, log line, error sentence or repr.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,12 +37,27 @@ DEFAULT_MOUNT = "spotcap-authority"
 """The KV (version 1) mount the issuer publishes to, unless SPOTCAP_AUTHORITY_MOUNT names one."""
 CREDENTIAL_TTL_S = 3600
 """One hour (ADR-29)."""
-RETRY_S = 30.0
-"""After a failed read, how long the actuator's steps wait before asking OpenBao again."""
+TIMEOUT_S = 3.0
+"""hvac's timeout for one request to OpenBao (its default, 30 s, held an actuator's step that
+long on every read while OpenBao was paused)."""
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+"""After a read that could not reach OpenBao, the next waits `RETRY_FIRST_S`, doubled after
+each further failure up to `RETRY_MAX_S`; in between nothing asks OpenBao."""
+_UNREACHABLE = frozenset({"VaultDown", "InternalServerError", "BadGateway", "RateLimitExceeded",
+                          "UnexpectedError"})  # fmt: skip
+"""hvac's errors of an OpenBao that cannot answer now (sealed, starting, overloaded)."""
+
+log = logging.getLogger("spotcap.authority")
 
 
 class NoAuthorityError(RuntimeError):
     """No usable credential for a project; the message says why (never a secret)."""
+
+
+class AuthorityUnavailableError(NoAuthorityError):
+    """OpenBao cannot be reached now and no live credential is held: nothing may be sent, and
+    nothing is refused either; ask again later (the message says when)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +122,8 @@ def _why(error: Exception) -> str:
     errors = getattr(error, "errors", None)
     if isinstance(errors, list) and errors:
         return "; ".join(str(e) for e in errors)
+    if "Timeout" in type(error).__name__:  # requests' ReadTimeout, ConnectTimeout
+        return f"OpenBao did not answer in time ({type(error).__name__})"
     if isinstance(error, OSError):
         return f"OpenBao is unreachable ({type(error).__name__})"
     return type(error).__name__
@@ -191,19 +215,42 @@ class ProjectAuthority:
         self._current: ProviderCredential | None = None
         self._read_at_s = 0.0
         self._bound: str | None = None
-        self._failed_at_s = float("-inf")
+        self._retry_at_s = float("-inf")
+        self._retry_s = 0.0
         self.reads = 0
+        self.failures = 0
+        """Reads that could not reach OpenBao."""
+        self.failures_in_a_row = 0
         if session is not None:  # the provider file's credentials are never used from here
             session.auth = _no_credential_plugin(region, project)
 
     def credential(self) -> ProviderCredential:
         """The project's credential; read from OpenBao when none is held or the lease is past
-        `renew_after`; `NoAuthorityError` when there is none, or it has expired."""
+        `renew_after`. `NoAuthorityError` when OpenBao holds none, or the one held has expired
+        and OpenBao handed out no other; `AuthorityUnavailableError` when OpenBao cannot be
+        reached (or was not, less than the backoff ago) and no live credential is held. A
+        credential still live is kept through an outage: a failed renewal is no refusal."""
         now = self._clock()
         held = self._current
         if held is None or now >= self._read_at_s + held.lease_s * self._renew_after:
-            held = self._read()
-            self._current, self._read_at_s = held, now
+            live = held is not None and now < held.expires_at_s
+            if now < self._retry_at_s:
+                if not live:
+                    raise AuthorityUnavailableError(self._waiting(now))
+            else:
+                try:
+                    fresh = self._read()
+                except AuthorityUnavailableError as error:
+                    self._failed(self._clock(), error, held if live else None)  # from the failure
+                    if not live:
+                        raise
+                else:
+                    if self.failures_in_a_row:
+                        log.warning("OpenBao answers again: %s", self.describe())
+                    self._current, self._read_at_s, held = fresh, now, fresh
+                    self._retry_s, self._retry_at_s = 0.0, float("-inf")
+                    self.failures_in_a_row = 0
+        assert held is not None
         if now >= held.expires_at_s:
             raise NoAuthorityError(
                 f"the credential of project {self.project} in {self.region} expired at "
@@ -211,11 +258,35 @@ class ProjectAuthority:
             )
         return held
 
+    def _failed(self, now: float, error: Exception, live: ProviderCredential | None) -> None:
+        """A read that did not reach OpenBao: the next one after the backoff."""
+        self.failures += 1
+        self.failures_in_a_row += 1
+        self._retry_s = min(RETRY_MAX_S, self._retry_s * 2 if self._retry_s else RETRY_FIRST_S)
+        self._retry_at_s = now + self._retry_s
+        keeping = (
+            f"the credential held stays in use until {_iso(live.expires_at_s)}"
+            if live is not None
+            else "no live credential is held: orders wait"
+        )
+        log.warning("%s; %s; OpenBao is asked again in %.0f s", error, keeping, self._retry_s)
+
+    def _waiting(self, now: float) -> str:
+        return (
+            f"OpenBao could not be reached for the credential of project {self.project} in "
+            f"{self.region} and none live is held: asked again in "
+            f"{max(0.0, self._retry_at_s - now):.0f} s"
+        )
+
     def refusal(self, call: str) -> str | None:
         """Why a `call` in this project must not go out (None: it may); binds the session to
-        the current credential first."""
+        the current credential first. `AuthorityUnavailableError` when that cannot be told
+        now (OpenBao unreachable, no live credential held): the call must wait, not be
+        refused."""
         try:
             credential = self.credential()
+        except AuthorityUnavailableError:
+            raise
         except NoAuthorityError as error:
             return f"no authority for {call} in project {self.project}: {error}"
         self.bind(credential)
@@ -223,13 +294,9 @@ class ProjectAuthority:
 
     def keep_fresh(self) -> None:
         """Renew and re-bind the credential once its lease is half spent, so that reads too go
-        out with a live one; after a failed attempt, try again only `RETRY_S` later (a step
-        must not wait on an unreachable OpenBao each time; a mutating call still asks)."""
-        now = self._clock()
-        if now < self._failed_at_s + RETRY_S:
-            return
-        if self.refusal("reading the provider") is not None:
-            self._failed_at_s = now
+        out with a live one; OpenBao unreachable waits out the backoff (`credential`)."""
+        with contextlib.suppress(NoAuthorityError):
+            self.refusal("reading the provider")
 
     def describe(self) -> str:
         """Where the authority comes from, in words (no token, no secret)."""
@@ -253,8 +320,18 @@ class ProjectAuthority:
                     f"OpenBao holds no credential for project {self.project} in {self.region} "
                     f"({self._mount}/{path}): the actuator has no authority there"
                 ) from error
+            address = getattr(self._client, "url", None) or "BAO_ADDR"
+            where = (
+                f"cannot read the credential of project {self.project} from OpenBao at {address}"
+            )
+            if unreachable(error):
+                raise AuthorityUnavailableError(
+                    f"{where}: {_why(error)}; check that OpenBao runs there, unsealed, and that "
+                    "this machine reaches it (BAO_ADDR); asked again after a backoff"
+                ) from error
             raise NoAuthorityError(
-                f"cannot read the credential of project {self.project}: {_why(error)}"
+                f"{where}: {_why(error)}; check that the actuator's token (BAO_TOKEN) may read "
+                f"{self._mount}/{path}"
             ) from error
         self.reads += 1
         data = answer["data"]
@@ -267,6 +344,21 @@ class ProjectAuthority:
             expires_at_s=float(data["expires_at_s"]),
             lease_s=int(answer.get("lease_duration") or 0),
         )
+
+
+def openbao_client(address: str, token: str) -> Any:
+    """An hvac client of the services that read OpenBao (the actuator's authority, its node
+    enroller and revoker, the bundle service), each request bounded by `TIMEOUT_S`: a paused
+    OpenBao costs a call that long, not hvac's default 30 s."""
+    import hvac  # loads requests: only the services that read OpenBao need it
+
+    return hvac.Client(url=address, token=token, timeout=TIMEOUT_S)
+
+
+def unreachable(error: Exception) -> bool:
+    """Whether `error` (of hvac or requests) says OpenBao cannot answer now (down, paused,
+    sealed, starting, overloaded), rather than a refusal."""
+    return isinstance(error, OSError) or type(error).__name__ in _UNREACHABLE
 
 
 def openbao_from_env(environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -296,12 +388,10 @@ def authority_from_env(
             f"BAO_TOKEN (or VAULT_TOKEN), a token that may read {RECORDS}/{region}/{project}"
         )
     address, token = found
-    import hvac  # loads requests: only an actuator with an authority needs it
-
     mount = environ.get("SPOTCAP_AUTHORITY_MOUNT") or DEFAULT_MOUNT
-    client = hvac.Client(url=address, token=token)
+    client = openbao_client(address, token)
     authority = ProjectAuthority(client, region, project, mount=mount, session=session)
-    authority.refusal("the actuator's start")  # binds the session when a credential exists
+    authority.keep_fresh()  # binds the session when a credential exists and OpenBao answers
     return authority
 
 

@@ -2648,6 +2648,51 @@ class ContractRefused:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class KeyringTrusted:
+    """The keys the deciders trust, from here on, for changes of authority (ADR-30): a published
+    contract version that raises the floor or the daily cap, or changes the approver, takes
+    effect only with valid signatures by the owner's key and by a higher authority's. Recorded
+    by the region's sequencer in the deciders' journal (the recorded inputs) when it starts
+    with a keyring other than the one in force, so that a replay of the journal decides with
+    the keys the run trusted, with no keyring given. Public keys only; empty maps: no keyring
+    (every version takes effect).
+    """
+
+    EVENT_TYPE: ClassVar[str] = "keyring_trusted"
+    RECORD_NAME: ClassVar[str] = "spotcap.events.KeyringTrusted"
+    TOPIC: ClassVar[str] = "decisions"
+    KEY: ClassVar[str] = "region"
+
+    keyring_sha256: str
+    """Hex SHA-256 of the keys' canonical JSON ({"authorities": ..., "owners": ...}, keys
+    sorted): which keyring this is, to compare.
+    """
+    owners: Mapping[str, str]
+    """Owner (team) name -> base64 of the 32 raw bytes of its Ed25519 public key."""
+    authorities: Mapping[str, str]
+    """Higher authority name -> base64 of the 32 raw bytes of its Ed25519 public key."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "owners", frozen_map(self.owners))
+        object.__setattr__(self, "authorities", frozen_map(self.authorities))
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "keyring_sha256": self.keyring_sha256,
+            "owners": dict(self.owners),
+            "authorities": dict(self.authorities),
+        }
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            keyring_sha256=d["keyring_sha256"],
+            owners=FrozenMap(d["owners"]),
+            authorities=FrozenMap(d["authorities"]),
+        )
+
+
 Payload: TypeAlias = (
     ContractPublished
     | RateCard
@@ -2693,6 +2738,7 @@ Payload: TypeAlias = (
     | BundlePromoted
     | BundleRolledBack
     | ContractRefused
+    | KeyringTrusted
 )
 """Any event payload: one of the event record classes."""
 
@@ -2742,6 +2788,7 @@ PAYLOAD_TYPES: Mapping[str, type[Payload]] = MappingProxyType(
         "spotcap.events.BundlePromoted": BundlePromoted,
         "spotcap.events.BundleRolledBack": BundleRolledBack,
         "spotcap.events.ContractRefused": ContractRefused,
+        "spotcap.events.KeyringTrusted": KeyringTrusted,
     }
 )
 """Event classes by record full name (``spotcap.events.NoticeReceived``)."""
@@ -2792,6 +2839,7 @@ EVENT_CLASSES: Mapping[str, type[Payload]] = MappingProxyType(
         "bundle_promoted": BundlePromoted,
         "bundle_rolled_back": BundleRolledBack,
         "contract_refused": ContractRefused,
+        "keyring_trusted": KeyringTrusted,
     }
 )
 """Event classes by event type (``notice_received``)."""

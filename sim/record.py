@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import types
 import typing
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from sim.region import SimConfig
+from streams.deciders.authority import ChangeTrust
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.settings_keys import SettingError, as_data, from_data
 
@@ -68,6 +69,9 @@ def record_run(runs_dir: Path, run: RecordedRun) -> None:
         },
         "catalogue_yaml": None if catalogue is None else catalogue.to_yaml(),
         "decider_settings": None if run.deciders is None else as_data(run.deciders),
+        # The keys the deciders trusted for changes of authority (public keys only): a
+        # re-run decides with them, with no keyring given (`--set` cannot change them).
+        "keyring": _keyring(run.deciders),
     }
     path = record_path(runs_dir, run.config.region)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,13 +105,21 @@ def load_run(runs_dir: Path, region: str, rerun_command: str) -> RecordedRun:
         )
         config = _build(SimConfig, {**data["sim_config"], "catalogue": catalogue})
         deciders = data["decider_settings"]
-        return RecordedRun(
-            config=config,
-            orchestrator=str(data["orchestrator"]),
-            deciders=None if deciders is None else from_data(deciders),
-        )
+        settings = None if deciders is None else from_data(deciders)
+        keyring = data.get("keyring")  # absent from records written before it was kept
+        if settings is not None and keyring is not None:
+            trust = ChangeTrust(dict(keyring["owners"]), dict(keyring["authorities"]))
+            settings = replace(settings, trust=trust)
+        return RecordedRun(config=config, orchestrator=str(data["orchestrator"]), deciders=settings)
     except (KeyError, TypeError, ValueError, PoolCatalogueError, SettingError) as error:
         raise RunRecordError(f"{path} is not a usable run record: {error}", hint) from None
+
+
+def _keyring(deciders: DeciderSettings | None) -> dict[str, dict[str, str]] | None:
+    trust = None if deciders is None else deciders.trust
+    if trust is None:
+        return None
+    return {"owners": dict(trust.owners), "authorities": dict(trust.authorities)}
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

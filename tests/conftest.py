@@ -97,8 +97,9 @@ def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
 
 @pytest.fixture(scope="session")
 def openbao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    """A real OpenBao dev server (in memory); ``.address`` is ``http://127.0.0.1:PORT``, its root
-    token is ``servers.openbao_token(openbao)``. Nothing is mounted but the defaults."""
+    """A real OpenBao (Raft storage in its folder, kept across a restart); ``.address`` is
+    ``http://127.0.0.1:PORT``, its root token is ``servers.openbao_token(openbao)``. Nothing is
+    mounted but the defaults and KV v2 at ``secret/``."""
     yield from _serve(tmp_path_factory, "openbao", servers.start_openbao)
 
 

@@ -4,7 +4,7 @@ as the launch path would: for tests/test_node_identity.py and tests/test_capacit
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +45,16 @@ class Setup:
 
 
 def bundle_service(
-    openbao: servers.Server, tmp_path: Path, releases: Releases | None = None
-) -> Iterator[Setup]:
-    """Body of a fixture: the service, its authority and two workloads' signed bundles; with
-    `releases`, serving each node the bundle its pool is on (ADR-32)."""
-    client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
+    openbao: servers.Server,
+    tmp_path: Path,
+    client: hvac.Client | None = None,
+    releases: Releases | None = None,
+) -> Generator[Setup]:
+    """Body of a fixture: the service, its authority (through `client`, default a root client
+    of `openbao`) and two workloads' signed bundles; with `releases`, serving each node the
+    bundle its pool is on (ADR-32)."""
+    if client is None:
+        client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
     mount = f"pki-{uuid.uuid4().hex[:8]}"
     ca_pem = setup_pki(client, mount=mount)
     authority = NodeAuthority(client, mount=mount)

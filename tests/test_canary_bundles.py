@@ -49,7 +49,7 @@ def releases() -> Releases:
 
 @pytest.fixture
 def setup(openbao: servers.Server, tmp_path: Path, releases: Releases) -> Iterator[Setup]:
-    yield from bundle_service(openbao, tmp_path, releases)
+    yield from bundle_service(openbao, tmp_path, releases=releases)
 
 
 def compile_version(setup: Setup, n: int) -> None:

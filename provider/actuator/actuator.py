@@ -9,6 +9,9 @@ the actuator will not carry an order out (rule ``expired``: the order waited lon
 `max_age_s`, so what it asked for is stale; rule ``not_owned``: the provider says the instance
 is not ours; rule ``no_authority``: the actuator holds no live credential for the project,
 ADR-29, `provider.authority`). Every event names the decision it carries out as its cause.
+An authority that cannot tell now (OpenBao unreachable and no live credential held:
+`AuthorityUnavailableError`) refuses nothing: the orders wait in the book and go out, once
+each, when it answers (or are refused as ``expired`` once older than `max_age_s`).
 
 **Once, whatever is killed when.** Before a call goes out, its order is written to the
 `Journal` (``start``, fsync'd); after its answer is in the log, ``done``. An order started and
@@ -37,6 +40,7 @@ from provider.actuator.book import (
     failure_id,
     refusal_id,
 )
+from provider.authority import AuthorityUnavailableError
 from provider.base import (
     CALL_TAG,
     OWNER_TAG,
@@ -84,7 +88,8 @@ class ActionAuthority(Protocol):
     """Whether the actuator may make a mutating call now (ADR-29: `provider.authority`)."""
 
     def refusal(self, call: str) -> str | None:
-        """Why `call` must not go out; None when it may."""
+        """Why `call` must not go out; None when it may; `AuthorityUnavailableError` when that
+        cannot be told now (the call waits)."""
         ...
 
     def keep_fresh(self) -> None:
@@ -186,6 +191,8 @@ class Actuator:
         self.max_age_us = round(max_age_s * US)
         self.authority = authority
         self.counts = Counts()
+        self.waiting: str | None = None
+        """Why the last `act` held its orders back (the authority cannot tell now), if it did."""
         # told "started" (journalled, nothing sent), "called" (the provider answered, nothing
         # written), "answered" (the answer is in the log, the order not yet done) and "done"
         # (nothing of it stored but the journal's line): the crash tests stop the process there
@@ -262,11 +269,18 @@ class Actuator:
         """Carry out every ready order, oldest first; returns how many calls went out."""
         now_us = self.provider.now_us() if now_us is None else now_us
         calls = 0
+        waited, self.waiting = self.waiting, None
         for order in self.book.ready(now_us):
             if now_us - order.not_before_us > self.max_age_us:
                 self._refuse(order, "expired", self._expired(order, now_us))
                 continue
-            refusal = self.authority.refusal(order.call) if self.authority else None
+            try:
+                refusal = self.authority.refusal(order.call) if self.authority else None
+            except AuthorityUnavailableError as error:  # nothing sent, nothing refused: later
+                self.waiting = str(error)
+                if waited is None:
+                    log.warning("orders wait for the capacity authority: %s", error)
+                break
             if refusal is not None:  # nothing sent: the order is done, refused
                 self._refuse(order, "no_authority", refusal)
                 continue

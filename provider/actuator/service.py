@@ -286,7 +286,11 @@ class ActuatorService:
         while self.side_events:
             self.writer.write(self.side_events.pop(0))
         self.writer.flush()
-        self._wait_s = _wait_s(self.book, self.provider, self.options.poll_s, self.caught_up)
+        self._wait_s = (
+            self.options.poll_s  # the authority's backoff, not the orders, says when
+            if self.actuator.waiting is not None
+            else _wait_s(self.book, self.provider, self.options.poll_s, self.caught_up)
+        )
         if time.monotonic() - self._saved_at < self.options.snapshot_every_s:
             return False
         self.save()

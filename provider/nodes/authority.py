@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from cryptography import x509
 
-from provider.authority import openbao_from_env
+from provider.authority import openbao_client, openbao_from_env, unreachable
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
 
@@ -42,6 +42,15 @@ RECORDS = "spotcap/nodes"
 
 class NodeAuthorityError(RuntimeError):
     """The authority refused or could not act; the message says why and never holds a secret."""
+
+
+class NodeAuthorityUnavailableError(NodeAuthorityError):
+    """OpenBao could not be reached (down, paused, sealed): nothing was refused; try later."""
+
+
+def _failed(what: str, error: Exception) -> NodeAuthorityError:
+    kind = NodeAuthorityUnavailableError if unreachable(error) else NodeAuthorityError
+    return kind(f"cannot {what}: {_why(error)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +194,48 @@ class NodeAuthority:
         self._save(NodeRecord(identity, record.workload_id, {}, retired=True))
         return revoked
 
+    def live_serials(self, *identities: NodeIdentity) -> dict[NodeIdentity, list[str]]:
+        """For each node, every certificate OpenBao issued in this engine that names it, is
+        unexpired and not revoked, whether or not the node's record lists it: one issued by an
+        enrolment that died before the record was written is found here too. Reads every
+        stored certificate of the engine once (LIST ``certs``, then each): for recovery."""
+        found: dict[NodeIdentity, list[str]] = {i: [] for i in identities}
+        try:
+            listed = self._client.adapter.list(f"/v1/{self._mount}/certs")
+        except Exception as error:
+            if type(error).__name__ == "InvalidPath":  # none issued yet
+                return found
+            raise NodeAuthorityError(f"cannot list the certificates: {_why(error)}") from error
+        keys = (listed or {}).get("data", {}).get("keys", [])
+        now = self._clock()
+        for key in keys:
+            try:
+                data = self._client.adapter.get(f"/v1/{self._mount}/cert/{key}")["data"]
+            except Exception as error:
+                raise NodeAuthorityError(f"cannot read certificate {key}: {_why(error)}") from error
+            if int(data.get("revocation_time") or 0) != 0:
+                continue
+            certificate = x509.load_pem_x509_certificate(str(data["certificate"]).encode())
+            if certificate.not_valid_after_utc.timestamp() <= now:
+                continue
+            try:
+                named = identity_of_certificate(certificate)
+            except ValueError:  # the bundle service's, or the CA's: no node's name
+                continue
+            if named in found:
+                found[named].append(serial_text(certificate))
+        return {i: sorted(serials) for i, serials in found.items()}
+
+    def revoke_serials(self, identity: NodeIdentity, serials: list[str]) -> None:
+        """Revoke these certificates of a node that stays enrolled (an enrolment that was
+        never delivered), and drop them from its record."""
+        for serial in serials:
+            self._post("revoke", {"serial_number": serial}, f"revoke {serial} of {identity}")
+        record = self.record(identity)
+        if record is not None:
+            kept = {s: e for s, e in record.serials.items() if s not in serials}
+            self._save(NodeRecord(identity, record.workload_id, kept, record.retired))
+
     def is_revoked(self, serial: str) -> bool:
         """Whether OpenBao has revoked the certificate with that serial (an unknown serial
         counts as revoked: it was not issued here)."""
@@ -193,7 +244,7 @@ class NodeAuthority:
         except Exception as error:  # hvac's InvalidPath for an unknown serial
             if type(error).__name__ == "InvalidPath":
                 return True
-            raise NodeAuthorityError(f"cannot read certificate {serial}: {_why(error)}") from error
+            raise _failed(f"read certificate {serial}", error) from error
         return int(answer["data"].get("revocation_time") or 0) != 0
 
     def service_certificate(self, host: str) -> Enrolment:
@@ -221,9 +272,7 @@ class NodeAuthority:
         except Exception as error:
             if type(error).__name__ == "InvalidPath":
                 return None
-            raise NodeAuthorityError(
-                f"cannot read the record of {identity}: {_why(error)}"
-            ) from error
+            raise _failed(f"read the record of {identity}", error) from error
         data = answer["data"]["data"]
         return NodeRecord(
             identity,
@@ -243,9 +292,7 @@ class NodeAuthority:
                 path=self._path(record.identity), secret=secret, mount_point=self._kv_mount
             )
         except Exception as error:
-            raise NodeAuthorityError(
-                f"cannot write the record of {record.identity}: {_why(error)}"
-            ) from error
+            raise _failed(f"write the record of {record.identity}", error) from error
 
     def _path(self, identity: NodeIdentity) -> str:
         # Per PKI mount: a record lists the serials of that mount's certificates.
@@ -263,7 +310,7 @@ class NodeAuthority:
         try:
             answer = self._client.adapter.post(f"/v1/{self._mount}/{path}", json=body)
         except Exception as error:  # hvac's hierarchy and requests' connection errors
-            raise NodeAuthorityError(f"cannot {what}: {_why(error)}") from error
+            raise _failed(what, error) from error
         return dict(answer["data"]) if answer and answer.get("data") else {}
 
     def _enrolment(
@@ -292,7 +339,44 @@ def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
     return authority.revoke(NodeIdentity(envelope.region, payload.instance_id))
 
 
-class Revoker:
+class Journalled:
+    """A follower with a journal of its own (a file of lines, each synced before it goes on;
+    compacted atomically when read back at its first use): `_load` reads it."""
+
+    def __init__(self, journal: Path | None) -> None:
+        self._journal: IO[str] | None = None
+        self._journal_path = journal
+        # Read at the first observe or drain: the actuator holds its state folder's lock then.
+        self._opened = journal is None
+
+    def _open(self) -> None:
+        if self._opened or self._journal_path is None:
+            return
+        self._opened = True
+        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+        self._load(self._journal_path)
+        self._journal = self._journal_path.open("a", encoding="utf-8")
+
+    def _load(self, journal: Path) -> None:
+        raise NotImplementedError
+
+    def _append(self, line: str) -> None:
+        if self._journal is not None:
+            self._journal.write(line + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    @staticmethod
+    def _compact(journal: Path, lines: list[str]) -> None:
+        tmp = journal.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as out:
+            out.writelines(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(journal)
+
+
+class Revoker(Journalled):
     """Revokes the certificates of instances deleted or lost, as their events are folded; a
     revocation OpenBao could not make waits and is tried again at the next `drain`, so a
     control plane that lost OpenBao for a while still revokes every node it saw go.
@@ -313,18 +397,7 @@ class Revoker:
         """Every serial revoked by this revoker, in order."""
         self.done: set[NodeIdentity] = set()
         """Identities revoked (this run, or a journal's earlier one)."""
-        self._journal: IO[str] | None = None
-        self._journal_path = journal
-        # Read at the first observe or drain: the actuator holds its state folder's lock then.
-        self._opened = journal is None
-
-    def _open(self) -> None:
-        if self._opened or self._journal_path is None:
-            return
-        self._opened = True
-        self._journal_path.parent.mkdir(parents=True, exist_ok=True)
-        self._load(self._journal_path)
-        self._journal = self._journal_path.open("a", encoding="utf-8")
+        super().__init__(journal)
 
     def _load(self, journal: Path) -> None:
         if not journal.exists():
@@ -342,18 +415,7 @@ class Revoker:
         # Compacted: what is pending and what was done, nothing else (atomically replaced).
         lines = [f"revoked {i.region} {i.instance_id}\n" for i in sorted(self.done, key=str)]
         lines += [f"retire {i.region} {i.instance_id} {e}\n" for i, e in self.pending.items()]
-        tmp = journal.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as out:
-            out.writelines(lines)
-            out.flush()
-            os.fsync(out.fileno())
-        tmp.replace(journal)
-
-    def _append(self, line: str) -> None:
-        if self._journal is not None:
-            self._journal.write(line + "\n")
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
+        self._compact(journal, lines)
 
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload
@@ -371,6 +433,10 @@ class Revoker:
         for identity in list(self.pending):
             try:
                 self.revoked += self._authority.revoke(identity)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot revoke %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
                 continue
@@ -399,6 +465,4 @@ def revoker_from_env(environ: Mapping[str, str], journal: Path) -> Revoker | Non
             f"(or VAULT_TOKEN), a token that may revoke in {mount}"
         )
     address, token = found
-    import hvac
-
-    return Revoker(NodeAuthority(hvac.Client(url=address, token=token), mount=mount), journal)
+    return Revoker(NodeAuthority(openbao_client(address, token), mount=mount), journal)

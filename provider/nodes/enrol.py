@@ -22,8 +22,15 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from provider.authority import openbao_from_env
-from provider.nodes.authority import Enrolment, NodeAuthority, NodeAuthorityError, Revoker
+from provider.authority import openbao_client, openbao_from_env
+from provider.nodes.authority import (
+    Enrolment,
+    Journalled,
+    NodeAuthority,
+    NodeAuthorityError,
+    NodeAuthorityUnavailableError,
+    Revoker,
+)
 from provider.nodes.identity import NodeIdentity
 from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, InstanceLost
 
@@ -52,10 +59,24 @@ def deliver(enrolment: Enrolment, folder: Path) -> None:
     _write(folder / NODE_CERTIFICATE, f"{enrolment.certificate_pem}\n{enrolment.ca_pem}\n", 0o644)
 
 
-class Enroller:
-    """Enrols each launched node and delivers its identity to `nodes_dir/<instance id>`."""
+class Enroller(Journalled):
+    """Enrols each launched node and delivers its identity to `nodes_dir/<instance id>`.
 
-    def __init__(self, authority: NodeAuthority, nodes_dir: Path) -> None:
+    With a `journal` (a file in the actuator's state folder) a pending enrolment survives the
+    process: each launch is appended and fsync'd when it is observed (``launch <region>
+    <instance> <workload>``), before the actuator can store a position past it; each
+    enrolment is announced before OpenBao is asked (``enrolling <region> <instance>``) and
+    closed once the identity is delivered (``delivered ...``); a deletion or loss is
+    ``gone ...``. An enroller started on the journal of one that died (kill -9) enrols what
+    that one left pending, once: a node whose enrolment was announced and not delivered may
+    hold a certificate no node has (issued, then the process died before the record or the
+    files were written), so every live certificate naming it is revoked first
+    (`NodeAuthority.live_serials`), and the node is left with exactly one. A node gone before
+    its delivery is never enrolled, and one announced is cleaned the same way."""
+
+    def __init__(
+        self, authority: NodeAuthority, nodes_dir: Path, journal: Path | None = None
+    ) -> None:
         self._authority = authority
         self.nodes_dir = nodes_dir
         self.pending: dict[NodeIdentity, str] = {}
@@ -63,38 +84,128 @@ class Enroller:
         self.gone: set[NodeIdentity] = set()
         self.enrolled: list[str] = []
         """Serials issued by this enroller, in order."""
+        self.unclean: set[NodeIdentity] = set()
+        """Enrolments announced and not delivered (a journal's earlier run): their stray
+        certificates are revoked before anything else is done for them."""
+        self.cleaned: list[str] = []
+        """Serials revoked as strays of an enrolment that never reached its node."""
+        super().__init__(journal)
 
     def folder(self, identity: NodeIdentity) -> Path:
         return self.nodes_dir / identity.instance_id
 
+    def delivered(self, identity: NodeIdentity) -> bool:
+        return (self.folder(identity) / NODE_CERTIFICATE).exists()
+
+    def _load(self, journal: Path) -> None:
+        if not journal.exists():
+            return
+        announced: set[NodeIdentity] = set()
+        for line in journal.read_text(encoding="utf-8").splitlines():
+            what, *words = line.split(" ")
+            if len(words) < 2:
+                continue  # a line cut short by the death: its fsync never returned
+            identity = NodeIdentity(words[0], words[1])
+            if what == "launch" and len(words) == 3:
+                if identity not in self.gone and not self.delivered(identity):
+                    self.pending.setdefault(identity, words[2])
+            elif what == "enrolling":
+                announced.add(identity)
+            elif what == "delivered":
+                announced.discard(identity)
+                self.pending.pop(identity, None)
+            elif what == "gone":
+                self.gone.add(identity)
+                self.pending.pop(identity, None)
+        # An announced enrolment whose files are complete was delivered: the death came
+        # between the files and the journal's line.
+        self.unclean = {i for i in announced if not self.delivered(i)}
+        # Compacted: what is still to do, and the nodes gone (so a launch read again from the
+        # log is not enrolled), atomically replaced.
+        lines = [f"gone {i.region} {i.instance_id}\n" for i in sorted(self.gone, key=str)]
+        lines += [f"launch {i.region} {i.instance_id} {w}\n" for i, w in self.pending.items()]
+        lines += [f"enrolling {i.region} {i.instance_id}\n" for i in sorted(self.unclean, key=str)]
+        self._compact(journal, lines)
+
     def observe(self, envelope: Envelope) -> None:
         payload = envelope.payload
         if isinstance(payload, InstanceLaunched):
+            self._open()
             identity = NodeIdentity(envelope.region, payload.instance_id)
-            delivered = (self.folder(identity) / NODE_CERTIFICATE).exists()
-            if identity not in self.gone and not delivered:
+            known = identity in self.pending or identity in self.gone
+            if not known and not self.delivered(identity):
+                self._append(
+                    f"launch {identity.region} {identity.instance_id} {payload.workload_id}"
+                )
                 self.pending[identity] = payload.workload_id
         elif isinstance(payload, InstanceDeleted | InstanceLost):
+            self._open()
             identity = NodeIdentity(envelope.region, payload.instance_id)
-            self.gone.add(identity)
+            if identity not in self.gone:
+                self._append(f"gone {identity.region} {identity.instance_id}")
+                self.gone.add(identity)
             self.pending.pop(identity, None)
 
     def drain(self) -> int:
-        """Enrol and deliver what is pending; how many are still pending."""
+        """Clean what a dead enroller left half done, then enrol and deliver what is pending;
+        how many are still pending."""
+        self._open()
+        if self.unclean:
+            self._clean()
         for identity, workload in list(self.pending.items()):
+            if identity in self.unclean:
+                continue  # its strays first
             try:
                 record = self._authority.record(identity)
                 if record is not None and record.retired:  # gone before it was enrolled
                     del self.pending[identity]
                     continue
-                enrolment = self._authority.enrol(identity, workload)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                break
             except NodeAuthorityError as error:
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
                 continue
+            self._append(f"enrolling {identity.region} {identity.instance_id}")
+            try:
+                enrolment = self._authority.enrol(identity, workload)
+            except NodeAuthorityUnavailableError as error:  # the others would wait as long
+                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
+                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                self.unclean.add(identity)  # it may have been issued: check before again
+                break
+            except NodeAuthorityError as error:
+                log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
+                self.unclean.add(identity)  # it may have been issued: check before again
+                continue
             deliver(enrolment, self.folder(identity))
+            self._append(f"delivered {identity.region} {identity.instance_id}")
             self.enrolled.append(enrolment.serial)
             del self.pending[identity]
         return len(self.pending)
+
+    def _clean(self) -> None:
+        """Revoke every live certificate of the nodes whose enrolment may have been issued
+        and not delivered (one read of the engine's certificates for all of them)."""
+        try:
+            found = self._authority.live_serials(*sorted(self.unclean, key=str))
+        except NodeAuthorityError as error:
+            log.warning("cannot look for stray certificates yet (tried again later): %s", error)
+            return
+        for identity, strays in found.items():
+            try:
+                self._authority.revoke_serials(identity, strays)
+            except NodeAuthorityError as error:
+                log.warning("cannot clean up %s yet (tried again later): %s", identity, error)
+                continue
+            self.cleaned += strays
+            self.unclean.discard(identity)
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
 
 class NodeLifecycle:
@@ -110,6 +221,10 @@ class NodeLifecycle:
     def drain(self) -> int:
         return self.enroller.drain() + self.revoker.drain()
 
+    def close(self) -> None:
+        self.enroller.close()
+        self.revoker.close()
+
 
 def nodes_from_env(
     environ: Mapping[str, str], state_folder: Path
@@ -117,7 +232,8 @@ def nodes_from_env(
     """The actuator's follower of nodes as the environment configures it:
     SPOTCAP_NODES_PKI_MOUNT (the nodes' PKI engine; unset: None) revokes at deletion or loss
     (durable in `state_folder`/revocations); with SPOTCAP_NODES_DIR too, every launched node
-    is enrolled and its identity delivered under that folder. OpenBao at BAO_ADDR (else
+    is enrolled and its identity delivered under that folder (pending enrolments durable in
+    `state_folder`/enrolments). OpenBao at BAO_ADDR (else
     VAULT_ADDR) with BAO_TOKEN (else VAULT_TOKEN)."""
     mount = environ.get("SPOTCAP_NODES_PKI_MOUNT")
     nodes_dir = environ.get("SPOTCAP_NODES_DIR")
@@ -134,13 +250,12 @@ def nodes_from_env(
             "SPOTCAP_NODES_PKI_MOUNT needs OpenBao: set BAO_ADDR (or VAULT_ADDR) and BAO_TOKEN "
             f"(or VAULT_TOKEN), a token that may issue and revoke in {mount}"
         )
-    import hvac
-
-    authority = NodeAuthority(hvac.Client(url=found[0], token=found[1]), mount=mount)
+    authority = NodeAuthority(openbao_client(*found), mount=mount)
     revoker = Revoker(authority, state_folder / "revocations")
     if not nodes_dir:
         return revoker
-    return NodeLifecycle(Enroller(authority, Path(nodes_dir)), revoker)
+    enroller = Enroller(authority, Path(nodes_dir), state_folder / "enrolments")
+    return NodeLifecycle(enroller, revoker)
 
 
 __all__ = ["Enroller", "NodeLifecycle", "deliver", "nodes_from_env"]

@@ -34,8 +34,14 @@ from typing import Any
 from cryptography import x509
 
 from contracts.output import bundle_by_sha, bundle_file_name, sha_of_bundle_file
-from provider.authority import openbao_from_env
-from provider.nodes.authority import NODE_ROLE, NodeAuthority, NodeAuthorityError, NodeRecord
+from provider.authority import openbao_client, openbao_from_env
+from provider.nodes.authority import (
+    NODE_ROLE,
+    NodeAuthority,
+    NodeAuthorityError,
+    NodeAuthorityUnavailableError,
+    NodeRecord,
+)
 from provider.nodes.identity import (
     IdentityError,
     NodeIdentity,
@@ -170,6 +176,11 @@ class BundleService:
         if method == "POST" and parts[5] == "certificate":
             try:
                 enrolment = self.authority.renew(identity, body.decode("ascii"))
+            except NodeAuthorityUnavailableError as error:  # an outage refuses nothing
+                raise _RefusedError(
+                    503, f"cannot renew {identity} now: {error}; keep the certificate in use "
+                    "and ask again later",
+                ) from error  # fmt: skip
             except (NodeAuthorityError, UnicodeDecodeError) as error:
                 raise _RefusedError(403, f"no renewal for {identity}: {error}") from error
             answer = {
@@ -287,8 +298,6 @@ def bundle_service_from_env(
             f"{bundles} is not a folder of signed bundles: pass the --out folder of "
             "`spotcap contracts compile --key`"
         )
-    import hvac
-
-    authority = NodeAuthority(hvac.Client(url=address, token=token), mount=pki_mount)
+    authority = NodeAuthority(openbao_client(address, token), mount=pki_mount)
     service = BundleService(authority, bundles, releases)
     return start_bundle_service(service, host, port, state_dir)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +43,7 @@ from schemas.events import Envelope
 from streams.log import EventLog
 from streams.topics import topic_name
 
+R = TypeVar("R")
 Opener = Callable[[], tuple[EventLog, Codec]]
 """Opens the log and makes the codec in a worker: picklable (a module-level function or a
 `functools.partial` of one), as `sim.materialise.Opener`."""
@@ -112,18 +113,6 @@ def _read_in_worker(
         log.close()
 
 
-def _split(joined: bytes) -> list[Hash]:
-    return [joined[i : i + 32] for i in range(0, len(joined), 32)]
-
-
-def _root_of_joined(joined: bytes) -> Hash:
-    return root_of(_split(joined))
-
-
-def _chained_of_joined(old_size: int, old_frontier: list[Hash], joined: bytes) -> Chained:
-    return chained(old_size, old_frontier, _split(joined))
-
-
 def share(parts: Sequence[Part], workers: int) -> list[list[Part]]:
     """`parts` among `workers`, each partition to the one with the fewest records so far
     (largest first), none empty."""
@@ -135,6 +124,27 @@ def share(parts: Sequence[Part], workers: int) -> list[list[Part]]:
     return [mine for _, _, mine in sorted(loads, key=itemgetter(1)) if mine]
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where the month's rows are, picklable for a worker: each worker's file with the row
+    counts of its partitions (in the file's order), and the partition (index among them all)
+    of each row in history order."""
+
+    files: list[tuple[str, list[int]]]
+    order: pa.Array
+
+    def open(self) -> MonthEvents:
+        """The rows, memory-mapped (the page cache shares them between processes)."""
+        parts: list[pa.Table] = []
+        for path, counts in self.files:
+            table = pa.ipc.open_file(pa.memory_map(path)).read_all()
+            start = 0
+            for rows in counts:
+                parts.append(table.slice(start, rows))
+                start += rows
+        return MonthEvents(parts, self.order)
+
+
 @dataclass
 class MonthEvents:
     """The month's rows by partition (`layout.EVENTS_SCHEMA` and `leaf`, memory-mapped from
@@ -143,6 +153,9 @@ class MonthEvents:
     parts: list[pa.Table]
     order: pa.Array
     headers: set[bytes] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.order)
 
     def batches(self, names: Sequence[str], size: int = BATCH_ROWS) -> Iterator[pa.Table]:
         """The rows' columns `names` in history order, `size` rows at a time (each partition's
@@ -160,10 +173,29 @@ class MonthEvents:
             # Row q of the slices is row grouped[q] of the batch: take by the inverse.
             yield pa.concat_tables(slices).take(pc.sort_indices(grouped))
 
+    def table(self, names: Sequence[str]) -> pa.Table:
+        """The columns `names` of every row in history order, one chunk per `BATCH_ROWS`
+        rows: the chunks of the same columns read back from events.parquet (one per row
+        group), so that files derived from either are the same, byte for byte."""
+        chunks = [b.combine_chunks() for b in self.batches(names)]
+        return pa.concat_tables(chunks) if chunks else _SCHEMA.empty_table().select(names)
+
     @cached_property
     def leaves(self) -> list[bytes]:
         """Each row's Merkle leaf hash, in order."""
         return [h for t in self.batches(["leaf"]) for h in t.column("leaf").to_pylist()]
+
+
+def _trees_of(where: Where, old_size: int, old_frontier: list[Hash]) -> tuple[Hash, Chained]:
+    """In a worker: the month's tree head and the chain extended by its leaves."""
+    leaves = where.open().leaves
+    chain = chained(old_size, old_frontier, leaves)
+    # A first month: the chain is the month's tree (RFC 9162 MTH), hashed once.
+    return (chain[1] if old_size == 0 else root_of(leaves)), chain
+
+
+def _call_with(where: Where, work: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return work(where.open(), *args)
 
 
 def _in_order(occurred: bytes) -> bool:
@@ -180,8 +212,11 @@ def _merged_order(
     if all(_in_order(occurred) for occurred, _, _ in keys.values()):
         # Sorted partitions merge as one sort does (no two rows share a key).
         columns = ("occurred_at", "topic", "partition", "offset")
+        # The parts' chunks as they are (a list of chunked arrays would go through Python).
         chunked = {
-            c: pa.chunked_array([t.column(c) for t in parts], _SCHEMA.field(c).type)
+            c: pa.chunked_array(
+                [a for t in parts for a in t.column(c).chunks], _SCHEMA.field(c).type
+            )
             for c in columns
         }
         part = [pa.repeat(pa.scalar(i, pa.int32()), t.num_rows) for i, t in enumerate(parts)]
@@ -239,31 +274,33 @@ class MonthReading:
         """Wait for the workers; the month's rows, memory-mapped, and their merged order."""
         headers: set[bytes] = set()
         keys: Keys = {}
-        parts: list[pa.Table] = []
         names: list[tuple[str, int]] = []
+        files: list[tuple[str, list[int]]] = []
         for future, path in zip(self._futures, self._paths, strict=True):
             seen, theirs = future.result()
             headers.update(seen)
             keys.update(theirs)
-            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-            start = 0
-            for name, (_, _, rows) in theirs.items():
-                names.append(name)
-                parts.append(table.slice(start, rows))
-                start += rows
-        return MonthEvents(parts, _merged_order(parts, names, keys, self.month), headers)
+            names.extend(theirs)
+            files.append((str(path), [rows for _, _, rows in theirs.values()]))
+        read = Where(files, pa.array([], pa.int32())).open()
+        order = _merged_order(read.parts, names, keys, self.month)
+        self._where = Where(files, order)
+        return MonthEvents(read.parts, order, headers)
 
     def trees(
-        self, leaves: Sequence[Hash], old_size: int, old_frontier: Sequence[Hash]
+        self, old_size: int, old_frontier: Sequence[Hash]
     ) -> Callable[[], tuple[Hash, Chained]]:
-        """The month's tree head and the chain extended by `leaves`, hashed by two of the
-        workers while this process writes the files; call the result for them."""
-        joined = b"".join(leaves)
-        chain = self._pool.submit(_chained_of_joined, old_size, list(old_frontier), joined)
-        if old_size == 0:  # the first month: the chain is the month's tree (RFC 9162 MTH)
-            return lambda: (chain.result()[1], chain.result())
-        root = self._pool.submit(_root_of_joined, joined)
-        return lambda: (root.result(), chain.result())
+        """The month's tree head and the chain extended by its leaves (in history order),
+        hashed by a worker while this process writes the files; call the result for them.
+        After `events()`."""
+        done = self._pool.submit(_trees_of, self._where, old_size, list(old_frontier))
+        return done.result
+
+    def in_worker(self, work: Callable[..., R], *args: Any) -> Future[R]:
+        """`work(events, *args)` in a worker, `events` the month's rows as `events()` gives
+        them (without the headers): for what can be done beside this process's writing.
+        `work` must be picklable (a module-level function). After `events()`."""
+        return self._pool.submit(_call_with, self._where, work, args)
 
     def close(self) -> None:
         for future in self._futures:

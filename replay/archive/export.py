@@ -92,13 +92,15 @@ class Exported:
 
 
 def archived_months(storage: ArchiveStorage, region: str) -> list[str]:
-    """The months of `region` that have a manifest, in order."""
-    months = set()
+    """The months of `region` that have a manifest and its signature, in order. A manifest
+    without its signature is an export cut short between the two (the signature is written
+    last): that month is not archived, and an export of it writes it (verify finds it)."""
+    names: dict[str, set[str]] = {}
     for k in storage.keys(f"{region}/"):
         parts = k.split("/")
-        if len(parts) == 3 and parts[2] == layout.MANIFEST:
-            months.add(parts[1])
-    return sorted(months)
+        if len(parts) == 3:
+            names.setdefault(parts[1], set()).add(parts[2])
+    return sorted(m for m, n in names.items() if {layout.MANIFEST, layout.SIGNATURE} <= n)
 
 
 def payload_json(e: Envelope) -> str:
@@ -120,10 +122,16 @@ class _EventsFile:
         self.writer = pq.ParquetWriter(path, layout.EVENTS_SCHEMA, compression="zstd")
         self.rows: list[tuple[Any, ...]] = []
         self.leaves: list[bytes] = []
+        self.read_rows = 0  # rows of `add_read`, whose leaves a worker hashes
         self.headers: set[bytes] = set()
         self.topics: set[str] = set()
         self.first_us: int | None = None
         self.last_us: int | None = None
+
+    @property
+    def count(self) -> int:
+        """The rows written."""
+        return len(self.leaves) + self.read_rows
 
     @property
     def fingerprints(self) -> list[str]:
@@ -155,9 +163,10 @@ class _EventsFile:
 
     def add_read(self, read: MonthEvents) -> None:
         """The month as `replay.archive.columns` read and merged it, in the row groups
-        `add_record` would write (a batch at a time)."""
+        `add_record` would write (a batch at a time); its leaves are hashed elsewhere
+        (`MonthReading.trees`)."""
         self.headers.update(read.headers)
-        self.leaves.extend(read.leaves)
+        self.read_rows += len(read)
         for batch in read.batches(layout.EVENTS_SCHEMA.names, BATCH_ROWS):
             self.writer.write_table(batch)
             self.topics.update(pc.unique(batch.column("topic")).to_pylist())
@@ -212,7 +221,7 @@ def write_events_file(path: Path, history: Iterable[Positioned], *, typed: bool 
         events.close()
     if typed:
         write_typed_files(path, path.parent)
-    return len(events.leaves)
+    return events.count
 
 
 def typed_tables(events_path: Path, table: pa.Table | None = None) -> dict[str, pa.Table]:
@@ -293,6 +302,13 @@ def write_typed_files(
     return rows
 
 
+def _derived_files(read: MonthEvents, folder: str) -> dict[str, int]:
+    """In a worker: `write_typed_files` from the month's rows as read (the columns
+    events.parquet holds, in its order and row groups: the same files, byte for byte)."""
+    table = read.table(layout.PRICED_SCHEMA.names)
+    return write_typed_files(Path(folder) / layout.EVENTS, Path(folder), table=table)
+
+
 def _file_entry(path: Path, rows: int | None, schema: pa.Schema | None) -> dict[str, Any]:
     data = path.read_bytes()
     entry: dict[str, Any] = {"sha256": layout.sha256_hex(data), "bytes": len(data)}
@@ -334,18 +350,18 @@ def _month_events(
         if read is not None:
             events.add_read(read)
             if on_event is not None:
-                on_event(len(events.leaves))
+                on_event(events.count)
         for origin, e in history:
             if start_us <= e.occurred_at < end_us:
                 events.add(origin, e)
-                if on_event is not None and len(events.leaves) % 10_000 == 0:
-                    on_event(len(events.leaves))
+                if on_event is not None and events.count % 10_000 == 0:
+                    on_event(events.count)
         add = events.add_record
         for record in records:
             if start_us <= record[0] < end_us:
                 add(record)
-                if on_event is not None and len(events.leaves) % 10_000 == 0:
-                    on_event(len(events.leaves))
+                if on_event is not None and events.count % 10_000 == 0:
+                    on_event(events.count)
     finally:
         events.close()
     return events
@@ -408,14 +424,19 @@ def export_month(
     codec = Codec()
     old_size = int(chain_before["size"])
     old_frontier = [bytes.fromhex(h) for h in chain_before["frontier"]]
-    read = trees = None
-    if reading is not None:  # the trees hashed by the workers while the files are written
+    read = trees = derived = None
+    if reading is not None:
+        # While this process writes events.parquet, one worker writes the files derived from
+        # it (from the same rows in the same order) and another hashes the trees.
         read = reading.events()
-        trees = reading.trees(read.leaves, old_size, old_frontier)
+        derived = reading.in_worker(_derived_files, str(workdir))
+        trees = reading.trees(old_size, old_frontier)
     events = _month_events(workdir / layout.EVENTS, codec, month, history=history,
                            records=records, read=read, on_event=on_event)  # fmt: skip
     pq.write_table(cost_lines, workdir / layout.COST_LINES, compression="zstd")
-    typed_rows = write_typed_files(workdir / layout.EVENTS, workdir)
+    typed_rows = (
+        write_typed_files(workdir / layout.EVENTS, workdir) if derived is None else derived.result()
+    )
     (workdir / layout.SCHEMA).write_bytes(layout.canonical_json(codec.schema))
     audit_files: dict[str, Any] = {}
     if audit is not None:
@@ -440,9 +461,7 @@ def export_month(
             "last_event_at": iso(events.last_us) if events.last_us is not None else None,
         },
         "files": {
-            layout.EVENTS: _file_entry(
-                workdir / layout.EVENTS, len(events.leaves), layout.EVENTS_SCHEMA
-            ),
+            layout.EVENTS: _file_entry(workdir / layout.EVENTS, events.count, layout.EVENTS_SCHEMA),
             layout.COST_LINES: _file_entry(
                 workdir / layout.COST_LINES, cost_lines.num_rows, cost_lines.schema
             ),
@@ -454,11 +473,11 @@ def export_month(
             **audit_files,
         },
         "events": {
-            "count": len(events.leaves),
+            "count": events.count,
             "topics": sorted(events.topics),
             "avro_headers": events.fingerprints,  # C3 01 + writer schema fingerprint
         },
-        "merkle": {"leaf": layout.LEAF, "size": len(events.leaves), "root": root.hex()},
+        "merkle": {"leaf": layout.LEAF, "size": events.count, "root": root.hex()},
         "chain": {
             "previous_month": previous,
             "previous_manifest_sha256": previous_sha,
@@ -478,24 +497,39 @@ def export_month(
     manifest_bytes = layout.canonical_json(manifest)
     (workdir / layout.MANIFEST).write_bytes(manifest_bytes)
     (workdir / layout.SIGNATURE).write_bytes(signer.sign(manifest_bytes))
-    until = layout.retain_until(month)
     # The manifest and its signature last: a month without them is not archived (a retry
     # after a crash finds the month absent and writes it again).
-    for name in (*layout.DATA_FILES, *audit_files, layout.MANIFEST, layout.SIGNATURE):
-        storage.put(layout.key(region, month, name), workdir / name, until)
+    _put_month(storage, region, month, (*layout.DATA_FILES, *audit_files), workdir=workdir)
     # Then the head names this month as the newest (its signature first: a head is read with
     # its signature, and a head newer than its signature fails verify rather than passing).
     _put_head(storage, signer, region, month, manifest_bytes, workdir=workdir)
     return Exported(
         region,
         month,
-        len(events.leaves),
+        events.count,
         cost_lines.num_rows,
         root.hex(),
         chain_size,
         layout.sha256_hex(manifest_bytes),
         time.monotonic() - started,
     )
+
+
+def _put_month(
+    storage: ArchiveStorage, region: str, month: str, names: tuple[str, ...], *, workdir: Path
+) -> None:
+    """Store the month's files `names`, then its manifest and signature (last: a month without
+    them is not archived, and an export run again writes it)."""
+    until = layout.retain_until(month)
+    try:
+        for name in (*names, layout.MANIFEST, layout.SIGNATURE):
+            storage.put(layout.key(region, month, name), workdir / name, until)
+    except ArchiveError as error:
+        raise ArchiveError(
+            f"{error}; {month} is not archived (its signed manifest is written last): run "
+            f"`spotcap archive export --month {month}` again once the archive answers, and it "
+            "writes the month (what this run stored is not stored twice)"
+        ) from error
 
 
 def _put_head(
@@ -513,8 +547,15 @@ def _put_head(
     (workdir / layout.HEAD).write_bytes(head)
     (workdir / layout.HEAD_SIGNATURE).write_bytes(signer.sign(head))
     until = layout.retain_until(month)
-    for name in (layout.HEAD_SIGNATURE, layout.HEAD):
-        storage.put(layout.head_key(region, name), workdir / name, until)
+    try:
+        for name in (layout.HEAD_SIGNATURE, layout.HEAD):
+            storage.put(layout.head_key(region, name), workdir / name, until)
+    except ArchiveError as error:
+        raise ArchiveError(
+            f"{error}; {month} is archived but the archive's signed head does not name it yet: "
+            f"run `spotcap archive export --month {month}` again once the archive answers, and "
+            "it writes the head"
+        ) from error
 
 
 def head_left_behind(
@@ -522,7 +563,8 @@ def head_left_behind(
 ) -> bytes | None:
     """`month`'s manifest when an export of it stopped after the manifest and before the head
     was complete: `month` is the newest archived month, its manifest signed by `public_key`,
-    and either it is the first month and no head was written, or the head is, byte for byte,
+    and either it is the first month and no head was written (or only the head's signature,
+    for this month), or the head is, byte for byte,
     the one naming the month the manifest links back to, signed by that key for it (stopped
     before the head) or for `month` (stopped between the head's signature and the head).
     None otherwise: a complete head, or one changed (verify says so)."""
@@ -537,10 +579,17 @@ def head_left_behind(
         return None
     if not _verifies(public_key, signature, manifest):
         return None
-    if previous is None:  # a first month: its export stopped before any head was written
-        return (
-            manifest if not storage.exists(layout.head_key(region, layout.HEAD_SIGNATURE)) else None
-        )
+    if previous is None:  # a first month: its export stopped before the head was written
+        if not storage.exists(layout.head_key(region, layout.HEAD_SIGNATURE)):
+            return manifest
+        if storage.exists(layout.head_key(region)):
+            return None  # complete, or changed: verify says which
+        try:  # stopped between the head's signature and the head
+            head_signature = storage.read(layout.head_key(region, layout.HEAD_SIGNATURE))
+        except ArchiveError:
+            return None
+        wanted = layout.head_of(region, month, manifest)
+        return manifest if _verifies(public_key, head_signature, wanted) else None
     try:
         before = layout.head_of(
             region, previous, storage.read(layout.key(region, previous, layout.MANIFEST))

@@ -15,6 +15,7 @@ without wildcard DNS) unless ``SPOTCAP_S3_ADDRESSING=virtual``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +25,16 @@ from replay.archive.storage import ArchiveError, Retention
 
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 120
+SHA256_METADATA = "spotcap-sha256"
+"""The user metadata (``x-amz-meta-spotcap-sha256``) holding each object's SHA-256 (hex)."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -97,6 +108,12 @@ class S3Storage:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def put(self, key: str, source: Path, retain_until: datetime) -> None:
+        """Store `source` as a new locked version of `key`, unless the current version holds
+        these bytes already, locked at least as long (an export run again after one cut
+        short writes no second version of what the first stored)."""
+        digest = sha256_file(source)
+        if self._stored(key, digest, retain_until):
+            return
         try:
             with source.open("rb") as body:
                 self._s3.put_object(
@@ -106,9 +123,25 @@ class S3Storage:
                     ObjectLockMode="COMPLIANCE",
                     ObjectLockRetainUntilDate=retain_until,
                     ChecksumAlgorithm="SHA256",
+                    Metadata={SHA256_METADATA: digest},
                 )
         except self._errors as error:
             raise ArchiveError(f"S3 refused {key}: {self._error(error)}") from error
+
+    def _stored(self, key: str, digest: str, retain_until: datetime) -> bool:
+        """Whether the current version of `key` is these bytes (by the SHA-256 the archive
+        wrote with it), locked in compliance mode until `retain_until` or later."""
+        try:
+            found = self._s3.head_object(Bucket=self.bucket, Key=self._key(key))
+        except self._errors:
+            return False  # missing (or unreadable: the put says why)
+        until = found.get("ObjectLockRetainUntilDate")
+        return (
+            found.get("Metadata", {}).get(SHA256_METADATA) == digest
+            and found.get("ObjectLockMode") == "COMPLIANCE"
+            and until is not None
+            and until >= retain_until
+        )
 
     def fetch(self, key: str, target: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,8 @@ def run() -> None:
               default="warning", show_default=True, help="How much the workers log to stderr.")
 @click.option("--keyring", type=click.Path(dir_okay=False, path_type=Path),
               envvar="SPOTCAP_KEYRING", help="Keys a raised floor or cap, or a new approver, "
-              "must be signed by (spotcap.keyring/v1, as for contracts compile).")
+              "must be signed by (spotcap.keyring/v1, as for contracts compile); the "
+              "sequencer records them in the journal, where the workers read them.")
 @click.pass_obj
 def streams_command(settings: Settings, /, *, role: str, pool_partitions: int,
                     workload_partitions: int, log_level: str, keyring: Path | None,

@@ -10,6 +10,12 @@ event carries valid Ed25519 signatures of its change statement by the contract's
 a higher authority other than the owner. Otherwise the workload keeps the terms in force and
 the fallback arbiter says so (``contract_refused``). Lowering needs no signature.
 
+Which keys are trusted is itself an input (``keyring_trusted``): the region's sequencer records
+the keyring it was started with in the deciders' journal, at its start and whenever the keyring
+changes (`trust_event`), and the region view folds it (`RegionView.trust`); the workload
+deciders use the keys of the view. So a replay of the journal decides with the keys the run
+trusted at each point, with no keyring given (`trust_of`).
+
 Pure: no I/O, no clock; `cryptography` only to verify.
 """
 
@@ -17,6 +23,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -24,8 +32,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from schemas.contracts.change import Authority, authority_changes, change_statement
-from schemas.events import ContractPublished
+from schemas.events import ContractPublished, Envelope, KeyringTrusted
 from schemas.frozen import FrozenMap
+from schemas.ids import derived_event_id
+
+TRUST_PRODUCER = "deciders/keyring"
+"""The producer of a recorded keyring (a deciders' record: never an input from outside)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +51,38 @@ class ChangeTrust:
     def __post_init__(self) -> None:  # hashable, like the settings that hold it
         object.__setattr__(self, "owners", FrozenMap(self.owners))
         object.__setattr__(self, "authorities", FrozenMap(self.authorities))
+
+
+def trust_digest(trust: ChangeTrust | None) -> str:
+    """Hex SHA-256 of the keys' canonical JSON: which keyring (None: the empty one)."""
+    owners = dict(trust.owners) if trust is not None else {}
+    authorities = dict(trust.authorities) if trust is not None else {}
+    canonical = json.dumps({"authorities": authorities, "owners": owners}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def trust_event(trust: ChangeTrust | None, region: str, at_us: int, after: str) -> Envelope:
+    """The record that `trust` (None: no keyring) is in force from here on, at event time
+    `at_us`; its id is derived from the keyring and `after` (where in the order it was put:
+    the runtime's position or the next input's id), so a record made again is the same."""
+    digest = trust_digest(trust)
+    payload = KeyringTrusted(
+        keyring_sha256=digest,
+        owners=dict(trust.owners) if trust is not None else {},
+        authorities=dict(trust.authorities) if trust is not None else {},
+    )
+    event_id = derived_event_id(f"keyring/{region}/{after}", "keyring_trusted", digest)
+    return Envelope(
+        event_id, "keyring_trusted", at_us, at_us, region, region, None, None, TRUST_PRODUCER,
+        payload,
+    )  # fmt: skip
+
+
+def trust_of(p: KeyringTrusted) -> ChangeTrust | None:
+    """The keys a ``keyring_trusted`` record puts in force (None: no keyring)."""
+    if not p.owners and not p.authorities:
+        return None
+    return ChangeTrust(owners=p.owners, authorities=p.authorities)
 
 
 def authority_of(p: ContractPublished) -> Authority:
@@ -89,4 +133,12 @@ def refusal(trust: ChangeTrust, in_force: Authority | None, p: ContractPublished
     )
 
 
-__all__ = ["ChangeTrust", "authority_of", "refusal"]
+__all__ = [
+    "TRUST_PRODUCER",
+    "ChangeTrust",
+    "authority_of",
+    "refusal",
+    "trust_digest",
+    "trust_event",
+    "trust_of",
+]

@@ -23,6 +23,7 @@ from schemas.events import (
     InstanceDeleted,
     InstanceLaunched,
     InstanceLost,
+    KeyringTrusted,
     PoolExcluded,
     PoolRanked,
     PoolReadmitted,
@@ -31,6 +32,7 @@ from schemas.events import (
     RateCard,
     ReservationCommitted,
 )
+from streams.deciders.authority import ChangeTrust, trust_of
 from streams.deciders.maps import drop, put, replace
 
 
@@ -111,6 +113,10 @@ class RegionView:
     excluded: Mapping[str, str] = field(default_factory=dict)  # pool -> pool_excluded id
     ranking_id: str | None = None
     ranking: Mapping[str, Ranked] = field(default_factory=dict)
+    trust: ChangeTrust | None = None
+    """The keys a change of authority must be signed by (ADR-30), as the last
+    ``keyring_trusted`` record put them in force (None: no keyring recorded, every version
+    takes effect): the workload deciders use these (`streams.runtime.core.WorkloadStage`)."""
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -157,6 +163,9 @@ class RegionView:
 
     def evolve(self, event: Envelope) -> RegionView:
         """The view after one event (events it does not read change only `now_us`)."""
+        if type(event.payload) is KeyringTrusted:  # the runtime's record: time does not move
+            assert isinstance(event.payload, KeyringTrusted)
+            return replace(self, trust=trust_of(event.payload))
         changes: dict[str, object] = {}
         if event.occurred_at > self.now_us or not self.region:
             changes["now_us"] = max(self.now_us, event.occurred_at)

@@ -237,7 +237,8 @@ class DeciderSettings:
     changed) must be signed by, the owner's and a higher authority's, to take effect in the
     workload deciders (`streams.deciders.authority`). None: every published version takes
     effect (the compiler alone holds changes to two signatures). Not a decision parameter:
-    not settable with ``--set`` and not recorded with a run's settings."""
+    not settable with ``--set``; a runtime records it as an item of its order
+    (``keyring_trusted``), and a demo run's record keeps it beside the settings."""
     canary: CanarySettings = field(default_factory=CanarySettings)
 
 

@@ -36,6 +36,7 @@ can reproduce exactly what this module computes in one process.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
@@ -54,6 +55,7 @@ from streams.deciders import (
     Scorer,
     all_deciders,
 )
+from streams.deciders.authority import ChangeTrust, trust_event
 from streams.deciders.canary import CanaryDecider
 from streams.deciders.types import Decider, Tick, step
 from streams.deciders.workload import workload_of
@@ -334,12 +336,25 @@ class WorkloadStage:
     """The planner, the replacement decider and the fallback arbiter, per workload."""
 
     def __init__(self, settings: DeciderSettings) -> None:
+        # The keys trusted for changes of authority are the view's (recorded in the order, a
+        # ``keyring_trusted`` item), never the settings': a replay then needs no keyring.
+        self.settings = dataclasses.replace(settings, trust=None)
+        self.trust: ChangeTrust | None = None
         self.stages: tuple[KeyedStage[Any], ...] = (
-            KeyedStage(Planner(settings)),
-            KeyedStage(Replacement(settings)),
-            KeyedStage(FallbackArbiter(settings)),
+            KeyedStage(Planner(self.settings)),
+            KeyedStage(Replacement(self.settings)),
+            KeyedStage(FallbackArbiter(self.settings)),
         )
         self.inputs = frozenset().union(*(s.decider.inputs for s in self.stages))
+
+    def _trusting(self, trust: ChangeTrust | None) -> None:
+        """The deciders with the keys `trust` (their states stay)."""
+        self.trust = trust
+        settings = dataclasses.replace(self.settings, trust=trust)
+        planner, replacement, arbiter = self.stages
+        planner.decider = Planner(settings)
+        replacement.decider = Replacement(settings)
+        arbiter.decider = FallbackArbiter(settings)
 
     def key(self, event: Envelope) -> str | None:
         """The workload a fact is stepped under, or None if no workload decider reads it."""
@@ -347,6 +362,8 @@ class WorkloadStage:
 
     def apply(self, item: Item, view: RegionView) -> list[Ordered]:
         """The workload decisions on `item`, in order."""
+        if view.trust is not self.trust and view.trust != self.trust:
+            self._trusting(view.trust)
         if isinstance(item, Clock):
             dues: dict[str, int] = {}
             for stage in self.stages:
@@ -444,6 +461,9 @@ class DeciderCore:
         runtime: RuntimeSettings | None = None,
     ) -> None:
         settings = settings or DeciderSettings()
+        self.trust = settings.trust
+        """The keyring this runtime was given: put in force (recorded as an item) before the
+        first input it processes if the view has another (`process`)."""
         self.sequence = Sequence(runtime or RuntimeSettings())
         self.view_stage = ViewStage(settings)
         self.workload_stage = WorkloadStage(settings)
@@ -460,6 +480,10 @@ class DeciderCore:
         sequence = self.sequence
         if not sequence.admit(event):
             return []
+        trust = self.view.trust
+        if trust is not self.trust and trust != self.trust:  # this runtime's keyring, from here
+            self.apply(trust_event(self.trust, event.region, self.view.now_us, event.event_id))
+            self.trust = self.view.trust  # equal; the same object from now on (`is` is cheap)
         out = self._clocks(sequence.clocks_before(event.occurred_at))
         return out + self.apply(event)
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from schemas.codec import Codec
 from schemas.errors import CodecError
-from schemas.events import Envelope
+from schemas.events import Envelope, KeyringTrusted
 from streams.deciders import DeciderSettings, ExclusionWatcher, Scorer
+from streams.deciders.authority import trust_digest, trust_event
 from streams.kafka import KafkaLog
 from streams.log import LogError, TopicPartition
 from streams.merged import MergedHistory
@@ -55,6 +56,7 @@ from streams.schema_store import publish_schema
 from streams.topics import region_topics, topic_name
 
 _LOG = logging.getLogger("spotcap.runtime.sequencer")
+NO_KEYRING = trust_digest(None)
 
 
 class JournalConflictError(LogError):
@@ -76,6 +78,9 @@ class Recovered:
 
     next_position: int
     positions: Mapping[TopicPartition, int]
+    keyring_sha256: str = NO_KEYRING
+    """The keyring in force at the journal's end (`trust_digest`; the empty one if none was
+    ever recorded)."""
 
 
 class Router:
@@ -112,7 +117,10 @@ class Sequencer:
         self.topics = topics
         self.region = topics.region
         self.runtime = runtime or RuntimeSettings()
-        self.router = Router(settings or DeciderSettings())
+        settings = settings or DeciderSettings()
+        self.router = Router(settings)
+        self.trust = settings.trust
+        self.keyring_sha256 = NO_KEYRING  # the keyring in force at the journal's end
         self.batch_events = batch_events
         self.sequence = Sequence(self.runtime)
         self.producer = RuntimeProducer(bootstrap)
@@ -129,6 +137,7 @@ class Sequencer:
         recovered = self.recover()
         self.positions = dict(recovered.positions)
         self.next_position = recovered.next_position
+        self.keyring_sha256 = recovered.keyring_sha256
         self._history = MergedHistory(
             self.log,
             self.codec,
@@ -168,6 +177,7 @@ class Sequencer:
         ids = [h.event_id for _, h in valid if h.kind == "fact" and h.event_id]
         sequence.seen.restore(ids[-self.runtime.seen_capacity :])
         after = valid
+        keyring = NO_KEYRING
         if marks:
             mark = valid[marks[-1]][1].checkpoint or {}
             raw = mark.get("positions", {})
@@ -175,9 +185,14 @@ class Sequencer:
             positions = {_tp_of(k): int(v) for k, v in raw.items()}
             clock = mark.get("next_clock_us")
             sequence.next_clock_us = None if clock is None else int(str(clock))
+            keyring = str(mark.get("keyring", NO_KEYRING))
             after = valid[marks[-1] + 1 :]
         for message, header in after:
-            if header.kind == "clock" and header.clock_us is not None:
+            if header.kind == "fact" and header.origin is None and message.value:
+                recorded = self.codec.decode(message.value).payload  # the sequencer's own
+                if isinstance(recorded, KeyringTrusted):
+                    keyring = recorded.keyring_sha256
+            elif header.kind == "clock" and header.clock_us is not None:
                 sequence.next_clock_us = header.clock_us + sequence.interval_us
             elif header.origin is not None:
                 tp = _tp_of(header.origin.rpartition(":")[0])
@@ -187,7 +202,7 @@ class Sequencer:
                     at = self.codec.decode(message.value).occurred_at
                     sequence.next_clock_us = at - at % sequence.interval_us + sequence.interval_us
         self.sequence = sequence
-        return Recovered(end, positions)
+        return Recovered(end, positions, keyring)
 
     # -- running -----------------------------------------------------------------------------
 
@@ -204,9 +219,22 @@ class Sequencer:
                 items.append((item, None if isinstance(item, Clock) else where))
         if not items:
             return 0
+        configured = trust_digest(self.trust)
+        if configured != self.keyring_sha256:
+            # The keyring changed (or this is its first run): record it, before the items it
+            # decides, so that the journal says which keys each decision was made with.
+            head = items[0][0]
+            at = head.at_us if isinstance(head, Clock) else head.occurred_at
+            record = trust_event(self.trust, self.region, at, str(self.next_position))
+            items.insert(0, (record, None))
+            _LOG.info(
+                "sequencer of %s: records keyring %s in the journal at %d (was %s)",
+                self.region, configured[:12], self.next_position, self.keyring_sha256[:12],
+            )  # fmt: skip
         checkpoint = {
             "positions": {_tp_name(tp): o for tp, o in sorted(self.positions.items())},
             "next_clock_us": self.sequence.next_clock_us,
+            "keyring": configured,
         }
         key = self.region.encode()
         first = self.next_position
@@ -247,6 +275,7 @@ class Sequencer:
                 )
         self.next_position = first + len(items)
         self.appended += len(items)
+        self.keyring_sha256 = configured
         return len(items)
 
     def close(self) -> None:

@@ -53,18 +53,29 @@ def run_streams(
     sequencer in a thread beside a worker; the thread's death stops the process, loudly).
     A `LogError` while preparing means the broker or the partition counts are wrong."""
     prepare(bootstrap, codec, topics)
+    # The sequencer records the keyring in the journal (`Sequencer.step`); the workers take the
+    # keys from there, whatever keyring a worker was given.
+    settings: DeciderSettings = worker.get("settings") or DeciderSettings()
     if role == "sequencer":
-        _sequencer_until_signal(bootstrap, codec, topics)
+        _sequencer_until_signal(bootstrap, codec, topics, settings)
         return
     from streams.runtime.faust_app import FaustConfig, run_worker  # Faust loads slowly
 
     config = FaustConfig(bootstrap, topics, codec=codec, **worker)
     if role == "worker":
+        if settings.trust is not None:
+            logging.getLogger("spotcap.runtime").warning(
+                "a worker does not use --keyring: the region's sequencer records its keyring "
+                "in the journal, and every worker decides with the keys recorded there"
+            )
         run_worker(config)
         return
     stop = threading.Event()
     sequencer = threading.Thread(
-        target=_sequence, args=(bootstrap, codec, topics, stop), name="sequencer", daemon=True
+        target=_sequence,
+        args=(bootstrap, codec, topics, settings, stop),
+        name="sequencer",
+        daemon=True,
     )
     sequencer.start()
     try:
@@ -74,15 +85,23 @@ def run_streams(
         sequencer.join(timeout=30.0)
 
 
-def _sequence(bootstrap: str, codec: Codec, topics: RuntimeTopics, stop: threading.Event) -> None:
+def _sequence(
+    bootstrap: str,
+    codec: Codec,
+    topics: RuntimeTopics,
+    settings: DeciderSettings,
+    stop: threading.Event,
+) -> None:
     try:
-        run_sequencer(bootstrap, codec, topics, should_stop=stop.is_set)
+        run_sequencer(bootstrap, codec, topics, settings=settings, should_stop=stop.is_set)
     except Exception:  # the thread's death must be seen: stop the process, loudly
         logging.getLogger("spotcap.runtime.sequencer").exception("the sequencer stopped")
         signal.raise_signal(signal.SIGTERM)
 
 
-def _sequencer_until_signal(bootstrap: str, codec: Codec, topics: RuntimeTopics) -> None:
+def _sequencer_until_signal(
+    bootstrap: str, codec: Codec, topics: RuntimeTopics, settings: DeciderSettings
+) -> None:
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -90,7 +109,7 @@ def _sequencer_until_signal(bootstrap: str, codec: Codec, topics: RuntimeTopics)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    run_sequencer(bootstrap, codec, topics, should_stop=stop.is_set)
+    run_sequencer(bootstrap, codec, topics, settings=settings, should_stop=stop.is_set)
 
 
 __all__ = ["ROLES", "run_streams"]

@@ -101,7 +101,14 @@ def from_json(data: Any) -> Any:
         cls = _class(body[0])
         values = [from_json(v) for v in body[1:]]
         init = [f for f in dataclasses.fields(cls) if f.init]
-        if len(init) != len(values):
+        # A state stored before trailing fields with defaults were added reads with those
+        # defaults (RegionView.trust, for one): an upgrade keeps the stored state.
+        missing = init[len(values) :]
+        defaulted = all(
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            for f in missing
+        )
+        if len(init) < len(values) or not defaulted:
             raise StateCodecError(
                 f"stored {body[0]} has {len(values)} fields, the class {len(init)}: "
                 "the state was written by another release; start from an earlier checkpoint"

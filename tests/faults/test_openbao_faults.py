@@ -1,0 +1,371 @@
+"""OpenBao killed (SIGKILL, then started again from its folder) and paused (SIGSTOP, 10 s and
+more) under the services that use it, each on a real OpenBao of the test's own:
+
+- the actuator's capacity authority (ADR-29, `provider.authority`): with a live credential
+  held, a renewal that cannot reach OpenBao is no refusal: the orders go out with the credential
+  held, and the renewal is made once OpenBao answers; with no live credential held, the orders
+  wait (nothing sent, nothing refused) and go out, each once, when OpenBao answers again;
+- the actuator's node revoker and enroller: with OpenBao paused a step tries one node, not
+  every node pending (3 s each), and once it answers every node is revoked or enrolled, once;
+- a node agent renewing its certificate through the bundle service: the service answers 503
+  (OpenBao cannot be reached: not a refusal), the agent keeps its certificate, still valid and
+  still accepted by TLS, and renews once OpenBao answers again (the CA and the node's record
+  kept across a restart);
+- `spotcap serve` signing people in with OpenBao's OIDC tokens: a token signed by a key it has
+  seen keeps working through the outage (the keys are cached); a token naming a key it has not
+  seen is answered 503 with a sentence naming the issuer (never a 500, never let through), and
+  200 once OpenBao is back, with the same keys (Raft storage: a restart keeps them).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import hvac
+import pytest
+from cryptography import x509
+
+from agent.identity import NodeIdentityClient, identity_round
+from infra import servers
+from infra.servers.process import alive
+from provider.actuator import ActuatorOptions, ActuatorService
+from provider.authority import (
+    TIMEOUT_S,
+    ProjectAuthority,
+    credential_path,
+    openbao_client,
+    setup_authority_store,
+)
+from provider.base import CALL_TAG
+from provider.nodes import Enroller, NodeIdentity, Revoker, identity_of_certificate
+from schemas.events import ActuationRefused, Envelope, InstanceLaunched
+from spotcap.config import Settings
+from spotcap.wiring import stores
+from tests.actuator_support import CODEC
+from tests.faults.own_servers import kill
+from tests.identity_support import REGION as NODES_REGION
+from tests.identity_support import bundle_service, enrol
+from tests.serve_support import Reply, Served, send
+from tests.signin_support import TEMPLATE, Issuer, new_issuer
+from tests.test_actuator import ME, Region
+from tests.test_node_identity import lost
+
+pytestmark = pytest.mark.slow
+
+PROJECT = "spotcap"
+PAUSE_S = 12.0
+"""How long OpenBao stays paused or down at least (the issue's 10-40 s)."""
+PATIENCE_S = 180.0
+
+
+class Bao:
+    """An OpenBao of the test's own (Raft storage in its folder), its root client, and the
+    faults: `kill` (SIGKILL) and `start` again from the folder, `pause` / `resume`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.server = servers.start_openbao(folder)
+        self.address = self.server.address
+        self.client = hvac.Client(url=self.address, token=servers.openbao_token(folder))
+
+    def kill(self) -> None:
+        kill(self.server.pid)
+
+    def start(self) -> None:
+        self.server = servers.start_openbao(self.folder)
+        assert self.server.address == self.address  # clients reconnect to what they knew
+
+    def pause(self) -> None:
+        os.kill(self.server.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.server.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def bao(tmp_path: Path) -> Iterator[Bao]:
+    found = Bao(tmp_path / "openbao")
+    try:
+        yield found
+    finally:
+        if alive(found.server.pid):
+            found.resume()
+        servers.stop(found.folder)
+
+
+def publish(bao: Bao, mount: str, region: str, *, lease_s: int, life_s: float) -> str:
+    """What the issuer publishes (`provider.authority.CredentialIssuer`): a credential that
+    expires `life_s` from now, under an OpenBao lease of `lease_s`; its id."""
+    credential_id = uuid.uuid4().hex
+    bao.client.secrets.kv.v1.create_or_update_secret(
+        path=credential_path(region, PROJECT), mount_point=mount,
+        secret={"auth_url": "http://keystone.invalid/v3", "application_credential_id":
+                credential_id, "application_credential_secret": uuid.uuid4().hex,
+                "expires_at_s": str(int(time.time() + life_s)), "ttl": f"{lease_s}s"},
+    )  # fmt: skip
+    return credential_id
+
+
+class Acting:
+    """The actuator service (in this process) on a quiet simulated region, under a
+    capacity authority read from `bao` through hvac with the service's own timeout."""
+
+    def __init__(self, bao: Bao, root: Path) -> None:
+        self.region = Region(root)
+        self.mount = f"authority-{uuid.uuid4().hex[:8]}"
+        setup_authority_store(bao.client, self.mount)
+        client = hvac.Client(url=bao.address, token=bao.client.token, timeout=TIMEOUT_S)
+        self.authority = ProjectAuthority(
+            client, self.region.provider.region, PROJECT, mount=self.mount
+        )
+        options = ActuatorOptions(snapshot_every_s=0.0, poll_s=0.05, authority=self.authority)
+        self.service = ActuatorService(self.region.log, CODEC, self.region.provider,
+                                       self.region.state_dir, orchestrator_id=ME,
+                                       options=options)  # fmt: skip
+
+    def step_until(self, done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + PATIENCE_S
+        while not done():
+            assert time.monotonic() < deadline, f"not {what} within {PATIENCE_S:.0f} s"
+            self.service.step()
+
+    def step_for(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            self.service.step()
+
+    def launched_by_order(self) -> Counter[str]:
+        return Counter(
+            e.payload.tags[CALL_TAG] for e in self.region.events()
+            if isinstance(e.payload, InstanceLaunched) and CALL_TAG in e.payload.tags
+        )  # fmt: skip
+
+    def refused(self) -> list[ActuationRefused]:
+        return [e.payload for e in self.region.events() if isinstance(e.payload, ActuationRefused)]
+
+
+def test_a_paused_openbao_does_not_stop_an_actuator_holding_a_live_credential(
+    bao: Bao, tmp_path: Path
+) -> None:
+    acting = Acting(bao, tmp_path)
+    region = acting.region.provider.region
+    first = publish(bao, acting.mount, region, lease_s=2, life_s=3600)
+    with acting.service as service:
+        acting.step_until(lambda: service.caught_up and acting.authority.reads >= 1, "read")
+        assert acting.authority.credential().application_credential_id == first
+        bao.pause()
+        paused_at = time.monotonic()
+        try:
+            time.sleep(1.5)  # past half the 2 s lease: the next call renews first
+            acting.region.placement()  # four launch orders
+            acting.step_until(lambda: service.counts.launched == 4, "carried out under the pause")
+            assert acting.authority.failures >= 1  # it did try to renew, and could not
+            acting.step_for(max(0.0, PAUSE_S - (time.monotonic() - paused_at)))
+        finally:
+            bao.resume()
+        second = publish(bao, acting.mount, region, lease_s=3600, life_s=3600)
+        acting.step_until(  # renewed once OpenBao answers (after its backoff)
+            lambda: acting.authority.credential().application_credential_id == second,
+            "renewed after the pause",
+        )
+        assert service.counts.launched == 4
+    assert acting.refused() == []
+    launched = acting.launched_by_order()
+    assert len(launched) == 4 and set(launched.values()) == {1}
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_orders_wait_for_openbao_when_no_live_credential_is_held_and_go_out_once(
+    bao: Bao, tmp_path: Path, fault: str
+) -> None:
+    acting = Acting(bao, tmp_path)
+    region = acting.region.provider.region
+    publish(bao, acting.mount, region, lease_s=2, life_s=4)  # expires while OpenBao is out
+    with acting.service as service:
+        acting.step_until(lambda: service.caught_up and acting.authority.reads >= 1, "read")
+        expires_at = acting.authority.credential().expires_at_s
+        if fault == "kill":
+            bao.kill()
+        else:
+            bao.pause()
+        out_at = time.monotonic()
+        try:
+            while time.time() < expires_at + 0.5:  # bounded: the credential's own 4 s
+                service.step()
+            acting.region.placement()  # four launch orders, and no live credential
+            acting.step_for(max(2.0, PAUSE_S - (time.monotonic() - out_at)))
+            assert service.counts.launched == 0  # nothing acted without a live credential
+            assert acting.refused() == []  # and nothing refused for an outage
+            assert service.book.open_orders == 4 and service.actuator.waiting is not None
+            assert "OpenBao" in service.actuator.waiting
+        finally:
+            if fault == "kill":
+                bao.start()
+            else:
+                bao.resume()
+        publish(bao, acting.mount, region, lease_s=3600, life_s=3600)  # the issuer's next
+        acting.step_until(lambda: service.counts.launched == 4, "carried out after OpenBao")
+        assert service.counts.launched == 4
+    assert acting.refused() == []
+    launched = acting.launched_by_order()
+    assert len(launched) == 4 and set(launched.values()) == {1}
+
+
+JWKS_COOLDOWN_S = 30.0
+"""PyJWT's `PyJWKClient` fetches the keys again for a key id it has not seen only once 30 s
+have passed since its last fetch (its guard against forged key ids flooding the issuer)."""
+
+
+def fresh_key_token(issuer: Issuer, person: str) -> str:
+    """A token of `person` for this server's audience, signed by a new key of the issuer (one
+    that no key set fetched before it holds)."""
+    name = f"{issuer.name}-k{uuid.uuid4().hex[:6]}"
+    issuer.ids.create_named_key(name, allowed_client_ids=["*"], algorithm="RS256")
+    role = name.removeprefix(f"{issuer.name}-")
+    issuer.ids.create_or_update_role(
+        f"{issuer.name}-{role}", key=name, template=TEMPLATE, client_id=issuer.audience, ttl="1h"
+    )
+    return issuer.token(person, role)
+
+
+def health(served: Served, token: str) -> Reply:
+    headers = {"Authorization": f"Bearer {token}"}
+    return send(urllib.request.Request(f"{served.url}/api/v1/health", headers=headers))
+
+
+def wait_out_the_cooldown(since: float) -> None:
+    time.sleep(max(0.0, since + JWKS_COOLDOWN_S + 1 - time.monotonic()))  # bounded: 31 s
+
+
+def test_sign_in_keeps_known_keys_through_an_openbao_outage_and_says_503_for_new_ones(
+    bao: Bao, tmp_path: Path
+) -> None:
+    issuer = new_issuer(bao.server)
+    issuer.person("sre", ["spotcap-sre"])
+    home = tmp_path / "home"
+    home.mkdir()  # an empty home: the health route answers 200 on it
+    served = Served(home, tmp_path, "--oidc-issuer", issuer.url, "--oidc-audience",
+                    issuer.audience)  # fmt: skip
+    try:
+        known = issuer.token("sre")
+        assert health(served, known).status == 200  # the discovery and keys, read and cached
+        fetched_at = time.monotonic()
+        unseen = fresh_key_token(issuer, "sre")
+        wait_out_the_cooldown(fetched_at)
+        bao.pause()
+        try:
+            assert health(served, known).status == 200  # its key is cached
+            refused = health(served, unseen)  # its key must be fetched: OpenBao does not answer
+            assert refused.status == 503, refused.text
+            assert f"the sign-in issuer {issuer.url} cannot be reached" in refused.text
+        finally:
+            bao.resume()
+        assert health(served, unseen).status == 200
+        fetched_at = time.monotonic()
+        unseen = fresh_key_token(issuer, "sre")
+        wait_out_the_cooldown(fetched_at)
+        bao.kill()
+        try:
+            assert health(served, known).status == 200
+            refused = health(served, unseen)
+            assert refused.status == 503, refused.text
+            assert f"the sign-in issuer {issuer.url} cannot be reached" in refused.text
+        finally:
+            bao.start()
+        assert health(served, unseen).status == 200  # the same keys after the restart
+        assert health(served, known).status == 200
+        assert health(served, issuer.token("sre")).status == 200
+    finally:
+        served.stop()
+        stores(Settings.load(home=home, region="dev")).stop_embedded_postgres()
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_an_agent_keeps_its_certificate_through_an_openbao_outage_and_renews_after(
+    bao: Bao, tmp_path: Path, fault: str
+) -> None:
+    token = servers.openbao_token(bao.folder)
+    service = bundle_service(bao.server, tmp_path, client=openbao_client(bao.address, token))
+    setup = next(service)
+    try:
+        identity, config = enrol(setup, "i-outage", "wl-a")
+        now = [time.time()]
+        client = NodeIdentityClient(config, NODES_REGION, "i-outage", clock=lambda: now[0])
+        assert identity_round(client, config.path) == "bundle fetched"
+        now[0] += 0.6 * 3600  # past half the certificate's hour: renewal is due
+        held = config.certificate.read_bytes()
+        _, expires_at = client.expires_at_s()
+        if fault == "kill":
+            bao.kill()
+        else:
+            bao.pause()
+        out_at = time.monotonic()
+        try:
+            said = identity_round(client, config.path)
+            # The service could not check or sign: 503, not a refusal (403), and not a TLS
+            # failure: the certificate in use still opens the connection.
+            assert said.startswith("failed: the bundle service answered 503"), said
+            assert "OpenBao is unreachable" in said
+            assert config.certificate.read_bytes() == held and expires_at > time.time()
+            time.sleep(max(0.0, PAUSE_S - (time.monotonic() - out_at)))
+        finally:
+            if fault == "kill":
+                bao.start()
+            else:
+                bao.resume()
+        said = identity_round(client, config.path)
+        assert said == "certificate renewed, bundle unchanged", said
+        assert config.certificate.read_bytes() != held
+        renewed = x509.load_pem_x509_certificate(config.certificate.read_bytes())
+        assert identity_of_certificate(renewed) == identity
+    finally:
+        service.close()
+
+
+def test_the_revoker_and_enroller_wait_for_a_paused_openbao_one_try_a_step(
+    bao: Bao, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = servers.openbao_token(bao.folder)
+    service = bundle_service(bao.server, tmp_path, client=openbao_client(bao.address, token))
+    setup = next(service)
+    try:
+        gone = [f"i-gone-{n}" for n in range(3)]
+        for instance in gone:
+            enrol(setup, instance, "wl-a")
+        revoker = Revoker(setup.authority)
+        enroller = Enroller(setup.authority, tmp_path / "boot")
+        new = [f"i-new-{n}" for n in range(3)]
+        for instance in gone:
+            revoker.observe(lost(instance))
+        for instance in new:
+            enroller.observe(launched(instance))
+        bao.pause()
+        try:
+            caplog.clear()
+            assert revoker.drain() == 3 and enroller.drain() == 3  # all still pending
+            tried = [r.getMessage() for r in caplog.records if "yet (tried again" in r.message]
+            assert len(tried) == 2, tried  # one node each, not three: the others would wait
+            assert "nor the 2 other(s) pending" in tried[0] and "unreachable" in tried[0]
+        finally:
+            bao.resume()
+        assert revoker.drain() == 0 and enroller.drain() == 0
+        assert revoker.drain() == 0 and len(revoker.revoked) == 3  # once each
+        assert sorted(p.name for p in (tmp_path / "boot").iterdir()) == new
+        for instance in gone:
+            record = setup.authority.record(NodeIdentity(NODES_REGION, instance))
+            assert record is not None and record.retired
+    finally:
+        service.close()
+
+
+def launched(instance: str) -> Envelope:
+    payload = InstanceLaunched(instance, "pool-1", "wl-a", 8, "reclaimable", {})
+    return Envelope(str(uuid.uuid4()), "instance_launched", 1, 1, NODES_REGION, instance, None,
+                    None, "test", payload)  # fmt: skip
