@@ -537,7 +537,8 @@ def test_a_worker_whose_consumer_stops_fetching_exits_and_its_restart_makes_ever
     region.read_until(expected)
     region.settle()
     assert worker.returncode == STALLED_EXIT, f"worker-1 exited with {worker.returncode}"
-    assert "this worker is stalled" in (tmp_path / "worker-1.log").read_text()
+    said = (tmp_path / "worker-1.log").read_text()
+    assert "this worker is stalled" in said and "where the stalled worker waits" in said
     assert region.restarted[0][0] == "worker-1"
     assert region.restarted[0][1] < len(expected), "the stall came too late to test anything"
     assert_same(by_id(region.decisions), expected)

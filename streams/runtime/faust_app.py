@@ -55,12 +55,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import faulthandler
 import hashlib
 import json
 import logging
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -727,9 +729,44 @@ class StageHost:
                 at.end - 1,
                 now - seen[1],
             )
-            for handler in logging.getLogger().handlers:
-                handler.flush()
-            os._exit(STALLED_EXIT)  # not Faust's stop: what stalled may hold that up too
+            try:
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+                self._say_where_it_waits()
+            finally:
+                os._exit(STALLED_EXIT)  # not Faust's stop: what stalled may hold that up too
+
+    def _say_where_it_waits(self) -> None:
+        """What every thread and task waits on, to the process's own stderr (Faust's worker
+        puts a logger in `sys.stderr`'s place, one with no file descriptor)."""
+        err = sys.__stderr__
+        if err is None:
+            return
+        err.write("where the stalled worker waits (threads, then tasks):\n")
+        err.flush()
+        faulthandler.dump_traceback(err, all_threads=True)
+        loops = [asyncio.get_running_loop()]
+        other = getattr(getattr(self.app.consumer, "_thread", None), "thread_loop", None)
+        if isinstance(other, asyncio.AbstractEventLoop):
+            loops.append(other)  # the consumer thread's (read from here: a best effort)
+        for loop in loops:
+            try:
+                for task in list(asyncio.all_tasks(loop)):
+                    err.write(f"task {task.get_name()}: {_awaiting(task.get_coro())}\n")
+            except RuntimeError:
+                continue
+        err.flush()
+
+
+def _awaiting(coro: Any) -> str:
+    """A coroutine's chain of awaits, outermost first (`file:line function` each)."""
+    steps: list[str] = []
+    while coro is not None and len(steps) < 30:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            steps.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " -> ".join(steps) or "(not started)"
 
 
 def in_sequence(next_offset: int | None, offsets: list[int]) -> int:
