@@ -707,8 +707,8 @@ class StageHost:
             at = found.get(partition)
             held = self.held.get(partition)
             mark = held.next_offset if held is not None else None
-            if mark is None:
-                mark = at.committed if at is not None and at.committed >= 0 else None
+            if mark is None and at is not None:  # no record delivered yet: from the commit
+                mark = at.committed if at.committed >= 0 else at.low
             if at is None or mark is None or mark >= at.end:
                 self.watched.pop(partition, None)  # nothing waiting (or nothing known)
                 continue
