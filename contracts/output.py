@@ -5,16 +5,22 @@ The directory belongs to the compiler: one ``<workload>.bundle.json`` per accept
 bundles of workloads no longer accepted are removed. Each file is written to a temporary name
 and renamed, so a reader (an image build, a ConfigMap sync) never sees half a file.
 
+Every bundle written is also kept under its SHA-256 (``sha256/<contract_sha256>.bundle.json``,
+never removed): while a canary runs (ADR-32) the bundle service serves the new bundle to the
+canary pools' nodes and the bundle in force, an older one, to the others (`bundle_by_sha`).
+
 `render_outputs` signs and renders everything in memory, so a caller can do whatever may still
 fail (signing, encoding and publishing the events) before `write_rendered` touches the disk.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
-from contracts.bundles import sign_bundle, unsigned_bundle
+from contracts.bundles import canonical_json, sign_bundle, unsigned_bundle
 from contracts.compiler import CompileResult
 from contracts.published import (
     DEFAULT_NAMESPACE,
@@ -28,10 +34,21 @@ from contracts.published import (
 from contracts.signing import Signer
 
 BUNDLE_SUFFIX = ".bundle.json"
+BY_SHA = "sha256"
 
 
 def bundle_file_name(workload: str) -> str:
     return workload + BUNDLE_SUFFIX
+
+
+def bundle_by_sha(out_dir: Path, contract_sha256: str) -> Path:
+    """Where the bundle whose SHA-256 is `contract_sha256` is kept."""
+    return out_dir / BY_SHA / (contract_sha256 + BUNDLE_SUFFIX)
+
+
+def sha_of_bundle_file(data: bytes) -> str:
+    """The ``contract_sha256`` of a bundle file's bytes (of its canonical ``bundle`` object)."""
+    return hashlib.sha256(canonical_json(json.loads(data)["bundle"])).hexdigest()
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -69,7 +86,11 @@ def write_rendered(out_dir: Path, rendered: dict[str, bytes]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     bundles = {n: d for n, d in rendered.items() if n.endswith(BUNDLE_SUFFIX)}
+    if bundles:
+        (out_dir / BY_SHA).mkdir(exist_ok=True)
     for name, data in bundles.items():
+        # Rewritten each time: the same bundle may have been written unsigned before.
+        _write_atomically(bundle_by_sha(out_dir, sha_of_bundle_file(data)), data)
         _write_atomically(out_dir / name, data)
         written.append(out_dir / name)
     for stale in sorted(out_dir.glob("*" + BUNDLE_SUFFIX)):

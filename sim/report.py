@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from schemas.events import (
+    EVENT_CLASSES,
     ActuationRefused,
     ActuationThrottled,
     BreakerTripped,
@@ -259,6 +262,56 @@ def _figure(report: dict[str, Any], key: str) -> float:
 
 
 # -- the report in words: rows of text a front end lays out as tables -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """One table of the report for people, as data (the command line lays it out)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+    right: tuple[str, ...] = ()
+    caption: str | None = None
+    show_header: bool = True
+    first_no_wrap: bool = False
+
+
+def summary_tables(report: dict[str, Any]) -> list[TableSpec | str]:
+    """Events by type, the run's figures, the waves (or a line: none) and misbehaving pools."""
+    by_count = sorted(report["events_by_type"].items(), key=lambda kv: -kv[1])
+    events = [(name, EVENT_CLASSES[name].TOPIC, f"{n:,}") for name, n in by_count]
+    out: list[TableSpec | str] = [
+        TableSpec(f"{report['events']:,} events written to {report['log']}",
+                  ("event type", "topic", "events"), events, right=("events",)),
+        TableSpec(f"region {report['region']}, seed {report['seed']}", ("figure", "value"),
+                  figure_rows(report), right=("value",), show_header=False),
+    ]  # fmt: skip
+    waves = report["waves"]
+    columns: tuple[str, ...] = ("wave", "hall", "instances lost")
+    out.append(TableSpec(waves_title(waves), columns, wave_rows(waves), right=columns[2:])
+               if waves else "no hall-wide wave in this run")  # fmt: skip
+    columns = ("pool", "expected", "observed", "reclaims", "inst-hours")
+    out.append(TableSpec("misbehaving pools: reclaimed far above their record and price", columns,
+                         misbehaving_pool_rows(report), right=columns[1:],
+                         caption="expected and observed: reclaims per instance-hour",
+                         first_no_wrap=True))  # fmt: skip
+    return out
+
+
+def decision_tables(decisions: dict[str, Any], most: int | None) -> list[TableSpec]:
+    """The deciders' decisions, then the exclusions (at most `most` rows, then a 'more')."""
+    out = [TableSpec("what the deciders decided", ("decision", "count", "detail"),
+                     decision_rows(decisions), right=("count",), show_header=False)]  # fmt: skip
+    if decisions["exclusions"]:
+        columns = ("pool", "rule", "evidence", "first", "last", "observed/h", "expected/h")
+        rows = exclusion_rows(decisions)
+        if most is not None and len(rows) > most:
+            more = f"... {len(rows) - most:,} more (--all-exclusions; `spotcap query exclusions`)"
+            rows = [*rows[:most], (more, *[""] * (len(columns) - 1))]
+        title = "exclusions (time from the first and from the last evidence to the exclusion)"
+        out.append(TableSpec(title, columns, rows, right=columns[2:]))
+    return out
 
 
 def figure_rows(report: dict[str, Any]) -> list[tuple[str, str]]:

@@ -146,12 +146,18 @@ class _StartAt:
 def since_ms(text: str, now: datetime | None = None) -> int:
     """`text` as milliseconds since the epoch: an ISO 8601 time (UTC when it names no zone) or
     a duration back from `now` (default: the wall clock) such as ``2h``, ``30m`` or ``7d``;
-    ValueError when it is neither."""
+    ValueError, saying what it takes, when it is neither."""
     relative = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text.strip())
     if relative:
         seconds = float(relative[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[relative[2]]
         return int(((now or datetime.now(UTC)) - timedelta(seconds=seconds)).timestamp() * 1000)
-    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r} is neither a time like 2026-12-01T08:00:00Z nor a duration "
+            "like 2h or 7d"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)

@@ -44,6 +44,14 @@ class Damage:
             f"{max(self.start, self.end - 1):,} ({self.kind}): {self.what}; offsets {self.offsets}"
         )
 
+    def lines(self, root: Path) -> str:
+        """Two lines of `spotcap log verify`: where (the file under `root`), then what."""
+        return (
+            f"  {self.topic}[{self.partition}] {self.path.relative_to(root)}\n"
+            f"      bytes {self.start:,}-{max(self.start, self.end - 1):,}, offsets "
+            f"{self.offsets} ({self.kind}): {self.what}"
+        )
+
     def as_json(self) -> dict[str, object]:
         return {
             "topic": self.topic,

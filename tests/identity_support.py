@@ -24,6 +24,7 @@ from provider.nodes import (
     setup_pki,
     start_bundle_service,
 )
+from provider.nodes.releases import Releases
 from provider.nodes.service import RunningService
 from tests.test_contracts import BASE, compile_one
 
@@ -44,10 +45,14 @@ class Setup:
 
 
 def bundle_service(
-    openbao: servers.Server, tmp_path: Path, client: hvac.Client | None = None
+    openbao: servers.Server,
+    tmp_path: Path,
+    client: hvac.Client | None = None,
+    releases: Releases | None = None,
 ) -> Generator[Setup]:
     """Body of a fixture: the service, its authority (through `client`, default a root client
-    of `openbao`) and two workloads' signed bundles."""
+    of `openbao`) and two workloads' signed bundles; with `releases`, serving each node the
+    bundle its pool is on (ADR-32)."""
     if client is None:
         client = hvac.Client(url=openbao.address, token=servers.openbao_token(openbao))
     mount = f"pki-{uuid.uuid4().hex[:8]}"
@@ -62,7 +67,7 @@ def bundle_service(
     ca = tmp_path / "ca.pem"
     ca.write_text(ca_pem)
     service = start_bundle_service(
-        BundleService(authority, bundles), state_dir=tmp_path / "service"
+        BundleService(authority, bundles, releases), state_dir=tmp_path / "service"
     )
     try:
         yield Setup(client, authority, service, bundles, ca, tmp_path, mount)

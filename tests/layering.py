@@ -168,6 +168,10 @@ RULES: Mapping[str, Rule] = {
     "provider/nodes": _rule(
         [*_MIDDLE, "provider"], _THIRD_PARTY["provider"] | {"hvac", "cryptography"}
     ),
+    # ... and the releases the bundle service serves by (ADR-32), followed on the log.
+    "provider/nodes/follow": _rule(
+        [*_MIDDLE, "streams", "provider"], _THIRD_PARTY["provider"] | {"hvac", "cryptography"}
+    ),
     "provider/reconcile": _rule(
         [*_MIDDLE, "streams", "projections", "provider"],
         _THIRD_PARTY["provider"] | _THIRD_PARTY["projections"],

@@ -5,17 +5,23 @@ driven by the deciders themselves (`sim.loop`, as `spotcap demo` runs it): the l
 region's facts and the loop's own decisions (which no runtime reads as inputs), and no other
 orchestrator's (the baseline's placements would otherwise be read as inputs by the guard). The
 inputs make every kind of decision the deciders have (exclusions and readmissions, rankings,
-placements, replacements, fallbacks and returns, throttling).
+placements, replacements, fallbacks and returns, throttling, and canary releases: after the
+first hour a changed contract of three workloads is published; no agent drains here, so a loss
+in a canary pool rolls its canary back).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Iterable
-from functools import cache
+from functools import cache, partial
 
 from schemas.codec import Codec
-from schemas.events import Envelope
+from schemas.events import ContractPublished, Envelope
+from schemas.ids import derived_event_id
 from sim import ReclaimSettings, RegionSim, SimConfig
+from sim.clock import HOUR_US
 from sim.loop import DecidersOrchestrator
 from streams.log import EventLog
 from streams.topics import region_topics
@@ -39,7 +45,28 @@ def scenario() -> tuple[Envelope, ...]:
     driver = DecidersOrchestrator(
         CONFIG.orchestrator.orchestrator_id, topics=region_topics(REGION, PARTITIONS_SCALE)
     )
-    return tuple(e for batch in RegionSim(CONFIG, orchestrator=driver).run() for e in batch)
+    sim = RegionSim(CONFIG, orchestrator=driver)
+    sim.clock.at(CONFIG.start_us + HOUR_US, partial(_release, sim))
+    return tuple(e for batch in sim.run() for e in batch)
+
+
+def _release(sim: RegionSim) -> None:
+    """Version 2 of three workloads' contracts, each with a changed bundle, published now."""
+    firsts = sorted(
+        (e for e in sim.contracts.events if isinstance(e.payload, ContractPublished)),
+        key=lambda e: e.key,
+    )
+    for first in firsts[:3]:
+        p = first.payload
+        assert isinstance(p, ContractPublished)
+        sha = hashlib.sha256(f"version 2 of {p.workload_id}".encode()).hexdigest()
+        changed = dataclasses.replace(
+            p, contract_version=p.contract_version + 1, contract_sha256=sha
+        )
+        now = sim.now_us()
+        event_id = derived_event_id(first.event_id, changed.EVENT_TYPE, "v2")
+        sim.bus.publish(Envelope(event_id, changed.EVENT_TYPE, now, now, REGION, p.workload_id,
+                                 None, None, "tests/contracts", changed))  # fmt: skip
 
 
 def write_scenario(log: EventLog, events: Iterable[Envelope] | None = None) -> int:

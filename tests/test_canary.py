@@ -23,7 +23,8 @@ from schemas.events import (
 )
 from schemas.ids import derived_event_id
 from sim.clock import SECOND_US
-from streams.deciders.canary import CanaryDecider, CanarySettings
+from streams.deciders.canary import CanaryDecider
+from streams.deciders.settings import CanarySettings
 from tests.decider_driver import Driver
 from tests.drill_support import DrilledRegion
 
@@ -160,7 +161,24 @@ def test_a_newer_version_supersedes_a_running_canary() -> None:
     assert isinstance(superseded.payload, BundleRolledBack)
     assert superseded.payload.rule == "superseded" and superseded.payload.contract_version == 2
     assert isinstance(canaried.payload, BundleCanaried)
-    assert canaried.payload.previous_contract_sha256 == "sha-2"
+    # Version 2 never passed its canary: the bundle in force, the rollback's target, is still 1.
+    assert canaried.payload.previous_contract_sha256 == "sha-1"
+    assert driver.feed(contract(2, "sha-2", 210)) == []  # an old version again: nothing
+
+
+def test_the_bundle_in_force_published_again_or_an_operators_rollback_ends_the_canary() -> None:
+    driver, _, _ = released()
+    [back] = driver.feed(contract(3, "sha-1", 200))
+    assert isinstance(back.payload, BundleRolledBack) and back.payload.rule == "superseded"
+    assert later(driver, 100 + 2 * HOLD_S) == []
+
+    driver, _, _ = released()
+    operator = BundleRolledBack(W, 2, "sha-2", "sha-1", "operator", "by hand", 0, None, ())
+    assert driver.feed(at(300, operator, "operator")) == []
+    assert later(driver, 100 + 2 * HOLD_S) == []  # ended: neither promoted nor rolled back
+    [canaried_again] = driver.feed(contract(3, "sha-3", 100 + 2 * HOLD_S + 10))
+    assert isinstance(canaried_again.payload, BundleCanaried)
+    assert canaried_again.payload.previous_contract_sha256 == "sha-1"
 
 
 def test_the_canarys_decisions_replay_byte_for_byte() -> None:

@@ -49,6 +49,8 @@ def test_the_run_makes_every_kind_of_decision(full_run: list[Envelope]) -> None:
         "fallback_decided",
         "fallback_returned",
         "actuation_throttled",
+        "bundle_canaried",
+        "bundle_rolled_back",
     ):
         assert kinds[kind], f"no {kind} in {dict(kinds)}"
     assert len(by_id(full_run)) == len(full_run)  # ids are unique within a run

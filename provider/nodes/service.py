@@ -6,7 +6,11 @@ request is read. A request is then answered only for the node its certificate na
 while that certificate is not revoked and the node not retired:
 
 * ``GET /v1/nodes/<region>/<instance>/bundle``: the node's signed bundle, byte for byte as the
-  compiler wrote it (``<bundles>/<workload>.bundle.json``); the agent verifies its signature;
+  compiler wrote it; the agent verifies its signature. With the region's releases
+  (`releases.Releases`, fed from the log) that is the bundle the node's pool is on (ADR-32):
+  a canary pool's node gets the canary's bundle, every other node the bundle in force, each
+  from the compiler's copies by SHA-256 (``<bundles>/sha256/``); a workload the events say
+  nothing of gets the compiler's current file (``<bundles>/<workload>.bundle.json``);
 * ``POST /v1/nodes/<region>/<instance>/certificate`` with a PEM certificate signing request:
   a new certificate for the same identity (JSON: ``certificate``, ``ca``, ``expires_at_s``).
 
@@ -29,7 +33,7 @@ from typing import Any
 
 from cryptography import x509
 
-from contracts.output import bundle_file_name
+from contracts.output import bundle_by_sha, bundle_file_name, sha_of_bundle_file
 from provider.authority import openbao_client, openbao_from_env
 from provider.nodes.authority import (
     NODE_ROLE,
@@ -44,6 +48,7 @@ from provider.nodes.identity import (
     identity_of_certificate,
     serial_text,
 )
+from provider.nodes.releases import Releases
 
 log = logging.getLogger("spotcap.bundles")
 
@@ -125,10 +130,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 @dataclass
 class BundleService:
-    """Serves `bundles` (the compiler's bundle directory) to the nodes `authority` enrolled."""
+    """Serves `bundles` (the compiler's bundle directory) to the nodes `authority` enrolled;
+    with `releases`, the bundle each node's pool is on (module docstring)."""
 
     authority: NodeAuthority
     bundles: Path
+    releases: Releases | None = None
 
     def caller(self, der: bytes | None) -> tuple[NodeIdentity, str]:
         """The node the peer certificate names, and its serial; refused if it names none, is
@@ -165,13 +172,7 @@ class BundleService:
             )
         record = self._record(identity)
         if method == "GET" and parts[5] == "bundle":
-            try:
-                data = (self.bundles / bundle_file_name(record.workload_id)).read_bytes()
-            except OSError as error:
-                raise _RefusedError(
-                    404, f"no bundle for workload {record.workload_id} ({error.strerror})"
-                ) from error
-            return 200, "application/json", data
+            return 200, "application/json", self._bundle(identity, record.workload_id)
         if method == "POST" and parts[5] == "certificate":
             try:
                 enrolment = self.authority.renew(identity, body.decode("ascii"))
@@ -191,6 +192,33 @@ class BundleService:
         raise _RefusedError(
             405, f"{method} {path} is not served: GET .../bundle, POST .../certificate"
         )
+
+    def _bundle(self, identity: NodeIdentity, workload: str) -> bytes:
+        sha = None
+        if self.releases is not None:
+            sha = self.releases.sha_for(identity.instance_id, workload)
+        current = self.bundles / bundle_file_name(workload)
+        try:
+            if sha is None:
+                return current.read_bytes()
+            kept = bundle_by_sha(self.bundles, sha)
+            if kept.exists():
+                return kept.read_bytes()
+            data = current.read_bytes()
+        except OSError as error:
+            why = f"no bundle for workload {workload} ({error.strerror})"
+            raise _RefusedError(404, why) from error
+        try:
+            same = sha_of_bundle_file(data) == sha
+        except (ValueError, KeyError, TypeError):
+            same = False  # not a bundle file: the agent would refuse it anyway
+        if not same:
+            raise _RefusedError(
+                404,
+                f"the bundle {sha[:12]} of workload {workload} (its node's release) is not in "
+                f"{self.bundles / 'sha256'}: compile its contract version again into this folder",
+            )
+        return data
 
     def _record(self, identity: NodeIdentity) -> NodeRecord:
         try:
@@ -253,6 +281,7 @@ def bundle_service_from_env(
     pki_mount: str,
     *,
     state_dir: Path,
+    releases: Releases | None = None,
 ) -> RunningService:
     """`start_bundle_service` for the nodes' CA at OpenBao's `pki_mount`, OpenBao at BAO_ADDR
     (else VAULT_ADDR) with the token BAO_TOKEN (else VAULT_TOKEN): `spotcap run bundles`.
@@ -270,4 +299,5 @@ def bundle_service_from_env(
             "`spotcap contracts compile --key`"
         )
     authority = NodeAuthority(openbao_client(address, token), mount=pki_mount)
-    return start_bundle_service(BundleService(authority, bundles), host, port, state_dir)
+    service = BundleService(authority, bundles, releases)
+    return start_bundle_service(service, host, port, state_dir)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from schemas.events import EVENT_CLASSES
 from sim.demo import (
     BASELINE,
     DEFAULT_ORCHESTRATOR,
@@ -25,15 +24,7 @@ from sim.demo import (
 )
 from sim.live import LiveConfig, LiveError, Scenario, live_lines, run_live
 from sim.region import SimConfig
-from sim.report import (
-    comparison_rows,
-    decision_rows,
-    exclusion_rows,
-    figure_rows,
-    misbehaving_pool_rows,
-    wave_rows,
-    waves_title,
-)
+from sim.report import TableSpec, comparison_rows, decision_tables, summary_tables
 from spotcap.cli.options import FiniteFloatRange
 from spotcap.cli.output import console, emit_json, err_console, progress, say, show, table
 from spotcap.config import Settings
@@ -246,42 +237,23 @@ def print_report(report: dict[str, Any], settings: Settings, *, projections: boo
 
 def print_summary(report: dict[str, Any]) -> None:
     """Events by type, the run's figures, the waves and the misbehaving pools."""
-    by_count = sorted(report["events_by_type"].items(), key=lambda kv: -kv[1])
-    events = ((name, EVENT_CLASSES[name].TOPIC, f"{n:,}") for name, n in by_count)
-    title = f"{report['events']:,} events written to {report['log']}"
-    show(table(title, ("event type", "topic", "events"), events, right=("events",)))
-    title = f"region {report['region']}, seed {report['seed']}"
-    rows: Sequence[tuple[str, ...]] = figure_rows(report)
-    show(table(title, ("figure", "value"), rows, right=("value",), show_header=False))
-    waves = report["waves"]
-    if waves:
-        columns: tuple[str, ...] = ("wave", "hall", "instances lost")
-        show(table(waves_title(waves), columns, wave_rows(waves), right=("instances lost",)))
-    else:
-        console.print("no hall-wide wave in this run")
-    columns = ("pool", "expected", "observed", "reclaims", "inst-hours")
-    title = "misbehaving pools: reclaimed far above their record and price"
-    caption = "expected and observed: reclaims per instance-hour"
-    rows = misbehaving_pool_rows(report)
-    pools = table(title, columns, rows, right=columns[1:], caption=caption)
-    pools.columns[0].no_wrap = True
-    show(pools)
+    _show(summary_tables(report))
 
 
 def print_decisions(decisions: dict[str, Any], most: int | None) -> None:
     """The decisions of a run for people: exclusions, placements, replacements, fallbacks."""
-    columns: tuple[str, ...] = ("decision", "count", "detail")
-    rows: Sequence[tuple[str, ...]] = decision_rows(decisions)
-    title = "what the deciders decided"
-    show(table(title, columns, rows, right=("count",), show_header=False))
-    if decisions["exclusions"]:
-        title = "exclusions (time from the first and from the last evidence to the exclusion)"
-        columns = ("pool", "rule", "evidence", "first", "last", "observed/h", "expected/h")
-        rows = exclusion_rows(decisions)
-        if most is not None and len(rows) > most:
-            more = f"... {len(rows) - most:,} more (--all-exclusions; `spotcap query exclusions`)"
-            rows = [*rows[:most], (more, *[""] * (len(columns) - 1))]
-        show(table(title, columns, rows, right=columns[2:]))
+    _show(decision_tables(decisions, most))
+
+
+def _show(specs: Sequence[TableSpec | str]) -> None:
+    for t in specs:
+        if isinstance(t, str):
+            console.print(t)
+            continue
+        out = table(t.title, t.columns, t.rows, right=t.right, caption=t.caption,
+                    show_header=t.show_header)  # fmt: skip
+        out.columns[0].no_wrap = t.first_no_wrap
+        show(out)
 
 
 def print_comparison(compared: dict[str, Any], seed: int) -> None:

@@ -120,12 +120,7 @@ def verify(settings: Settings, topic_names: tuple[str, ...], as_json: bool) -> N
         return
     say(f"[bold red]{found:,} damaged {parts}[/] of the embedded log:")
     for d in checked.damage:
-        say(
-            f"  [bold]{escape(f'{d.topic}[{d.partition}]')}[/] "
-            f"{escape(str(d.path.relative_to(settings.log_dir)))}\n"
-            f"      bytes {d.start:,}-{max(d.start, d.end - 1):,}, offsets {d.offsets} "
-            f"({d.kind}): {escape(d.what)}"
-        )
+        say(d.lines(settings.log_dir), markup=False)
     say(summary, markup=False)
     fail(f"the embedded log has {found:,} damaged {parts}", repair)
 
@@ -176,17 +171,10 @@ def repair(settings: Settings, topic_names: tuple[str, ...], dry_run: bool, as_j
 
 def _since_ms(text: str | None) -> int | None:
     """`--since` (`streams.browse.since_ms`), or a usage error saying what it takes."""
-    if text is None:
-        return None
     try:
-        return since_ms(text)
-    except ValueError:
-        fail(
-            f"--since {text!r} is neither a time like 2026-12-01T08:00:00Z nor a duration "
-            "like 2h or 7d",
-            "give a UTC time (ISO 8601) or how far back to start",
-            usage=True,
-        )
+        return None if text is None else since_ms(text)
+    except ValueError as error:
+        fail(str(error), "give a UTC time (ISO 8601) or how far back to start", usage=True)
 
 
 def _read_options(command: Any) -> Any:

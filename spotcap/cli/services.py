@@ -16,7 +16,12 @@ from projections.stores import StoreError
 from provider.actuator import MAX_AGE_S, ActuatorOptions, ActuatorStateError, run_actuator
 from provider.authority import NoAuthorityError, authority_from_env
 from provider.base import ProviderError
-from provider.nodes import NodeAuthorityError, bundle_service_from_env, nodes_from_env
+from provider.nodes import (
+    NodeAuthorityError,
+    bundle_service_from_env,
+    followed,
+    nodes_from_env,
+)
 from provider.openstack.config import ProviderConfigError
 from provider.reconcile import GRACE_S, Reconciler, run_reconciler
 from schemas.events import Envelope
@@ -64,19 +69,10 @@ def provider_for(
 @click.command("actuator")
 @provider_option
 @owner_option
-@click.option(
-    "--state",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Its state folder (default <home>/actuator/<region>): one actuator each.",
-)
-@click.option(
-    "--max-age-s",
-    type=click.FloatRange(1.0),
-    default=MAX_AGE_S,
-    show_default=True,
-    help="An order older than this when it could go out is refused as stale.",
-)
+@click.option("--state", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Its state folder (default <home>/actuator/<region>): one each.")  # fmt: skip
+@click.option("--max-age-s", type=click.FloatRange(1.0), default=MAX_AGE_S, show_default=True,
+              help="An order older than this when it could go is refused as stale.")  # fmt: skip
 @click.pass_obj
 def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
              state: Path | None, max_age_s: float) -> None:  # fmt: skip
@@ -114,20 +110,10 @@ def actuator(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 @provider_option
 @owner_option
 @postgres_option
-@click.option(
-    "--every-s",
-    type=click.FloatRange(1.0),
-    default=60.0,
-    show_default=True,
-    help="Seconds between two rounds.",
-)
-@click.option(
-    "--grace-s",
-    type=click.FloatRange(0.0),
-    default=GRACE_S,
-    show_default=True,
-    help="An instance launched more recently is not judged yet.",
-)
+@click.option("--every-s", type=click.FloatRange(1.0), default=60.0, show_default=True,
+              help="Seconds between two rounds.")  # fmt: skip
+@click.option("--grace-s", type=click.FloatRange(0.0), default=GRACE_S, show_default=True,
+              help="An instance launched more recently is not judged yet.")  # fmt: skip
 @click.option("--once", is_flag=True, help="One round: print what differs and stop.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: the drifts as JSON.")
 @click.pass_obj
@@ -177,11 +163,15 @@ def reconciler(settings: Settings, /, provider_file: Path, orchestrator_id: str,
 @click.pass_obj
 def bundles(settings: Settings, /, folder: Path, host: str, port: int, pki_mount: str) -> None:
     """Serve each node its own signed bundle over mutual TLS (each node proves who it is with
-    a certificate from the nodes' CA), until SIGTERM."""
+    a certificate from the nodes' CA), until SIGTERM; while a canary runs, the bundle
+    its pool is on, following the region's log."""
     stop = _stop_on_signals()
     try:
-        home = settings.home / "bundles"
-        running = bundle_service_from_env(os.environ, folder, host, port, pki_mount, state_dir=home)
+        releases = followed(open_log(settings, service=True), make_codec(settings),
+                            settings.region, stop.is_set)  # fmt: skip
+        running = bundle_service_from_env(os.environ, folder, host, port, pki_mount,
+                                          state_dir=settings.home / "bundles",
+                                          releases=releases)  # fmt: skip
     except (NodeAuthorityError, OSError) as error:
         fail(f"the bundle service did not start: {error}")
     say(f"bundle service at {running.address} (mutual TLS, nodes' CA of {pki_mount})", err=True)

@@ -55,6 +55,9 @@ def run() -> None:
 @click.option("--commit-interval-s", type=click.FloatRange(0.1, 60.0), default=2.8,
               show_default=True,
               help="Seconds between two commits of the offsets the stored snapshots cover.")
+@click.option("--stall-s", type=click.FloatRange(5.0, 3600.0), help="Seconds a worker may "
+              "leave records undelivered before it exits for its supervisor to start it again "
+              "(default: four session timeouts, at least 60).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True, help="How much the workers log to stderr.")
 @click.option("--keyring", type=click.Path(dir_okay=False, path_type=Path),

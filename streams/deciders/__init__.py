@@ -7,7 +7,9 @@
 * fallback arbiter and floor keeper (ADR-23, ADR-24), `fallback`, key workload:
   `fallback_decided`, `fallback_returned`;
 * actuator guard (ADR-11, ADR-12), `actuator`, key region: `actuation_throttled`,
-  `actuation_refused`, `breaker_tripped`, `breaker_reset`.
+  `actuation_refused`, `breaker_tripped`, `breaker_reset`;
+* canary releases (ADR-32), `canary`, key region: `bundle_canaried`, `bundle_promoted`,
+  `bundle_rolled_back`.
 
 `types.step` is how a runtime drives any of them; `region.RegionView` is the broadcast view of
 the region the workload deciders read; `settings.DeciderSettings` holds every parameter.
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from streams.deciders.actuator import ActuatorGuard
+from streams.deciders.canary import CanaryDecider
 from streams.deciders.exclusion import ExclusionWatcher
 from streams.deciders.fallback import FallbackArbiter
 from streams.deciders.planner import Planner
@@ -30,7 +33,7 @@ from streams.deciders.types import Decider, Tick, step
 
 
 def all_deciders(settings: DeciderSettings | None = None) -> tuple[Decider[Any], ...]:
-    """The six deciders with `settings`, in the order a runtime steps them for one input."""
+    """The seven deciders with `settings`, in the order a runtime steps them for one input."""
     settings = settings or DeciderSettings()
     return (
         ExclusionWatcher(settings),
@@ -39,11 +42,13 @@ def all_deciders(settings: DeciderSettings | None = None) -> tuple[Decider[Any],
         Replacement(settings),
         FallbackArbiter(settings),
         ActuatorGuard(settings),
+        CanaryDecider(settings),
     )
 
 
 __all__ = [
     "ActuatorGuard",
+    "CanaryDecider",
     "Decider",
     "DeciderSettings",
     "ExclusionWatcher",

@@ -19,8 +19,16 @@ and is promoted only when its health figures hold for a declared time; otherwise
 * `bundle_promoted` at the end of the hold (a timer at `hold_s` after the canary) when every
   figure held, or at once when no node runs the workload (nothing to canary).
 
-A newer version published while a canary runs replaces it (the older is rolled back, rule
-``superseded``). Pure: no clock, no I/O; the same inputs give the same decisions, byte for byte.
+The bundle **in force** (what the other nodes keep, and what a canary returns to) is the
+workload's first bundle, then each promoted one: a canary that never passed is never a
+rollback's target. A newer version published while a canary runs replaces it (the older is
+rolled back, rule ``superseded``); publishing the bundle in force again ends the canary the same
+way. An operator's `bundle_rolled_back` (``spotcap canary roll-back``, an input: its producer is
+not a decider) ends the canary it names at once. Settings: `DeciderSettings.canary`.
+
+Pure: no clock, no I/O; the same inputs give the same decisions, byte for byte. It runs in the
+actuator stage of every runtime (`streams.runtime.core.ActuatorStage`: region-keyed, every
+fact and clock of the region in the journal's order).
 """
 
 from __future__ import annotations
@@ -45,22 +53,10 @@ from schemas.frozen import FrozenMap
 from schemas.ids import derived_event_id
 from streams.deciders.maps import replace
 from streams.deciders.region import RegionView
+from streams.deciders.settings import CanarySettings, DeciderSettings
 from streams.deciders.types import US, Cause, Input, Tick, decision
 
 NAME = "canary"
-
-
-@dataclass(frozen=True, slots=True)
-class CanarySettings:
-    """The canary's declared share, hold and limits (planning values)."""
-
-    share_ratio: float = 0.1
-    hold_s: int = 6 * 3600
-    max_notice_to_drain_p99_ms: int = 5_000
-    max_drain_failures: int = 0
-    max_losses_without_drain: int = 0
-    max_dead_letters: int = 10
-    min_drains: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +74,10 @@ class Canary:
 
 @dataclass(frozen=True, slots=True)
 class CanaryState:
-    bundles: FrozenMap[str, tuple[int, str]]  # workload -> (version, sha) in force
+    bundles: FrozenMap[str, tuple[int, str]]  # workload -> (version, sha) in force (promoted)
     running: FrozenMap[str, FrozenMap[str, int]]  # workload -> pool -> instances
     canaries: FrozenMap[str, Canary]  # workload -> its running canary
+    published: FrozenMap[str, int]  # workload -> newest version published
 
 
 def _p99(values: tuple[int, ...]) -> int | None:
@@ -102,17 +99,18 @@ class CanaryDecider:
             DrainStarted.EVENT_TYPE,
             DrainCompleted.EVENT_TYPE,
             DeadLettered.EVENT_TYPE,
+            BundleRolledBack.EVENT_TYPE,  # an operator's (`spotcap canary roll-back`)
         }
     )
 
-    def __init__(self, settings: CanarySettings | None = None) -> None:
-        self.settings = settings or CanarySettings()
+    def __init__(self, settings: DeciderSettings | None = None) -> None:
+        self.settings: CanarySettings = (settings or DeciderSettings()).canary
 
     def key(self, event: Envelope) -> str | None:
         return event.region
 
     def initial(self, key: str) -> CanaryState:
-        return CanaryState(FrozenMap(), FrozenMap(), FrozenMap())
+        return CanaryState(FrozenMap(), FrozenMap(), FrozenMap(), FrozenMap())
 
     def due_at(self, state: CanaryState) -> int | None:
         return min((c.due_us for c in state.canaries.values()), default=None)
@@ -124,10 +122,16 @@ class CanaryDecider:
             return state
         p = event.payload
         if isinstance(p, ContractPublished):
-            bundles = FrozenMap(
-                {**state.bundles, p.workload_id: (p.contract_version, p.contract_sha256)}
-            )
-            return replace(state, bundles=bundles)
+            newest = state.published.get(p.workload_id)
+            if newest is not None and p.contract_version <= newest:
+                return state
+            published = FrozenMap({**state.published, p.workload_id: p.contract_version})
+            if p.workload_id in state.bundles:
+                return replace(state, published=published)
+            # A workload's first bundle is in force at once: there is nothing to compare it with.
+            force = (p.contract_version, p.contract_sha256)
+            first = FrozenMap({**state.bundles, p.workload_id: force})
+            return replace(state, bundles=first, published=published)
         if isinstance(p, InstanceLaunched | InstanceLost | InstanceDeleted):
             state = self._count(
                 state, p.workload_id, p.pool_id, 1 if isinstance(p, InstanceLaunched) else -1
@@ -135,6 +139,9 @@ class CanaryDecider:
         if isinstance(p, BundleCanaried):
             canary = Canary(p, Cause.of(event), event.occurred_at + p.hold_s * US, FrozenMap())
             return replace(state, canaries=FrozenMap({**state.canaries, p.workload_id: canary}))
+        if isinstance(p, BundlePromoted):
+            force = (p.contract_version, p.contract_sha256)
+            state = replace(state, bundles=FrozenMap({**state.bundles, p.workload_id: force}))
         if isinstance(p, BundlePromoted | BundleRolledBack):
             if p.workload_id in state.canaries and (
                 state.canaries[p.workload_id].release.contract_sha256 == p.contract_sha256
@@ -195,14 +202,19 @@ class CanaryDecider:
 
     def _release(self, state: CanaryState, event: Envelope, p: ContractPublished) -> list[Envelope]:
         previous = state.bundles.get(p.workload_id)
-        if (
-            previous is None
-            or previous[1] == p.contract_sha256
-            or p.contract_version <= previous[0]
-        ):
-            return []  # a first bundle, or none new: nothing to canary
+        newest = state.published.get(p.workload_id)
+        if previous is None or (newest is not None and p.contract_version <= newest):
+            return []  # a first bundle, or an old version again: nothing to canary
         out = []
         running = state.canaries.get(p.workload_id)
+        if previous[1] == p.contract_sha256:
+            if running is None:
+                return []  # the bundle in force, unchanged
+            # The bundle in force published again while a canary runs: the canary ends.
+            return [self._roll_back(running, event.occurred_at, "superseded",
+                                    f"version {p.contract_version} brings back the bundle in "
+                                    f"force while version {running.release.contract_version} "
+                                    "was in its canary", (event.event_id,))]  # fmt: skip
         if running is not None:
             out.append(self._roll_back(running, event.occurred_at, "superseded",
                                        f"version {p.contract_version} was published while "

@@ -197,6 +197,33 @@ class ActuatorSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CanarySettings:
+    """Canary releases of contract bundles (ADR-32): a new bundle goes to a canary partition
+    of the workload's pools first and is promoted only when its health figures hold for the
+    declared hold. Every value here is a planning value."""
+
+    share_ratio: float = 0.1
+    """The canary partition: this share of the pools the workload runs in (at least one)."""
+    hold_s: int = 6 * 3600
+    """How long the figures must hold before the bundle goes to every node."""
+    max_notice_to_drain_p99_ms: int = 5_000
+    """Notice to drain start p99 in the partition above this rolls the bundle back."""
+    max_drain_failures: int = 0
+    """More drains completed unverified or overrun in the partition roll it back."""
+    max_losses_without_drain: int = 0
+    """More instances of the partition lost without a verified drain roll it back."""
+    max_dead_letters: int = 10
+    """More records dead-lettered in the region during the hold roll it back."""
+    min_drains: int = 1
+    """Fewer drains in the partition by the end of the hold: not proven, rolled back."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "share_ratio", "hold_s")
+        if self.share_ratio > 1:
+            raise ValueError(f"share_ratio {self.share_ratio} must be at most 1 (all pools)")
+
+
+@dataclass(frozen=True, slots=True)
 class DeciderSettings:
     """Every decider's parameters, in one object; the defaults are the source design's."""
 
@@ -212,6 +239,7 @@ class DeciderSettings:
     effect (the compiler alone holds changes to two signatures). Not a decision parameter:
     not settable with ``--set``; a runtime records it as an item of its order
     (``keyring_trusted``), and a demo run's record keeps it beside the settings."""
+    canary: CanarySettings = field(default_factory=CanarySettings)
 
 
 def _positive(obj: object, *names: str) -> None:

@@ -109,6 +109,13 @@ RANGES: dict[str, Range] = {
     "actuator.outage_failures": _count(),
     "actuator.recovery_ratio": Range(0, 1, low_open=True, unit="a share of the call budget"),
     "actuator.recovery_step_s": _seconds(),
+    "canary.share_ratio": Range(0, 1, low_open=True, unit="a share of the workload's pools"),
+    "canary.hold_s": _seconds(),
+    "canary.max_notice_to_drain_p99_ms": Range(0, MAX_S * 1000, unit="milliseconds"),
+    "canary.max_drain_failures": _count(0),
+    "canary.max_losses_without_drain": _count(0),
+    "canary.max_dead_letters": _count(0),
+    "canary.min_drains": _count(0),
 }
 
 

@@ -19,7 +19,8 @@ same **items** in the same order and so makes the same decisions (docs/deciders.
      first. A clock fires the timers of every workload due by its time, in (due, workload)
      order. Each decision carries its place (`Ordered.order`).
   3. the **actuator stage** (`ActuatorStage`): the guard (key region) steps on the fact or the
-     clock, then on each workload decision of the item, in their order.
+     clock, then the canary (key region, ADR-32) does, then the guard steps on each workload
+     decision of the item, in their order.
 
 The actuator stage is the end of the line: its decisions (throttling, refused deletes,
 breakers) go to the log and to no decider. (The guard refuses deletes only; the workload
@@ -55,6 +56,7 @@ from streams.deciders import (
     all_deciders,
 )
 from streams.deciders.authority import ChangeTrust, trust_event
+from streams.deciders.canary import CanaryDecider
 from streams.deciders.types import Decider, Tick, step
 from streams.deciders.workload import workload_of
 
@@ -412,28 +414,38 @@ class WorkloadStage:
 
 
 class ActuatorStage:
-    """The actuator guard (key region): facts and clocks, then the workload decisions."""
+    """The region-keyed deciders at the end of the line: the actuator guard (facts and clocks,
+    then the workload decisions) and the canary (ADR-32: facts and clocks only; no decider
+    reads its decisions but itself, and the bundle service serves by them)."""
 
     def __init__(self, settings: DeciderSettings) -> None:
         self.guard = KeyedStage(ActuatorGuard(settings))
-        self._empty = RegionView()  # the guard reads no view
+        self.canary = KeyedStage(CanaryDecider(settings))
+        self._empty = RegionView()  # neither reads the view
 
     def apply(self, item: Item) -> list[Envelope]:
         if isinstance(item, Clock):
-            return self.guard.on_clock(item.at_us, self._empty)
-        return self.guard.on_fact(item, self._empty)
+            made = self.guard.on_clock(item.at_us, self._empty)
+            return made + self.canary.on_clock(item.at_us, self._empty)
+        made = self.guard.on_fact(item, self._empty)
+        return made + self.canary.on_fact(item, self._empty)
 
     def on_decision(self, decision: Envelope) -> list[Envelope]:
         return self.guard.on_fact(decision, self._empty)
 
     def next_due(self) -> int | None:
-        return self.guard.next_due()
+        return _earliest(self.guard.next_due(), self.canary.next_due())
 
     def snapshot(self) -> dict[str, Any]:
-        return self.guard.snapshot()
+        return {"guard": self.guard.snapshot(), "canary": self.canary.snapshot()}
 
     def restore(self, data: Mapping[str, Any]) -> None:
-        self.guard.restore(data)
+        if set(data) == {"guard", "canary"}:
+            self.guard.restore(data["guard"])
+            self.canary.restore(data["canary"])
+        else:  # a snapshot from before the canary ran here: the guard's states alone
+            self.guard.restore(data)
+            self.canary.restore({})
 
 
 # -- the three stages in one process -------------------------------------------------------------

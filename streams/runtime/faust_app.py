@@ -8,7 +8,7 @@
 | pool | ``deciders-pool`` | pool | the exclusion watcher's pools |
 | scorer | ``deciders-scorer`` | region | the scorer |
 | workload | ``deciders-workload`` | workload | planner, replacement, fallback; the region view |
-| actuator | ``deciders-actuator`` | region | the actuator guard |
+| actuator | ``deciders-actuator`` | region | the actuator guard, the canary (ADR-32) |
 
 Each agent hands its partitions' records to the stage classes of `stages`, in batches. It
 publishes their decisions to the region's ``decisions`` topic (the workload agent also sends
@@ -37,7 +37,17 @@ state ends at, the records in between are read from Kafka by the worker itself a
 first: Faust drops, and acknowledges, the records it fetched under an older consumer
 generation when a rebalance comes (``Stream._py_aiter``), so they never reach the stream, and
 seeking its consumer back did not bring them again (a restarted worker waited forever). So a
-decision made again is made from the same state.
+decision made again is made from the same state. The actuator's partition is no exception: its
+snapshot holds what it received but has not applied yet (the workload partitions' progress and
+their decisions waiting for it), so it too stores the offset its state ends at and reads a
+hole. (It used to store no offset and check none: the records Faust dropped at a rebalance
+or a restart, and committed past, never reached it, and the workload decisions among them were
+never carried to the guard: 59-86 actuation decisions missing in a CI run.)
+A hole at a partition's tail has no later record to reveal it: a watch (`StageHost.watch`)
+compares each owned partition's state with the group's committed offset and the partition's
+end, reads what was committed but never applied, and ends the worker (`STALLED_EXIT`, for its
+supervisor to start it again) when records wait undelivered, with no progress, for
+`FaustConfig.stall_after_s` while the broker answers: Faust's consumer can stop fetching.
 A consumer that drops duplicates by event id sees every decision once.
 """
 
@@ -45,11 +55,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import faulthandler
 import hashlib
 import json
 import logging
+import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -67,7 +80,7 @@ from streams.log import LogError
 from streams.runtime import state_codec
 from streams.runtime.core import Clock, Item, RuntimeSettings
 from streams.runtime.journal import Header, RuntimeTopics
-from streams.runtime.kafka_io import Message, PartitionReader
+from streams.runtime.kafka_io import GroupOffsets, Message, PartitionOffsets, PartitionReader
 from streams.runtime.stages import (
     ActuatorPartition,
     KeyedPartition,
@@ -81,6 +94,7 @@ _LOG = logging.getLogger("spotcap.runtime.faust")
 CHUNK_BYTES = 900_000  # under the changelog topics' 2 MiB max.message.bytes, with room
 CATCH_UP_STEP = 500  # journal items applied between two yields to the event loop
 CONFIRM_TIMEOUT_S = 120.0  # the broker confirms a snapshot's writes, or the worker stops
+STALLED_EXIT = 75  # EX_TEMPFAIL: the watch found the worker stalled; its supervisor restarts it
 
 
 class UnconfirmedWriteError(RuntimeError):
@@ -123,10 +137,19 @@ class FaustConfig:
     batch_within_s: float = 0.05
     producer_linger_s: float = 0.01
     log_level: str = "warning"
+    stall_s: float | None = None
+    """Seconds a partition of this worker may have records waiting on the broker, and none
+    delivered, before the worker exits (`STALLED_EXIT`) for its supervisor to start it again
+    (`StageHost.watch`). None: four session timeouts, at least 60 s (a rebalance, during which
+    the watch waits, takes at most about three)."""
     datadir: str | None = None
     """Faust's data directory. Its tables keep nothing there (their store is memory and their
     state is on Kafka), but Faust makes the folder anyway: by default a fresh temporary
     folder, never ``<app id>-data`` in the working directory."""
+
+    @property
+    def stall_after_s(self) -> float:
+        return self.stall_s if self.stall_s is not None else max(60.0, 4 * self.session_timeout_s)
 
 
 class Runner(Protocol):
@@ -264,8 +287,9 @@ class _Held:
     unacked: list[tuple[int, Source]] = field(default_factory=list)
     next_offset: int | None = None
     """The offset of the source partition's next record: every record before it is in the
-    state (applied, or skipped as a copy). None: not known yet (a runner with no snapshot, or
-    the actuator's, whose snapshot leaves out what it received but has not applied)."""
+    state (applied, received, or skipped as a copy). None: not known yet (a runner with no
+    snapshot before its first batch, or one restored from a snapshot stored before the
+    actuator's held what it received)."""
     sought: int | None = None  # the offset the consumer was last sent back to
 
 
@@ -296,6 +320,9 @@ class StageHost:
         self.stream: StreamT[Any] | None = None
         self.published = 0
         self.sent: list[Any] = []  # sends not yet confirmed by the broker (`store` waits)
+        self.steps = 0  # catch-up steps taken: progress even while no record is delivered
+        self.watched: dict[int, tuple[tuple[int, int], float]] = {}  # `watch`'s clocks
+        self._offsets: GroupOffsets | None = None
 
     # -- partitions ----------------------------------------------------------------------------
 
@@ -318,8 +345,7 @@ class StageHost:
             runner.restore(state_codec.decode(data))
             held.stored_position = runner.position
             held.stored_keys = [k.encode() for k in info["chunks"]]  # dropped at the next store
-            if not isinstance(runner, ActuatorPartition):
-                held.next_offset = info.get("next_offset")
+            held.next_offset = info.get("next_offset")
             _LOG.info("%s[%d]: restored at position %d", self.name, partition, runner.position)
         self.held[partition] = held
         return held
@@ -360,11 +386,7 @@ class StageHost:
             return
         held = self.hold(partition)
         runner = held.runner
-        if (
-            held.next_offset is None
-            and runner.position < 0
-            and not isinstance(runner, ActuatorPartition)
-        ):
+        if held.next_offset is None and runner.position < 0:
             # No snapshot: the state starts from the partition's first record.
             tp = TP(self.table_source_topic, partition)
             held.next_offset = (await self.app.consumer.earliest_offsets(tp))[tp]
@@ -378,9 +400,8 @@ class StageHost:
             out = await self._apply_actuator(runner, held, records)
         else:
             out = runner.apply(records)
-        if not isinstance(runner, ActuatorPartition):
-            last = max(_offset_of(e) for _, e in pairs)
-            held.next_offset = max(held.next_offset or 0, last + 1)
+        last = max(_offset_of(e) for _, e in pairs)
+        held.next_offset = max(held.next_offset or 0, last + 1)
         await self._publish(partition, out)
         held.unacked += [(r.position, e) for r, e in pairs]
         await self._maybe_store(partition, held)
@@ -476,6 +497,7 @@ class StageHost:
             upto = min(before, runner.view_position + CATCH_UP_STEP)
             await held.feed.prefetch(runner.view_position + 1, upto)
             runner.catch_up(upto)
+            self.steps += 1
             await asyncio.sleep(0)
         await held.feed.prefetch(runner.view_position + 1, todo[-1].position)
         return runner.apply(records)
@@ -490,6 +512,7 @@ class StageHost:
             upto = min(runner.reachable, runner.position + CATCH_UP_STEP)
             await held.feed.prefetch(runner.position + 1, upto)
             out.decisions += runner.advance(upto).decisions
+            self.steps += 1
             await asyncio.sleep(0)
         return out
 
@@ -605,6 +628,146 @@ class StageHost:
                     await self.store(partition, held)
                     await self._ack(held)
 
+    # -- the watch: records committed but never applied, a consumer that stopped ---------------
+
+    async def watch(self) -> None:
+        """Compare, for each partition this worker owns, where its state ends with where the
+        group's committed offset and the partition's end are (the broker's word, not Faust's).
+
+        A hole is otherwise seen only when a later record arrives; at a partition's tail none
+        does. Records before the committed offset that the state does not hold were dropped
+        and committed past by Faust (at a rebalance or a restart): they will never be
+        delivered, so they are read from Kafka and applied here, as for a hole.
+
+        Records after the state's end that stay undelivered, with no progress, for
+        `FaustConfig.stall_after_s` while the broker answers mean a stalled worker: Faust's
+        consumer stopped fetching (after a network fault's heal: faust-streaming #629), or a
+        stage waits on something that never comes. The worker says so and exits
+        (`STALLED_EXIT`); its supervisor starts it again, and the new worker restores the
+        stored snapshots and reads what follows them. The watch waits while the group
+        rebalances or the tables recover, and while the broker does not answer."""
+        now = time.monotonic()
+        mine = sorted(
+            tp.partition
+            for tp in self.app.consumer.assignment()
+            if tp.topic == self.table_source_topic
+        )
+        if self.stream is None or self.app.rebalancing or self.app.in_recovery or not mine:
+            self.watched.clear()
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(None, self._read_offsets, mine)
+        except LogError:
+            self.watched.clear()  # the broker does not answer: no stall of this worker's
+            return
+        for partition in mine:
+            if partition in found:
+                await self._fill_committed(partition, found[partition])
+        self._check_stalled(mine, found, now)
+
+    def _read_offsets(self, partitions: list[int]) -> dict[int, PartitionOffsets]:
+        if self._offsets is None:
+            group = self.config.topics.app_id
+            self._offsets = GroupOffsets(self.config.bootstrap, group, self.table_source_topic)
+        return self._offsets.read(partitions)
+
+    async def _fill_committed(self, partition: int, at: PartitionOffsets) -> None:
+        """Apply the records before the committed offset that the state does not hold."""
+        if at.committed <= 0 or self.lock.locked():
+            return  # nothing committed; or a batch is being applied (the next watch looks)
+        async with self.lock:
+            if not self._owns(partition):
+                return
+            held = self.hold(partition)
+            if held.next_offset is None:
+                if held.runner.position >= 0:
+                    return  # restored from a snapshot that stored no offset: unknown
+                held.next_offset = at.low  # no snapshot: the state starts at the first record
+            if at.committed <= held.next_offset:
+                return
+            first, last = held.next_offset, at.committed - 1
+            _LOG.warning(
+                "%s[%d]: records %d-%d committed but never applied (no later record came); "
+                "read from Kafka",
+                self.name,
+                partition,
+                first,
+                last,
+            )
+            filled = await self._read_hole(partition, first, last)
+            if filled:
+                await self._apply(partition, filled)
+
+    def _check_stalled(
+        self, partitions: list[int], found: dict[int, PartitionOffsets], now: float
+    ) -> None:
+        limit = self.config.stall_after_s
+        for partition in partitions:
+            at = found.get(partition)
+            held = self.held.get(partition)
+            mark = held.next_offset if held is not None else None
+            if mark is None and at is not None:  # no record delivered yet: from the commit
+                mark = at.committed if at.committed >= 0 else at.low
+            if at is None or mark is None or mark >= at.end:
+                self.watched.pop(partition, None)  # nothing waiting (or nothing known)
+                continue
+            progress = (mark, self.steps)
+            seen = self.watched.get(partition)
+            if seen is None or seen[0] != progress:
+                self.watched[partition] = (progress, now)
+                continue
+            if now - seen[1] < limit:
+                continue
+            _LOG.error(
+                "%s[%d]: records %d-%d have waited on the broker for %.0f s and none was "
+                "delivered (the broker answers): this worker is stalled and exits for its "
+                "supervisor to start it again",
+                self.name,
+                partition,
+                mark,
+                at.end - 1,
+                now - seen[1],
+            )
+            try:
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+                self._say_where_it_waits()
+            finally:
+                os._exit(STALLED_EXIT)  # not Faust's stop: what stalled may hold that up too
+
+    def _say_where_it_waits(self) -> None:
+        """What every thread and task waits on, to the process's own stderr (Faust's worker
+        puts a logger in `sys.stderr`'s place, one with no file descriptor)."""
+        err = sys.__stderr__
+        if err is None:
+            return
+        err.write("where the stalled worker waits (threads, then tasks):\n")
+        err.flush()
+        faulthandler.dump_traceback(err, all_threads=True)
+        loops = [asyncio.get_running_loop()]
+        other = getattr(getattr(self.app.consumer, "_thread", None), "thread_loop", None)
+        if isinstance(other, asyncio.AbstractEventLoop):
+            loops.append(other)  # the consumer thread's (read from here: a best effort)
+        for loop in loops:
+            try:
+                for task in list(asyncio.all_tasks(loop)):
+                    err.write(f"task {task.get_name()}: {_awaiting(task.get_coro())}\n")
+            except RuntimeError:
+                continue
+        err.flush()
+
+
+def _awaiting(coro: Any) -> str:
+    """A coroutine's chain of awaits, outermost first (`file:line function` each)."""
+    steps: list[str] = []
+    while coro is not None and len(steps) < 30:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            steps.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " -> ".join(steps) or "(not started)"
+
 
 def in_sequence(next_offset: int | None, offsets: list[int]) -> int:
     """How many of a partition's records (by their offsets, in order) may be applied to a state
@@ -711,7 +874,12 @@ def build_app(config: FaustConfig) -> tuple[faust.App, dict[str, StageHost]]:
         for host in hosts.values():
             await host.store_idle()
 
+    async def watch_partitions() -> None:
+        for host in hosts.values():
+            await host.watch()  # never waits for a stage's lock: what holds it may have stalled
+
     app.timer(interval=max(1.0, config.snapshot_interval_s / 2))(store_idle_partitions)
+    app.timer(interval=max(1.0, config.snapshot_interval_s / 2))(watch_partitions)
 
     # A rebalance first revokes every partition, then assigns; a partition this worker keeps
     # goes on from the consumer's position, not from the committed offset, so its runner must

@@ -202,3 +202,49 @@ class PartitionReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Where one partition of a consumer group stands, as the broker says."""
+
+    committed: int
+    """The group's committed offset (-1: none)."""
+    low: int
+    """The partition's first offset (retention may have deleted the ones before)."""
+    end: int
+    """The next offset to be written."""
+
+
+class GroupOffsets:
+    """Asks the broker where a consumer group stands on a topic's partitions, never joining
+    the group (a worker's own check of what its Faust consumer is given)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.topic = topic
+        self._consumer = _Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,  # only to ask its committed offsets: never subscribed
+                "enable.auto.commit": False,
+                "logger": logging.getLogger("spotcap.kafka.librdkafka"),
+            }
+        )
+
+    def read(self, partitions: list[int], timeout_s: float = 10.0) -> dict[int, PartitionOffsets]:
+        """Each partition's offsets; `LogError` if the broker does not answer in time."""
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        try:
+            committed = self._consumer.committed(tps, timeout=timeout_s)
+            out: dict[int, PartitionOffsets] = {}
+            for tp in committed:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, tp.partition), timeout=timeout_s
+                )
+                out[tp.partition] = PartitionOffsets(max(-1, int(tp.offset)), int(low), int(high))
+        except KafkaException as error:
+            raise LogError(f"could not read where {self.topic} stands: {error}") from error
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()

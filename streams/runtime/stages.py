@@ -9,13 +9,15 @@ snapshots in Faust tables; tests feed them from lists in any interleaving.
   partition, the scorer on the region's.
 * `WorkloadPartition`: the workload deciders of the workloads routed to it, with its own copy of
   the region view, brought to each record's position from the journal (`JournalItems`).
-* `ActuatorPartition`: the actuator guard; it merges the workload partitions' decisions by
-  their place and applies position after position once every workload partition has said it
-  is past it (progress), reading the facts and clocks of those positions from the journal.
+* `ActuatorPartition`: the actuator guard and the canary (ADR-32); it merges the workload
+  partitions' decisions by their place and applies position after position once every
+  workload partition has said it is past it (progress), reading the facts and clocks of those
+  positions from the journal.
 
 A partition knows the last position it applied; a record at or below it was applied already
-(a copy sent again after a crash) and is skipped. Its snapshot is everything it holds, so a
-restarted partition goes on from the snapshot's position with the same state.
+(a copy sent again after a crash) and is skipped. Its snapshot is everything it holds (the
+actuator's: what it received and has not applied too), so a restarted partition goes on after
+the last record its snapshot took in, with the same state.
 """
 
 from __future__ import annotations
@@ -167,7 +169,8 @@ class WorkloadPartition:
 
 
 class ActuatorPartition:
-    """The actuator guard, merging the workload partitions' decisions by their place."""
+    """The actuator guard and the canary, merging the workload partitions' decisions by their
+    place (the canary reads facts and clocks only)."""
 
     def __init__(
         self,
@@ -232,8 +235,23 @@ class ActuatorPartition:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        return {"position": self.position, "guard": self.stage.snapshot()}
+        """Everything it holds, what it received but has not applied included (the workload
+        partitions' progress and their decisions waiting for it): a partition restored from
+        it goes on after the last record it received, as every other stage does."""
+        waiting = sorted(self._waiting, key=lambda w: (w[0], w[1]))
+        return {
+            "position": self.position,
+            "guard": self.stage.snapshot(),
+            "progress": tuple(self.progress),
+            "waiting": [(at, order, decision) for at, order, _, decision in waiting],
+        }
 
     def restore(self, data: dict[str, Any]) -> None:
         self.position = data["position"]
         self.stage.restore(data["guard"])
+        # A snapshot from before it held these: it goes on from the consumer's offset.
+        self.progress = list(data.get("progress", [-1] * self.sources))
+        self._waiting, self._seen = [], set()
+        for at, order, decision in data.get("waiting", []):
+            self._seen.add((at, order))
+            heapq.heappush(self._waiting, (at, order, len(self._seen), decision))

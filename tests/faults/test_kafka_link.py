@@ -142,8 +142,10 @@ def test_the_deciders_ride_out_latency_and_a_partition(
     """The deciders as `spotcap run streams` processes (a sequencer and a Faust worker) reach
     the broker only through the proxy; a third of the way through the scenario the link gets
     latency and then a black hole longer than the worker's session timeout (6 s). Nobody
-    restarts anything: afterwards the decisions are exactly the embedded runner's over the
-    same inputs (by event id and bytes; a resend is the same decision)."""
+    restarts anything by hand (a worker whose watch finds it stalled after the heal exits and
+    is started again, as the live region's supervisor does: `Region`): afterwards the
+    decisions are exactly the embedded runner's over the same inputs (by event id and bytes;
+    a resend is the same decision)."""
     broker, proxy = proxied
     name = f"rtf-net-{uuid.uuid4().hex[:6]}"
     expected = by_id(record(broker.address, name))  # inputs written straight to the broker
