@@ -15,10 +15,8 @@ from spotcap.wiring import make_codec, open_log
 
 @click.group()
 def canary() -> None:
-    """Canary releases of contract bundles: see them, roll one back (docs/operating.md).
-
-    A canary starts when a changed contract is published (`spotcap contracts compile
-    --publish`): its bundle goes to a tenth of the workload's pools first."""
+    """Canary releases of contract bundles: see them, roll one back. A changed contract's
+    bundle (`spotcap contracts compile --publish`) goes to a tenth of its pools first."""
 
 
 @canary.command("status")

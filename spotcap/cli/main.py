@@ -22,7 +22,7 @@ LAZY_COMMANDS = {name: LazyCommand(load, short_help) for name, load, short_help 
     ("archive", lambda: import_module("spotcap.cli.archive").archive,
      "The monthly archive: Parquet, a signed Merkle tree, Object Lock (docs/accounting.md)."),
     ("canary", lambda: import_module("spotcap.cli.canary").canary,
-     "Canary releases of contract bundles: see them, roll one back (docs/operating.md)."),
+     "Canary releases of contract bundles: see them, roll one back."),
     ("cloud", lambda: import_module("spotcap.cli.cloud").cloud,
      "The simulated region served as a cloud: Keystone, Nova, Placement, Blazar, the feeds."),
     ("contracts", lambda: import_module("spotcap.cli.contracts").contracts,
