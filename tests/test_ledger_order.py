@@ -47,6 +47,7 @@ from schemas.events import (
     InstanceDeleted,
     InstanceLaunched,
     InstanceLost,
+    NoticeReceived,
     UsageInterval,
     WorkWasted,
 )
@@ -55,7 +56,19 @@ from spotcap.wiring import open_log, stores
 from streams.topics import region_topics
 from streams.writer import publish
 from tests.projection_support import Positioned, batches, next_positions, positioned
-from tests.test_late_facts import RULE, T0, H, base_history, fold, late_cards, with_late
+from tests.test_late_facts import (
+    MIN,
+    RECL,
+    RULE,
+    T0,
+    H,
+    W,
+    base_history,
+    env,
+    fold,
+    late_cards,
+    with_late,
+)
 
 DEMAND = (InstanceLaunched, InstanceLost, InstanceDeleted, CapacityClaimOpened, CapacityReleased)
 STEPS = ("batch", "events", "ledger_lines", "priced_facts", "offsets")
@@ -265,3 +278,44 @@ def test_the_followers_rounds_equal_a_clean_projection_of_the_same_log(tmp_path:
     in_time, _ = fold(events)
     assert differing_lines(in_time, clean_amounts) == {}
     assert differing_lines(in_time, live_amounts) == {}
+
+
+def test_copies_of_one_event_apart_in_event_time_are_one_row_whatever_the_rounds(
+    chdb_path: Path,
+) -> None:
+    """Found in the live fault run (issue 27): the agent's notice and the provider's of the
+    same notice share the event id but not the time (the agent's 115 ms later). The provider's
+    copy was stored in one round; the agent's, alone of its type in a later round, was looked
+    for only between its own batch's times, not found, and stored as a second row of the id
+    (its time is in the events table's key): the live ledger's `events` differed from a clean
+    projection's, where both copies are in one batch and the first is kept."""
+    events = base_history()
+    notice = NoticeReceived("i-1", RECL, W, T0 + 5 * H + 2 * MIN, "metadata")
+    provider = env(notice, T0 + 5 * H - 2 * MIN, "notice/i-1")
+    agent = dataclasses.replace(
+        provider,
+        occurred_at=provider.occurred_at + 115_000,
+        recorded_at=provider.occurred_at + 116_000,
+        producer="agent/i-1",
+        payload=dataclasses.replace(notice, source="nats"),
+    )
+    at = next(i for i, e in enumerate(events) if e.occurred_at > provider.occurred_at)
+    arrived = positioned([*events[:at], provider, *events[at : at + 3], agent, *events[at + 3 :]])
+    rounds = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
+    clean = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
+    try:
+        # A round up to the agent's copy, then one from it (the follower's rounds), against
+        # one pass over the whole log.
+        write_in_rounds(rounds, arrived[: at + 4], at + 4)
+        write_in_rounds(rounds, arrived, len(arrived))
+        write_in_rounds(clean, arrived, len(arrived))
+        rows = "SELECT * FROM events FINAL ORDER BY event_id, occurred_at"
+        assert rounds.query(rows) == clean.query(rows)
+        held = rounds.query(
+            "SELECT producer FROM events FINAL WHERE event_id = {id:UUID}",
+            {"id": provider.event_id},
+        )
+        assert held == [{"producer": "tests"}]  # the first copy in the log, the provider's
+    finally:
+        for store in (rounds, clean):
+            store.command(f"DROP DATABASE IF EXISTS {store.database}")
