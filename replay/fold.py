@@ -8,11 +8,13 @@ for, which makes the useful part of each usage interval), the same quanta, the s
 usage at useful pieces and UTC midnights, every line summed exactly and rounded once to whole
 micro-euros (half to even), then scaled. A rate card that arrives after events it prices
 re-prices them: each rule's lines of those events with the card less their lines without
-(the corrections the ledger writes). The reservations' cost accrues to the idle floor up to the
-last whole hour of the history's latest event. Where the ledger charges every line to its
-workload, a rule may charge it to the platform or share the day's total of that line over the
-workloads by their used vCPU-hours (largest remainder, so the shares add up to the total
-exactly).
+(the corrections the ledger writes); so does a claim, launch or end that arrives after usage
+of its workload ending later (it changes what was useful), and a usage interval, wasted work
+or checkpoint read twice (a record the log holds twice under one id) is priced once. The
+reservations' cost accrues to the idle floor up to the last whole hour of the history's
+latest event. Where the ledger charges every line to its workload, a rule may charge it to
+the platform or share the day's total of that line over the workloads by their used
+vCPU-hours (largest remainder, so the shares add up to the total exactly).
 
 It holds what it priced, and the rate cards, for `HORIZON_US` behind the newest event it read:
 a record more than that out of event-time order in its partition is beyond it.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from projections.ledger.demand import Demand, Piece, all_useful
@@ -176,6 +178,8 @@ class Fold:
         self.demand: dict[str, Demand] = {}
         self.reservations: dict[str, Envelope] = {}
         self.items: dict[str, list[Item]] = {}  # pool -> what was priced on it
+        self.priced_ids: dict[str, int] = {}  # ids of the items (and checkpoints), their ends
+        self.usage_until: dict[str, int] = {}  # workload -> the end of its usage priced
         self.priced_until: dict[str, int] = {}
         self.watermark_us: int | None = None
         self.events = 0
@@ -220,17 +224,22 @@ class Fold:
         elif isinstance(p, CheckpointWritten):
             self._checkpoint(e, p)
         elif isinstance(p, InstanceLaunched):
-            self._demand(p.workload_id).launch(p.instance_id, at, p.vcpu, e.causation_id or "")
+            if self._demand(p.workload_id).launch(p.instance_id, at, p.vcpu, e.causation_id or ""):
+                self._late_demand(p.workload_id, at)
         elif isinstance(p, InstanceLost):
-            self._demand(p.workload_id).end(p.instance_id, at)
+            if self._demand(p.workload_id).end(p.instance_id, at):
+                self._late_demand(p.workload_id, at)
             if self._need_losses:
                 self.with_notice[e.event_id] = p.with_notice
         elif isinstance(p, InstanceDeleted):
-            self._demand(p.workload_id).end(p.instance_id, at)
+            if self._demand(p.workload_id).end(p.instance_id, at):
+                self._late_demand(p.workload_id, at)
         elif isinstance(p, CapacityClaimOpened):
-            self._demand(p.workload_id).open_claim(p.claim_id, at, p.requested_vcpu)
+            if self._demand(p.workload_id).open_claim(p.claim_id, at, p.requested_vcpu):
+                self._late_demand(p.workload_id, at)
         elif isinstance(p, CapacityReleased):
-            self._demand(p.workload_id).release_claim(p.claim_id, at)
+            if self._demand(p.workload_id).release_claim(p.claim_id, at):
+                self._late_demand(p.workload_id, at)
         elif isinstance(p, ReservationCommitted):
             if refused(p.start_at, at, self.allowed_lateness_s):
                 self.refused.append(f"reservation_committed {e.event_id}: past the lateness")
@@ -257,6 +266,33 @@ class Fold:
             demand.prune(before_us)
         for pool_id, items in self.items.items():
             self.items[pool_id] = [i for i in items if i.to_us >= before_us]
+        self.priced_ids = {i: t for i, t in self.priced_ids.items() if t >= before_us}
+
+    def _late_demand(self, workload_id: str, at: int) -> None:
+        """A claim, launch or end that changed the workload's demand after usage of it ending
+        later was priced: each rule's lines of that usage with its new pieces less its lines
+        with the old (the corrections the ledger writes)."""
+        if not self._asked_for or self.usage_until.get(workload_id, at) <= at:
+            return
+        demand = self.demand[workload_id]
+        for items in self.items.values():
+            for n, item in enumerate(items):
+                u = item.e.payload
+                if item.to_us <= at or not isinstance(u, UsageInterval):
+                    continue
+                if u.workload_id != workload_id:
+                    continue
+                pieces = tuple(demand.useful(u.instance_id, u.vcpu, u.start_at, u.end_at))
+                if pieces == item.pieces:
+                    continue
+                new = items[n] = replace(item, pieces=pieces)
+                for ledger in self.ledgers:
+                    for sign, lines in (
+                        (-1, self._parts(item, ledger)),
+                        (1, self._parts(new, ledger)),
+                    ):
+                        for workload, day, cause, micros, charge in lines:
+                            ledger.add_scaled(workload, day, cause, sign * micros, charge)
 
     def _card(self, e: Envelope, p: RateCard) -> None:
         if refused(p.valid_from_at, e.occurred_at, self.allowed_lateness_s):
@@ -304,8 +340,10 @@ class Fold:
     # -- pricing --------------------------------------------------------------------------
 
     def _usage(self, e: Envelope, u: UsageInterval) -> None:
-        if u.end_at <= u.start_at:
+        if u.end_at <= u.start_at or e.event_id in self.priced_ids:
             return
+        if u.end_at > self.usage_until.get(u.workload_id, u.end_at - 1):
+            self.usage_until[u.workload_id] = u.end_at
         demand = self.demand.get(u.workload_id)
         if demand is None or not self._asked_for:
             pieces: tuple[Piece, ...] = ((u.start_at, u.end_at, 0),)
@@ -315,6 +353,8 @@ class Fold:
         self._priced(item)
 
     def _waste(self, e: Envelope, w: WorkWasted) -> None:
+        if e.event_id in self.priced_ids:
+            return
         notice = self.with_notice.get(e.causation_id or "", False)
         t = e.occurred_at
         item = Item(e, w.pool_id, t, t + 1, (), self.tiers.get(w.workload_id), notice)
@@ -322,6 +362,7 @@ class Fold:
 
     def _priced(self, item: Item) -> None:
         self.items.setdefault(item.pool_id, []).append(item)
+        self.priced_ids[item.e.event_id] = item.to_us
         until = self.priced_until.get(item.pool_id)
         if until is None or item.to_us > until:
             self.priced_until[item.pool_id] = item.to_us
@@ -447,6 +488,9 @@ class Fold:
         ]
 
     def _checkpoint(self, e: Envelope, c: CheckpointWritten) -> None:
+        if e.event_id in self.priced_ids:
+            return
+        self.priced_ids[e.event_id] = e.occurred_at
         day = e.occurred_at // DAY_US
         if not self._in_range(day):
             return

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from importlib import resources
 
 import pyarrow as pa
 import pytest
 
 import projections.ledger.writer as ledger_writer
 from projections.ledger.pricer import Pricer
-from projections.ledger.pricing import DAY_US
+from projections.ledger.pricing import DAY_US, LedgerLine
 from projections.ledger.rule import COST_CAUSES, RECORDED
 from projections.ledger.store import ChdbStore, LedgerError
 from projections.ledger.writer import LedgerWriter
@@ -244,3 +246,41 @@ def test_no_workloads_counterfactual_exceeds_what_it_asked_for_at_the_guaranteed
         asked_h = asked_us[(r["workload_id"], r["day"])] / US_PER_H
         assert r["q"] <= asked_h + 1e-6 * r["n"], r  # quantities are rounded per line
         assert r["eur"] <= asked_h * top_rate + r["n"], r  # amounts too, to the micro-euro
+
+
+def test_a_ledger_made_before_batches_were_numbered_gains_the_column_and_prices_the_same(
+    chdb_path: object,
+) -> None:
+    """A ledger whose lines and priced facts have no `batch` column (made before
+    ddl/0004_batches.sql) gets it on opening, at the end of the priced facts' sorting key, and
+    keeps its lines; then it prices as a ledger made now."""
+    text = (resources.files("projections.ledger") / "ddl" / "0001_ledger.sql").read_text()
+    old_ddl = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    old_ddl = re.sub(r",\n\s+batch\s+UInt64", "", old_ddl).replace("event_id, batch)", "event_id)")
+    assert "batch" not in old_ddl
+    old = ChdbStore(chdb_path, "before_batches")  # type: ignore[arg-type]
+    new = ChdbStore(chdb_path, "with_batches")  # type: ignore[arg-type]
+    try:
+        for statement in old_ddl.split(";"):
+            if statement.strip():
+                old.command(statement)
+        kept = LedgerLine("wl-old", 20_000, "surplus", "00000000-0000-4000-8000-000000000001",
+                          5, 0.5, "vcpu_h", "p", "reclaimable", "i", "usage_interval", 0,
+                          "recorded")  # fmt: skip
+        old.insert("ledger_lines", ledger_writer._lines_table([kept], 0).drop_columns("batch"))
+        events = ledger_events()[:3000]
+        write(LedgerWriter(old), events, 700)
+        write(LedgerWriter(new), events, 700)
+        keys = old.query(
+            "SELECT name, sorting_key AS k FROM system.tables WHERE database = currentDatabase()"
+            " AND name IN ('ledger_lines', 'priced_facts') ORDER BY name"
+        )
+        assert [r["k"] for r in keys] == [
+            "workload_id, day, cause, event_id", "pool_id, to_us, event_id, batch"
+        ]  # fmt: skip
+        got = lines(old)
+        assert got.pop(("wl-old", "2024-10-04", "surplus", kept.event_id)) == 5
+        assert got == lines(new)
+    finally:
+        old.command("DROP DATABASE IF EXISTS before_batches")
+        new.command("DROP DATABASE IF EXISTS with_batches")

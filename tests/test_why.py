@@ -136,7 +136,7 @@ def test_a_workloads_why_names_the_decision_that_ran_capacity_nobody_asked_for(
     line = LedgerLine(W, T0_US // 86_400_000_000, "surplus", placed.event_id, 1_230_000, 32.5,
                       "vcpu_h", P, "reclaimable", "i-9", "usage_interval", T0_US, "recorded",
                       placed.event_id)  # fmt: skip
-    ledger_store.insert("ledger_lines", ledger_writer._lines_table([line]))
+    ledger_store.insert("ledger_lines", ledger_writer._lines_table([line], 1))
     steps = why(fleet, W, ledger_store).steps
     [surplus] = [s for s in steps if s.event_type == "surplus"]
     assert surplus.event_id == placed.event_id

@@ -51,28 +51,42 @@ class Demand:
 
     # -- facts ------------------------------------------------------------------------------
 
-    def open_claim(self, claim_id: str, at_us: int, vcpu: int) -> None:
+    # Each fact returns whether it changed what the workload asked for or ran (a fact seen
+    # again changes nothing; the pricer re-prices what a late one changes).
+
+    def open_claim(self, claim_id: str, at_us: int, vcpu: int) -> bool:
         claim = self.claims.setdefault(claim_id, Claim())
         if claim.opened_us is None or at_us < claim.opened_us:
             claim.opened_us, claim.vcpu = at_us, vcpu
+            return True
+        return False
 
-    def release_claim(self, claim_id: str, at_us: int) -> None:
+    def release_claim(self, claim_id: str, at_us: int) -> bool:
         claim = self.claims.setdefault(claim_id, Claim())
-        claim.released_us = min(claim.released_us, at_us)
+        if at_us < claim.released_us:
+            claim.released_us = at_us
+            return True
+        return False
 
-    def launch(self, instance_id: str, at_us: int, vcpu: int, decided_by: str) -> None:
+    def launch(self, instance_id: str, at_us: int, vcpu: int, decided_by: str) -> bool:
         held = self.instances.get(instance_id)
         if held is None:
             self.instances[instance_id] = Instance(at_us, vcpu, NEVER, decided_by)
         elif at_us < held.launched_us:
             held.launched_us, held.vcpu, held.decided_by = at_us, vcpu, decided_by
+        else:
+            return False
+        return True
 
-    def end(self, instance_id: str, at_us: int) -> None:
+    def end(self, instance_id: str, at_us: int) -> bool:
         held = self.instances.get(instance_id)
         if held is None:  # an end seen before its launch: the launch will keep it
             self.instances[instance_id] = Instance(NEVER, 0, at_us)
+        elif at_us < held.ended_us:
+            held.ended_us = at_us
         else:
-            held.ended_us = min(held.ended_us, at_us)
+            return False
+        return True
 
     def prune(self, before_us: int) -> None:
         """Forget claims released and instances ended before `before_us`: no usage interval

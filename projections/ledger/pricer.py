@@ -21,9 +21,16 @@ per workload, day and cause into **correction lines** that name the card (their 
 card's). The ledger stays append-only and every total is the sum of its lines; and the lines of
 a history add up to what its events give priced all at once, whatever order they came in.
 
-Demand and lifecycle facts are taken in the order they come: each partition of those topics is
-written in event-time order, and the merged history reads them so (a usage interval comes after
-every claim and launch before its end).
+**Late demand facts** (issue 27). What part of a usage interval was useful depends on the
+workload's claims and instances (`demand.Demand`). A claim, launch, loss or deletion that
+arrives after usage of its workload ending later was priced (the actuator writes launches and
+deletions, the region's tap the usage: a paused or restarted broker, or a paused actuator,
+lets one topic fall behind another, and a resent batch lands after later records) re-prices
+that usage: for each interval whose useful pieces it changes, the lines with the new pieces
+less the lines with the old, summed per workload, day and cause into correction lines that
+name the late fact (their event id is its). A usage interval or wasted work seen again (a
+record the log holds twice under one id) is priced once. So the lines of a history add up to
+what its events give in event-time order, whatever order they came in and however often.
 """
 
 from __future__ import annotations
@@ -86,12 +93,25 @@ def priced_item(e: Envelope, pieces: tuple[Piece, ...] = (), decided_by: str = "
 
 
 class PricedSource(Protocol):
-    """What was priced before, by pool and time: the events a late card may re-price."""
+    """What was priced before, by pool and time: the events a late card may re-price; by
+    workload: the usage a late demand fact may re-price."""
 
     def add(self, item: Priced) -> None: ...
 
+    def seen(self, event_id: str) -> bool:
+        """Whether an item of this event id was priced already (a record delivered twice)."""
+        ...
+
     def overlapping(self, pool_id: str, from_us: int, to_us: int) -> Iterable[Priced]:
         """Items of `pool_id` whose span meets [from, to), each once, in any order."""
+        ...
+
+    def usage_of(self, workload_id: str, after_us: int) -> Iterable[Priced]:
+        """The usage intervals of `workload_id` ending after `after_us`, each once."""
+        ...
+
+    def replace(self, item: Priced) -> None:
+        """Hold `item` instead of the item of the same event id (re-priced pieces)."""
         ...
 
 
@@ -100,9 +120,14 @@ class MemorySource:
     """Every item priced, in memory (a history priced whole: the simulator's, the tests')."""
 
     by_pool: dict[str, list[Priced]] = field(default_factory=dict)
+    ids: set[str] = field(default_factory=set)
 
     def add(self, item: Priced) -> None:
         self.by_pool.setdefault(item.pool_id, []).append(item)
+        self.ids.add(item.envelope.event_id)
+
+    def seen(self, event_id: str) -> bool:
+        return event_id in self.ids
 
     def overlapping(self, pool_id: str, from_us: int, to_us: int) -> Iterator[Priced]:
         return (i for i in self.by_pool.get(pool_id, ()) if i.to_us > from_us and i.from_us < to_us)
@@ -111,6 +136,32 @@ class MemorySource:
         """Forget the items that end before `before_us` (nothing priced later reaches them)."""
         for pool_id, items in self.by_pool.items():
             self.by_pool[pool_id] = [i for i in items if i.to_us >= before_us]
+
+    def usage_of(self, workload_id: str, after_us: int) -> Iterator[Priced]:
+        return usage_of(self.by_pool, workload_id, after_us)
+
+    def replace(self, item: Priced) -> None:
+        replace_in(self.by_pool, item)
+
+
+def usage_of(by_pool: dict[str, list[Priced]], workload_id: str, after_us: int) -> Iterator[Priced]:
+    """The usage intervals of `workload_id` in `by_pool` ending after `after_us`."""
+    for items in by_pool.values():
+        for i in items:
+            p = i.envelope.payload
+            if i.to_us > after_us and isinstance(p, UsageInterval) and p.workload_id == workload_id:
+                yield i
+
+
+def replace_in(by_pool: dict[str, list[Priced]], item: Priced) -> None:
+    """Put `item` in place of the item of its event id in `by_pool` (or add it)."""
+    items = by_pool.setdefault(item.pool_id, [])
+    event_id = item.envelope.event_id
+    for n, held in enumerate(items):
+        if held.envelope.event_id == event_id:
+            items[n] = item
+            return
+    items.append(item)
 
 
 class Refusal(NamedTuple):
@@ -144,6 +195,7 @@ class Pricer:
         self.reservations: dict[str, Reservation] = {}
         self.watermark_us: int | None = None
         self.priced_until: dict[str, int] = {}  # pool -> the end of what was priced on it
+        self.usage_until: dict[str, int] = {}  # workload -> the end of its usage priced
         self.refused: list[Refusal] = []
         self.unpriced: list[tuple[Envelope, str]] = []
         self.corrections = 0  # correction lines made
@@ -160,6 +212,10 @@ class Pricer:
         if isinstance(p, RateCard):
             return self._card(e, p)
         if isinstance(p, UsageInterval):
+            if self.source.seen(e.event_id):
+                return []  # delivered twice: priced once
+            if p.end_at > self.usage_until.get(p.workload_id, p.end_at - 1):
+                self.usage_until[p.workload_id] = p.end_at
             demand = self.demand.get(p.workload_id)
             if demand is None:
                 pieces: tuple[Piece, ...] = (
@@ -171,18 +227,23 @@ class Pricer:
                 decided_by = demand.decided_by(p.instance_id)
             return self._priced(priced_item(e, pieces, decided_by))
         if isinstance(p, WorkWasted):
-            return self._priced(priced_item(e))
+            return [] if self.source.seen(e.event_id) else self._priced(priced_item(e))
         if isinstance(p, CheckpointWritten):
             return price_checkpoint(e, self.book, self.rule)
         if isinstance(p, InstanceLaunched):
-            self._demand(p.workload_id).launch(p.instance_id, at, p.vcpu, e.causation_id or "")
-        elif isinstance(p, InstanceLost | InstanceDeleted):
-            self._demand(p.workload_id).end(p.instance_id, at)
-        elif isinstance(p, CapacityClaimOpened):
-            self._demand(p.workload_id).open_claim(p.claim_id, at, p.requested_vcpu)
-        elif isinstance(p, CapacityReleased):
-            self._demand(p.workload_id).release_claim(p.claim_id, at)
-        elif isinstance(p, ReservationCommitted):
+            changed = self._demand(p.workload_id).launch(p.instance_id, at, p.vcpu,
+                                                         e.causation_id or "")  # fmt: skip
+            return self._late_demand(e, p.workload_id) if changed else []
+        if isinstance(p, InstanceLost | InstanceDeleted):
+            changed = self._demand(p.workload_id).end(p.instance_id, at)
+            return self._late_demand(e, p.workload_id) if changed else []
+        if isinstance(p, CapacityClaimOpened):
+            changed = self._demand(p.workload_id).open_claim(p.claim_id, at, p.requested_vcpu)
+            return self._late_demand(e, p.workload_id) if changed else []
+        if isinstance(p, CapacityReleased):
+            changed = self._demand(p.workload_id).release_claim(p.claim_id, at)
+            return self._late_demand(e, p.workload_id) if changed else []
+        if isinstance(p, ReservationCommitted):
             self._reservation(e, p)
         return []
 
@@ -292,25 +353,57 @@ class Pricer:
         before = [_lines_or_none(item, book, rule) for item in touched]
         book.add(c.pool_id, row)
         after = [_lines_or_none(item, book, rule) for item in touched]
+        return self._corrections(e, c.pool_id, zip(before, after, strict=True))
+
+    def _late_demand(self, e: Envelope, workload_id: str) -> list[LedgerLine]:
+        """A claim, launch or end that changed the workload's demand: if usage of the
+        workload ending after it was priced already, the corrections of what it changes."""
+        if self.usage_until.get(workload_id, e.occurred_at) <= e.occurred_at:
+            return []  # on time: no usage priced yet that it reaches
+        demand, book, rule = self.demand[workload_id], self.book, self.rule
+        changes = []
+        for item in list(self.source.usage_of(workload_id, e.occurred_at)):
+            u = item.envelope.payload
+            assert isinstance(u, UsageInterval)
+            pieces = tuple(demand.useful(u.instance_id, u.vcpu, u.start_at, u.end_at))
+            decided_by = demand.decided_by(u.instance_id)
+            if pieces == item.pieces and decided_by == item.decided_by:
+                continue
+            new = item._replace(pieces=pieces, decided_by=decided_by)
+            changes.append((_lines_or_none(item, book, rule), _lines_or_none(new, book, rule)))
+            self.source.replace(new)
+        return self._corrections(e, "", changes)
+
+    def _corrections(
+        self,
+        e: Envelope,
+        pool_id: str,
+        changes: Iterable[tuple[list[LedgerLine] | None, list[LedgerLine] | None]],
+    ) -> list[LedgerLine]:
+        """The correction lines of `e` (a late card or demand fact): for each event it
+        re-prices, its lines after less its lines before, summed per workload, day and cause."""
         amounts: dict[tuple[str, int, str], int] = {}
         quantities: dict[tuple[str, int, str], float] = {}
         models: dict[tuple[str, int, str], str] = {}
-        for old, new in zip(before, after, strict=True):
+        pools: dict[tuple[str, int, str], set[str]] = {}
+        for old, new in changes:
             for sign, lines in ((-1, old), (1, new)):
                 for line in lines or ():
                     key = (line.workload_id, line.day, line.cause)
                     amounts[key] = amounts.get(key, 0) + sign * line.amount_eur_micros
                     quantities[key] = quantities.get(key, 0.0) + sign * line.quantity
                     models[key] = line.purchase_model
+                    pools.setdefault(key, set()).add(line.pool_id)
         out = []
         for key, amount in sorted(amounts.items()):
             quantity = quantities[key]
             if amount == 0 and abs(quantity) < 1e-9:
                 continue
             workload_id, day, cause = key
+            pool = pool_id or (next(iter(pools[key])) if len(pools[key]) == 1 else "")
             out.append(LedgerLine(workload_id, day, cause, e.event_id, amount, quantity,
-                                  "vcpu_h", c.pool_id, models[key], "", e.event_type,
-                                  e.occurred_at, rule.name))  # fmt: skip
+                                  "vcpu_h", pool, models[key], "", e.event_type,
+                                  e.occurred_at, self.rule.name))  # fmt: skip
         self.corrections += len(out)
         return out
 

@@ -2,22 +2,36 @@
 
 A batch is one insert into `events`, whose materialized views (ddl/0002_from_events.sql) derive
 the rankings and the rate cards from the payloads in the same insert; then the priced lines,
-what was priced from the rate cards (`priced_facts`, for late cards to re-price), the facts
-refused past the allowed lateness (`late_facts`), and last the offsets. ClickHouse has no
-transactions across tables, so the ledger is at-least-once and idempotent on the event id: a
-batch re-inserted after a crash collapses onto the rows already there (every table is a
-ReplacingMergeTree keyed by event id; reads go through FINAL). The offsets are inserted last;
-a restart resumes from them (`stored_offsets`, to seek on assignment).
+what was priced from the rate cards (`priced_facts`, for late facts to re-price), the facts
+refused past the allowed lateness (`late_facts`), and last the offsets. A restart resumes from
+the offsets (`stored_offsets`, to seek on assignment).
+
+ClickHouse has no transactions across tables, so a writer killed between two inserts of a
+batch leaves part of it stored without its offsets. The next writer makes the ledger as the
+last stored offsets left it before it prices anything (issue 27): each batch has a number and
+records it, with the offsets it starts from, in `ledger_batches` before its rows; its lines and
+priced facts carry the number. A writer that finds the last recorded batch starting from the
+stored offsets (it never stored its own) deletes that batch's lines and priced facts, and
+prices the batch again from there. Events, rankings and rate cards need no deleting: a batch
+priced again inserts the same rows again (every table is a ReplacingMergeTree keyed by event
+id; reads go through FINAL), and what pricing reads of them is read as of the stored offsets.
+
+**Each event once.** A record the log holds twice under one id (a batch the broker did not
+acknowledge, written again after later records) is priced, and stored, by its first copy only:
+a copy of an event stored and committed before (or in the batch still being stored, or earlier
+in the same batch) is left out of the batch. Its first position stays the event's, so what the
+ledger holds as of the stored offsets never loses a committed event to a copy of it.
 
 Pricing is `pricer.Pricer`'s: the rate cards in force (a `RateBook`), each workload's claims
 and instances (what was useful), the reservations (the idle floor), in event time whatever the
-order of arrival. At a start all of it is read back from the store **as of the stored offsets**
-(rows of a batch written after them, by a run that crashed before its offsets, are left out),
-so a batch priced again after a crash gives the same lines, corrections included.
+order of arrival. At a start all of it is read back from the store as of the stored offsets,
+so a batch priced again after a crash gives the same lines, corrections included, and the
+ledger adds up to the same figures whatever was killed when.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +49,8 @@ from projections.ledger.pricer import (
     Pricer,
     Refusal,
     Reservation,
+    replace_in,
+    usage_of,
 )
 from projections.ledger.pricing import LedgerLine
 from projections.ledger.rates import Card, RateBook
@@ -55,15 +71,32 @@ LEDGER_PROJECTION = "ledger"
 LEDGER_TOPICS = ("lifecycle", "market", "demand", "decisions", "usage")
 RATE_HORIZON_US = 2 * 86_400_000_000  # rate cards held in memory behind the newest event
 MEMORY_HORIZON_US = RATE_HORIZON_US  # what was priced, held in memory behind the newest event
+COPY_SPREAD_US = 3_600_000_000
+"""How far apart in event time copies of one event (one id) are recognised as copies: the
+agent's notice and the provider's of the same notice were 0.1-0.5 s apart in the fault runs;
+an answer a restarted actuator writes again carries the time it wrote it. Copies further
+apart would be stored as two rows of the id (the events table's key holds the time)."""
 
 TopicPartition = tuple[str, int]
 StepHook = Callable[[str], None]
 
+_AS_IT_STANDS = "ORDER BY batch DESC LIMIT 1 BY event_id"
+"""Of the rows of `priced_facts` selected, each item's as its last batch left it."""
+
 _UTC_US = pa.timestamp("us", tz="UTC")
 
 
+_UPGRADES = (
+    ("ledger_lines", "ALTER TABLE ledger_lines ADD COLUMN IF NOT EXISTS batch UInt64"),
+    ("priced_facts", "ALTER TABLE priced_facts ADD COLUMN IF NOT EXISTS batch UInt64,"
+                     " MODIFY ORDER BY (pool_id, to_us, event_id, batch)"),
+)  # fmt: skip
+"""The `batch` column of a ledger made before it (ddl/0004_batches.sql), table by table."""
+
+
 def apply_ddl(store: LedgerStore) -> None:
-    """Create the ledger's tables and views (idempotent: IF NOT EXISTS)."""
+    """Create the ledger's tables and views (idempotent: IF NOT EXISTS), and add the columns
+    a ledger made by an earlier version lacks."""
     folder = resources.files("projections.ledger") / "ddl"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
@@ -75,11 +108,16 @@ def apply_ddl(store: LedgerStore) -> None:
         for statement in text.split(";"):
             if statement.strip():
                 store.command(statement)
+    batched = "SELECT table FROM system.columns WHERE database = currentDatabase() AND name='batch'"
+    have = {str(r["table"]) for r in store.query(batched)}
+    for table, alter in _UPGRADES:
+        if table not in have:
+            store.command(alter)
 
 
 LEDGER_TABLES = (
     "events", "rankings", "rate_cards", "ledger_lines", "priced_facts", "late_facts",
-    "consumed_offsets", "consumed_topics",
+    "consumed_offsets", "consumed_topics", "ledger_batches",
 )  # fmt: skip
 
 
@@ -138,6 +176,9 @@ LINES_SCHEMA = pa.schema(
         ("decided_by", pa.string()),
     ]
 )
+LINES_INSERT_SCHEMA = LINES_SCHEMA.append(pa.field("batch", pa.uint64()))
+"""The lines as inserted: with the number of the batch that wrote them (LINES_SCHEMA is the
+archive's file of them)."""
 PIECES_TYPE = pa.list_(pa.struct([("1", pa.int64()), ("2", pa.int64()), ("3", pa.int64())]))
 PRICED_SCHEMA = pa.schema(
     [
@@ -154,6 +195,7 @@ PRICED_SCHEMA = pa.schema(
         ("topic", pa.string()),
         ("partition", pa.uint32()),
         ("offset", pa.uint64()),
+        ("batch", pa.uint64()),
     ]
 )
 LATE_SCHEMA = pa.schema(
@@ -167,6 +209,9 @@ LATE_SCHEMA = pa.schema(
         ("allowed_s", pa.int64()),
         ("reason", pa.string()),
     ]
+)
+BATCHES_SCHEMA = pa.schema(
+    [("projection_name", pa.string()), ("batch", pa.uint64()), ("starts", pa.string())]
 )
 OFFSETS_SCHEMA = pa.schema(
     [
@@ -191,6 +236,8 @@ class LedgerWriteResult:
 class PreparedBatch:
     """A batch priced and turned into the tables `LedgerWriter.store_batch` inserts."""
 
+    number: int  # the batch's number (its lines and priced facts carry it)
+    begun: pa.Table  # its row of `ledger_batches`: its number and the offsets it starts from
     events: pa.Table
     lines: pa.Table
     priced: pa.Table
@@ -235,18 +282,51 @@ def _envelope(
 
 class _StoredSource:
     """What was priced: this run's items in memory (for `MEMORY_HORIZON_US` of event time), the
-    rest read from `priced_facts` as of the stored offsets. Each item once, by event id."""
+    rest read from `priced_facts` (each item as its last batch left it). Each item once, by
+    event id."""
 
     def __init__(self, writer: LedgerWriter) -> None:
         self._writer = writer
         self.by_pool: dict[str, list[Priced]] = {}
         self.batch: list[tuple[Priced, Origin]] = []  # priced in the batch being prepared
         self.origin: Origin | None = None  # the position of the event being priced
+        # Where each item held was in the log, and each item read back for the batch being
+        # prepared (a re-priced item is stored again, at its own position, in a row of the
+        # batch that re-priced it).
+        self.origins: dict[str, Origin] = {}
+        self.read: dict[str, Origin] = {}
+
+    def begin(self) -> None:
+        """A new batch."""
+        self.batch, self.read = [], {}
 
     def add(self, item: Priced) -> None:
         self.by_pool.setdefault(item.pool_id, []).append(item)
         assert self.origin is not None
+        self.origins[item.envelope.event_id] = self.origin
         self.batch.append((item, self.origin))
+
+    def seen(self, event_id: str) -> bool:
+        # Copies of events priced by earlier runs never reach the pricer (`LedgerWriter._firsts`).
+        return event_id in self.origins
+
+    def usage_of(self, workload_id: str, after_us: int) -> Iterator[Priced]:
+        seen: set[str] = set()
+        for item in usage_of(self.by_pool, workload_id, after_us):
+            seen.add(item.envelope.event_id)
+            yield item
+        for item, origin in self._writer.stored_usage(workload_id, after_us):
+            if item.envelope.event_id not in seen:
+                seen.add(item.envelope.event_id)
+                self.read[item.envelope.event_id] = origin
+                yield item
+
+    def replace(self, item: Priced) -> None:
+        event_id = item.envelope.event_id
+        origin = self.origins.get(event_id) or self.read[event_id]
+        replace_in(self.by_pool, item)  # held from now on (a stored one too)
+        self.origins[event_id] = origin
+        self.batch.append((item, origin))
 
     def overlapping(self, pool_id: str, from_us: int, to_us: int) -> Iterator[Priced]:
         seen: set[str] = set()
@@ -261,7 +341,13 @@ class _StoredSource:
 
     def prune(self, before_us: int) -> None:
         for pool_id, items in self.by_pool.items():
-            self.by_pool[pool_id] = [i for i in items if i.to_us >= before_us]
+            kept = []
+            for i in items:
+                if i.to_us >= before_us:
+                    kept.append(i)
+                else:  # read back from the store from now on (committed by then)
+                    self.origins.pop(i.envelope.event_id, None)
+            self.by_pool[pool_id] = kept
 
 
 class LedgerWriter:
@@ -283,6 +369,12 @@ class LedgerWriter:
         self._on_step = on_step
         apply_ddl(store)
         self._committed = self.stored_offsets()
+        self._next_batch = self._undo_unfinished_batch()
+        # Where the next batch prepared starts (the offsets after every batch prepared), and
+        # the ids of the events of batches prepared but not yet stored (one is stored while
+        # the next is prepared): a copy of one of them in the next batch is left out.
+        self._prepared_to = dict(self._committed)
+        self._unstored: dict[int, set[str]] = {}
         self.book = RateBook(self._backfill)
         self.source = _StoredSource(self)
         self.pricer = Pricer(rule, self.book, self.source)
@@ -291,6 +383,67 @@ class LedgerWriter:
     def _step(self, name: str) -> None:
         if self._on_step is not None:
             self._on_step(name)
+
+    # -- a batch killed before its offsets ----------------------------------------------------
+
+    def _undo_unfinished_batch(self) -> int:
+        """Delete the lines and priced facts of the last batch begun if it never stored its
+        offsets (it starts from the stored ones); the number of the next batch."""
+        rows = self.store.query(
+            "SELECT batch, starts FROM ledger_batches FINAL WHERE projection_name = {p:String}",
+            {"p": self.projection},
+        )
+        if not rows:
+            return 1
+        last = int(rows[0]["batch"])
+        if str(rows[0]["starts"]) == _positions_key(self._committed):
+            for table in ("ledger_lines", "priced_facts"):
+                self.store.command(
+                    f"DELETE FROM {table} WHERE batch = {{b:UInt64}}",
+                    {"b": last},
+                )
+        return last + 1
+
+    def _firsts(self, events: Sequence[tuple[Origin, Envelope]]) -> list[tuple[Origin, Envelope]]:
+        """The batch's events but copies: of an event stored and committed before, of one in
+        a batch prepared but not yet stored, or of one earlier in the batch (a record the log
+        holds twice under one id is the first copy's). A stored copy is looked for within
+        `COPY_SPREAD_US` of the batch's times of its type: copies of one event need not share
+        its time (the agent's notice and the provider's of the same notice)."""
+        times: dict[str, list[int]] = {}
+        for _, e in events:
+            times.setdefault(e.event_type, []).append(e.occurred_at)
+        if not times:
+            return []
+        where, params = [], {}
+        for n, (event_type, at) in enumerate(sorted(times.items())):
+            where.append(
+                f"(event_type = {{t{n}:String}} AND occurred_at BETWEEN fromUnixTimestamp64Micro("
+                f"{{f{n}:Int64}}, 'UTC') AND fromUnixTimestamp64Micro({{u{n}:Int64}}, 'UTC'))"
+            )
+            params.update(
+                {f"t{n}": event_type, f"f{n}": min(at) - COPY_SPREAD_US,
+                 f"u{n}": max(at) + COPY_SPREAD_US}
+            )  # fmt: skip
+        with self._storing:  # what is stored, and what is not yet, at one moment
+            seen = set().union(*self._unstored.values())
+            stored = self.store.query_table(
+                "SELECT toString(event_id) AS event_id FROM (SELECT event_id, topic, partition,"
+                f" offset FROM events WHERE {' OR '.join(where)}) AS e"
+                f"{self._committed_join('e')}",
+                {"proj": self.projection, **params},
+            )
+        if stored is not None:
+            seen.update(stored.column("event_id").to_pylist())
+        ids = [e.event_id for _, e in events]
+        if seen.isdisjoint(ids) and len(set(ids)) == len(ids):  # no copy: the batch as it is
+            return list(events)
+        firsts = []
+        for origin, e in events:
+            if e.event_id not in seen:
+                seen.add(e.event_id)
+                firsts.append((origin, e))
+        return firsts
 
     # -- what is stored, as of the stored offsets ----------------------------------------------
 
@@ -338,9 +491,8 @@ class LedgerWriter:
         """The usage and waste of `pool_id` priced by earlier batches, meeting [from, to)."""
         rows = self._query(
             "SELECT toString(event_id) AS event_id, toUnixTimestamp64Micro(occurred_at) AS t,"
-            " record, payload, pieces, decided_by FROM (SELECT * FROM priced_facts FINAL"
-            " WHERE pool_id = {p:String} AND to_us > {f:Int64} AND from_us < {t:Int64}) AS x"
-            f"{self._committed_join('x')}",
+            " record, payload, pieces, decided_by FROM priced_facts WHERE pool_id = {p:String}"
+            f" AND to_us > {{f:Int64}} AND from_us < {{t:Int64}} {_AS_IT_STANDS}",
             {"p": pool_id, "f": from_us, "t": to_us},
         )
         out = []
@@ -353,6 +505,27 @@ class LedgerWriter:
             else:
                 assert isinstance(e.payload, WorkWasted)
                 out.append(Priced(e, e.payload.pool_id, e.occurred_at, e.occurred_at + 1))
+        return out
+
+    def stored_usage(self, workload_id: str, after_us: int) -> list[tuple[Priced, Origin]]:
+        """The usage intervals of `workload_id` ending after `after_us` priced by earlier
+        batches (within the demand's horizon), with their positions."""
+        rows = self._query(
+            "SELECT toString(event_id) AS event_id, toUnixTimestamp64Micro(occurred_at) AS t,"
+            " record, payload, pieces, decided_by, topic, partition, offset FROM priced_facts"
+            " WHERE event_type = 'usage_interval' AND to_us > {a:Int64} AND"
+            f" JSONExtractString(payload, 'workload_id') = {{w:String}} {_AS_IT_STANDS}",
+            {"w": workload_id, "a": after_us},
+        )
+        out = []
+        for r in rows:
+            e = _envelope(str(r["event_id"]), int(r["t"]), str(r["record"]), str(r["payload"]))
+            u = e.payload
+            assert isinstance(u, UsageInterval)
+            pieces = tuple(_piece(p) for p in r["pieces"])
+            item = Priced(e, u.pool_id, u.start_at, u.end_at, pieces, str(r["decided_by"]))
+            origin = Origin(str(r["topic"]), int(r["partition"]), int(r["offset"]))
+            out.append((item, origin))
         return out
 
     def _events_of(
@@ -432,12 +605,17 @@ class LedgerWriter:
             held = pricer.reservations.get(str(r["decided_by"]))
             if held is not None:
                 held.accrued_to_us = max(held.accrued_to_us, int(r["t"]))
-        for r in self._query(
-            "SELECT pool_id, max(to_us) AS t FROM (SELECT * FROM priced_facts FINAL) AS x"
-            f"{self._committed_join('x')} GROUP BY pool_id",
-            {},
-        ):
+        priced = "SELECT pool_id, max(to_us) AS t FROM priced_facts GROUP BY pool_id"
+        for r in self._query(priced, {}):
             pricer.priced_until[str(r["pool_id"])] = int(r["t"])
+        # How far each workload's usage was priced (within the demand's horizon): a claim,
+        # launch or end before it re-prices what it changes.
+        for r in self._query(
+            "SELECT JSONExtractString(payload, 'workload_id') AS w, max(to_us) AS t FROM"
+            " priced_facts WHERE event_type = 'usage_interval' AND to_us >= {s:Int64} GROUP BY w",
+            {"s": since},
+        ):
+            pricer.usage_until[str(r["w"])] = int(r["t"])
         pricer.watermark_us = newest
 
     # -- offsets ------------------------------------------------------------------------------
@@ -476,9 +654,12 @@ class LedgerWriter:
         corrections_before = pricer.corrections
         priced: list[LedgerLine] = []
         origins: dict[str, Origin] = {}
-        source.batch = []
+        number, self._next_batch = self._next_batch, self._next_batch + 1
+        firsts = self._firsts(events)
+        self._unstored[number] = {e.event_id for _, e in firsts}
+        source.begin()
         feed = pricer.feed
-        for origin, e in events:
+        for origin, e in firsts:
             source.origin = origin
             priced += feed(e)
             origins[e.event_id] = origin
@@ -499,10 +680,19 @@ class LedgerWriter:
             [(origins[r.envelope.event_id], r.reason) for r in refused],
             pricer.corrections - corrections_before,
         )
+        starts = _positions_key(self._prepared_to)
+        for tp, offset in positions.items():
+            self._prepared_to[tp] = max(self._prepared_to.get(tp, 0), offset)
+        begun = pa.Table.from_pylist(
+            [{"projection_name": self.projection, "batch": number, "starts": starts}],
+            schema=BATCHES_SCHEMA,
+        )
         return PreparedBatch(
-            _events_table(events),
-            _lines_table(priced),
-            _priced_table(source.batch),
+            number,
+            begun,
+            _events_table(firsts),
+            _lines_table(priced, number),
+            _priced_table(source.batch, number),
             _late_table(refused, self.rule.allowed_lateness_s),
             self._offsets_table(positions),
             dict(positions),
@@ -512,10 +702,13 @@ class LedgerWriter:
     def store_batch(
         self, batch: PreparedBatch, timeout_s: float | None = None
     ) -> LedgerWriteResult:
-        """Insert a prepared batch: its events (and through their views the rankings and rate
-        cards), its lines, what was priced and refused, then its offsets, last, so that a
-        restart after a crash anywhere resumes before the batch and prices it again."""
+        """Insert a prepared batch: its number, its events (and through their views the
+        rankings and rate cards), its lines, what was priced and refused, then its offsets,
+        last, so that a restart after a crash anywhere deletes what the batch stored of its
+        lines and priced facts, resumes before the batch and prices it again."""
         with self._storing:
+            self.store.insert("ledger_batches", batch.begun)
+            self._step("batch")
             self.store.insert("events", batch.events)
             self._step("events")  # the rankings and rate cards with them (views on `events`)
             self.store.insert("ledger_lines", batch.lines)
@@ -528,6 +721,7 @@ class LedgerWriter:
             self.store.insert("consumed_offsets", batch.offsets)
             self._step("offsets")
             self._committed.update(batch.positions)
+            self._unstored.pop(batch.number, None)
         return batch.result
 
     def _offsets_table(self, positions: Mapping[TopicPartition, int]) -> pa.Table:
@@ -562,13 +756,19 @@ def _events_table(events: Sequence[tuple[Origin, Envelope]]) -> pa.Table:
     )
 
 
-def _lines_table(lines: Sequence[LedgerLine]) -> pa.Table:
-    """The priced lines' rows (LINES_SCHEMA's columns are LedgerLine's fields, in order)."""
+def _lines_table(lines: Sequence[LedgerLine], batch: int) -> pa.Table:
+    """The priced lines' rows (LINES_SCHEMA's columns are LedgerLine's fields, in order), with
+    the batch's number."""
     columns = list(zip(*lines, strict=True)) if lines else [()] * len(LINES_SCHEMA)
-    return pa.Table.from_arrays(
-        [pa.array(c, f.type) for c, f in zip(columns, LINES_SCHEMA, strict=True)],
-        schema=LINES_SCHEMA,
-    )
+    arrays = [pa.array(c, f.type) for c, f in zip(columns, LINES_SCHEMA, strict=True)]
+    arrays.append(pa.array([batch] * len(lines), pa.uint64()))
+    return pa.Table.from_arrays(arrays, schema=LINES_INSERT_SCHEMA)
+
+
+def _positions_key(positions: Mapping[TopicPartition, int]) -> str:
+    """Offsets as one short text (a batch's start, to tell whether it stored its own)."""
+    text = json.dumps(sorted([t, p, o] for (t, p), o in positions.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _piece(value: Any) -> Piece:
@@ -581,7 +781,9 @@ def _pieces(pieces: Sequence[Piece]) -> list[dict[str, int]]:
     return [{"1": a, "2": b, "3": u} for a, b, u in pieces]
 
 
-def _priced_table(items: Sequence[tuple[Priced, Origin]]) -> pa.Table:
+def _priced_table(items: Sequence[tuple[Priced, Origin]], batch: int) -> pa.Table:
+    # An item re-priced in the batch that priced it: its last pieces only.
+    items = list({i.envelope.event_id: (i, o) for i, o in items}.values())
     rows = [
         (
             i.envelope.event_id,
@@ -597,6 +799,7 @@ def _priced_table(items: Sequence[tuple[Priced, Origin]]) -> pa.Table:
             o.topic,
             o.partition,
             o.offset,
+            batch,
         )
         for i, o in items
     ]

@@ -70,7 +70,8 @@ TTL toDateTime(valid_from) + INTERVAL 400 DAY;
 -- footprint, idle_floor (reservations' cost nothing ran on: workload '(platform)'). Net
 -- saving = counterfactual - every cost (ADR-26); see docs/accounting.md. `decided_by` names the
 -- decision that launched the instance (a reservation, for the idle floor); a correction line's
--- event is the late rate card that re-priced what it touches.
+-- event is the late fact (a rate card, claim, launch or end) that re-priced what it touches.
+-- `batch`: the writer's batch that wrote the line (0004_batches.sql).
 CREATE TABLE IF NOT EXISTS ledger_lines (
     workload_id       LowCardinality(String),
     day               Date,
@@ -85,7 +86,8 @@ CREATE TABLE IF NOT EXISTS ledger_lines (
     event_type        LowCardinality(String),
     occurred_at       DateTime64(6, 'UTC'),
     rule              LowCardinality(String),
-    decided_by        String
+    decided_by        String,
+    batch             UInt64
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(day)
 ORDER BY (workload_id, day, cause, event_id)
@@ -93,7 +95,10 @@ TTL day + INTERVAL 7 YEAR;
 
 -- What the ledger priced from the rate cards (usage intervals, wasted work), with what else
 -- the price depends on (the useful vCPU of each piece of a usage interval), at its position in
--- the log: a rate card arriving after events it prices re-prices them from here.
+-- the log: a rate card arriving after events it prices re-prices them from here. One row per
+-- batch that priced or re-priced an item (a late claim, launch or end re-prices a usage
+-- interval with other pieces): the row of the highest batch is the item as it stands, and
+-- deleting a killed batch's rows leaves the item as the batch before had it (0004_batches.sql).
 CREATE TABLE IF NOT EXISTS priced_facts (
     event_id    UUID,
     event_type  LowCardinality(String),
@@ -107,10 +112,11 @@ CREATE TABLE IF NOT EXISTS priced_facts (
     decided_by  String,
     topic       LowCardinality(String),
     partition   UInt32,
-    offset      UInt64
+    offset      UInt64,
+    batch       UInt64
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(occurred_at)
-ORDER BY (pool_id, to_us, event_id)
+ORDER BY (pool_id, to_us, event_id, batch)
 TTL toDateTime(occurred_at) + INTERVAL 400 DAY;
 
 -- Facts refused past the allowed lateness (a rate card or reservation published too long after
