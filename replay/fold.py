@@ -16,7 +16,8 @@ latest event. Where the ledger charges every line to its workload, a rule may ch
 the platform or share the day's total of that line over the workloads by their used
 vCPU-hours (largest remainder, so the shares add up to the total exactly).
 
-It holds what it priced, and the rate cards, for `HORIZON_US` behind the newest event it read:
+It holds what it priced, and the rate cards, for `HORIZON_US` behind the newest fact it read
+(of the types the ledger prices by, `projections.ledger.pricer.FACTS`):
 a record more than that out of event-time order in its partition is beyond it.
 
 All arithmetic is on integers: a line is a numerator over a denominator until it is rounded.
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from projections.ledger.demand import Demand, Piece, all_useful
+from projections.ledger.pricer import FACTS
 from projections.ledger.pricing import accrual_end, reserved_micros_exact, split_by_day
 from projections.ledger.rates import Card, RateBook, Unpriced, refused
 from projections.ledger.rule import (
@@ -61,7 +63,7 @@ from schemas.events import (
 HOUR_US = 3_600_000_000
 DAY_US = 86_400_000_000
 BYTES_PER_GB = 1_000_000_000
-HORIZON_US = 7 * DAY_US  # rate cards, demand and what was priced, kept behind the newest event
+HORIZON_US = 7 * DAY_US  # rate cards, demand and what was priced, kept behind the newest fact
 CARD_HORIZON_US = HORIZON_US
 
 LineKey = tuple[str, int, str]  # workload, UTC day (days since the epoch), cause
@@ -182,6 +184,7 @@ class Fold:
         self.usage_until: dict[str, int] = {}  # workload -> the end of its usage priced
         self.priced_until: dict[str, int] = {}
         self.watermark_us: int | None = None
+        self.facts_until_us: int | None = None  # the newest of the ledger's facts
         self.events = 0
         self.unpriced: list[str] = []
         self.refused: list[str] = []  # facts past the allowed lateness
@@ -210,11 +213,14 @@ class Fold:
         at = e.occurred_at
         if self.watermark_us is None or at > self.watermark_us:
             self.watermark_us = at
-            day = at // DAY_US
-            if day > self._pruned_day:  # once a day: forget what is long behind
-                self._pruned_day = day
-                self._prune(at - HORIZON_US)
         p = e.payload
+        # Once a day of the facts' time (as the ledger's, `pricer.FACTS`): forget what is long
+        # behind. Not of every event's: one stamped by another clock is no reason to forget.
+        if isinstance(p, FACTS) and (self.facts_until_us is None or at > self.facts_until_us):
+            self.facts_until_us = at
+            if at // DAY_US > self._pruned_day:
+                self._pruned_day = at // DAY_US
+                self._prune(at - HORIZON_US)
         if isinstance(p, RateCard):
             self._card(e, p)
         elif isinstance(p, UsageInterval):

@@ -41,6 +41,7 @@ from replay.ledgers import differing_lines, recorded_amounts
 from replay.sql import LEDGER_RELATIONS, SqlReplay
 from schemas.codec import Codec
 from schemas.events import (
+    ActuationThrottled,
     CapacityClaimOpened,
     CapacityReleased,
     Envelope,
@@ -51,6 +52,7 @@ from schemas.events import (
     UsageInterval,
     WorkWasted,
 )
+from schemas.ids import derived_event_id
 from spotcap.config import Settings
 from spotcap.wiring import open_log, stores
 from streams.topics import region_topics
@@ -316,6 +318,39 @@ def test_copies_of_one_event_apart_in_event_time_are_one_row_whatever_the_rounds
             {"id": provider.event_id},
         )
         assert held == [{"producer": "tests"}]  # the first copy in the log, the provider's
+    finally:
+        for store in (rounds, clean):
+            store.command(f"DROP DATABASE IF EXISTS {store.database}")
+
+
+def test_an_event_stamped_by_another_clock_does_not_make_the_ledger_forget(
+    chdb_path: Path,
+) -> None:
+    """Found in the live fault run (issue 27): the actuator stamps its throttled calls with the
+    wall clock (`streams.actuation.BudgetHook`), which ran 33 days ahead of the simulated
+    region's event time. Met early in a round, such an event moved the ledger's watermark a
+    month on: the demand it holds for 7 days behind it was pruned (instances ended, claims
+    released), and a restarted writer read back only what was open. The usage of an instance
+    lost in one round, arriving in the next, was then priced as surplus (no launch known),
+    and a later instance took the asks a forgotten earlier one had held; a clean projection,
+    which meets the stray event last (its time is the largest), priced both with everything.
+    The ledger's horizons follow the event time of the facts it prices, whatever else the log
+    holds."""
+    events = base_history()
+    ahead = T0 + 33 * 24 * H
+    throttled = Envelope(derived_event_id("late/throttled", "actuation_throttled"),
+                         "actuation_throttled", ahead, ahead, "t", "t", None, None,
+                         "deciders/actuator",
+                         ActuationThrottled("launch", 0.15, 10.0, 1, 85, None, ahead))  # fmt: skip
+    arrived = positioned([*events[:30], throttled, *events[30:]])
+    in_time, _ = fold([*events, throttled])
+    rounds = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
+    clean = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
+    try:
+        write_in_rounds(rounds, arrived, 3)
+        write_in_rounds(clean, arrived, len(arrived))
+        assert differing_lines(in_time, recorded_amounts(clean)) == {}
+        assert differing_lines(in_time, recorded_amounts(rounds)) == {}
     finally:
         for store in (rounds, clean):
             store.command(f"DROP DATABASE IF EXISTS {store.database}")

@@ -66,6 +66,14 @@ from schemas.events import (
 )
 
 DEMAND_HORIZON_US = 7 * DAY_US  # claims released and instances ended kept this long
+FACTS = (RateCard, UsageInterval, WorkWasted, CheckpointWritten, InstanceLaunched, InstanceLost,
+         InstanceDeleted, CapacityClaimOpened, CapacityReleased, ReservationCommitted)  # fmt: skip
+"""The events the ledger prices or prices by. Its horizons (what it forgets of the demand, and
+the writer of the rate cards and priced items it holds in memory) are measured from the newest
+of these (`Pricer.facts_until_us`), not from every event: an event stamped by another clock
+(the live region's actuator stamps its throttled calls with the wall clock, a month ahead of
+the simulated region's time, issue 27) made the ledger forget what later facts needed."""
+FACT_TYPES = tuple(f.EVENT_TYPE for f in FACTS)
 
 
 class Priced(NamedTuple):
@@ -193,7 +201,8 @@ class Pricer:
         self.source: PricedSource = source if source is not None else MemorySource()
         self.demand: dict[str, Demand] = {}
         self.reservations: dict[str, Reservation] = {}
-        self.watermark_us: int | None = None
+        self.watermark_us: int | None = None  # the newest event time seen
+        self.facts_until_us: int | None = None  # the newest of the `FACTS` seen
         self.priced_until: dict[str, int] = {}  # pool -> the end of what was priced on it
         self.usage_until: dict[str, int] = {}  # workload -> the end of its usage priced
         self.refused: list[Refusal] = []
@@ -209,6 +218,8 @@ class Pricer:
         if self.watermark_us is None or at > self.watermark_us:
             self.watermark_us = at
         p = e.payload
+        if isinstance(p, FACTS) and (self.facts_until_us is None or at > self.facts_until_us):
+            self.facts_until_us = at
         if isinstance(p, RateCard):
             return self._card(e, p)
         if isinstance(p, UsageInterval):
@@ -249,7 +260,8 @@ class Pricer:
 
     def advance(self) -> list[LedgerLine]:
         """The idle floor's lines up to the last whole hour of the latest event time seen
-        (call after each batch, and at the end of a history)."""
+        (call after each batch, and at the end of a history); the demand's horizon moved on
+        with the facts' time (`FACTS`)."""
         if self.watermark_us is None:
             return []
         to = accrual_end(self.watermark_us)
@@ -260,11 +272,12 @@ class Pricer:
                     reservation.envelope, self.rule, reservation.accrued_to_us, to
                 )
                 reservation.accrued_to_us = to
-        day = self.watermark_us // DAY_US
-        if day > self._pruned_day:  # once a day: forget what no interval can reach back to
-            self._pruned_day = day
+        # Once a day of the facts' time: forget what no interval can reach back to.
+        facts_us = self.facts_until_us
+        if facts_us is not None and facts_us // DAY_US > self._pruned_day:
+            self._pruned_day = facts_us // DAY_US
             for demand in self.demand.values():
-                demand.prune(self.watermark_us - DEMAND_HORIZON_US)
+                demand.prune(facts_us - DEMAND_HORIZON_US)
         return out
 
     # -- the parts ----------------------------------------------------------------------------

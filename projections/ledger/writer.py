@@ -45,6 +45,7 @@ import pyarrow as pa
 from projections.ledger.demand import Piece
 from projections.ledger.pricer import (
     DEMAND_HORIZON_US,
+    FACT_TYPES,
     Priced,
     Pricer,
     Refusal,
@@ -69,8 +70,8 @@ from schemas.events import (
 
 LEDGER_PROJECTION = "ledger"
 LEDGER_TOPICS = ("lifecycle", "market", "demand", "decisions", "usage")
-RATE_HORIZON_US = 2 * 86_400_000_000  # rate cards held in memory behind the newest event
-MEMORY_HORIZON_US = RATE_HORIZON_US  # what was priced, held in memory behind the newest event
+RATE_HORIZON_US = 2 * 86_400_000_000  # rate cards held in memory behind the newest fact
+MEMORY_HORIZON_US = RATE_HORIZON_US  # what was priced, held in memory behind the newest fact
 COPY_SPREAD_US = 3_600_000_000
 """How far apart in event time copies of one event (one id) are recognised as copies: the
 agent's notice and the provider's of the same notice were 0.1-0.5 s apart in the fault runs;
@@ -548,20 +549,26 @@ class LedgerWriter:
 
     def _reload(self) -> None:
         """Hold what pricing needs as of the stored offsets: the rate cards near the newest
-        event, each workload's open claims and live instances (and what ended lately), the
-        reservations and how far their cost has accrued, and how far each pool was priced."""
+        fact (`pricer.FACTS`), each workload's open claims and live instances (and what ended
+        lately), the reservations and how far their cost has accrued, and how far each pool
+        was priced."""
+        facts = ", ".join(f"'{t}'" for t in FACT_TYPES)
         rows = self._query(
-            "SELECT toUnixTimestamp64Micro(max(e.occurred_at)) AS t, count() AS n FROM"
-            f" (SELECT occurred_at, topic, partition, offset FROM events) AS e"
-            f"{self._committed_join('e')}",
+            "SELECT toUnixTimestamp64Micro(max(e.occurred_at)) AS t, toUnixTimestamp64Micro("
+            f"maxIf(e.occurred_at, e.event_type IN ({facts}))) AS f, countIf(e.event_type IN"
+            f" ({facts})) AS n FROM (SELECT event_type, occurred_at, topic, partition, offset"
+            f" FROM events) AS e{self._committed_join('e')}",
             {},
         )
         if not rows or not rows[0]["n"]:
             return
-        newest = int(rows[0]["t"])
+        # The horizons are measured from the newest fact priced (`pricer.FACTS`), the idle
+        # floor's accrual from the newest event.
+        newest, facts_until = int(rows[0]["t"]), int(rows[0]["f"])
         pricer = self.pricer
         pricer.watermark_us = newest
-        horizon = newest - RATE_HORIZON_US
+        pricer.facts_until_us = facts_until
+        horizon = facts_until - RATE_HORIZON_US
         in_force = (
             "(pool_id, valid_from) IN (SELECT pool_id, max(valid_from) FROM rate_cards FINAL"
             " WHERE valid_from <= fromUnixTimestamp64Micro({h:Int64}, 'UTC') GROUP BY pool_id)"
@@ -571,7 +578,7 @@ class LedgerWriter:
             self.book.add(pool_id, card)
         self.book.set_complete_from(horizon)
         # Demand: what happened within the horizon, and before it what is still open.
-        since = newest - DEMAND_HORIZON_US
+        since = facts_until - DEMAND_HORIZON_US
         recent = "occurred_at >= fromUnixTimestamp64Micro({s:Int64}, 'UTC')"
         ends = (
             "SELECT JSONExtractString(payload, 'instance_id') FROM events FINAL WHERE event_type"
@@ -616,7 +623,7 @@ class LedgerWriter:
             {"s": since},
         ):
             pricer.usage_until[str(r["w"])] = int(r["t"])
-        pricer.watermark_us = newest
+        pricer.watermark_us, pricer.facts_until_us = newest, facts_until
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -664,9 +671,9 @@ class LedgerWriter:
             priced += feed(e)
             origins[e.event_id] = origin
         priced += pricer.advance()
-        if pricer.watermark_us is not None:
-            self.book.prune(pricer.watermark_us - RATE_HORIZON_US)
-            source.prune(pricer.watermark_us - MEMORY_HORIZON_US)
+        if pricer.facts_until_us is not None:  # the horizons follow the facts' time
+            self.book.prune(pricer.facts_until_us - RATE_HORIZON_US)
+            source.prune(pricer.facts_until_us - MEMORY_HORIZON_US)
         refused = pricer.refused[refused_before:]
         unpriced = [
             (origins[e.event_id], reason)
