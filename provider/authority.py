@@ -51,6 +51,43 @@ _UNREACHABLE = frozenset({"VaultDown", "InternalServerError", "BadGateway", "Rat
 log = logging.getLogger("spotcap.authority")
 
 
+class Backoff:
+    """When OpenBao may be asked again, after requests that could not reach it: not before
+    `wait_s` from the end of the last failure, `RETRY_FIRST_S` doubled after each further one
+    up to `RETRY_MAX_S`; a request that reached OpenBao clears it. Shared by everything in the
+    control plane that asks OpenBao (the project authority, the node enroller and revoker), so
+    that a stalled OpenBao costs one request's timeout per backoff, not one per step."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.wait_s = 0.0
+        self.until_s = float("-inf")
+        self.failures = 0
+        """Requests that could not reach OpenBao, in all."""
+        self.failures_in_a_row = 0
+
+    def ready(self, now: float | None = None) -> bool:
+        """Whether OpenBao may be asked now (no backoff, or its wait is over)."""
+        return (self._clock() if now is None else now) >= self.until_s
+
+    def left_s(self, now: float | None = None) -> float:
+        return max(0.0, self.until_s - (self._clock() if now is None else now))
+
+    def failed(self) -> float:
+        """A request did not reach OpenBao (it has just ended): the wait before the next."""
+        self.failures += 1
+        self.failures_in_a_row += 1
+        self.wait_s = min(RETRY_MAX_S, self.wait_s * 2 if self.wait_s else RETRY_FIRST_S)
+        self.until_s = self._clock() + self.wait_s
+        return self.wait_s
+
+    def answered(self) -> bool:
+        """A request reached OpenBao: the backoff is cleared; whether it had failed before."""
+        was = self.failures_in_a_row > 0
+        self.wait_s, self.until_s, self.failures_in_a_row = 0.0, float("-inf"), 0
+        return was
+
+
 class NoAuthorityError(RuntimeError):
     """No usable credential for a project; the message says why (never a secret)."""
 
@@ -215,12 +252,8 @@ class ProjectAuthority:
         self._current: ProviderCredential | None = None
         self._read_at_s = 0.0
         self._bound: str | None = None
-        self._retry_at_s = float("-inf")
-        self._retry_s = 0.0
+        self.backoff = Backoff(clock)
         self.reads = 0
-        self.failures = 0
-        """Reads that could not reach OpenBao."""
-        self.failures_in_a_row = 0
         if session is not None:  # the provider file's credentials are never used from here
             session.auth = _no_credential_plugin(region, project)
 
@@ -234,22 +267,20 @@ class ProjectAuthority:
         held = self._current
         if held is None or now >= self._read_at_s + held.lease_s * self._renew_after:
             live = held is not None and now < held.expires_at_s
-            if now < self._retry_at_s:
+            if not self.backoff.ready(now):
                 if not live:
                     raise AuthorityUnavailableError(self._waiting(now))
             else:
                 try:
                     fresh = self._read()
                 except AuthorityUnavailableError as error:
-                    self._failed(self._clock(), error, held if live else None)  # from the failure
+                    self._failed(error, held if live else None)  # from the failure's end
                     if not live:
                         raise
                 else:
-                    if self.failures_in_a_row:
+                    if self.backoff.answered():
                         log.warning("OpenBao answers again: %s", self.describe())
                     self._current, self._read_at_s, held = fresh, now, fresh
-                    self._retry_s, self._retry_at_s = 0.0, float("-inf")
-                    self.failures_in_a_row = 0
         assert held is not None
         if now >= held.expires_at_s:
             raise NoAuthorityError(
@@ -258,24 +289,30 @@ class ProjectAuthority:
             )
         return held
 
-    def _failed(self, now: float, error: Exception, live: ProviderCredential | None) -> None:
+    @property
+    def failures(self) -> int:
+        """Reads that could not reach OpenBao."""
+        return self.backoff.failures
+
+    @property
+    def failures_in_a_row(self) -> int:
+        return self.backoff.failures_in_a_row
+
+    def _failed(self, error: Exception, live: ProviderCredential | None) -> None:
         """A read that did not reach OpenBao: the next one after the backoff."""
-        self.failures += 1
-        self.failures_in_a_row += 1
-        self._retry_s = min(RETRY_MAX_S, self._retry_s * 2 if self._retry_s else RETRY_FIRST_S)
-        self._retry_at_s = now + self._retry_s
+        wait_s = self.backoff.failed()
         keeping = (
             f"the credential held stays in use until {_iso(live.expires_at_s)}"
             if live is not None
             else "no live credential is held: orders wait"
         )
-        log.warning("%s; %s; OpenBao is asked again in %.0f s", error, keeping, self._retry_s)
+        log.warning("%s; %s; OpenBao is asked again in %.0f s", error, keeping, wait_s)
 
     def _waiting(self, now: float) -> str:
         return (
             f"OpenBao could not be reached for the credential of project {self.project} in "
             f"{self.region} and none live is held: asked again in "
-            f"{max(0.0, self._retry_at_s - now):.0f} s"
+            f"{self.backoff.left_s(now):.0f} s"
         )
 
     def refusal(self, call: str) -> str | None:

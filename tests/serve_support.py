@@ -169,7 +169,9 @@ def write_story(settings: Settings) -> Story:
 class Served:
     """`spotcap serve --port 0` on a home, in its own process; its log under `logs`."""
 
-    def __init__(self, home: Path, logs: Path, *args: str) -> None:
+    def __init__(
+        self, home: Path, logs: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
         self.out, self.err = logs / "serve.out", logs / "serve.err"
         with self.out.open("w") as out, self.err.open("w") as err:
             self.process = subprocess.Popen(
@@ -177,7 +179,7 @@ class Served:
                 stdout=out,
                 stderr=err,
                 text=True,
-                env=child_env(),
+                env=child_env() | (env or {}),
             )
         self.url = self._wait_for_url()
 

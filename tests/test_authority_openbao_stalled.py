@@ -109,11 +109,11 @@ def test_a_stalled_openbao_is_said_in_a_sentence_backed_off_and_recovered(
         assert held.failures == 1
 
         # Each further failure doubles the wait, up to the bound and no further.
-        waits_s = [held._retry_s]
+        waits_s = [held.backoff.wait_s]
         for _ in range(7):
             now[0] += waits_s[-1]
             held.keep_fresh()
-            waits_s.append(held._retry_s)
+            waits_s.append(held.backoff.wait_s)
         assert waits_s == [RETRY_FIRST_S * 2**i for i in range(5)] + [RETRY_MAX_S] * 3
         assert held.failures == 8  # one read per backoff, never more
 

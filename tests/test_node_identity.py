@@ -25,6 +25,7 @@ from contracts.bundles import verify_bundle
 from contracts.signing import generate_key_pem
 from infra import servers
 from provider.actuator import ActuatorOptions, ActuatorService
+from provider.authority import RETRY_FIRST_S, Backoff
 from provider.base import DECISION_TAG
 from provider.nodes import (
     NodeAuthority,
@@ -228,11 +229,17 @@ def test_a_revocation_openbao_refused_is_tried_again(setup: Setup, openbao: serv
     identity, _ = enrol(setup, "i-ffff", "wl-a")
     unreachable = NodeAuthority(hvac.Client(url="http://127.0.0.1:9", timeout=2),
                                 mount=setup.authority._mount)  # fmt: skip
-    revoker = Revoker(unreachable)
+    now = [1000.0]
+    backoff = Backoff(clock=lambda: now[0])
+    revoker = Revoker(unreachable, backoff=backoff)
     revoker.observe(lost("i-ffff"))
     assert revoker.drain() == 1 and revoker.revoked == []  # OpenBao unreachable: still pending
+    assert backoff.failures == 1 and backoff.wait_s == RETRY_FIRST_S
     revoker._authority = setup.authority  # OpenBao is back
+    assert revoker.drain() == 1 and revoker.revoked == []  # inside the backoff: not asked
+    now[0] += RETRY_FIRST_S
     assert revoker.drain() == 0 and len(revoker.revoked) == 1
+    assert backoff.failures == 1 and backoff.failures_in_a_row == 0
     record = setup.authority.record(identity)
     assert record is not None and record.retired
 

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from cryptography import x509
 
-from provider.authority import openbao_client, openbao_from_env, unreachable
+from provider.authority import Backoff, openbao_client, openbao_from_env, unreachable
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
 from schemas.events import Envelope, InstanceDeleted, InstanceLost
 
@@ -205,14 +205,14 @@ class NodeAuthority:
         except Exception as error:
             if type(error).__name__ == "InvalidPath":  # none issued yet
                 return found
-            raise NodeAuthorityError(f"cannot list the certificates: {_why(error)}") from error
+            raise _failed("list the certificates", error) from error
         keys = (listed or {}).get("data", {}).get("keys", [])
         now = self._clock()
         for key in keys:
             try:
                 data = self._client.adapter.get(f"/v1/{self._mount}/cert/{key}")["data"]
             except Exception as error:
-                raise NodeAuthorityError(f"cannot read certificate {key}: {_why(error)}") from error
+                raise _failed(f"read certificate {key}", error) from error
             if int(data.get("revocation_time") or 0) != 0:
                 continue
             certificate = x509.load_pem_x509_certificate(str(data["certificate"]).encode())
@@ -340,10 +340,15 @@ def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:
 
 
 class Journalled:
-    """A follower with a journal of its own (a file of lines, each synced before it goes on;
-    compacted atomically when read back at its first use): `_load` reads it."""
+    """A follower of OpenBao with a journal of its own (a file of lines, each synced before it
+    goes on; compacted atomically when read back at its first use: `_load` reads it) and the
+    authority's backoff (`provider.authority.Backoff`, shared with the other followers of the
+    same OpenBao when given): after a request that could not reach OpenBao, a `drain` asks
+    nothing until the backoff is over, then tries one node, so a stalled OpenBao costs one
+    request's timeout (3 s) per backoff (1 s doubled up to 30 s), not one per step."""
 
-    def __init__(self, journal: Path | None) -> None:
+    def __init__(self, journal: Path | None, backoff: Backoff | None = None) -> None:
+        self.backoff = backoff if backoff is not None else Backoff()
         self._journal: IO[str] | None = None
         self._journal_path = journal
         # Read at the first observe or drain: the actuator holds its state folder's lock then.
@@ -359,6 +364,20 @@ class Journalled:
 
     def _load(self, journal: Path) -> None:
         raise NotImplementedError
+
+    def _waiting(self) -> bool:
+        """Whether OpenBao is inside its backoff: nothing is asked of it in this drain."""
+        return not self.backoff.ready()
+
+    def _unreachable(self, what: str, others: int, error: Exception) -> None:
+        """A request of `what` did not reach OpenBao: the backoff grows, and says so."""
+        wait_s = self.backoff.failed()
+        log.warning("cannot %s nor the %d other(s) pending yet (tried again in %.0f s, OpenBao's "
+                    "backoff): %s", what, others, wait_s, error)  # fmt: skip
+
+    def _answered(self) -> None:
+        if self.backoff.answered():
+            log.warning("OpenBao answers again: what waited for it is done now")
 
     def _append(self, line: str) -> None:
         if self._journal is not None:
@@ -389,7 +408,9 @@ class Revoker(Journalled):
     node is revoked once. (A death between OpenBao's answer and the ``revoked`` line revokes
     again: OpenBao's revocation is idempotent, and the node's record is retired by then.)"""
 
-    def __init__(self, authority: NodeAuthority, journal: Path | None = None) -> None:
+    def __init__(
+        self, authority: NodeAuthority, journal: Path | None = None, backoff: Backoff | None = None
+    ) -> None:
         self._authority = authority
         self.pending: dict[NodeIdentity, str] = {}
         """Identity -> the event id that retired it, not yet revoked."""
@@ -397,7 +418,7 @@ class Revoker(Journalled):
         """Every serial revoked by this revoker, in order."""
         self.done: set[NodeIdentity] = set()
         """Identities revoked (this run, or a journal's earlier one)."""
-        super().__init__(journal)
+        super().__init__(journal, backoff)
 
     def _load(self, journal: Path) -> None:
         if not journal.exists():
@@ -428,18 +449,22 @@ class Revoker(Journalled):
             self.pending[identity] = envelope.event_id
 
     def drain(self) -> int:
-        """Revoke what is pending; how many nodes are still pending."""
+        """Revoke what is pending (nothing inside OpenBao's backoff); how many nodes are still
+        pending."""
         self._open()
+        if self.pending and self._waiting():
+            return len(self.pending)
         for identity in list(self.pending):
             try:
                 self.revoked += self._authority.revoke(identity)
             except NodeAuthorityUnavailableError as error:  # the others would wait as long
-                log.warning("cannot revoke %s nor the %d other(s) pending yet (tried again "
-                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                self._unreachable(f"revoke {identity}", len(self.pending) - 1, error)
                 break
             except NodeAuthorityError as error:
+                self._answered()
                 log.warning("cannot revoke %s yet (tried again later): %s", identity, error)
                 continue
+            self._answered()
             self._append(f"revoked {identity.region} {identity.instance_id}")
             del self.pending[identity]
             self.done.add(identity)

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from provider.authority import openbao_client, openbao_from_env
+from provider.authority import Backoff, openbao_client, openbao_from_env
 from provider.nodes.authority import (
     Enrolment,
     Journalled,
@@ -75,7 +75,11 @@ class Enroller(Journalled):
     its delivery is never enrolled, and one announced is cleaned the same way."""
 
     def __init__(
-        self, authority: NodeAuthority, nodes_dir: Path, journal: Path | None = None
+        self,
+        authority: NodeAuthority,
+        nodes_dir: Path,
+        journal: Path | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self._authority = authority
         self.nodes_dir = nodes_dir
@@ -89,7 +93,7 @@ class Enroller(Journalled):
         certificates are revoked before anything else is done for them."""
         self.cleaned: list[str] = []
         """Serials revoked as strays of an enrolment that never reached its node."""
-        super().__init__(journal)
+        super().__init__(journal, backoff)
 
     def folder(self, identity: NodeIdentity) -> Path:
         return self.nodes_dir / identity.instance_id
@@ -148,10 +152,14 @@ class Enroller(Journalled):
 
     def drain(self) -> int:
         """Clean what a dead enroller left half done, then enrol and deliver what is pending;
-        how many are still pending."""
+        how many are still pending. Inside OpenBao's backoff nothing is asked."""
         self._open()
+        if (self.pending or self.unclean) and self._waiting():
+            return len(self.pending)
         if self.unclean:
             self._clean()
+            if self._waiting():
+                return len(self.pending)
         for identity, workload in list(self.pending.items()):
             if identity in self.unclean:
                 continue  # its strays first
@@ -161,24 +169,25 @@ class Enroller(Journalled):
                     del self.pending[identity]
                     continue
             except NodeAuthorityUnavailableError as error:  # the others would wait as long
-                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
-                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                self._unreachable(f"enrol {identity}", len(self.pending) - 1, error)
                 break
             except NodeAuthorityError as error:
+                self._answered()
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
                 continue
             self._append(f"enrolling {identity.region} {identity.instance_id}")
             try:
                 enrolment = self._authority.enrol(identity, workload)
             except NodeAuthorityUnavailableError as error:  # the others would wait as long
-                log.warning("cannot enrol %s nor the %d other(s) pending yet (tried again "
-                            "later): %s", identity, len(self.pending) - 1, error)  # fmt: skip
+                self._unreachable(f"enrol {identity}", len(self.pending) - 1, error)
                 self.unclean.add(identity)  # it may have been issued: check before again
                 break
             except NodeAuthorityError as error:
+                self._answered()
                 log.warning("cannot enrol %s yet (tried again later): %s", identity, error)
                 self.unclean.add(identity)  # it may have been issued: check before again
                 continue
+            self._answered()
             deliver(enrolment, self.folder(identity))
             self._append(f"delivered {identity.region} {identity.instance_id}")
             self.enrolled.append(enrolment.serial)
@@ -190,12 +199,18 @@ class Enroller(Journalled):
         and not delivered (one read of the engine's certificates for all of them)."""
         try:
             found = self._authority.live_serials(*sorted(self.unclean, key=str))
+        except NodeAuthorityUnavailableError as error:
+            self._unreachable("look for stray certificates", len(self.pending), error)
+            return
         except NodeAuthorityError as error:
             log.warning("cannot look for stray certificates yet (tried again later): %s", error)
             return
         for identity, strays in found.items():
             try:
                 self._authority.revoke_serials(identity, strays)
+            except NodeAuthorityUnavailableError as error:
+                self._unreachable(f"clean up {identity}", len(self.unclean) - 1, error)
+                return
             except NodeAuthorityError as error:
                 log.warning("cannot clean up %s yet (tried again later): %s", identity, error)
                 continue
@@ -251,10 +266,11 @@ def nodes_from_env(
             f"(or VAULT_TOKEN), a token that may issue and revoke in {mount}"
         )
     authority = NodeAuthority(openbao_client(*found), mount=mount)
-    revoker = Revoker(authority, state_folder / "revocations")
+    backoff = Backoff()  # one OpenBao: a failure of either follower holds both back
+    revoker = Revoker(authority, state_folder / "revocations", backoff)
     if not nodes_dir:
         return revoker
-    enroller = Enroller(authority, Path(nodes_dir), state_folder / "enrolments")
+    enroller = Enroller(authority, Path(nodes_dir), state_folder / "enrolments", backoff)
     return NodeLifecycle(enroller, revoker)
 
 

@@ -5,8 +5,9 @@ more) under the services that use it, each on a real OpenBao of the test's own:
   held, a renewal that cannot reach OpenBao is no refusal: the orders go out with the credential
   held, and the renewal is made once OpenBao answers; with no live credential held, the orders
   wait (nothing sent, nothing refused) and go out, each once, when OpenBao answers again;
-- the actuator's node revoker and enroller: with OpenBao paused a step tries one node, not
-  every node pending (3 s each), and once it answers every node is revoked or enrolled, once;
+- the actuator's node revoker and enroller: with OpenBao paused they try one node per backoff
+  in all (the authority's, shared: 1 s doubled to 30 s), none in between, and once it answers
+  every node is revoked or enrolled, once;
 - a node agent renewing its certificate through the bundle service: the service answers 503
   (OpenBao cannot be reached: not a refusal), the agent keeps its certificate, still valid and
   still accepted by TLS, and renews once OpenBao answers again (the CA and the node's record
@@ -14,7 +15,9 @@ more) under the services that use it, each on a real OpenBao of the test's own:
 - `spotcap serve` signing people in with OpenBao's OIDC tokens: a token signed by a key it has
   seen keeps working through the outage (the keys are cached); a token naming a key it has not
   seen is answered 503 with a sentence naming the issuer (never a 500, never let through), and
-  200 once OpenBao is back, with the same keys (Raft storage: a restart keeps them).
+  200 once OpenBao is back (after the keys' backoff), with the same keys (Raft storage: a
+  restart keeps them); keys whose period ends during the outage are kept one more period at
+  most.
 """
 
 from __future__ import annotations
@@ -29,22 +32,35 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import hvac
+import jwt
 import pytest
 from cryptography import x509
 
 from agent.identity import NodeIdentityClient, identity_round
+from console.signin import UNSEEN_KEY_EVERY_S, IssuerKeys, KeysUnreachableError
 from infra import servers
 from infra.servers.process import alive
 from provider.actuator import ActuatorOptions, ActuatorService
 from provider.authority import (
+    RETRY_FIRST_S,
+    RETRY_MAX_S,
     TIMEOUT_S,
+    Backoff,
     ProjectAuthority,
     credential_path,
     openbao_client,
     setup_authority_store,
 )
 from provider.base import CALL_TAG
-from provider.nodes import Enroller, NodeIdentity, Revoker, identity_of_certificate
+from provider.nodes import (
+    Enroller,
+    NodeAuthority,
+    NodeIdentity,
+    NodeLifecycle,
+    Revoker,
+    identity_of_certificate,
+)
+from provider.nodes.identity import serial_text
 from schemas.events import ActuationRefused, Envelope, InstanceLaunched
 from spotcap.config import Settings
 from spotcap.wiring import stores
@@ -218,9 +234,9 @@ def test_orders_wait_for_openbao_when_no_live_credential_is_held_and_go_out_once
     assert len(launched) == 4 and set(launched.values()) == {1}
 
 
-JWKS_COOLDOWN_S = 30.0
-"""PyJWT's `PyJWKClient` fetches the keys again for a key id it has not seen only once 30 s
-have passed since its last fetch (its guard against forged key ids flooding the issuer)."""
+JWKS_COOLDOWN_S = UNSEEN_KEY_EVERY_S
+"""Sign-in reads the keys again for a key id it has not seen only once 30 s have passed since
+its last read (its guard against forged key ids flooding the issuer)."""
 
 
 def fresh_key_token(issuer: Issuer, person: str) -> str:
@@ -242,6 +258,16 @@ def health(served: Served, token: str) -> Reply:
 
 def wait_out_the_cooldown(since: float) -> None:
     time.sleep(max(0.0, since + JWKS_COOLDOWN_S + 1 - time.monotonic()))  # bounded: 31 s
+
+
+def answers_after_its_backoff(served: Served, token: str) -> None:
+    """`token` is accepted once the keys are read again: a failed read is retried after a
+    backoff of 1 s (doubled per further failure), and answered 503 until then, never 401."""
+    deadline = time.monotonic() + 60
+    while (reply := health(served, token)).status != 200:
+        assert reply.status == 503 and "cannot be reached" in reply.text, reply.text
+        assert time.monotonic() < deadline, "not accepted within 60 s of OpenBao's return"
+        time.sleep(0.5)
 
 
 def test_sign_in_keeps_known_keys_through_an_openbao_outage_and_says_503_for_new_ones(
@@ -267,7 +293,7 @@ def test_sign_in_keeps_known_keys_through_an_openbao_outage_and_says_503_for_new
             assert f"the sign-in issuer {issuer.url} cannot be reached" in refused.text
         finally:
             bao.resume()
-        assert health(served, unseen).status == 200
+        answers_after_its_backoff(served, unseen)  # asked again 1 s after the failed read
         fetched_at = time.monotonic()
         unseen = fresh_key_token(issuer, "sre")
         wait_out_the_cooldown(fetched_at)
@@ -279,12 +305,46 @@ def test_sign_in_keeps_known_keys_through_an_openbao_outage_and_says_503_for_new
             assert f"the sign-in issuer {issuer.url} cannot be reached" in refused.text
         finally:
             bao.start()
-        assert health(served, unseen).status == 200  # the same keys after the restart
+        answers_after_its_backoff(served, unseen)  # the same keys after the restart
         assert health(served, known).status == 200
         assert health(served, issuer.token("sre")).status == 200
     finally:
         served.stop()
         stores(Settings.load(home=home, region="dev")).stop_embedded_postgres()
+
+
+def test_sign_in_keys_outlive_a_failed_read_by_one_period_at_most(bao: Bao) -> None:
+    """The keys' period passed while OpenBao is paused: the keys read stay in use for one more
+    period, OpenBao asked once per backoff meanwhile, a key id not among them answered
+    unreachable (never let through); then nothing is accepted until OpenBao answers."""
+    issuer = new_issuer(bao.server)
+    issuer.person("sre", ["spotcap-sre"])
+    known = str(jwt.get_unverified_header(issuer.token("sre"))["kid"])
+    now = [1000.0]
+    keys = IssuerKeys(f"{issuer.url}/.well-known/keys", refresh_s=60.0, timeout_s=2.0,
+                      clock=lambda: now[0])  # fmt: skip
+    assert keys.key(known).key_id == known and keys.reads == 1
+    bao.pause()
+    try:
+        now[0] += 61.0  # the period has passed: read again, and OpenBao does not answer
+        assert keys.key(known).key_id == known  # the keys read stay in use
+        assert keys.failures == 1 and keys.reads == 1
+        now[0] += 0.5  # inside the 1 s backoff: OpenBao is not asked
+        assert keys.key(known).key_id == known and keys.failures == 1
+        with pytest.raises(KeysUnreachableError):  # unknown: cannot be told, so not accepted
+            keys.key("a-key-id-not-read")
+        assert keys.failures == 1
+        now[0] += 1.0  # past the backoff: asked once more, which doubles it
+        assert keys.key(known).key_id == known and keys.failures == 2
+        now[0] += 1.0  # inside the 2 s backoff
+        assert keys.key(known).key_id == known and keys.failures == 2
+        now[0] = 1000.0 + 120.0  # two periods since the keys were read: none is used
+        with pytest.raises(KeysUnreachableError, match="its keys cannot be read"):
+            keys.key(known)
+    finally:
+        bao.resume()
+    now[0] += RETRY_MAX_S  # past any backoff: read again, and used
+    assert keys.key(known).key_id == known and keys.reads == 2
 
 
 @pytest.mark.parametrize("fault", ["kill", "pause"])
@@ -329,9 +389,13 @@ def test_an_agent_keeps_its_certificate_through_an_openbao_outage_and_renews_aft
         service.close()
 
 
-def test_the_revoker_and_enroller_wait_for_a_paused_openbao_one_try_a_step(
+def test_the_revoker_and_enroller_back_off_from_a_paused_openbao_and_lose_nothing(
     bao: Bao, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The actuator's follower of nodes (enroller and revoker sharing the authority's backoff,
+    as `nodes_from_env` builds it) under a paused OpenBao: one try per backoff in all (3 s),
+    none in between however many steps, the backoff doubling to 30 s; once OpenBao answers,
+    every pending enrolment and revocation is made, once."""
     token = servers.openbao_token(bao.folder)
     service = bundle_service(bao.server, tmp_path, client=openbao_client(bao.address, token))
     setup = next(service)
@@ -339,30 +403,63 @@ def test_the_revoker_and_enroller_wait_for_a_paused_openbao_one_try_a_step(
         gone = [f"i-gone-{n}" for n in range(3)]
         for instance in gone:
             enrol(setup, instance, "wl-a")
-        revoker = Revoker(setup.authority)
-        enroller = Enroller(setup.authority, tmp_path / "boot")
+        now = [1000.0]
+        backoff = Backoff(clock=lambda: now[0])
+        state = tmp_path / "state"
+        revoker = Revoker(setup.authority, state / "revocations", backoff)
+        enroller = Enroller(setup.authority, tmp_path / "boot", state / "enrolments", backoff)
+        nodes = NodeLifecycle(enroller, revoker)
         new = [f"i-new-{n}" for n in range(3)]
         for instance in gone:
-            revoker.observe(lost(instance))
+            nodes.observe(lost(instance))
         for instance in new:
-            enroller.observe(launched(instance))
+            nodes.observe(launched(instance))
         bao.pause()
         try:
             caplog.clear()
-            assert revoker.drain() == 3 and enroller.drain() == 3  # all still pending
+            assert nodes.drain() == 6  # all still pending
             tried = [r.getMessage() for r in caplog.records if "yet (tried again" in r.message]
-            assert len(tried) == 2, tried  # one node each, not three: the others would wait
+            assert len(tried) == 1, tried  # one node in all: the others would wait as long
             assert "nor the 2 other(s) pending" in tried[0] and "unreachable" in tried[0]
+            assert "tried again in 1 s" in tried[0]
+            for _ in range(50):  # steps inside the backoff: OpenBao is not asked
+                assert nodes.drain() == 6
+            assert backoff.failures == 1
+            waits_s = [backoff.wait_s]
+            for _ in range(6):  # one try after each backoff, which doubles up to 30 s
+                now[0] += waits_s[-1]
+                assert nodes.drain() == 6
+                waits_s.append(backoff.wait_s)
+            assert waits_s == [RETRY_FIRST_S * 2**i for i in range(5)] + [RETRY_MAX_S] * 2
+            assert backoff.failures == 7
         finally:
             bao.resume()
-        assert revoker.drain() == 0 and enroller.drain() == 0
-        assert revoker.drain() == 0 and len(revoker.revoked) == 3  # once each
-        assert sorted(p.name for p in (tmp_path / "boot").iterdir()) == new
-        for instance in gone:
-            record = setup.authority.record(NodeIdentity(NODES_REGION, instance))
-            assert record is not None and record.retired
+        assert nodes.drain() == 6  # OpenBao answers, but its backoff is not over
+        now[0] += RETRY_MAX_S
+        caplog.clear()
+        assert nodes.drain() == 0  # everything pending, at the first step after the backoff
+        assert any("OpenBao answers again" in r.getMessage() for r in caplog.records)
+        assert nodes.drain() == 0 and backoff.failures_in_a_row == 0
+        assert len(revoker.revoked) == 3 and len(enroller.enrolled) == 3  # once each
+        each_node_once(setup.authority, tmp_path / "boot", new, gone)
+        nodes.close()
     finally:
         service.close()
+
+
+def each_node_once(authority: NodeAuthority, boot: Path, new: list[str], gone: list[str]) -> None:
+    """Each new node delivered, with one live certificate (the one delivered); each node gone
+    retired, with none."""
+    assert sorted(p.name for p in boot.iterdir()) == new
+    for instance in gone:
+        record = authority.record(NodeIdentity(NODES_REGION, instance))
+        assert record is not None and record.retired
+    live = authority.live_serials(*(NodeIdentity(NODES_REGION, i) for i in new + gone))
+    for instance in new:
+        delivered = x509.load_pem_x509_certificate((boot / instance / "node.pem").read_bytes())
+        assert live[NodeIdentity(NODES_REGION, instance)] == [serial_text(delivered)]
+    for instance in gone:
+        assert live[NodeIdentity(NODES_REGION, instance)] == []
 
 
 def launched(instance: str) -> Envelope:
