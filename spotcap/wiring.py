@@ -81,7 +81,7 @@ def open_provider(
     settings: Settings, path: Path, orchestrator_id: str, on_event: Callable[[Envelope], None]
 ) -> OpenStackProvider:
     """The OpenStack adapter of the provider file at `path`, its mutating calls drawn from the
-    actuator's regional budget at the wall clock (`streams.actuation.BudgetHook`), whose
+    actuator's regional budget at the adapter's clock (`streams.actuation.BudgetHook`), whose
     events go to `on_event`. `ProviderConfigError` names what is wrong with the file."""
     from provider.openstack.config import open_openstack
     from streams.actuation import BudgetHook
@@ -92,4 +92,4 @@ def open_provider(
         replace(defaults, actuator=replace(defaults.actuator, orchestrator_id=orchestrator_id))
     )
     hook = BudgetHook(guard, settings.region, max_wait_s=3600.0, on_event=on_event)
-    return open_openstack(path, orchestrator_id=orchestrator_id, acquire=hook)
+    return hook.follow(open_openstack(path, orchestrator_id=orchestrator_id, acquire=hook))

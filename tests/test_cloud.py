@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,19 +40,23 @@ from provider.openstack import (
     PoolMapping,
     UnauthorizedError,
 )
+from provider.openstack.config import open_openstack
 from schemas.events import ForwardCapacity, RateCard
 from schemas.pools import PoolCatalogue
 from sim.clock import MINUTE_US, SECOND_US
 from sim.cloud import CloudCredentials, ServedCloud
 from sim.cloud.http import CloudHTTPServer, Request, Response, route
 from sim.cloud.region import ExternalOrchestrator
+from sim.cloud.serve import write_client_files
 from sim.region import RegionSim
 from tests.cloud_support import (
     COMMITTED_POOL,
     OWNER,
     POOL,
     SMALL_POOL,
+    SPEED,
     adapter,
+    clock_of,
     connect,
     create_server,
     quiet_config,
@@ -319,6 +324,18 @@ def test_the_catalogue_and_the_pool_mapping_are_served_for_clients_elsewhere(
     assert catalogue == cloud.region.sim.catalogue
     spec = mapping.spec(POOL)  # the mapping boots each pool where this cloud serves it
     assert (spec.flavor, spec.availability_zone) == ("c3.8", "az-hall-a")
+
+
+def test_the_provider_file_gives_the_adapter_the_regions_clock_and_its_speed_up(
+    cloud: ServedCloud, tmp_path: Path
+) -> None:
+    """What a client elsewhere opens (`spotcap run actuator --provider`): its adapter's time
+    is the region's, and it knows how fast that runs (the actuator's budget hook sleeps by it)."""
+    provider = open_openstack(write_client_files(cloud, tmp_path), orchestrator_id=OWNER)
+    assert provider.clock_speed == cloud.access.clock.speed == SPEED
+    region = clock_of(cloud.access)
+    before = region.now_us()
+    assert before <= provider.now_us() <= region.now_us()
 
 
 # -- failures of the served cloud itself --------------------------------------------------------

@@ -338,3 +338,50 @@ def test_an_open_breaker_stops_the_adapter_before_any_request(
     )
     [refused] = seen
     assert isinstance(refused.payload, ActuationRefused) and refused.payload.rule == "termination"
+
+
+def test_the_hook_follows_the_providers_clock_and_sleeps_in_real_seconds(
+    replays: Callable[..., ReplayServer],
+) -> None:
+    """A served simulated region's adapter runs on the region's clock, weeks behind the wall
+    clock and 30 times as fast: once the hook follows it, the throttled calls are stamped in
+    the region's time and each wait for a token is slept in real seconds (issue 27)."""
+    replay = replays("discovery")
+    region = FakeTime()
+    region.now_us = T0_US - 33 * 24 * 3600 * S  # the live region's clock: weeks behind
+    seen: list[Envelope] = []
+    hook = BudgetHook(ActuatorGuard(), "test", on_event=seen.append, sleep=region.sleep)
+    provider = OpenStackProvider(
+        connect(replay),
+        orchestrator_id=OPENSTACK_OWNER,
+        pools=pool_mapping(),
+        feed_endpoint=f"{replay.base_url}/feed",
+        acquire=hook,
+        clock=region.clock,
+        clock_speed=30.0,
+    )
+    assert hook.follow(provider) is provider
+    for _ in range(13):
+        hook("launch")
+    assert region.slept == pytest.approx([0.1 / 30, 0.2 / 30, 0.3 / 30])
+    assert [e.occurred_at for e in seen] == [region.now_us] * 3
+    throttled = seen[-1].payload
+    assert isinstance(throttled, ActuationThrottled)
+    assert throttled.not_before_at == region.now_us + 300_000  # the guard's, in region time
+
+
+def test_the_hook_bounds_its_wait_in_real_seconds() -> None:
+    """`max_wait_s` bounds how long the caller blocks: 0.3 s of a clock that runs 10 times as
+    fast is 0.03 s of real time, within a 0.05 s bound."""
+    fake = FakeTime()
+    hook = BudgetHook(ActuatorGuard(), "test", max_wait_s=0.05, clock_us=fake.clock,
+                      speed=10.0, sleep=fake.sleep)  # fmt: skip
+    for _ in range(13):
+        hook("launch")
+    hook("launch")
+    hook("launch")  # 0.5 s of the clock: 0.05 s, at the bound
+    assert fake.slept == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05])
+    with pytest.raises(BudgetWaitError, match=r"would wait 0\.1 s"):
+        hook("launch")
+    with pytest.raises(ValueError, match="above 0"):
+        BudgetHook(ActuatorGuard(), "test", speed=0.0)

@@ -42,6 +42,7 @@ from sim.live.processes import child_env
 from streams.kafka import KafkaLog
 from streams.runtime.core import DERIVED_PREFIX, is_input
 from streams.runtime.embedded import ListSink, replay_journal
+from tests.faults.harness import region_clock_us, stamped_in_region_time
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,8 @@ def live(
         events = list(region_events(log, CODEC, region))
     finally:
         log.close()
-    return {"report": report, "events": events, "home": home, "region": region, "kafka": kafka}
+    return {"report": report, "events": events, "home": home, "region": region, "kafka": kafka,
+            "span_s": scenario.span_s}  # fmt: skip
 
 
 def test_the_run_had_its_wave_and_its_misbehaving_pool(live: dict[str, Any]) -> None:
@@ -116,6 +118,14 @@ def test_the_run_had_its_wave_and_its_misbehaving_pool(live: dict[str, Any]) -> 
     # reached the log through their spools; the other nodes' agents were simulated.
     drains = report["live"]["drains"]
     assert drains["by real agents"] > 0 and drains["by simulated agents"] > 0
+
+
+def test_every_event_is_stamped_in_the_regions_time(live: dict[str, Any]) -> None:
+    """Every process of the run stamps its events with the served region's clock: none is
+    ahead of that clock at the end of the run, and the actuator's throttled calls (its budget
+    hook's, `streams.actuation.BudgetHook`) lie within the run's span of its first event."""
+    end_us = region_clock_us(live["home"], live["region"])
+    assert stamped_in_region_time(live["events"], end_us, live["span_s"]) == ""
 
 
 def test_a_noticed_instance_is_drained_replaced_and_its_replacement_priced(

@@ -11,8 +11,9 @@
 Paths are relative to the provider file. ``clock: wall`` is a real cloud's (events are stamped
 with the wall clock); a simulated region served as a cloud (``spotcap cloud serve --client-dir``)
 writes its anchor instead (``sim_start_us``, ``wall_start_us``, ``speed``, ``end_us``), and the
-adapter stamps its events in the region's time. Credentials stay in clouds.yaml (an application
-credential, ADR-29), never here.
+adapter stamps its events in the region's time (``now_us``), which runs ``speed`` times as fast
+as real time (its ``clock_speed``; the actuator's budget hook sleeps by it). Credentials stay
+in clouds.yaml (an application credential, ADR-29), never here.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def open_openstack(
     clock: Callable[[], int] = (
         (lambda: time.time_ns() // 1_000) if config.clock == "wall" else config.clock.now_us
     )
+    speed = 1.0 if config.clock == "wall" else config.clock.speed
     return OpenStackProvider(
         Connection(config=region, api_timeout=timeout_s),
         orchestrator_id=orchestrator_id,
@@ -131,4 +133,5 @@ def open_openstack(
         acquire=acquire,
         timeout_s=timeout_s,
         clock=clock,
+        clock_speed=speed,
     )

@@ -11,7 +11,8 @@ naming the call, its target and the HTTP status (``provider.openstack.errors``).
 Lifecycle facts the adapter causes (`InstanceLaunched`, `InstanceDeleted`) are queued when the
 call succeeds; the feeds' facts (rate cards, forward capacity, notices, advisories) are read when
 `poll_events` asks (``provider.openstack.facts``). Both leave through `poll_events`. This is an
-edge adapter, not a decider: ``now_us`` is the wall clock.
+edge adapter, not a decider: ``now_us`` is its ``clock``, the wall clock of a real cloud or a
+served simulated region's clock, which runs ``clock_speed`` times as fast as real time.
 """
 
 from __future__ import annotations
@@ -75,11 +76,15 @@ class OpenStackProvider:
         timeout_s: float = 30.0,
         position: FeedPosition | None = None,
         clock: Clock = wall_clock_us,
+        clock_speed: float = 1.0,
     ) -> None:
+        if not clock_speed > 0:
+            raise ValueError(f"clock_speed {clock_speed!r}: seconds of `clock` per real second")
         self._conn = conn
         self._orchestrator_id = orchestrator_id
         self._pools = pools
         self._clock = clock
+        self._clock_speed = clock_speed
         self._nova = NovaInstances(conn, orchestrator_id, acquire)
         self._placement = PlacementHeadroom(conn)
         self._blazar = BlazarLeases(conn, acquire, timeout_s=timeout_s)
@@ -107,6 +112,12 @@ class OpenStackProvider:
 
     def now_us(self) -> int:
         return self._clock()
+
+    @property
+    def clock_speed(self) -> float:
+        """Seconds of `now_us` per real second: 1 on the wall clock, a served simulated
+        region's speed-up on its clock."""
+        return self._clock_speed
 
     def launch(self, request: LaunchRequest) -> Instance:
         """Boot one server of the pool's flavor, image, networks and zone, tagged as ours.

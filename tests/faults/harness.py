@@ -13,7 +13,9 @@ hold afterwards. Each check returns what it found wrong ("" when it held).
 - ``projections``: every fleet table equals a clean projection of the same log, row for row;
 - ``ledger``: the ledger's sums by workload, day and cause, its net saving and its events
   equal a clean projection's;
-- ``drained``: every noticed node of a workload was drained.
+- ``drained``: every noticed node of a workload was drained;
+- ``in region time``: no event is stamped ahead of the region's clock at the end of the run,
+  and no throttled provider call lies further than the span from the run's first event.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from infra import servers
 from projections.postgres.connection import connect
 from projections.stores import LEDGER_DATABASE
 from provider.base import CALL_TAG
+from provider.openstack.config import ClockAnchor, load_provider_file
 from schemas.codec import Codec
 from schemas.events import DrainStarted, Envelope, InstanceLaunched, NoticeReceived
 from sim.live import LiveConfig, Scenario, region_events, run_live
@@ -259,6 +262,53 @@ def drained(run: FaultedRun) -> str:
     )
 
 
+CLOCK_TOLERANCE_US = 60_000_000
+"""How far past the region's clock at the end of a run an event may be stamped: a sim minute,
+for the deciders' timers (due at a whole interval after the last fact) and a node's release
+kept one microsecond after the one before (`provider.nodes.follow`). The actuator's budget hook
+once stamped its throttled calls with the wall clock: 33 days ahead (issue 27)."""
+
+
+def region_clock_us(home: Path, region: str) -> int:
+    """The live region's clock now (its end, once the run is over), as every client of the
+    served cloud reads it: from the anchor in the provider file the run wrote."""
+    anchor = load_provider_file(home / "live" / region / "cloud" / "provider.yaml").clock
+    assert isinstance(anchor, ClockAnchor), "a live run's provider file has the cloud's clock"
+    return anchor.now_us()
+
+
+def stamped_in_region_time(events: Sequence[Envelope], clock_us: int, span_s: int) -> str:
+    """What is stamped ahead of the region's clock `clock_us` (beyond `CLOCK_TOLERANCE_US`),
+    and which ``actuation_throttled`` events lie more than `span_s` from the first event."""
+    if not events:
+        return "no event"
+    ahead = sorted((e for e in events if e.occurred_at > clock_us + CLOCK_TOLERANCE_US),
+                   key=lambda e: -e.occurred_at)  # fmt: skip
+    first_us = min(e.occurred_at for e in events)
+    throttled = [e for e in events if e.event_type == "actuation_throttled"]
+    far = [e for e in throttled if abs(e.occurred_at - first_us) > span_s * 1_000_000]
+    found = []
+    if ahead:
+        found.append(
+            f"{len(ahead)} events stamped ahead of the region's clock at the end ({clock_us}): "
+            f"{dict(Counter(e.event_type for e in ahead))}, the furthest "
+            f"{(ahead[0].occurred_at - clock_us) / 86_400e6:.2f} days ahead "
+            f"({ahead[0].producer})"
+        )
+    if far:
+        furthest_d = max(abs(e.occurred_at - first_us) for e in far) / 86_400e6
+        found.append(
+            f"{len(far)} of {len(throttled)} actuation_throttled events more than the span "
+            f"({span_s} s) from the run's first event, the furthest {furthest_d:.2f} days"
+        )
+    return "; ".join(found)
+
+
+def in_region_time(run: FaultedRun) -> str:
+    clock_us = region_clock_us(run.home, run.region)
+    return stamped_in_region_time(run.events, clock_us, int(run.report["live"]["span_s"]))
+
+
 def check_all(run: FaultedRun, scratch: Path) -> dict[str, str]:
     """Every check by name: "" when it held, else what it found."""
     found = {
@@ -268,5 +318,6 @@ def check_all(run: FaultedRun, scratch: Path) -> dict[str, str]:
         "decisions": decisions(run),
         "carried out once": carried_out_once(run),
         "drained": drained(run),
+        "in region time": in_region_time(run),
     }
     return found | projections_and_ledger(run, scratch)

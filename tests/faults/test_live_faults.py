@@ -16,7 +16,8 @@ were still behind (the sequencer waiting out its reconnection backoff, the worke
 Checked afterwards, from what the log, the fleet state and the ledger hold (the harness's
 checks, one test each): every fault injected and every killed service restarted; no event
 lost; no decision lost, changed or made twice; none carried out twice; the projections and the
-ledger equal a clean run over the same log; every noticed node drained.
+ledger equal a clean run over the same log; every noticed node drained; every event stamped
+in the region's time (none ahead of its clock at the end).
 
 Bounded: pauses of 5-12 s (the broker's 40 s, beyond its clients' 30 s deadlines) and servers
 down 2-5 s, so the faults end within the span; `bench/faults.py` runs longer faults, more of
@@ -92,6 +93,12 @@ def test_no_decision_lost_changed_made_or_carried_out_twice(faulted: FaultedRun)
 
 def test_every_noticed_node_was_drained(faulted: FaultedRun) -> None:
     assert harness.drained(faulted) == ""
+
+
+def test_every_event_is_stamped_in_the_regions_time(faulted: FaultedRun) -> None:
+    """The actuator's budget hook too: its throttled calls were once stamped with the wall
+    clock, weeks ahead of the region's time (issue 27)."""
+    assert harness.in_region_time(faulted) == ""
 
 
 def test_projections_and_ledger_equal_a_clean_run(faulted: FaultedRun, tmp_path: Path) -> None:
