@@ -33,6 +33,9 @@ class BundleConfig:
     """The nodes' CA: the bundle service's certificate must chain to it."""
     certificate: Path = Path("/var/lib/spotcap-agent/node.pem")
     key: Path = Path("/var/lib/spotcap-agent/node.key")
+    token: Path = Path("/var/lib/spotcap-agent/node.token")
+    """The single-use enrolment token delivered at launch: with no certificate yet, the node
+    makes its first key and has it signed against this token (then deletes it)."""
     renew_after: float = 0.5
     """Renew the node certificate once this fraction of its life has passed."""
     fetch_every_s: float = 300.0
@@ -209,6 +212,7 @@ def parse_config(data: dict[str, Any], source: str = "agent config") -> AgentCon
         ca=_required_path(b, "ca", BundleConfig().ca),
         certificate=_required_path(b, "certificate", BundleConfig().certificate),
         key=_required_path(b, "key", BundleConfig().key),
+        token=_required_path(b, "token", BundleConfig().token),
         renew_after=b.positive("renew_after", 0.5),
         fetch_every_s=b.positive("fetch_every_s", 300.0),
     )

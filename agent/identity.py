@@ -1,7 +1,11 @@
 """The node's identity and its bundle fetch (ADR-31): mutual TLS with the node's own certificate.
 
-The node's key and certificate (``[bundle] key``, ``certificate``) are written at launch; the
-certificate names the node (``spiffe://spotcap/<region>/instance/<id>``) and lives an hour.
+At first boot the node holds no key or certificate, only a single-use enrolment token
+(``[bundle] token``, delivered at launch): `NodeIdentityClient.enrol_if_needed` makes the node's
+first key on the node and sends its signing request with the token to the bundle service (the
+one call made without a client certificate), which unwraps the token once and signs; the token
+is deleted then (or when refused: spent or expired). The certificate names the node
+(``spiffe://spotcap/<region>/instance/<id>``) and lives an hour.
 Once `renew_after` of its life has passed, `NodeIdentityClient.renew_if_due` makes a new key
 on the node, sends its signing request over mutual TLS with the current certificate, and
 replaces key and certificate atomically: the key never leaves the node. `fetch_bundle` gets the
@@ -67,15 +71,18 @@ class NodeIdentityClient:
         self._base = f"/v1/nodes/{region}/instance/{instance_id}"
         self._clock = clock
 
-    def _context(self) -> ssl.SSLContext:
+    def _context(self, *, with_certificate: bool = True) -> ssl.SSLContext:
         # The service's certificate must chain to the nodes' CA and name the host in service_url.
         context = ssl.create_default_context(cafile=str(self._config.ca))
-        context.load_cert_chain(self._config.certificate, self._config.key)
+        if with_certificate:
+            context.load_cert_chain(self._config.certificate, self._config.key)
         return context
 
-    def _call(self, method: str, path: str, body: bytes | None = None) -> bytes:
+    def _call(
+        self, method: str, path: str, body: bytes | None = None, *, with_certificate: bool = True
+    ) -> bytes:
         try:
-            context = self._context()
+            context = self._context(with_certificate=with_certificate)
         except (OSError, ssl.SSLError) as error:
             raise FetchError(f"cannot load this node's certificate and key: {error}") from error
         conn = http.client.HTTPSConnection(
@@ -110,6 +117,30 @@ class NodeIdentityClient:
             certificate.not_valid_after_utc.timestamp(),
         )
 
+    def enrol_if_needed(self) -> bool:
+        """The first hop: with no certificate yet and an enrolment token, make this node's
+        first key here and have it signed against the token; whether it enrolled now."""
+        if self._config.certificate.exists() or not self._config.token.exists():
+            return False
+        token = self._config.token.read_text(encoding="ascii").strip()
+        key = ec.generate_private_key(ec.SECP256R1())
+        body = json.dumps({"token": token, "csr": _csr_pem(key)}).encode()
+        try:
+            data = self._call("POST", "/enrol", body, with_certificate=False)
+        except FetchError as error:
+            if "403" in str(error):  # spent or expired: never usable again
+                self._config.token.unlink(missing_ok=True)
+            raise
+        answer = json.loads(data)
+        # The key first: the certificate's presence means the identity is complete.
+        _write_atomically(self._config.key, _key_pem(key), 0o600)
+        certificate = str(answer["certificate"]) + "\n" + str(answer["ca"]) + "\n"
+        _write_atomically(self._config.certificate, certificate.encode(), 0o644)
+        self._config.token.unlink(missing_ok=True)  # spent: of no use to anyone now
+        log.info("node enrolled with a key of its own; its certificate expires at %d",
+                 answer["expires_at_s"])  # fmt: skip
+        return True
+
     def renew_if_due(self) -> Renewal:
         """Renew once `renew_after` of the certificate's life has passed."""
         start, end = self.expires_at_s()
@@ -120,19 +151,10 @@ class NodeIdentityClient:
     def renew(self) -> Renewal:
         """A new key and certificate for this node, now."""
         key = ec.generate_private_key(ec.SECP256R1())
-        csr = (
-            x509.CertificateSigningRequestBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spotcap-node")]))
-            .sign(key, hashes.SHA256())
-        )
-        data = self._call("POST", "/certificate", csr.public_bytes(serialization.Encoding.PEM))
+        data = self._call("POST", "/certificate", _csr_pem(key).encode())
         answer = json.loads(data)
         certificate = str(answer["certificate"]) + "\n" + str(answer["ca"]) + "\n"
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+        key_pem = _key_pem(key)
         # The key first: a crash between the two leaves a new key and an old certificate,
         # which TLS refuses to pair, and the agent says so; never an old key in use.
         old_key = self._config.key.read_bytes()
@@ -144,6 +166,21 @@ class NodeIdentityClient:
             raise
         log.info("node certificate renewed; it expires at %d", answer["expires_at_s"])
         return Renewal(True, float(answer["expires_at_s"]))
+
+
+def _csr_pem(key: ec.EllipticCurvePrivateKey) -> str:
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spotcap-node")]))
+        .sign(key, hashes.SHA256())
+    )
+    return csr.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _write_atomically(path: Path, data: bytes, mode: int) -> None:
@@ -163,6 +200,8 @@ def identity_round(client: NodeIdentityClient, bundle_path: Path) -> str:
     stays)."""
     done = []
     try:
+        if client.enrol_if_needed():
+            done.append("enrolled")
         if client.renew_if_due().renewed:
             done.append("certificate renewed")
         done.append("bundle fetched" if client.fetch_bundle(bundle_path) else "bundle unchanged")

@@ -6,8 +6,8 @@ BAO_TOKEN) on a state folder, folds an ``instance_launched`` of each ``--launche
 and an ``instance_deleted`` of each ``--deleted`` one (the same events each run, as a log read
 again gives them), then drains and prints what it enrolled and cleaned as JSON. ``--kill
 observed`` kills it with SIGKILL after folding and before draining (a death between a launch
-seen and its enrolment); ``--kill issued`` right after OpenBao answered the first certificate
-it asked for, before the node's record or files are written (a death inside an enrolment).
+seen and its enrolment); ``--kill issued`` right after OpenBao made the first enrolment token
+it asked for, before the token reaches the node's folder (a death inside an enrolment).
 """
 
 from __future__ import annotations
@@ -43,16 +43,15 @@ def deleted(region: str, instance: str) -> Envelope:
 
 
 def kill_after_the_first_issue() -> None:
-    """SIGKILL this process as soon as OpenBao has issued a node certificate to it."""
-    post = NodeAuthority._post  # the exact point of the fault
+    """SIGKILL this process as soon as OpenBao has made a node's enrolment token for it."""
+    make = NodeAuthority.enrolment_token  # the exact point of the fault
 
-    def issue_then_die(self: NodeAuthority, path: str, body: dict[str, Any], what: str) -> Any:
-        answer = post(self, path, body, what)
-        if path.startswith("issue/node"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return answer
+    def issue_then_die(self: NodeAuthority, *args: Any, **kwargs: Any) -> str:
+        make(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
 
-    NodeAuthority._post = issue_then_die  # type: ignore[method-assign]
+    NodeAuthority.enrolment_token = issue_then_die  # type: ignore[method-assign]
 
 
 def main() -> int:
@@ -76,7 +75,8 @@ def main() -> int:
     pending = nodes.drain()
     nodes.close()
     enroller = nodes.enroller
-    print(json.dumps({"enrolled": enroller.enrolled, "cleaned": enroller.cleaned,
+    enrolled = [i.instance_id for i in enroller.enrolled]
+    print(json.dumps({"enrolled": enrolled, "cleaned": enroller.cleaned,
                       "pending": pending}))  # fmt: skip
     return 0
 

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.config import BundleConfig
+from agent.identity import NodeIdentityClient
 from contracts.bundles import sign_bundle
 from contracts.output import bundle_file_name
 from contracts.signing import FileSigner
@@ -75,23 +76,35 @@ def bundle_service(
         service.stop()
 
 
-def enrol(setup: Setup, instance: str, workload: str) -> tuple[NodeIdentity, BundleConfig]:
-    """What the launch path puts on a node: its key, certificate, CA and bundle's key."""
+def delivered(setup: Setup, instance: str, workload: str) -> tuple[NodeIdentity, BundleConfig]:
+    """What the launch path puts on a node: its single-use enrolment token (no key, no
+    certificate) and its bundle's key; the config its agent boots with."""
     identity = NodeIdentity(REGION, instance)
-    enrolment = setup.authority.enrol(identity, workload)
+    token = setup.authority.enrolment_token(identity, workload)
     node = setup.tmp / instance
     node.mkdir()
-    (node / "node.pem").write_text(enrolment.certificate_pem + "\n" + enrolment.ca_pem + "\n")
-    (node / "node.key").write_text(enrolment.private_key_pem or "")
+    (node / "node.token").write_text(token + "\n")
     (node / "bundle.pub").write_bytes(_public_pem())
-    config = BundleConfig(
+    return identity, config_of(setup, node)
+
+
+def config_of(setup: Setup, node: Path) -> BundleConfig:
+    """The agent's ``[bundle]`` section for a node whose boot folder is `node`."""
+    return BundleConfig(
         path=node / "bundle.json",
         public_key=node / "bundle.pub",
         service_url=setup.service.address,
         ca=setup.ca,
         certificate=node / "node.pem",
         key=node / "node.key",
+        token=node / "node.token",
     )
+
+
+def enrol(setup: Setup, instance: str, workload: str) -> tuple[NodeIdentity, BundleConfig]:
+    """A node delivered its token and booted: its agent made its key and enrolled with it."""
+    identity, config = delivered(setup, instance, workload)
+    assert NodeIdentityClient(config, REGION, instance).enrol_if_needed()
     return identity, config
 
 

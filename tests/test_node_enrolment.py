@@ -44,7 +44,10 @@ def test_the_enroller_enrols_each_live_node_once(setup: Setup, tmp_path: Path) -
     assert len(enroller.enrolled) == 1
     record = setup.authority.record(NodeIdentity(REGION, "i-1"))
     assert record is not None and record.workload_id == "wl-a"
-    assert list(record.serials) == enroller.enrolled
+    assert enroller.enrolled == [NodeIdentity(REGION, "i-1")]
+    # Delivered: a token and the CA, no key and no certificate (the node makes its own).
+    assert sorted(p.name for p in (boot / "i-1").iterdir()) == ["ca.pem", "node.token"]
+    assert record.serials == {} and record.nonce
     again = Enroller(setup.authority, boot)  # restarted: the log read again
     again.observe(launched(events, "i-1"))
     assert again.drain() == 0 and again.enrolled == []

@@ -2,9 +2,12 @@
 PKI engine, and keeps each node's record (its workload, its certificates' serials) in OpenBao's
 KV engine, beside the certificates it describes.
 
-* At launch, `enrol` issues the node's first certificate and key (OpenBao generates them; the
-  launch path puts them on the node with its bundle's public key), with the node's SPIFFE ID as
-  its only name and a short TTL.
+* At launch, `enrolment_token` makes the node's first hop: a single-use response-wrapping
+  token (minutes of life) naming the node and a nonce its record holds; the launch path puts
+  only that on the node. The node makes its first key itself and sends its CSR with the token
+  (through the bundle service); `enrol_with_token` unwraps it once and signs, with the node's
+  SPIFFE ID as the only name and a short TTL. (`enrol`, where OpenBao makes the key, is kept
+  for tests that need a node's certificate without booting an agent.)
 * Before expiry the agent sends a certificate signing request over mutual TLS with its current
   certificate; `renew` signs it for the same identity only: the new key never leaves the node.
 * When the instance is deleted or lost, `revoke` revokes every certificate it still holds and
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +40,8 @@ log = logging.getLogger("spotcap.nodes")
 NODE_ROLE = "node"
 SERVICE_ROLE = "bundle-service"
 NODE_TTL_S = 3600
+ENROLMENT_TOKEN_TTL_S = 300
+"""A first-hop token's life: minutes, enough for an instance to boot and unwrap it once."""
 """A node certificate's life: short, so that a stolen one is worth little for long (ADR-31)."""
 RECORDS = "spotcap/nodes"
 
@@ -75,6 +81,13 @@ class NodeRecord:
     serials: dict[str, int]
     """Serial -> expiry (Unix seconds) of every certificate issued and not yet expired."""
     retired: bool = False
+    nonce: str = field(default="", repr=False)
+    """The enrolment nonce the node's single-use token names ("" once used, or none made)."""
+
+
+class EnrolmentTokenError(NodeAuthorityError):
+    """An enrolment token was refused: already unwrapped (used twice, or stolen and used),
+    expired, never issued, or for another node. Possibly a theft: said without the token."""
 
 
 def _why(error: Exception) -> str:
@@ -181,6 +194,69 @@ class NodeAuthority:
         self._save(NodeRecord(identity, record.workload_id, self._live(record.serials, enrolment)))
         return enrolment
 
+    def enrolment_token(
+        self, identity: NodeIdentity, workload_id: str, ttl_s: int = ENROLMENT_TOKEN_TTL_S
+    ) -> str:
+        """The node's first hop: a single-use OpenBao response-wrapping token (`ttl_s` of
+        life) wrapping the node's name and a fresh nonce, which the node's record now holds;
+        the node unwraps it once through the bundle service (`enrol_with_token`) to have its
+        own key signed. No key or certificate is made here. A new token voids any earlier
+        one of the node (its nonce is replaced). Refused for a retired node."""
+        record = self.record(identity)
+        if record is not None and record.retired:
+            raise NodeAuthorityError(f"{identity} is retired: no enrolment token is made for it")
+        nonce = secrets.token_hex(16)
+        serials = dict(record.serials) if record is not None else {}
+        self._save(NodeRecord(identity, workload_id, serials, nonce=nonce))
+        payload = {"region": identity.region, "instance": identity.instance_id, "nonce": nonce}
+        try:
+            answer = self._client.sys.wrap(payload=payload, ttl=f"{ttl_s}s")
+        except Exception as error:
+            raise _failed(f"wrap the enrolment token of {identity}", error) from error
+        return str(answer["wrap_info"]["token"])
+
+    def enrol_with_token(self, identity: NodeIdentity, token: str, csr_pem: str) -> Enrolment:
+        """Sign a node's first key (its CSR, made on the node) for `identity`, once, against
+        the single-use token delivered to it: OpenBao unwraps it (a second unwrap is refused
+        by OpenBao itself), and it must name this node and the nonce its record holds. The
+        nonce is spent with the signature. `EnrolmentTokenError` (a possible theft) if the
+        token is used, expired, unknown or another node's."""
+        try:
+            answer = self._client.sys.unwrap(token=token)
+        except Exception as error:
+            if unreachable(error):
+                raise _failed(f"unwrap the enrolment token of {identity}", error) from error
+            raise EnrolmentTokenError(
+                f"the enrolment token of {identity} is not valid: already used (a possible "
+                f"theft, if not by the node), expired or never issued (OpenBao: {_why(error)}); "
+                "relaunch the instance"
+            ) from error
+        data = (answer or {}).get("data") or {}
+        named = NodeIdentity(str(data.get("region")), str(data.get("instance")))
+        if named != NodeIdentity(identity.region, identity.instance_id):
+            raise EnrolmentTokenError(
+                f"the enrolment token presented for {identity} is {named}'s: a node enrols "
+                f"only with its own token (that token is spent now; a possible theft)"
+            )
+        record = self.record(identity)
+        if record is None or record.retired:
+            state = "retired (its instance was deleted or lost)" if record else "not enrolled"
+            raise NodeAuthorityError(f"{identity} is {state}: no certificate is made for it")
+        if not record.nonce or not secrets.compare_digest(record.nonce, str(data.get("nonce"))):
+            raise EnrolmentTokenError(
+                f"the enrolment token presented for {identity} is not its latest (spent, or "
+                "replaced by a newer one): a possible theft or replay"
+            )
+        data = self._post(
+            f"sign/{NODE_ROLE}",
+            {"csr": csr_pem, "uri_sans": identity.uri, "ttl": f"{self.ttl_s}s"},
+            f"sign the first key of {identity}",
+        )
+        enrolment = self._enrolment(identity, data, with_key=False)
+        live = self._live(record.serials, enrolment)
+        self._save(NodeRecord(identity, record.workload_id, live))
+        return enrolment
+
     def revoke(self, identity: NodeIdentity) -> list[str]:
         """Revoke every unexpired certificate of the node and retire it; the serials revoked.
         Idempotent: a second call revokes nothing more."""
@@ -234,7 +310,7 @@ class NodeAuthority:
         record = self.record(identity)
         if record is not None:
             kept = {s: e for s, e in record.serials.items() if s not in serials}
-            self._save(NodeRecord(identity, record.workload_id, kept, record.retired))
+            self._save(NodeRecord(identity, record.workload_id, kept, record.retired, record.nonce))
 
     def is_revoked(self, serial: str) -> bool:
         """Whether OpenBao has revoked the certificate with that serial (an unknown serial
@@ -258,7 +334,10 @@ class NodeAuthority:
         return self._enrolment(NodeIdentity("-", "bundle-service"), data, with_key=True)
 
     def ca_pem(self) -> str:
-        answer = self._client.adapter.get(f"/v1/{self._mount}/ca/pem")
+        try:
+            answer = self._client.adapter.get(f"/v1/{self._mount}/ca/pem")
+        except Exception as error:
+            raise _failed("read the nodes' CA", error) from error
         return answer.text if hasattr(answer, "text") else str(answer)
 
     # -- records -----------------------------------------------------------------------------
@@ -279,6 +358,7 @@ class NodeAuthority:
             str(data["workload_id"]),
             {str(k): int(v) for k, v in json.loads(data["serials"]).items()},
             retired=data.get("retired") == "yes",
+            nonce=str(data.get("nonce") or ""),
         )
 
     def _save(self, record: NodeRecord) -> None:
@@ -286,6 +366,7 @@ class NodeAuthority:
             "workload_id": record.workload_id,
             "serials": json.dumps(record.serials, sort_keys=True),
             "retired": "yes" if record.retired else "no",
+            "nonce": record.nonce,
         }
         try:
             self._client.secrets.kv.v2.create_or_update_secret(

@@ -2,12 +2,14 @@
 certificate, and its termination revokes it.
 
 `Enroller` follows the lifecycle the actuator reads: for each ``instance_launched`` it asks the
-node authority (`NodeAuthority.enrol`, OpenBao's PKI engine) for the node's first key and
-certificate and delivers them to the node's boot folder, ``<nodes dir>/<instance id>/`` (what
-the instance's config drive carries to its agent): ``node.key`` (mode 0600), ``node.pem`` (the
-certificate and the nodes' CA) and ``ca.pem``. The agent's ``[bundle]`` section names them; it
-renews them itself over mutual TLS before they expire (`agent.identity`). A node already
-delivered (``node.pem`` present: after a restart the log is read again) is not enrolled again;
+node authority (`NodeAuthority.enrolment_token`, OpenBao) for the node's single-use enrolment
+token (a response-wrapping token of minutes naming the node and a nonce) and delivers it to
+the node's boot folder, ``<nodes dir>/<instance id>/`` (what the instance's config drive
+carries to its agent): ``node.token`` (mode 0600) and ``ca.pem``, no key and no certificate.
+The agent makes its first key itself and enrols with the token through the bundle service,
+then renews over mutual TLS before expiry (`agent.identity`). A node already delivered
+(``node.token`` or ``node.pem`` present: after a restart the log is read again) is not
+enrolled again;
 a node whose instance is gone (retired, or deleted in the same read) is not enrolled at all.
 An enrolment OpenBao refused waits for the next `drain`.
 
@@ -24,7 +26,6 @@ from pathlib import Path
 
 from provider.authority import Backoff, openbao_client, openbao_from_env
 from provider.nodes.authority import (
-    Enrolment,
     Journalled,
     NodeAuthority,
     NodeAuthorityError,
@@ -37,6 +38,7 @@ from schemas.events import Envelope, InstanceDeleted, InstanceLaunched, Instance
 log = logging.getLogger("spotcap.nodes")
 
 NODE_KEY, NODE_CERTIFICATE, NODE_CA = "node.key", "node.pem", "ca.pem"
+NODE_TOKEN = "node.token"
 SETTLE_S = 60.0
 """How long after OpenBao answers again a request it could not answer in time may still be
 served (what it queued while paused is served at once when it resumes; 60 s is generous)."""
@@ -53,13 +55,13 @@ def _write(path: Path, data: str, mode: int) -> None:
     tmp.replace(path)
 
 
-def deliver(enrolment: Enrolment, folder: Path) -> None:
-    """Put a node's key, certificate (with the CA) and CA in its boot folder; the certificate
-    last, so that its presence means the node's identity is complete."""
+def deliver(token: str, ca_pem: str, folder: Path) -> None:
+    """Put a node's single-use enrolment token (mode 0600) and the nodes' CA in its boot
+    folder; the token last, so that its presence means the delivery is complete. No key or
+    certificate: the node makes its key itself and enrols with the token (`agent.identity`)."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _write(folder / NODE_KEY, enrolment.private_key_pem or "", 0o600)
-    _write(folder / NODE_CA, enrolment.ca_pem + "\n", 0o644)
-    _write(folder / NODE_CERTIFICATE, f"{enrolment.certificate_pem}\n{enrolment.ca_pem}\n", 0o644)
+    _write(folder / NODE_CA, ca_pem.strip() + "\n", 0o644)
+    _write(folder / NODE_TOKEN, token + "\n", 0o600)
 
 
 class Enroller(Journalled):
@@ -96,8 +98,9 @@ class Enroller(Journalled):
         self.pending: dict[NodeIdentity, str] = {}
         """Identity -> workload, launched and not delivered yet."""
         self.gone: set[NodeIdentity] = set()
-        self.enrolled: list[str] = []
-        """Serials issued by this enroller, in order."""
+        self.enrolled: list[NodeIdentity] = []
+        """Nodes whose enrolment token this enroller delivered, in order."""
+        self._ca_pem: str | None = None
         self.unclean: set[NodeIdentity] = set()
         """Enrolments announced and not delivered (a journal's earlier run): their stray
         certificates are revoked before anything else is done for them."""
@@ -112,7 +115,10 @@ class Enroller(Journalled):
         return self.nodes_dir / identity.instance_id
 
     def delivered(self, identity: NodeIdentity) -> bool:
-        return (self.folder(identity) / NODE_CERTIFICATE).exists()
+        """Its token was delivered (and perhaps already spent: then the node's certificate is
+        there instead)."""
+        folder = self.folder(identity)
+        return (folder / NODE_TOKEN).exists() or (folder / NODE_CERTIFICATE).exists()
 
     def _load(self, journal: Path) -> None:
         if not journal.exists():
@@ -196,7 +202,9 @@ class Enroller(Journalled):
                 continue
             self._append(f"enrolling {identity.region} {identity.instance_id}")
             try:
-                enrolment = self._authority.enrol(identity, workload)
+                if self._ca_pem is None:
+                    self._ca_pem = self._authority.ca_pem()
+                token = self._authority.enrolment_token(identity, workload)
             except NodeAuthorityUnavailableError as error:  # the others would wait as long
                 self._unreachable(f"enrol {identity}", len(self.pending) - 1, error)
                 self.unclean.add(identity)  # it may have been issued: check before again
@@ -207,13 +215,13 @@ class Enroller(Journalled):
                 self.unclean.add(identity)  # it may have been issued: check before again
                 continue
             self._answered()
-            deliver(enrolment, self.folder(identity))
+            deliver(token, self._ca_pem, self.folder(identity))
             now = self.backoff.now()
             if cleaned or now - self.backoff.failed_at_s < SETTLE_S:
                 self._append(f"settle {identity.region} {identity.instance_id}")
                 self.sweeps[identity] = now + SETTLE_S
             self._append(f"delivered {identity.region} {identity.instance_id}")
-            self.enrolled.append(enrolment.serial)
+            self.enrolled.append(identity)
             del self.pending[identity]
         if self.sweeps and not self._waiting():
             self._sweep()

@@ -1,9 +1,10 @@
 """The bundle service (ADR-31): HTTPS with mutual TLS, through which each node fetches its own
 signed bundle and renews its own certificate.
 
-TLS refuses a client with no certificate, or one not issued by the nodes' CA, before any
-request is read. A request is then answered only for the node its certificate names, and only
-while that certificate is not revoked and the node not retired:
+TLS refuses a client certificate not issued by the nodes' CA before any request is read, and
+every request but the first hop's is refused without one. A request is then answered only
+for the node its certificate names, and only while that certificate is not revoked and the
+node not retired:
 
 * ``GET /v1/nodes/<region>/<instance>/bundle``: the node's signed bundle, byte for byte as the
   compiler wrote it; the agent verifies its signature. With the region's releases
@@ -12,7 +13,10 @@ while that certificate is not revoked and the node not retired:
   from the compiler's copies by SHA-256 (``<bundles>/sha256/``); a workload the events say
   nothing of gets the compiler's current file (``<bundles>/<workload>.bundle.json``);
 * ``POST /v1/nodes/<region>/<instance>/certificate`` with a PEM certificate signing request:
-  a new certificate for the same identity (JSON: ``certificate``, ``ca``, ``expires_at_s``).
+  a new certificate for the same identity (JSON: ``certificate``, ``ca``, ``expires_at_s``);
+* ``POST /v1/nodes/<region>/<instance>/enrol`` (the first hop, the one request served without
+  a client certificate) with JSON ``token`` (the single-use token delivered to the node) and
+  ``csr`` (of a key the node made): its first certificate, answered as a renewal is.
 
 Every refusal is a status and one sentence; no secret is in any answer or log line.
 """
@@ -37,6 +41,7 @@ from contracts.output import bundle_by_sha, bundle_file_name, sha_of_bundle_file
 from provider.authority import openbao_client, openbao_from_env
 from provider.nodes.authority import (
     NODE_ROLE,
+    EnrolmentTokenError,
     NodeAuthority,
     NodeAuthorityError,
     NodeAuthorityUnavailableError,
@@ -109,14 +114,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, method: str) -> None:
         try:
-            caller = self.server.service.caller(self.request.getpeercert(binary_form=True))
+            first_hop = method == "POST" and self.path.rstrip("/").endswith("/enrol")
+            # The first hop comes before the node has a certificate: its token is its proof.
+            caller = None
+            if not first_hop:
+                caller = self.server.service.caller(self.request.getpeercert(binary_form=True))
             body = b""
             if method == "POST":
                 length = int(self.headers.get("Content-Length") or 0)
                 if length > MAX_CSR_BYTES:
                     raise _RefusedError(413, f"a signing request is at most {MAX_CSR_BYTES} bytes")
                 body = self.rfile.read(length)
-            status, kind, data = self.server.service.route(caller, method, self.path, body)
+            if caller is None:
+                status, kind, data = self.server.service.enrol(self.path, body)
+            else:
+                status, kind, data = self.server.service.route(caller, method, self.path, body)
         except _RefusedError as refusal:
             status, kind = refusal.status, "text/plain; charset=utf-8"
             data = (str(refusal) + "\n").encode()
@@ -155,6 +167,40 @@ class BundleService:
         if revoked:
             raise _RefusedError(403, f"the certificate {serial} of {identity} is revoked")
         return identity, serial
+
+    def enrol(self, path: str, body: bytes) -> tuple[int, str, bytes]:
+        """The first hop: a node with no certificate yet sends its enrolment token and the
+        signing request of a key it made itself (JSON ``token``, ``csr``); the answer is its
+        first certificate. A token refused is logged as a possible theft (never the token)."""
+        parts = path.strip("/").split("/")
+        if len(parts) != 6 or parts[:2] != ["v1", "nodes"] or parts[3] != "instance":
+            raise _RefusedError(404, f"no such path {path!r}: /v1/nodes/REGION/instance/ID/enrol")
+        identity = NodeIdentity(parts[2], parts[4])
+        try:
+            asked = json.loads(body)
+            token, csr = str(asked["token"]), str(asked["csr"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise _RefusedError(
+                400, 'an enrolment is JSON {"token": ..., "csr": ...} (the token delivered to '
+                "the node, the signing request of the key it made)",
+            ) from error  # fmt: skip
+        try:
+            enrolment = self.authority.enrol_with_token(identity, token, csr)
+        except NodeAuthorityUnavailableError as error:
+            raise _RefusedError(503, f"cannot enrol {identity} now: {error}") from error
+        except EnrolmentTokenError as error:
+            log.warning("bundle service: POSSIBLE THEFT of an enrolment token: %s", error)
+            raise _RefusedError(403, str(error)) from error
+        except NodeAuthorityError as error:
+            raise _RefusedError(403, f"no first certificate for {identity}: {error}") from error
+        log.info("bundle service: %s enrolled with its own key (serial %s)",
+                 identity, enrolment.serial)  # fmt: skip
+        answer = {
+            "certificate": enrolment.certificate_pem,
+            "ca": enrolment.ca_pem,
+            "expires_at_s": enrolment.expires_at_s,
+        }
+        return 200, "application/json", json.dumps(answer).encode()
 
     def route(
         self, caller: tuple[NodeIdentity, str], method: str, path: str, body: bytes
@@ -262,7 +308,9 @@ def start_bundle_service(
     ca_path.write_text(service.authority.ca_pem())
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.verify_mode = ssl.CERT_REQUIRED
+    # Optional at the handshake only for the first hop (``.../enrol``, which proves itself with
+    # its token); every other request is refused without a certificate of the nodes' CA.
+    context.verify_mode = ssl.CERT_OPTIONAL
     context.load_cert_chain(cert_path, key_path)
     context.load_verify_locations(cafile=ca_path)
     server = _Server((host, port), context, service)
