@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives import serialization
 
 from agent.identity import FetchError, NodeIdentityClient
 from infra import servers
-from provider.nodes import Enroller, NodeIdentity
+from provider.nodes import Enroller, NodeAuthorityError, NodeIdentity
+from provider.nodes.authority import NodeRecord
 from provider.nodes.identity import identity_of_certificate
 from schemas.events import InstanceLaunched
 from tests.decider_events import Events
@@ -165,6 +166,18 @@ def test_a_newer_token_voids_the_older_one(setup: Setup) -> None:
     status, sentence = post_enrol(setup, "i-again", older)
     assert status == 403 and "not its latest" in sentence
     assert post_enrol(setup, "i-again", newer)[0] == 200
+
+
+def test_a_late_write_of_an_earlier_try_cannot_replace_the_nonce(setup: Setup) -> None:
+    """A try whose record write OpenBao served late (paused, then resumed) wrote on the
+    version it read: check-and-set refuses it once a newer try wrote, so the token delivered
+    stays the node's latest."""
+    identity = NodeIdentity(REGION, "i-late-write")
+    _, read_version = setup.authority._read(identity)
+    token = setup.authority.enrolment_token(identity, "wl-a")
+    with pytest.raises(NodeAuthorityError, match="check-and-set"):
+        setup.authority._save(NodeRecord(identity, "wl-a", {}, nonce="late"), cas=read_version)
+    assert post_enrol(setup, "i-late-write", token)[0] == 200
 
 
 def test_a_retired_nodes_token_is_refused(setup: Setup) -> None:

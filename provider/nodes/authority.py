@@ -202,12 +202,14 @@ class NodeAuthority:
         the node unwraps it once through the bundle service (`enrol_with_token`) to have its
         own key signed. No key or certificate is made here. A new token voids any earlier
         one of the node (its nonce is replaced). Refused for a retired node."""
-        record = self.record(identity)
+        record, version = self._read(identity)
         if record is not None and record.retired:
             raise NodeAuthorityError(f"{identity} is retired: no enrolment token is made for it")
         nonce = secrets.token_hex(16)
         serials = dict(record.serials) if record is not None else {}
-        self._save(NodeRecord(identity, workload_id, serials, nonce=nonce))
+        # Check-and-set on the version read: a write of an earlier try that OpenBao serves
+        # late (paused, then resumed) cannot replace this nonce with its own.
+        self._save(NodeRecord(identity, workload_id, serials, nonce=nonce), cas=version)
         payload = {"region": identity.region, "instance": identity.instance_id, "nonce": nonce}
         try:
             answer = self._client.sys.wrap(payload=payload, ttl=f"{ttl_s}s")
@@ -343,6 +345,10 @@ class NodeAuthority:
     # -- records -----------------------------------------------------------------------------
 
     def record(self, identity: NodeIdentity) -> NodeRecord | None:
+        return self._read(identity)[0]
+
+    def _read(self, identity: NodeIdentity) -> tuple[NodeRecord | None, int]:
+        """The node's record and its KV version (0: none yet)."""
         try:
             answer = self._client.secrets.kv.v2.read_secret_version(
                 path=self._path(identity), mount_point=self._kv_mount,
@@ -350,18 +356,19 @@ class NodeAuthority:
             )  # fmt: skip
         except Exception as error:
             if type(error).__name__ == "InvalidPath":
-                return None
+                return None, 0
             raise _failed(f"read the record of {identity}", error) from error
         data = answer["data"]["data"]
+        version = int(answer["data"].get("metadata", {}).get("version") or 0)
         return NodeRecord(
             identity,
             str(data["workload_id"]),
             {str(k): int(v) for k, v in json.loads(data["serials"]).items()},
             retired=data.get("retired") == "yes",
             nonce=str(data.get("nonce") or ""),
-        )
+        ), version
 
-    def _save(self, record: NodeRecord) -> None:
+    def _save(self, record: NodeRecord, cas: int | None = None) -> None:
         secret = {
             "workload_id": record.workload_id,
             "serials": json.dumps(record.serials, sort_keys=True),
@@ -370,8 +377,9 @@ class NodeAuthority:
         }
         try:
             self._client.secrets.kv.v2.create_or_update_secret(
-                path=self._path(record.identity), secret=secret, mount_point=self._kv_mount
-            )
+                path=self._path(record.identity), secret=secret, cas=cas,
+                mount_point=self._kv_mount,
+            )  # fmt: skip
         except Exception as error:
             raise _failed(f"write the record of {record.identity}", error) from error
 
