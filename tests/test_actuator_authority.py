@@ -285,9 +285,10 @@ def test_the_actuator_command_revokes_the_nodes_it_deletes(
 def test_every_node_the_actuator_launches_is_enrolled_and_revoked_at_termination(
     openbao: servers.Server, clouds: Callable[..., ServedCloud], setup: Setup, tmp_path: Path
 ) -> None:
-    """With SPOTCAP_NODES_DIR the actuator enrols each instance it launched: its key (0600),
-    certificate and CA in the node's boot folder, with which the node fetches its own bundle
-    over mutual TLS and renews its certificate; the instance's deletion revokes it."""
+    """With SPOTCAP_NODES_DIR the actuator enrols each instance it launched: its single-use
+    enrolment token (0600) and the CA in the node's boot folder, with which the node makes its
+    own key and enrols, then fetches its own bundle over mutual TLS and renews its
+    certificate; the instance's deletion revokes it."""
     cloud = clouds()
     provider_file = write_client_files(cloud, tmp_path / "client")
     decisions = Decisions(tmp_path / "home" / "log", REGION, OWNER, clock_of(cloud.access).now_us)
@@ -305,7 +306,7 @@ def test_every_node_the_actuator_launches_is_enrolled_and_revoked_at_termination
         launched = wait_for(decisions, actuator, InstanceLaunched, 2)
         ids = sorted(e.instance_id for e in launched)
         deadline = time.monotonic() + PATIENCE_S
-        while not all((boot / i / "node.pem").exists() for i in ids):
+        while not all((boot / i / "node.token").exists() for i in ids):
             assert actuator.proc.poll() is None, actuator.err.read_text()[-3000:]
             assert time.monotonic() < deadline, sorted(p.name for p in boot.glob("*"))
             time.sleep(0.3)
@@ -327,16 +328,20 @@ def test_every_node_the_actuator_launches_is_enrolled_and_revoked_at_termination
 
 
 def booted_node(node: Path, setup: Setup, instance: str) -> NodeIdentityClient:
-    """The agent of a node booted with what the actuator delivered to `node`: its key is
-    private, its certificate names it, and it fetches its own bundle over mutual TLS."""
-    assert (node / "node.key").stat().st_mode & 0o777 == 0o600
+    """The agent of a node booted with what the actuator delivered to `node` (its token and
+    the CA, no key): it makes its key, enrols with the token, its certificate names it, and
+    it fetches its own bundle over mutual TLS."""
+    assert sorted(p.name for p in node.iterdir()) == ["ca.pem", "node.token"]
+    assert (node / "node.token").stat().st_mode & 0o777 == 0o600
     config = BundleConfig(
         path=node / "bundle.json", service_url=setup.service.address, ca=node / "ca.pem",
-        certificate=node / "node.pem", key=node / "node.key",
+        certificate=node / "node.pem", key=node / "node.key", token=node / "node.token",
     )  # fmt: skip
+    client = NodeIdentityClient(config, REGION, instance)
+    assert client.enrol_if_needed()
+    assert (node / "node.key").stat().st_mode & 0o777 == 0o600
     certificate = x509.load_pem_x509_certificate((node / "node.pem").read_bytes())
     assert identity_of_certificate(certificate) == NodeIdentity(REGION, instance)
-    client = NodeIdentityClient(config, REGION, instance)
     assert client.fetch_bundle(config.path)
     return client
 
