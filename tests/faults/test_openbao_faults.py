@@ -54,7 +54,6 @@ from provider.authority import (
 from provider.base import CALL_TAG
 from provider.nodes import (
     Enroller,
-    NodeAuthority,
     NodeIdentity,
     NodeLifecycle,
     Revoker,
@@ -69,7 +68,7 @@ from spotcap.wiring import stores
 from tests.actuator_support import CODEC
 from tests.faults.own_servers import kill
 from tests.identity_support import REGION as NODES_REGION
-from tests.identity_support import Setup, bundle_service, enrol
+from tests.identity_support import Setup, bundle_service, config_of, enrol
 from tests.serve_support import Reply, Served, send
 from tests.signin_support import TEMPLATE, Issuer, new_issuer
 from tests.test_actuator import ME, Region
@@ -444,7 +443,7 @@ def test_the_revoker_and_enroller_back_off_from_a_paused_openbao_and_lose_nothin
         assert any("OpenBao answers again" in r.getMessage() for r in caplog.records)
         assert nodes.drain() == 0 and backoff.failures_in_a_row == 0
         late_certificate_swept(setup, nodes, now, new)
-        each_node_once(setup.authority, tmp_path / "boot", new, gone)
+        each_node_once(setup, tmp_path / "boot", new, gone)
         nodes.close()
         again = Enroller(setup.authority, tmp_path / "boot", state / "enrolments", backoff)
         assert (again.drain(), again.sweeps) == (0, {})  # swept for good: not after a restart
@@ -480,13 +479,17 @@ def drained(nodes: NodeLifecycle, now: list[float]) -> int:
     return nodes.drain()
 
 
-def each_node_once(authority: NodeAuthority, boot: Path, new: list[str], gone: list[str]) -> None:
-    """Each new node delivered, with one live certificate (the one delivered); each node gone
-    retired, with none."""
+def each_node_once(setup: Setup, boot: Path, new: list[str], gone: list[str]) -> None:
+    """Each new node delivered its token once, and enrolled with it, with one live
+    certificate (the one it holds); each node gone retired, with none."""
+    authority = setup.authority
     assert sorted(p.name for p in boot.iterdir()) == new
     for instance in gone:
         record = authority.record(NodeIdentity(NODES_REGION, instance))
         assert record is not None and record.retired
+    for instance in new:  # each boots with its token: makes its key and enrols
+        client = NodeIdentityClient(config_of(setup, boot / instance), NODES_REGION, instance)
+        assert client.enrol_if_needed()
     live = authority.live_serials(*(NodeIdentity(NODES_REGION, i) for i in new + gone))
     for instance in new:
         delivered = x509.load_pem_x509_certificate((boot / instance / "node.pem").read_bytes())
