@@ -65,11 +65,6 @@ class Backoff:
         self.failures = 0
         """Requests that could not reach OpenBao, in all."""
         self.failures_in_a_row = 0
-        self.failed_at_s = float("-inf")
-        """When the last request that could not reach OpenBao ended."""
-
-    def now(self) -> float:
-        return self._clock()
 
     def ready(self, now: float | None = None) -> bool:
         """Whether OpenBao may be asked now (no backoff, or its wait is over)."""
@@ -82,7 +77,6 @@ class Backoff:
         """A request did not reach OpenBao (it has just ended): the wait before the next."""
         self.failures += 1
         self.failures_in_a_row += 1
-        self.failed_at_s = self._clock()
         self.wait_s = min(RETRY_MAX_S, self.wait_s * 2 if self.wait_s else RETRY_FIRST_S)
         self.until_s = self._clock() + self.wait_s
         return self.wait_s

@@ -39,9 +39,6 @@ log = logging.getLogger("spotcap.nodes")
 
 NODE_KEY, NODE_CERTIFICATE, NODE_CA = "node.key", "node.pem", "ca.pem"
 NODE_TOKEN = "node.token"
-SETTLE_S = 60.0
-"""How long after OpenBao answers again a request it could not answer in time may still be
-served (what it queued while paused is served at once when it resumes; 60 s is generous)."""
 
 
 def _write(path: Path, data: str, mode: int) -> None:
@@ -77,14 +74,7 @@ class Enroller(Journalled):
     hold a certificate no node has (issued, then the process died before the record or the
     files were written), so every live certificate naming it is revoked first
     (`NodeAuthority.live_serials`), and the node is left with exactly one. A node gone before
-    its delivery is never enrolled, and one announced is cleaned the same way.
-
-    A request OpenBao could not answer in time may still be served once it answers again (a
-    paused or overloaded OpenBao works through what it had queued; no one reads the answer),
-    after the clean-up had looked: every node delivered within `SETTLE_S` of such a request
-    (or after a clean-up) is swept once more `SETTLE_S` after its delivery (``settle ...`` in
-    the journal, ``swept ...`` when done): each live certificate naming it that its record
-    does not list is revoked (`cleaned`)."""
+    its delivery is never enrolled, and one announced is cleaned the same way."""
 
     def __init__(
         self,
@@ -106,9 +96,6 @@ class Enroller(Journalled):
         certificates are revoked before anything else is done for them."""
         self.cleaned: list[str] = []
         """Serials revoked as strays of an enrolment that never reached its node."""
-        self.sweeps: dict[NodeIdentity, float] = {}
-        """Nodes delivered near a request OpenBao did not answer in time -> when (the
-        backoff's clock) their strays are looked for once more."""
         super().__init__(journal, backoff)
 
     def folder(self, identity: NodeIdentity) -> Path:
@@ -140,10 +127,6 @@ class Enroller(Journalled):
             elif what == "gone":
                 self.gone.add(identity)
                 self.pending.pop(identity, None)
-            elif what == "settle":
-                self.sweeps[identity] = self.backoff.now() + SETTLE_S
-            elif what == "swept":
-                self.sweeps.pop(identity, None)
         # An announced enrolment whose files are complete was delivered: the death came
         # between the files and the journal's line.
         self.unclean = {i for i in announced if not self.delivered(i)}
@@ -152,7 +135,6 @@ class Enroller(Journalled):
         lines = [f"gone {i.region} {i.instance_id}\n" for i in sorted(self.gone, key=str)]
         lines += [f"launch {i.region} {i.instance_id} {w}\n" for i, w in self.pending.items()]
         lines += [f"enrolling {i.region} {i.instance_id}\n" for i in sorted(self.unclean, key=str)]
-        lines += [f"settle {i.region} {i.instance_id}\n" for i in sorted(self.sweeps, key=str)]
         self._compact(journal, lines)
 
     def observe(self, envelope: Envelope) -> None:
@@ -180,7 +162,6 @@ class Enroller(Journalled):
         self._open()
         if (self.pending or self.unclean) and self._waiting():
             return len(self.pending)
-        cleaned = bool(self.unclean)
         if self.unclean:
             self._clean()
             if self._waiting():
@@ -216,15 +197,9 @@ class Enroller(Journalled):
                 continue
             self._answered()
             deliver(token, self._ca_pem, self.folder(identity))
-            now = self.backoff.now()
-            if cleaned or now - self.backoff.failed_at_s < SETTLE_S:
-                self._append(f"settle {identity.region} {identity.instance_id}")
-                self.sweeps[identity] = now + SETTLE_S
             self._append(f"delivered {identity.region} {identity.instance_id}")
             self.enrolled.append(identity)
             del self.pending[identity]
-        if self.sweeps and not self._waiting():
-            self._sweep()
         return len(self.pending)
 
     def _clean(self) -> None:
@@ -249,40 +224,6 @@ class Enroller(Journalled):
                 continue
             self.cleaned += strays
             self.unclean.discard(identity)
-
-    def _sweep(self) -> None:
-        """Revoke the live certificates of the nodes due a sweep that their records do not
-        list (one read of the engine's certificates for all of them)."""
-        now = self.backoff.now()
-        due = sorted((i for i, at in self.sweeps.items() if at <= now), key=str)
-        if not due:
-            return
-        try:
-            found = self._authority.live_serials(*due)
-        except NodeAuthorityUnavailableError as error:
-            self._unreachable("look for late certificates", len(self.pending), error)
-            return
-        except NodeAuthorityError as error:
-            log.warning("cannot look for late certificates yet (tried again later): %s", error)
-            return
-        for identity in due:
-            try:
-                record = self._authority.record(identity)
-                listed = record.serials if record is not None and not record.retired else {}
-                strays = [s for s in found[identity] if s not in listed]
-                if strays:
-                    self._authority.revoke_serials(identity, strays)
-                    log.warning("revoked %d certificate(s) of %s that OpenBao issued late, to "
-                                "no one", len(strays), identity)  # fmt: skip
-            except NodeAuthorityUnavailableError as error:
-                self._unreachable(f"sweep {identity}", len(due) - 1, error)
-                return
-            except NodeAuthorityError as error:
-                log.warning("cannot sweep %s yet (tried again later): %s", identity, error)
-                continue
-            self.cleaned += strays
-            self._append(f"swept {identity.region} {identity.instance_id}")
-            del self.sweeps[identity]
 
     def close(self) -> None:
         if self._journal is not None:
