@@ -60,8 +60,9 @@ def pool_initializer(parent_pid: int, then: Callable[[], None] | None = None) ->
 
 def argv(command: Sequence[str]) -> list[str]:
     """`command` as a `subprocess.Popen` argument list whose process ends with this one (a
-    Python of this interpreter calls `die_with_parent`, then execs `command`)."""
-    return [sys.executable, "-m", __name__, str(os.getpid()), *command]
+    Python of this interpreter calls `die_with_parent`, then execs `command`; ``-P``: a folder
+    named like ours in the working directory is not imported instead)."""
+    return [sys.executable, "-P", "-m", __name__, str(os.getpid()), *command]
 
 
 def _exec(args: Sequence[str]) -> None:
