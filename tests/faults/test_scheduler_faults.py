@@ -332,34 +332,39 @@ def test_the_kubernetes_intake_lists_again_when_etcd_compacted_its_watch_version
         kube.wait_until(lambda: claimed(OPENED) >= opened and claimed(RELEASED) >= released,
                         180, what, every_s=0.5)  # fmt: skip
 
-    intake.start().wait_listed(prefix)
-    for name in ("stays", "deleted", "succeeds"):
-        pods.create(name)
-    until("the first pods' claims", {"stays", "deleted", "succeeds"}, set())
-    assert intake.proc is not None
-    os.kill(intake.proc.pid, signal.SIGSTOP)
     try:
-        # Past its watch's window: the server has ended the watch it had open, so what changes
-        # now is seen only by the watch it sends on waking, from the version it had.
-        time.sleep(WATCH_WINDOW_S + 10)
-        pods.end("deleted")  # graceful (the first delete): Terminating, still listed
-        kube.set_phase(api, ns, "succeeds", "Running")
-        kube.set_phase(api, ns, "succeeds", "Succeeded")
-        pods.create("created")
-        revision = servers.compact_etcd(uncached_kubernetes)
-    finally:
-        os.kill(intake.proc.pid, signal.SIGCONT)
-    until("the changes made while it slept", {"created"}, {"deleted", "succeeds"})
-    said = intake.said()
-    assert "the watch's version is gone (410); listing again" in said, said
-    for name in ("stays", "created"):
-        pods.end(name)
-    until("every claim released", set(), {"stays", "created"})
-    assert intake.stop().strip() == "claims: 4 opened, 4 released, 0 open"
-    _check(mine(), lambda e: claim_of(e).split("/")[3], ["stays", "deleted", "succeeds",
-           "created"], set())  # fmt: skip
-    assert intake.proc.poll() == 0 and intake.runs == 1 and revision > 0
-    assert token not in intake.said() and "Traceback" not in intake.said()
+        intake.start().wait_listed(prefix)
+        for name in ("stays", "deleted", "succeeds"):
+            pods.create(name)
+        until("the first pods' claims", {"stays", "deleted", "succeeds"}, set())
+        assert intake.proc is not None
+        os.kill(intake.proc.pid, signal.SIGSTOP)
+        try:
+            # Past its watch's window: the server has ended the watch it had open, so what changes
+            # now is seen only by the watch it sends on waking, from the version it had.
+            time.sleep(WATCH_WINDOW_S + 10)
+            pods.end("deleted")  # graceful (the first delete): Terminating, still listed
+            kube.set_phase(api, ns, "succeeds", "Running")
+            kube.set_phase(api, ns, "succeeds", "Succeeded")
+            pods.create("created")
+            revision = servers.compact_etcd(uncached_kubernetes)
+        finally:
+            os.kill(intake.proc.pid, signal.SIGCONT)
+        until("the changes made while it slept", {"created"}, {"deleted", "succeeds"})
+        said = intake.said()
+        assert "the watch's version is gone (410); listing again" in said, said
+        for name in ("stays", "created"):
+            pods.end(name)
+        until("every claim released", set(), {"stays", "created"})
+        assert intake.stop().strip() == "claims: 4 opened, 4 released, 0 open"
+        _check(mine(), lambda e: claim_of(e).split("/")[3], ["stays", "deleted", "succeeds",
+               "created"], set())  # fmt: skip
+        assert intake.proc.poll() == 0 and intake.runs == 1 and revision > 0
+        assert token not in intake.said() and "Traceback" not in intake.said()
+    finally:  # a failed run leaves no intake behind
+        if intake.proc is not None and intake.proc.poll() is None:
+            intake.proc.kill()
+            intake.proc.wait(timeout=60)
     api.close()  # type: ignore[no-untyped-call]
 
 
