@@ -16,7 +16,9 @@
   `ROUNDS_PER_CHILD` rounds: chdb leaks each closed session's ClickHouse threads (each holding
   three open files under /proc/self/task, and their memory) for the life of the process, so a
   follower that opened the ledger every round in its own process grew without bound (issue
-  27, docs/performance.md "Soak"); a child's leak ends with the child.
+  27, docs/performance.md "Soak"); a child's leak ends with the child. The child ends with
+  the follower, even one killed with SIGKILL (`streams.children`): an orphan would hold the
+  ledger from the follower started in its place.
 
 Both refuse a log that is not the one they were built from (`Writer.check_log`), as the
 catch-up commands do. Before the region's topics exist (a region nothing has written yet)
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -40,6 +43,7 @@ from projections.postgres.connection import FleetDatabaseError
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
 from projections.stores import Stores
 from schemas.codec import Codec
+from streams.children import pool_initializer
 from streams.log import EventLog, UnknownTopicError
 from streams.topics import topic_name
 
@@ -189,7 +193,8 @@ class _LedgerRounds:
                 self._child = ProcessPoolExecutor(
                     1,
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_child_signals,
+                    initializer=pool_initializer,
+                    initargs=(os.getpid(), _child_signals),
                     max_tasks_per_child=self.rounds_per_child,
                 )
             outcome = self._child.submit(_child_round, self.opener, self.region,

@@ -16,9 +16,11 @@ points of the run.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,6 +36,7 @@ from sim.record import RecordedRun, forget_run, record_run
 from sim.region import RegionSim, SimConfig, workload_contract_files
 from sim.report import DecisionSummary, comparison
 from sim.summary import RunSummary
+from streams.children import pool_initializer
 from streams.deciders.settings import DeciderSettings
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, UnknownTopicError
@@ -185,11 +188,13 @@ def _baseline_apart(
 ) -> tuple[ProcessPoolExecutor, Future[dict[str, Any]]]:
     """`baseline_report` started in a fresh (spawned) process, beside the deciders' run: the
     second core simulates the baseline while this one runs the deciders and writes the log.
-    It writes nothing, so the log's bytes do not depend on it."""
+    It writes nothing, so the log's bytes do not depend on it; it ends with this process
+    (a demo killed with SIGKILL leaves no baseline simulating on)."""
     spawn = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(
-        1, mp_context=spawn, initializer=name_process, initargs=("spotcap-compare",)
-    )
+        1, mp_context=spawn, initializer=pool_initializer,
+        initargs=(os.getpid(), partial(name_process, "spotcap-compare")),
+    )  # fmt: skip
     return pool, pool.submit(baseline_report, config, misbehaving_pool_ids)
 
 

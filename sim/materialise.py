@@ -20,17 +20,20 @@ simulation's instead of following it, and the demo ends soon after its last flus
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from projections.money import eur_string, eur_text
 from projections.stores import StoreError, Stores
 from schemas.codec import Codec
+from streams.children import die_with_parent, pool_initializer
 from streams.log import EventLog, LogError
 from streams.merged import Progress
 
@@ -77,8 +80,9 @@ def check_region(stores: Stores) -> None:
     else:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
-            1, mp_context=spawn, initializer=name_process, initargs=("spotcap-check",)
-        ) as pool:
+            1, mp_context=spawn, initializer=pool_initializer,
+            initargs=(os.getpid(), partial(name_process, "spotcap-check")),
+        ) as pool:  # fmt: skip
             refused = pool.submit(_check_region, stores).result()
     if refused is not None:
         raise ProjectionsError(*refused)
@@ -194,7 +198,7 @@ class _Projecting:
         for group in (("fleet",), ("ledger",)) if here else (WHICH,):
             on_thread = here and group == ("ledger",)
             child = (threading.Thread if on_thread else spawn.Process)(
-                target=_project,
+                target=_project if on_thread else partial(_project_apart, os.getpid()),
                 args=(opener, region, stores, group),
                 kwargs={"rebuild": rebuild, "messages": self.messages, "following": following},
                 name=f"spotcap-project-{'-'.join(group)}",
@@ -268,6 +272,12 @@ def _check_alive(
                 "and no result (killed, out of memory?)",
                 "run `spotcap project` to bring the projections up to date, " + NO_PROJECTIONS,
             )
+
+
+def _project_apart(parent_pid: int, *args: Any, **kwargs: Any) -> None:
+    """`_project` in a child process, which ends with its parent (the demo, even killed)."""
+    die_with_parent(parent_pid)
+    _project(*args, **kwargs)
 
 
 def _project(

@@ -4,8 +4,10 @@ stories, and table dumps to compare two databases row for row."""
 from __future__ import annotations
 
 import functools
+import os
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from projections.postgres.connection import Connection
@@ -160,3 +162,24 @@ def dump_fleet(conn: Connection, tables: Sequence[str] = FLEET_TABLES) -> dict[s
 
 def new_schema() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, read from /proc (none if it ended meanwhile)."""
+    try:  # each thread lists the children it started
+        tasks = os.listdir(f"/proc/{pid}/task")
+        children = [
+            c for t in tasks for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()
+        ]
+    except OSError:  # ended meanwhile
+        return []
+    return [pid, *(p for child in children for p in process_tree(int(child)))]
+
+
+def ended(pid: int) -> bool:
+    """Process `pid` has ended (gone, or a zombie not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

@@ -24,23 +24,12 @@ from spotcap.config import Settings
 from spotcap.wiring import open_log, open_log_and_codec, stores
 from streams.topics import region_topics
 from streams.writer import publish
-from tests.projection_support import sim_events
+from tests.projection_support import process_tree, sim_events
 
 ROUNDS, PER_CHILD = 15, 3
 MARGIN = 40
 """Open files the last child's rounds may hold beyond the first's (the log's segments as it
 grows). Rounds in this one process gained 15-25 a round: ~200 over these rounds."""
-
-
-def process_tree(pid: int) -> list[int]:
-    try:  # each thread lists the children it started
-        tasks = os.listdir(f"/proc/{pid}/task")
-        children = [
-            c for t in tasks for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()
-        ]
-    except OSError:  # ended meanwhile
-        return []
-    return [pid, *(p for child in children for p in process_tree(int(child)))]
 
 
 def open_files() -> int:

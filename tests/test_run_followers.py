@@ -32,7 +32,7 @@ from streams.topics import region_end_offsets, region_topics, topic_name
 from streams.writer import publish
 from tests.cli_support import SPOTCAP, spotcap
 from tests.kube_support import wait_until
-from tests.projection_support import dump_fleet, sim_events
+from tests.projection_support import dump_fleet, ended, process_tree, sim_events
 
 pytestmark = pytest.mark.slow
 
@@ -234,6 +234,46 @@ def test_a_follower_whose_database_went_away_stops_and_a_restart_resumes(
         assert follower.stop() == (
             f"fleet state: {taken} records taken; ledger: 0 events in 0 rounds, 0 unpriced"
         )
+    finally:
+        stores(settings).stop_embedded_postgres()
+
+
+def test_a_killed_follower_leaves_no_child_and_its_restart_reads_the_ledger(
+    tmp_path: Path, services: list[Service]
+) -> None:
+    """SIGKILL runs nothing of the follower: the ledger's child (and the pool's resource
+    tracker) must end by themselves, or they live on, orphaned, beside the follower started in
+    its place (issue 27)."""
+    settings, args = _home(tmp_path, "demo")
+    events = region_events(settings.region)
+    half = len(events) // 2
+    try:
+        feed(settings, events[:half])
+        follower = Service([*args, "run", "projections", "--interval-s", "0.5"], tmp_path)
+        services.append(follower.start())
+        assert follower.proc is not None
+        pid = follower.proc.pid
+        # The ledger's rounds run in a child (every 0.5 s: it may be killed in a round, holding
+        # the ledger, or between two).
+        wait_until(lambda: "events applied" in follower.said() or not follower.alive(), WAIT_S,
+                   "a round of the ledger's child")  # fmt: skip
+        assert follower.alive(), follower.said()
+        tree = process_tree(pid)[1:]
+        assert tree, "the ledger's child ended before its follower was killed"
+        follower.proc.kill()
+        follower.proc.wait(timeout=60)
+        wait_until(lambda: all(ended(p) for p in tree), WAIT_S,
+                   f"the killed follower's children {tree} to end")  # fmt: skip
+        # Nothing held: a follower started in its place projects the rest into the ledger.
+        feed(settings, events[half:])
+        follower.start()
+        everything = sum(ends(settings, FLEET).values())
+        wait_until(lambda: caught_up(settings, args, everything) or not follower.alive(),
+                   WAIT_S, "the restarted follower to project the rest", every_s=1.0)  # fmt: skip
+        assert follower.alive(), follower.said()
+        summary = follower.stop()
+        assert summary.startswith("fleet state: "), summary
+        assert "Traceback" not in follower.said()
     finally:
         stores(settings).stop_embedded_postgres()
 

@@ -32,7 +32,12 @@ and ``psycopg`` are imported where they are needed.
 """
 
 from infra.servers.kafka import KAFKA_VERSION, fetch_kafka, start_kafka
-from infra.servers.kubernetes import fetch_kube_apiserver, kubeconfig, start_kubernetes
+from infra.servers.kubernetes import (
+    compact_etcd,
+    fetch_kube_apiserver,
+    kubeconfig,
+    start_kubernetes,
+)
 from infra.servers.nats import start_nats
 from infra.servers.openbao import openbao_token, start_openbao
 from infra.servers.postgres import start_postgres
@@ -52,6 +57,7 @@ __all__ = [
     "Server",
     "ServerError",
     "Toxiproxy",
+    "compact_etcd",
     "fetch_kafka",
     "fetch_kube_apiserver",
     "fetch_toxiproxy",

@@ -104,6 +104,35 @@ def kubeconfig(server: Server) -> Path:
     return server.data_dir / ADMIN_KUBECONFIG
 
 
+def compact_etcd(server: Server, timeout_s: float = 30) -> int:
+    """Compact the server's etcd at its current revision (every older version of every key
+    dropped, as kube-apiserver's own compactor does every 5 minutes); that revision. Through
+    etcd's HTTP gateway (Debian's etcd-server ships no etcdctl)."""
+    state = read_state(server.data_dir)
+    if state is None:
+        raise ServerError("kubernetes", f"no state in {server.data_dir}", fix="start it first")
+    base = f"http://127.0.0.1:{state['ports']['etcd']}/v3/kv"
+
+    def post(path: str, body: dict[str, object]) -> dict[str, object]:
+        request = urllib.request.Request(
+            f"{base}/{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+                found: dict[str, object] = json.loads(answer.read())
+        except (OSError, ValueError) as error:
+            raise ServerError(
+                "kubernetes", f"etcd's {path} at {base} failed: {error}", fix="is etcd running?"
+            ) from error
+        return found
+
+    header = post("range", {"key": "AA==", "limit": 1})["header"]  # any key: the revision
+    assert isinstance(header, dict)
+    revision = int(header["revision"])
+    post("compaction", {"revision": str(revision), "physical": True})
+    return revision
+
+
 def _etcd_binary() -> str:
     return os.environ.get("SPOTCAP_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -189,15 +218,24 @@ def _apiserver_probe(address: str, ca: Path, token: str) -> Callable[[float], bo
     return probe
 
 
-def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
+def start_kubernetes(
+    data_dir: Path, timeout_s: float = 120, *, watch_cache: bool | None = None
+) -> Server:
     """Start etcd and kube-apiserver; return when ``/readyz`` answers 200.
 
     Either part found stopped beside the other (killed, or crashed) is started again alone, on
     the ports it had, and kube-apiserver keeps its serving certificate: a client that knew the
-    server (its address, the CA its kubeconfig names) reconnects by itself."""
+    server (its address, the CA its kubeconfig names) reconnects by itself.
+
+    `watch_cache` False serves every watch from etcd itself (``--watch-cache=false``): a watch
+    from a revision etcd has compacted away is then answered 410 Gone, as a cluster's is once
+    its cache no longer holds that version. None keeps what the server was started with (the
+    cache on, at first)."""
     name = "kubernetes"
     data_dir = prepare_dir(data_dir)
     state = read_state(data_dir)
+    if watch_cache is None:
+        watch_cache = bool((state or {}).get("watch_cache", True))
     api_running = running(data_dir, name)
     etcd_pid = live_companion(state, "etcd", data_dir)
     if api_running is not None and etcd_pid is not None:
@@ -207,10 +245,7 @@ def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
         stop(data_dir)  # a part runs but its ports are unknown: start both anew
         api_running, etcd_pid, state = None, None, None
     etcd, binary = _binaries()
-    pki = data_dir / "pki"
-    pki.mkdir(exist_ok=True)
-    _service_account_keys(pki)
-    token = _admin_token(data_dir)
+    pki, token = _credentials(data_dir)
     if api_running is None and etcd_pid is None:
         client_port, peer_port, api_port = ports_of(data_dir, 3)
     else:
@@ -224,7 +259,7 @@ def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
     ca = pki / "apiserver.crt"
     if api_running is None:
         try:
-            api = _spawn_apiserver(binary, data_dir, client_port, api_port)
+            api = _spawn_apiserver(binary, data_dir, client_port, api_port, watch_cache)
         except ServerError:
             kill(etcd_pid, "etcd")
             raise
@@ -237,6 +272,7 @@ def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
         companions=[{"name": "etcd", "pid": etcd_pid, "match": str(data_dir), "after": True}],
         kubeconfig=str(data_dir / ADMIN_KUBECONFIG),
         ports={"etcd": client_port, "etcd_peer": peer_port, "kube-apiserver": api_port},
+        watch_cache=watch_cache,
     )
     write_state(data_dir, state)
     probe = _apiserver_probe(address, ca, token)
@@ -251,6 +287,15 @@ def start_kubernetes(data_dir: Path, timeout_s: float = 120) -> Server:
     state["timings"] = {"etcd_ready_s": round(etcd_ready, 3), "ready_s": round(ready, 3)}
     write_state(data_dir, state)
     return server
+
+
+def _credentials(data_dir: Path) -> tuple[Path, str]:
+    """The folder of keys and certificates (the service accounts' keys made if missing) and
+    the administrator's token."""
+    pki = data_dir / "pki"
+    pki.mkdir(exist_ok=True)
+    _service_account_keys(pki)
+    return pki, _admin_token(data_dir)
 
 
 def _binaries() -> tuple[str, Path]:
@@ -283,7 +328,7 @@ def _start_etcd(
 
 
 def _spawn_apiserver(
-    binary: Path, data_dir: Path, client_port: int, api_port: int
+    binary: Path, data_dir: Path, client_port: int, api_port: int, watch_cache: bool
 ) -> subprocess.Popen[bytes]:
     pki = data_dir / "pki"
     # kube-apiserver makes its certificate when it finds none, and keeps the one it finds: a
@@ -303,7 +348,8 @@ def _spawn_apiserver(
          f"--service-account-signing-key-file={pki / 'sa.key'}",
          f"--token-auth-file={data_dir / 'tokens.csv'}",
          "--authorization-mode=RBAC", "--anonymous-auth=false",
-         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"],
+         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+         f"--watch-cache={str(watch_cache).lower()}"],
         data_dir / "kube-apiserver.log",
         data_dir,
     )  # fmt: skip

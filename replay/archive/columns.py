@@ -40,6 +40,7 @@ from replay.archive.history import partition_records, payload_text
 from replay.archive.merkle import Chained, Hash, chained, leaf_hash, root_of
 from schemas.codec import Codec
 from schemas.events import Envelope
+from streams.children import pool_initializer
 from streams.log import EventLog
 from streams.topics import topic_name
 
@@ -262,9 +263,10 @@ class MonthReading:
         self.workers = len(shares)
         self._folder = tempfile.TemporaryDirectory(prefix="spotcap-export-read-")
         self._paths = [Path(self._folder.name) / f"{w}.arrow" for w in range(len(shares))]
-        self._pool = ProcessPoolExecutor(
-            max(1, len(shares)), mp_context=multiprocessing.get_context("spawn")
-        )
+        self._pool = ProcessPoolExecutor(  # workers that end with this process, even killed
+            max(1, len(shares)), mp_context=multiprocessing.get_context("spawn"),
+            initializer=pool_initializer, initargs=(os.getpid(),),
+        )  # fmt: skip
         self._futures: list[Future[tuple[list[bytes], Keys]]] = [
             self._pool.submit(_read_in_worker, opener, mine, month, path)
             for mine, path in zip(shares, self._paths, strict=True)

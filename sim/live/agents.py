@@ -22,6 +22,7 @@ from sim.cloud import ServedCloud
 from sim.demo import write_contract_files
 from sim.live.processes import SPOTCAP, LiveError, Service, child_env
 from sim.region import SimConfig
+from streams import children
 
 
 class RealAgents:
@@ -59,8 +60,8 @@ class RealAgents:
         node.mkdir(parents=True, exist_ok=True)
         marker = f"spotcap-live-workload-{instance_id}"
         self.workloads.append(
-            subprocess.Popen(
-                [sys.executable, "-c", "import time; time.sleep(86400)", marker],
+            subprocess.Popen(  # it ends with the run, even a run killed
+                children.argv([sys.executable, "-c", "import time; time.sleep(86400)", marker]),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streams import children
+
 REPO = Path(__file__).resolve().parents[2]
 SPOTCAP = str(Path(sys.executable).with_name("spotcap"))
 
@@ -137,8 +139,8 @@ class Service:
         mode = "ab" if self.restarts else "wb"
         self._started_at = time.monotonic()
         with self.out.open(mode) as out, self.err.open(mode) as err:
-            self.proc = subprocess.Popen(
-                [SPOTCAP, *self.argv], stdout=out, stderr=err, env=child_env()
+            self.proc = subprocess.Popen(  # it ends with the run, even a run killed
+                children.argv([SPOTCAP, *self.argv]), stdout=out, stderr=err, env=child_env()
             )
         return self
 

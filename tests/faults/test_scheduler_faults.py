@@ -10,6 +10,10 @@ server fault by itself (a watch resumed from its resourceVersion or listed again
 piece of work has its claim opened once and released once on the log, each event once (nothing
 lost, nothing doubled), and the intake's process ran throughout.
 
+A 410 Gone for real: the Kubernetes intake paused while pods change and etcd compacts its
+history, on a kube-apiserver that serves watches from etcd (no watch cache: a cache would
+still hold the version, and answer the watch from it).
+
 Bounded: pauses of 10-20 s, servers down 1-4 s, a few minutes per test; waits are generous and
 nothing asserts a wall time.
 """
@@ -26,6 +30,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from kubernetes.client.exceptions import ApiException
 from infra import servers
 from infra.servers.process import read_state
 from schemas.events import CapacityClaimOpened, CapacityReleased, Envelope
+from streams.intake.kubernetes import WATCH_WINDOW_S
 from tests import kube_support as kube
 from tests.faults.own_servers import own
 from tests.test_intake import Intake, claim_of, claims_in_log
@@ -290,6 +296,75 @@ def test_the_kubernetes_intake_rides_out_kube_apiserver_and_etcd_faults_and_its_
     )
     assert token not in said and "Traceback" not in said
     print(f"\n{len(churn.created)} pods; " + "; ".join(faults.done))
+    api.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+def uncached_kubernetes(tmp_path: Path) -> Iterator[servers.Server]:
+    """A kube-apiserver of the test's own that serves every watch from etcd (no watch cache):
+    a watch from a compacted revision is answered 410 Gone by the server itself."""
+    yield from own(partial(servers.start_kubernetes, watch_cache=False), tmp_path / "kubernetes")
+
+
+def test_the_kubernetes_intake_lists_again_when_etcd_compacted_its_watch_version_away(
+    tmp_path: Path, uncached_kubernetes: servers.Server
+) -> None:
+    """The intake paused past its watch's window while pods change and etcd compacts its
+    history: on waking, its watch from the version it had is answered 410 Gone; it lists again,
+    and what changed meanwhile becomes claims once each."""
+    api = kube.admin(uncached_kubernetes)
+    kube.apply(api, kube.MANIFESTS / "intake-rbac.yaml")
+    token = kube.service_account_token(api, "spotcap-system", "spotcap-intake")
+    ns = kube.namespace(api, "compacted")
+    pods = Pods(kube.core(api), ns)
+    kubeconfig = kube.write_kubeconfig(tmp_path / "intake.kubeconfig", uncached_kubernetes, token)
+    prefix = "kubernetes/compacted/"
+    intake = Intake(tmp_path / "home", ("--kubeconfig", str(kubeconfig), "--cluster",
+                                         "compacted"))  # fmt: skip
+
+    def mine() -> list[Envelope]:
+        return [e for e in claims_in_log(intake.home) if claim_of(e).startswith(prefix)]
+
+    def claimed(event_type: str) -> set[str]:
+        return {claim_of(e).split("/")[3] for e in mine() if e.event_type == event_type}
+
+    def until(what: str, opened: set[str], released: set[str]) -> None:
+        kube.wait_until(lambda: claimed(OPENED) >= opened and claimed(RELEASED) >= released,
+                        180, what, every_s=0.5)  # fmt: skip
+
+    try:
+        intake.start().wait_listed(prefix)
+        for name in ("stays", "deleted", "succeeds"):
+            pods.create(name)
+        until("the first pods' claims", {"stays", "deleted", "succeeds"}, set())
+        assert intake.proc is not None
+        os.kill(intake.proc.pid, signal.SIGSTOP)
+        try:
+            # Past its watch's window: the server has ended the watch it had open, so what changes
+            # now is seen only by the watch it sends on waking, from the version it had.
+            time.sleep(WATCH_WINDOW_S + 10)
+            pods.end("deleted")  # graceful (the first delete): Terminating, still listed
+            kube.set_phase(api, ns, "succeeds", "Running")
+            kube.set_phase(api, ns, "succeeds", "Succeeded")
+            pods.create("created")
+            revision = servers.compact_etcd(uncached_kubernetes)
+        finally:
+            os.kill(intake.proc.pid, signal.SIGCONT)
+        until("the changes made while it slept", {"created"}, {"deleted", "succeeds"})
+        said = intake.said()
+        assert "the watch's version is gone (410); listing again" in said, said
+        for name in ("stays", "created"):
+            pods.end(name)
+        until("every claim released", set(), {"stays", "created"})
+        assert intake.stop().strip() == "claims: 4 opened, 4 released, 0 open"
+        _check(mine(), lambda e: claim_of(e).split("/")[3], ["stays", "deleted", "succeeds",
+               "created"], set())  # fmt: skip
+        assert intake.proc.poll() == 0 and intake.runs == 1 and revision > 0
+        assert token not in intake.said() and "Traceback" not in intake.said()
+    finally:  # a failed run leaves no intake behind
+        if intake.proc is not None and intake.proc.poll() is None:
+            intake.proc.kill()
+            intake.proc.wait(timeout=60)
     api.close()  # type: ignore[no-untyped-call]
 
 
