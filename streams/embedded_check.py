@@ -214,7 +214,8 @@ def _repair_partition(
     bases = [int(p.stem) for p in partition.directory.glob("*.avro") if p.stem.isdigit()]
     if bases:
         size = _size(partition.directory / f"{max(bases):020d}.avro")
-        acknowledged.write(partition.directory, Acknowledged(max(bases), before, size))
+        newest = Acknowledged(max(bases), size, before, size, before, acknowledged=True)
+        acknowledged.write(partition.directory, newest)
     return done
 
 

@@ -28,7 +28,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from streams import acknowledged
@@ -214,22 +214,35 @@ class Partition:
             known = acknowledged.read(self.directory)
         except UnreadableError:
             return None  # (a writer may be rewriting it right now; the writer decides)
-        if known is None or known.base != segment.base or tail.position >= known.position:
+        if known is None or known.base != segment.base:
             return None
-        if known.position > size:
+        byte, offset = known.end(size)
+        if tail.position >= byte:
+            return None
+        if byte > size:
             # Acknowledged after this scan took the size (a writer is appending), unless the
             # file is now shorter than what was acknowledged: cut on disk.
             try:
                 now = segment.path.stat()
             except FileNotFoundError:
                 return None
-            if now.st_ino != segment.inode or now.st_size >= known.position:
+            if now.st_ino != segment.inode or now.st_size >= byte:
                 return None
         return (
             "bytes that are not whole blocks before the partition's acknowledged end (byte "
-            f"{known.position:,}, offset {known.end_offset:,}): acknowledged records damaged "
-            "on disk, not a torn write"
+            f"{byte:,}, offset {offset:,}): acknowledged records damaged on disk, not a torn "
+            "write"
         )
+
+    def _floor(self, known: Acknowledged | None) -> int:
+        """The offset below which every offset was acknowledged (never written again)."""
+        if known is None:
+            return 0
+        try:
+            size = self._path(known.base).stat().st_size
+        except FileNotFoundError:  # the segment is gone: everything it can have held counts
+            return known.end_offset
+        return known.end(size)[1]
 
     def _read_header(self, segment: _Segment, data: bytes) -> None:
         try:
@@ -539,8 +552,7 @@ class Partition:
         the newest segment holds or can have held."""
         self.refresh()
         self._writer_ready = True
-        known = self._settle_tail()
-        floor = known.end_offset if known is not None else 0
+        floor = self._floor(self._settle_tail())
         if not self._segments:
             self._next, self._roll = floor, True
             return
@@ -613,10 +625,9 @@ class Partition:
         damaged bytes can have held (a torn tail, never acknowledged, does not count)."""
         self.refresh()
         try:
-            known = acknowledged.read(self.directory)
+            floor = self._floor(acknowledged.read(self.directory))
         except UnreadableError:
-            known = None
-        floor = known.end_offset if known is not None else 0
+            floor = 0
         if not self._segments:
             return floor
         return max(self._continue_from(self._segments[-1])[0], floor)
@@ -698,17 +709,29 @@ class Partition:
         written = make_records(self.topic, self.number, first, records)
         assert segment.header is not None
         data = encode_block(written, segment.header.sync)
-        with open(segment.path, "ab") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        start, end = segment.scanned, segment.scanned + len(data)
+        # The block is recorded as the partition's newest while it is written (the two fsyncs
+        # overlap): recovery never cuts what it finds whole in the segment, nor before it.
+        newest = Acknowledged(segment.base, start, first, end, first + len(written))
+        recording = acknowledged.Recording(self.directory, newest)
+        try:
+            with open(segment.path, "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            self.forget_writing()  # what the file holds now is read again before the next
+            raise
+        finally:
+            failed = recording.wait()
+        if failed is not None:
+            self.forget_writing()
+            raise failed
+        acknowledged.write(self.directory, replace(newest, acknowledged=True), durably=False)
         # What was just written, indexed without reading it back.
-        self._add(segment, Frame(segment.scanned, segment.scanned + len(data), first, len(written)))
-        segment.scanned += len(data)
-        segment.size = segment.scanned
+        self._add(segment, Frame(start, end, first, len(written)))
+        segment.scanned = segment.size = end
         self._next = first + len(written)
-        # Acknowledged once this is durable too: recovery never cuts below it.
-        acknowledged.write(self.directory, Acknowledged(segment.base, self._next, segment.scanned))
         return written
 
     def _new_segment(self, base: int) -> _Segment:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import fastavro
 
+import streams.acknowledged
+from streams.acknowledged import Acknowledged
 from streams.damage import FRAMING
 from streams.embedded import EmbeddedLog
 from streams.log import CORRUPT_HEADER, Headers, Record
@@ -28,7 +30,6 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 import streams.embedded
-from streams.damage import FRAMING
 from streams.embedded import EmbeddedLog
 from streams.topics import region_topics, topic_name
 streams.embedded.SEGMENT_BYTES = 40_000  # roll segments often, under the reader's feet
@@ -135,12 +136,15 @@ def two_blocks(root: Path) -> Path:
 def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
     root = tmp_path / "log"
     segment = two_blocks(root)
-    acknowledged = segment.stat().st_size
+    acked_size = segment.stat().st_size
     # A third block that a crash cut short: its first bytes written, never acknowledged.
     partition = int(segment.parent.name)
     rows: list[tuple[bytes | None, bytes | None, Headers, int]]
     rows = [(b"i-1", str(n).encode(), (), 0) for n in range(20, 30)]
     block = encode_block(make_records(TOPIC, partition, 20, rows), sync_marker(segment))
+    # As the writer leaves it: the block recorded as the newest while it was being written.
+    newest = Acknowledged(int(segment.stem), acked_size, 20, acked_size + len(block), 30)
+    streams.acknowledged.write(segment.parent, newest)
     with open(segment, "ab") as handle:
         handle.write(block[:-25])
     torn = segment.stat().st_size
@@ -157,7 +161,7 @@ def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
     assert kept.read_bytes() == block[:-25]
     assert "torn write" in (root / "_quarantine" / "torn" / "README").read_text()
     assert [int(r.value or b"") for r in read_all(root)] == list(range(21))
-    assert segment.stat().st_size > acknowledged
+    assert segment.stat().st_size > acked_size
     with open(segment, "rb") as handle:
         assert [r["offset"] for r in fastavro.reader(handle)] == list(range(21))  # type: ignore[index,call-overload]
 
