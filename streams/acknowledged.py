@@ -2,8 +2,8 @@
 
 With each block it appends, a writer records in the file ``<topic>/<partition>/acknowledged``
 the segment the block goes to and where the block begins and ends (bytes and offsets), and
-fsyncs it together with the segment (in another thread, so the two device flushes overlap and
-an append costs about what it did without the record) before `flush` returns. Everything
+fsyncs it together with the segment (in a thread kept for it, so the two device flushes
+overlap and an append costs about what it did without the record) before `flush` returns. Everything
 before the block's beginning was acknowledged; the block itself was if the segment holds all of
 its bytes (a write that a crash cut short never reached its end, and was never acknowledged),
 or if the record says so: once the block is acknowledged the writer marks it (without an
@@ -22,6 +22,7 @@ One fixed-size record, overwritten in place (the file's size and block do not ch
 from __future__ import annotations
 
 import os
+import queue
 import struct
 import threading
 import zlib
@@ -113,22 +114,50 @@ def write(directory: Path, newest: Acknowledged, *, durably: bool = True) -> Non
 
 
 class Recording:
-    """`write` in a thread of its own, while the caller writes and fsyncs the block."""
+    """`write` in the process's recording thread, while the caller writes and fsyncs the
+    block (a thread kept for it: starting one per append cost more CPU than the write)."""
 
     def __init__(self, directory: Path, newest: Acknowledged) -> None:
-        self._error: OSError | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(directory, newest), name="spotcap-log-acknowledged"
-        )
-        self._thread.start()
-
-    def _run(self, directory: Path, newest: Acknowledged) -> None:
-        try:
-            write(directory, newest)
-        except OSError as error:
-            self._error = error
+        self.error: OSError | None = None
+        self.done = threading.Event()
+        _worker().put((directory, newest, self))
 
     def wait(self) -> OSError | None:
         """Returns once the record is durable; the error writing it raised, if it did."""
-        self._thread.join()
-        return self._error
+        self.done.wait()
+        return self.error
+
+
+_Job = tuple[Path, Acknowledged, Recording]
+_jobs: queue.SimpleQueue[_Job] | None = None
+_starting = threading.Lock()
+
+
+def _worker() -> queue.SimpleQueue[_Job]:
+    global _jobs  # noqa: PLW0603 (one recording thread per process, started on first use)
+    with _starting:
+        if _jobs is None:
+            _jobs = queue.SimpleQueue()
+            threading.Thread(
+                target=_record, args=(_jobs,), name="spotcap-log-acknowledged", daemon=True
+            ).start()
+        return _jobs
+
+
+def _record(jobs: queue.SimpleQueue[_Job]) -> None:
+    while True:
+        directory, newest, recording = jobs.get()
+        try:
+            write(directory, newest)
+        except OSError as error:
+            recording.error = error
+        recording.done.set()
+
+
+def _forget_worker() -> None:
+    """A forked child has no recording thread: it starts its own."""
+    global _jobs, _starting
+    _jobs, _starting = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_worker)
