@@ -10,6 +10,7 @@ HEADER = "header"  # a segment header that is not one this log wrote
 FRAMING = "framing"  # bytes between whole blocks that are not a block
 RECORDS = "records"  # records inside a whole block that fail their checksum or do not decode
 TORN = "torn tail"  # an incomplete block at the end of a partition (a write cut short)
+ACKNOWLEDGED = "acknowledged end"  # the partition's record of its acknowledged end
 
 
 @dataclass(frozen=True, slots=True)

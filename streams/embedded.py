@@ -4,6 +4,7 @@ Layout under ``<home>/log``::
 
     <topic>/topic.json                     partitions, retention, compaction, identity
     <topic>/<partition>/<base offset>.avro segments (Avro object container files)
+    <topic>/<partition>/acknowledged       the partition's newest block (`streams.acknowledged`)
     _groups/<group>.json                   committed next offsets of a consumer group
     _quarantine/<run>/...                  bytes moved aside (torn writes, repairs), README
     .writer.lock                           held by the one process that may append
@@ -11,9 +12,10 @@ Layout under ``<home>/log``::
 Durability (the fsync policy): `Producer.flush` writes each partition's queued records as one
 block, then fsyncs the segment before it returns, so every record `flush` has acknowledged
 survives `kill -9` and power loss. A block being written when the writer dies is torn; the
-next writer of that partition cuts it back to the last whole block and says so; damage at
-rest is reported, dead-lettered and read past, never cut (`streams.partition`). Commits of
-consumer offsets are written to a temporary file, fsynced and renamed into place.
+next writer of that partition cuts it back to the last whole block and says so, never below
+the acknowledged end kept beside the segments; damage at rest is reported, dead-lettered and
+read past, never cut (`streams.partition`). Commits of consumer offsets are written to a
+temporary file, fsynced and renamed into place.
 
 One process appends at a time (an exclusive `flock`); any number of processes read. A command
 takes the lock for its whole run and refuses to start while another holds it; the services of

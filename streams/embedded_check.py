@@ -6,7 +6,9 @@ runs only when a person asks: it rewrites each damaged segment without its damag
 records around them keep their offsets; a block with some bad records keeps its good ones),
 moves the parts it took out to ``<log>/_quarantine/repair-<time>/`` with a README line each
 saying what and why, and, if the damage was at the end of a partition, starts an empty segment
-past every offset the damaged bytes can have held, so no acknowledged offset is reused.
+past every offset the damaged bytes can have held, so no acknowledged offset is reused; the
+partition's acknowledged end is then written again to match the rewritten segments (its offset
+kept: the damaged records are lost, their offsets stay reserved).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streams import acknowledged
+from streams.acknowledged import Acknowledged
 from streams.damage import Damage
 from streams.embedded import CANNOT_WRITE, EmbeddedLog
 from streams.log import CORRUPT_HEADER, LogError, Record
@@ -205,6 +209,13 @@ def _repair_partition(
                 None,
             )
         )
+    # What is left of the newest segment is whole blocks: all of it acknowledged, and every
+    # offset below `before` kept from reuse (a torn tail moved aside is past it, never was).
+    bases = [int(p.stem) for p in partition.directory.glob("*.avro") if p.stem.isdigit()]
+    if bases:
+        size = _size(partition.directory / f"{max(bases):020d}.avro")
+        newest = Acknowledged(max(bases), size, before, size, before, acknowledged=True)
+        acknowledged.write(partition.directory, newest)
     return done
 
 

@@ -12,8 +12,11 @@ block, so every intact record after the damage comes with its own offset. A writ
 first append to the partition, cuts back only a torn tail of the partition's newest segment
 (a write that a crash cut short, never acknowledged), keeps the bytes it cut and says so, and
 starts a new segment after damage it cannot cut, at an offset past anything the damaged bytes
-can have held, so an acknowledged offset is never reused. The names of the segment files (their
-base offsets) are the floor of every offset: damage inside a file cannot lower them.
+can have held, so an acknowledged offset is never reused. What was acknowledged is known apart
+from the segment's bytes (`streams.acknowledged`, fsynced with each append): a tail that begins
+before the acknowledged end is damage, never a torn write, and no offset below that end is
+written again. The names of the segment files (their base offsets) are the floor of every
+offset: damage inside a file cannot lower them.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from streams.damage import FRAMING, HEADER, RECORDS, TORN, Damage
+from streams import acknowledged
+from streams.acknowledged import Acknowledged, UnreadableError
+from streams.damage import ACKNOWLEDGED, FRAMING, HEADER, RECORDS, TORN, Damage
 from streams.log import CORRUPT_HEADER, Headers, Record
 from streams.segment import (
     MAX_DAMAGED_VALUE_BYTES,
@@ -186,14 +191,58 @@ class Partition:
         segment.scanned = resume
         if tail is not None and (sealed or not tail.torn or segment.header_damage is not None):
             # Not a write in progress (nor one a writer will cut back): damage.
-            self._add(segment, Gap(tail.position, tail.end, tail.what))
-            segment.scanned = tail.end
+            self._tail_is_damage(segment, tail, tail.what)
+            tail = None
+        if tail is not None and (below := self._below_acknowledged(segment, tail, size)):
+            self._tail_is_damage(segment, tail, below)
             tail = None
         if tail is not None and (segment.tail is None or segment.tail.end != tail.end):
             segment.tail_seen = (size, time.monotonic())
         segment.tail = tail
         segment.size = size
         segment.sealed = sealed
+
+    def _tail_is_damage(self, segment: _Segment, tail: Tail, what: str) -> None:
+        self._add(segment, Gap(tail.position, tail.end, what))
+        segment.scanned = tail.end
+
+    def _below_acknowledged(self, segment: _Segment, tail: Tail, size: int) -> str | None:
+        """What is wrong with a torn-looking tail of the newest segment (scanned up to `size`)
+        that begins before the partition's acknowledged end: acknowledged bytes damaged at
+        rest, not a torn write (None: it may be one)."""
+        try:
+            known = acknowledged.read(self.directory)
+        except UnreadableError:
+            return None  # (a writer may be rewriting it right now; the writer decides)
+        if known is None or known.base != segment.base:
+            return None
+        byte, offset = known.end(size)
+        if tail.position >= byte:
+            return None
+        if byte > size:
+            # Acknowledged after this scan took the size (a writer is appending), unless the
+            # file is now shorter than what was acknowledged: cut on disk.
+            try:
+                now = segment.path.stat()
+            except FileNotFoundError:
+                return None
+            if now.st_ino != segment.inode or now.st_size >= byte:
+                return None
+        return (
+            "bytes that are not whole blocks before the partition's acknowledged end (byte "
+            f"{byte:,}, offset {offset:,}): acknowledged records damaged on disk, not a torn "
+            "write"
+        )
+
+    def _floor(self, known: Acknowledged | None) -> int:
+        """The offset below which every offset was acknowledged (never written again)."""
+        if known is None:
+            return 0
+        try:
+            size = self._path(known.base).stat().st_size
+        except FileNotFoundError:  # the segment is gone: everything it can have held counts
+            return known.end_offset
+        return known.end(size)[1]
 
     def _read_header(self, segment: _Segment, data: bytes) -> None:
         try:
@@ -466,6 +515,8 @@ class Partition:
         tail is a torn write, reported as damage, not a write in progress.
         """
         self.refresh()
+        if settled:
+            self._settle_tail()
         for s, segment in enumerate(self._segments):
             next_base = self._bases[s + 1] if s + 1 < len(self._bases) else None
             n = len(segment)
@@ -501,13 +552,15 @@ class Partition:
         the newest segment holds or can have held."""
         self.refresh()
         self._writer_ready = True
+        floor = self._floor(self._settle_tail())
         if not self._segments:
-            self._next, self._roll = 0, True
+            self._next, self._roll = floor, True
             return
         segment = self._segments[-1]
         if segment.tail is not None and segment.tail.torn:
             self._cut_torn_tail(segment)
         self._next, clean_position = self._continue_from(segment)
+        self._next = max(self._next, floor)
         after = segment.scanned - clean_position
         self._roll = segment.header_damage is not None or after > 0
         if after > 0:
@@ -522,6 +575,47 @@ class Partition:
                 f"{self._next:,}",
             )
 
+    def _settle_tail(self) -> Acknowledged | None:
+        """The partition's acknowledged end, read where no write is under way (the writer
+        lock is held), and the newest segment's torn-looking tail judged by it: one that
+        begins before it is damage. A damaged record is reported, and then no tail is taken
+        for a torn write (it may hold acknowledged records): the safe side."""
+        why: str | None = None
+        try:
+            known = acknowledged.read(self.directory)
+        except UnreadableError as error:
+            known, why = None, str(error)
+        segment = self._segments[-1] if self._segments else None
+        tail = segment.tail if segment is not None else None
+        if why is not None:
+            path = acknowledged.path_of(self.directory)
+            what = (
+                f"the partition's record of its acknowledged end does not read ({why}); "
+                "the next append writes it again"
+            )
+            key = (str(path), 0, acknowledged.SIZE, what)
+            if key not in self._reported:
+                found = Damage(
+                    self.topic, self.number, path, 0, acknowledged.SIZE, None, None,
+                    ACKNOWLEDGED, what,
+                )  # fmt: skip
+                self._reported[key] = found
+                _LOG.warning("damaged embedded log: %s", found.describe())
+        if segment is None or tail is None or not tail.torn:
+            return known
+        if why is not None:
+            what = (
+                "bytes that are not whole blocks at the end of the newest segment, kept: the "
+                "partition's acknowledged end does not read, so they may hold acknowledged "
+                "records"
+            )
+        else:
+            what = self._below_acknowledged(segment, tail, segment.size) or ""
+        if what:
+            self._tail_is_damage(segment, tail, what)
+            segment.tail = None
+        return known
+
     def forget_writing(self) -> None:
         """Another writer may have appended since: look again before the next append."""
         self._writer_ready = False
@@ -530,9 +624,13 @@ class Partition:
         """The offset a writer appends at next: past every record the partition holds or its
         damaged bytes can have held (a torn tail, never acknowledged, does not count)."""
         self.refresh()
+        try:
+            floor = self._floor(acknowledged.read(self.directory))
+        except UnreadableError:
+            floor = 0
         if not self._segments:
-            return 0
-        return self._continue_from(self._segments[-1])[0]
+            return floor
+        return max(self._continue_from(self._segments[-1])[0], floor)
 
     def _continue_from(self, segment: _Segment) -> tuple[int, int]:
         """(the next offset, the end of the newest block that reads whole) of the newest
@@ -611,14 +709,28 @@ class Partition:
         written = make_records(self.topic, self.number, first, records)
         assert segment.header is not None
         data = encode_block(written, segment.header.sync)
-        with open(segment.path, "ab") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        start, end = segment.scanned, segment.scanned + len(data)
+        # The block is recorded as the partition's newest while it is written (the two fsyncs
+        # overlap): recovery never cuts what it finds whole in the segment, nor before it.
+        newest = Acknowledged(segment.base, start, first, end, first + len(written))
+        recording = acknowledged.Recording(self.directory, newest)
+        try:
+            with open(segment.path, "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            self.forget_writing()  # what the file holds now is read again before the next
+            raise
+        finally:
+            failed = recording.wait()
+        if failed is not None:
+            self.forget_writing()
+            raise failed
+        acknowledged.write(self.directory, replace(newest, acknowledged=True), durably=False)
         # What was just written, indexed without reading it back.
-        self._add(segment, Frame(segment.scanned, segment.scanned + len(data), first, len(written)))
-        segment.scanned += len(data)
-        segment.size = segment.scanned
+        self._add(segment, Frame(start, end, first, len(written)))
+        segment.scanned = segment.size = end
         self._next = first + len(written)
         return written
 

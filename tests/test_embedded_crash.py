@@ -12,9 +12,13 @@ from pathlib import Path
 
 import fastavro
 
+import streams.acknowledged
+from streams.acknowledged import Acknowledged
+from streams.damage import FRAMING
 from streams.embedded import EmbeddedLog
-from streams.log import CORRUPT_HEADER, Record
+from streams.log import CORRUPT_HEADER, Headers, Record
 from streams.partitioner import partition_for
+from streams.segment import encode_block, make_records, sync_marker
 from streams.topics import region_topics, topic_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,40 +119,79 @@ def test_kill_9_mid_append_loses_no_acknowledged_record(tmp_path: Path) -> None:
     )
 
 
-def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
-    root = tmp_path / "log"
+def two_blocks(root: Path) -> Path:
+    """A log of one partition's two acknowledged blocks (offsets 0-9, 10-19); its segment."""
     log = EmbeddedLog(root)
-    from streams.topics import region_topics
-
     log.apply_topics(region_topics(REGION))
     producer = log.producer()
-    for n in range(10):
-        producer.produce(TOPIC, str(n).encode(), key=b"i-1")
-    producer.flush()
-    for n in range(10, 20):
-        producer.produce(TOPIC, str(n).encode(), key=b"i-1")
-    producer.flush()
+    for first in (0, 10):
+        for n in range(first, first + 10):
+            producer.produce(TOPIC, str(n).encode(), key=b"i-1")
+        producer.flush()
     log.close()
-
     (segment,) = [p for p in root.glob(f"{TOPIC}/*/*.avro") if p.stat().st_size > 600]
-    whole = segment.stat().st_size
-    with open(segment, "r+b") as handle:  # tear the second block in the middle
-        handle.truncate(whole - 25)
+    return segment
+
+
+def test_torn_block_is_cut_back_and_appending_continues(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    segment = two_blocks(root)
+    acked_size = segment.stat().st_size
+    # A third block that a crash cut short: its first bytes written, never acknowledged.
+    partition = int(segment.parent.name)
+    rows: list[tuple[bytes | None, bytes | None, Headers, int]]
+    rows = [(b"i-1", str(n).encode(), (), 0) for n in range(20, 30)]
+    block = encode_block(make_records(TOPIC, partition, 20, rows), sync_marker(segment))
+    # As the writer leaves it: the block recorded as the newest while it was being written.
+    newest = Acknowledged(int(segment.stem), acked_size, 20, acked_size + len(block), 30)
+    streams.acknowledged.write(segment.parent, newest)
+    with open(segment, "ab") as handle:
+        handle.write(block[:-25])
+    torn = segment.stat().st_size
 
     reopened = EmbeddedLog(root)
     reader_view = [int(r.value or b"") for r in read_all(root)]
-    assert reader_view == list(range(10)), "a reader never sees a torn block"
+    assert reader_view == list(range(20)), "a reader never sees a torn block"
     producer = reopened.producer()
-    assert segment.stat().st_size == whole - 25, "the partition's first append repairs, not open"
+    assert segment.stat().st_size == torn, "the partition's first append repairs, not open"
     producer.produce(TOPIC, b"20", key=b"i-1")
     (record,) = producer.flush()  # cuts the torn block back, then appends
-    assert record.offset == 10
+    assert record.offset == 20
     (kept,) = (root / "_quarantine" / "torn").rglob("*.bin")  # the cut bytes are kept
-    assert kept.stat().st_size > 0
+    assert kept.read_bytes() == block[:-25]
     assert "torn write" in (root / "_quarantine" / "torn" / "README").read_text()
-    assert [int(r.value or b"") for r in read_all(root)] == [*range(10), 20]
+    assert [int(r.value or b"") for r in read_all(root)] == list(range(21))
+    assert segment.stat().st_size > acked_size
     with open(segment, "rb") as handle:
-        assert [r["offset"] for r in fastavro.reader(handle)] == list(range(11))  # type: ignore[index,call-overload]
+        assert [r["offset"] for r in fastavro.reader(handle)] == list(range(21))  # type: ignore[index,call-overload]
+
+
+def test_an_acknowledged_block_cut_short_on_disk_is_damage_and_its_offsets_stay_taken(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "log"
+    segment = two_blocks(root)
+    whole = segment.stat().st_size
+    with open(segment, "r+b") as handle:  # the second block, acknowledged, loses its end
+        handle.truncate(whole - 25)
+
+    records = read_all(root)
+    assert [int(r.value or b"") for r in records[:10]] == list(range(10))
+    (lost,) = records[10:]  # one record stands for the damaged bytes, for the dead letter
+    reason = dict(lost.headers)[CORRUPT_HEADER].decode()
+    assert lost.offset == 10 and "acknowledged end" in reason
+    number = int(segment.parent.name)
+    (damage,) = EmbeddedLog(root).partition(TOPIC, number).check(settled=True)  # as verify
+    assert (damage.kind, damage.first_offset, damage.path) == (FRAMING, 10, segment)
+    assert "acknowledged records damaged on disk, not a torn write" in damage.what
+
+    producer = EmbeddedLog(root).producer()
+    producer.produce(TOPIC, b"20", key=b"i-1")
+    (record,) = producer.flush()
+    assert record.offset >= 20, "an acknowledged offset was written again"
+    assert not (root / "_quarantine").exists(), "acknowledged bytes were cut"
+    assert segment.stat().st_size == whole - 25, "the damaged bytes stay where they are"
+    assert record.offset in {r.offset for r in read_all(root)}
 
 
 def test_a_record_damaged_on_disk_is_detected_not_decoded(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Bytes changed anywhere in a log's segments (headers, block framing, sync markers, offsets,
 payloads, checksums) lose only the blocks they hit: every other record is read with its own
 offset, nothing is read twice or wrong, every damaged block and header is reported, and a
-writer appending afterwards reuses no offset that was acknowledged.
+writer appending afterwards reuses no offset that was acknowledged and cuts nothing: a torn
+write can only follow the partition's acknowledged end, which is kept beside the segments.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import streams.embedded
 import streams.partition
-from streams.damage import HEADER, Damage
+from streams import acknowledged
+from streams.damage import ACKNOWLEDGED, FRAMING, HEADER, Damage
 from streams.embedded import EmbeddedLog
 from streams.log import CORRUPT_HEADER, Record
 from streams.segment import header_bytes, read_long
@@ -93,10 +95,26 @@ def anywhere(layout: Layout) -> st.SearchStrategy[tuple[Path, int]]:
     return st.sampled_from(files).flatmap(byte_of)
 
 
-def damage_strategy(layout: Layout) -> st.SearchStrategy[list[tuple[Path, int, int]]]:
+# A hit: (a segment's path under the log's root, byte, xor mask).
+Hit = tuple[str, int, int]
+
+
+def damage_strategy(layout: Layout, root: Path) -> st.SearchStrategy[list[Hit]]:
     where = st.one_of(anywhere(layout), st.sampled_from(targets(layout)))
-    hit = st.tuples(where, st.integers(1, 255)).map(lambda t: (t[0][0], t[0][1], t[1]))
+    hit = st.tuples(where, st.integers(1, 255)).map(
+        lambda t: (t[0][0].relative_to(root).as_posix(), t[0][1], t[1])
+    )
     return st.lists(hit, min_size=1, max_size=3, unique_by=lambda h: (h[0], h[1]))
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """The damage of an explicit example, given where the test draws it from `st.data()`."""
+
+    hits: list[Hit]
+
+    def draw(self, strategy: object, label: object = None) -> list[Hit]:
+        return self.hits
 
 
 def damage(hits: list[tuple[Path, int, int]]) -> None:
@@ -131,8 +149,14 @@ def same(a: Record, b: Record) -> bool:
     )
 
 
+FIRST = f"{TOPIC}/0000/00000000000000000000.avro"
+
+
 @given(sizes=st.lists(st.integers(1, 6), min_size=2, max_size=12), data=st.data())
 @settings(max_examples=200, deadline=None)
+# Both blocks' sync markers and the first block's size changed: the bytes from the first block
+# on look like one write the file ends inside, but both blocks were acknowledged (issue 27).
+@example(sizes=[3, 1], data=Drawn([(FIRST, 685, 2), (FIRST, 772, 1), (FIRST, 819, 1)]))
 def test_damage_costs_only_the_damaged_blocks_and_is_always_reported(
     sizes: list[int], data: st.DataObject
 ) -> None:
@@ -142,7 +166,8 @@ def test_damage_costs_only_the_damaged_blocks_and_is_always_reported(
         root = Path(tmp) / "log"
         layout = write_log(root, sizes)
         assert len(layout.headers) >= 1
-        hits = data.draw(damage_strategy(layout), label="damage (file, byte, xor mask)")
+        drawn = data.draw(damage_strategy(layout, root), label="damage (file, byte, xor mask)")
+        hits = [(root / name, position, mask) for name, position, mask in drawn]
         damage(hits)
 
         records, found = read_everything(root)
@@ -179,14 +204,10 @@ def test_damage_costs_only_the_damaged_blocks_and_is_always_reported(
             producer.produce(TOPIC, b"after-%d" % i, timestamp_ms=10_000 + i)
         written = producer.flush()
         log.close()
-        first_new = written[0].offset
-        torn = root / "_quarantine" / "torn" / "README"
-        if first_new < layout.end_offset:
-            # Only a last block whose sync marker and framing both changed looks like a
-            # torn write: cut back (its bytes kept), its offsets written again.
-            assert torn.exists(), "an acknowledged offset was reused without a torn tail"
-            last = layout.blocks[-1]
-            assert last in damaged and first_new >= last.offsets.start
+        # Every block was acknowledged: however torn the end looks, nothing is cut as a torn
+        # write and no offset is written again.
+        assert written[0].offset >= layout.end_offset, "an acknowledged offset was reused"
+        assert not (root / "_quarantine" / "torn").exists(), "acknowledged bytes were cut"
         again, _ = read_everything(root)
         good_again = {r.offset: r for r in again if not is_corrupt(r)}
         for block in layout.blocks:
@@ -292,3 +313,68 @@ def test_what_verify_and_repair_say_in_words(tmp_path: Path) -> None:
         "      -> _quarantine/r/x"
     )
     assert "new, offsets" in Repaired(segment, 0, 0, "0-", "new segment", None).describe(tmp_path)
+
+
+def last_partition_dir(layout: Layout) -> Path:
+    return max(layout.headers).parent
+
+
+def test_acknowledged_blocks_cut_short_are_repaired_with_their_offsets_kept_from_reuse(
+    tmp_path: Path,
+) -> None:
+    from streams.embedded_check import repair, verify
+
+    root = tmp_path / "log"
+    layout = small_log(root)
+    last = layout.blocks[-1]
+    with open(last.path, "r+b") as handle:  # the newest acknowledged block loses its end
+        handle.truncate(last.end - 7)
+
+    (found,) = verify(EmbeddedLog(root)).damage
+    assert found.kind == FRAMING and found.first_offset == last.offsets.start
+    assert "before the partition's acknowledged end" in found.what
+    done = repair(EmbeddedLog(root))
+    assert any(r.moved_to is not None and r.start == last.position for r in done)
+    assert not verify(EmbeddedLog(root)).damage
+
+    known = acknowledged.read(last_partition_dir(layout))
+    assert known is not None and known.end_offset >= layout.end_offset
+    log = EmbeddedLog(root)
+    producer = log.producer()
+    producer.produce(TOPIC, b"after")
+    (record,) = producer.flush()
+    log.close()
+    assert record.offset >= layout.end_offset, "the lost records' offsets are not reused"
+    records, found_after = read_everything(root)
+    assert not found_after
+    assert [r.offset for r in records] == [*range(last.offsets.start), record.offset]
+
+
+def test_a_damaged_acknowledged_end_is_reported_and_nothing_is_cut_while_it_does_not_read(
+    tmp_path: Path,
+) -> None:
+    from streams.embedded_check import verify
+
+    root = tmp_path / "log"
+    layout = small_log(root)
+    directory = last_partition_dir(layout)
+    record = acknowledged.path_of(directory)
+    damage([(record, 9, 0x10)])
+    newest = max(layout.headers)
+    with open(newest, "ab") as handle:  # and what looks like a torn write after it
+        handle.write(b"\x06\xc8\x01\x36\x00")  # 3 records in 100 bytes: 2 written
+
+    found = {d.kind: d for d in verify(EmbeddedLog(root)).damage}
+    assert set(found) == {ACKNOWLEDGED, FRAMING}
+    assert found[ACKNOWLEDGED].path == record and "checksum mismatch" in found[ACKNOWLEDGED].what
+    assert found[FRAMING].path == newest and "may hold acknowledged" in found[FRAMING].what
+
+    log = EmbeddedLog(root)
+    producer = log.producer()
+    producer.produce(TOPIC, b"after")
+    (written,) = producer.flush()
+    log.close()
+    assert written.offset >= layout.end_offset
+    assert not (root / "_quarantine").exists(), "nothing is cut while the end is unknown"
+    known = acknowledged.read(directory)  # written again by the append
+    assert known is not None and known.end_offset == written.offset + 1
