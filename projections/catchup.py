@@ -80,7 +80,7 @@ Prepared = tuple[list[Positioned], dict[TopicPartition, int]] | PreparedBatch
 # 8,000 takes a 1-day rebuild of both from 12 s of CPU to under 9 s at the same peak RSS, where
 # 20,000 saves a little more and peaks 80 MiB higher (docs/performance.md, "The demo").
 BATCH_EVENTS = 8_000
-FILL_WAIT_S = 0.5  # how long a batch waits for more events once it has some
+FILL_WAIT_S = 1.0  # how long a batch waits for more events once it has some
 # The merged history's poll and per-partition buffer (records): the buffers are most of a
 # catch-up's memory beyond its libraries (a region has 43 partitions); at 2,000 and 4,000 the fleet
 # state's rebuild peaked 45 MiB higher for 3-5% less CPU (issue 26, docs/performance.md).
