@@ -8,7 +8,6 @@ seeded id stream; derived events get `derived_event_id` of their cause (DESIGN.m
 from __future__ import annotations
 
 import random
-import uuid
 from collections import deque
 from collections.abc import Callable
 
@@ -17,6 +16,10 @@ from schemas.ids import derived_event_id
 from sim.clock import Scheduler
 
 Listener = Callable[[Envelope], None]
+# What `uuid.UUID(version=4)` clears and sets of the 128 bits: the variant (RFC 4122, bits
+# 62-63 of the low half: 10) and the version (bits 76-79: 4).
+_UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
 
 
 class EventBus:
@@ -39,8 +42,11 @@ class EventBus:
         self._tap = listener
 
     def fact_id(self) -> str:
-        """A fresh id for a fact from outside, from the seeded id stream."""
-        return str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+        """A fresh id for a fact from outside, from the seeded id stream: the text of
+        `uuid.UUID(int=<128 random bits>, version=4)`, without making the UUID (a third of a
+        run's events are facts: rate cards, usage, checkpoints; issue 26)."""
+        x = "%032x" % (self._ids.getrandbits(128) & _UUID4_KEEP | _UUID4_SET)
+        return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
     def emit(
         self,

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from schemas.codec import Codec
 from schemas.pools import PoolCatalogue, PoolCatalogueError
 from sim.clock import DAY_US, HOUR_US
+from sim.collector import fewer_collections
 from sim.fresh import fresh_plan, record_demo_ends
 from sim.loop import DecidersOrchestrator, owned_by
 from sim.materialise import name_process
@@ -180,7 +181,8 @@ def simulate_only(
 def baseline_report(config: SimConfig, misbehaving_pool_ids: tuple[str, ...]) -> dict[str, Any]:
     """The baseline's report on `config` (nothing written), with the deciders' run's
     misbehaving pools: what `run_demo` compares with, computed in a process of its own."""
-    return simulate_only(config).report(misbehaving_pool_ids)
+    with fewer_collections():
+        return simulate_only(config).report(misbehaving_pool_ids)
 
 
 def _baseline_apart(
@@ -291,9 +293,11 @@ def run_demo(
             if follower is not None:
                 follower.start()
             decisions = DecisionSummary(sim.misbehaving_pool_ids)
-            summary = write_run(
-                sim, log, codec, on_progress, decisions, follower=follower, flush_every=flush_every
-            )
+            with fewer_collections():
+                summary = write_run(
+                    sim, log, codec, on_progress, decisions, follower=follower,
+                    flush_every=flush_every,
+                )  # fmt: skip
             record_demo_ends(log, runs_dir, config.region)
             record_run(
                 runs_dir,

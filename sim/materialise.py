@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from projections.money import eur_string, eur_text
 from projections.stores import StoreError, Stores
 from schemas.codec import Codec
+from sim.collector import fewer_collections
 from streams.children import die_with_parent, pool_initializer
 from streams.log import EventLog, LogError
 from streams.merged import Progress
@@ -302,9 +303,11 @@ def _project(
         log, codec = opener()
         try:
             show = _relay(group, messages)
-            runs = run_projections(
-                log, codec, region, stores, group, fresh=rebuild, show=show, following=following
-            )
+            with fewer_collections():
+                runs = run_projections(
+                    log, codec, region, stores, group, fresh=rebuild, show=show,
+                    following=following,
+                )  # fmt: skip
         finally:
             log.close()
         bodies: list[tuple[str, dict[str, Any]]] = []

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra import servers
+from projections.catchup import _filled
 from schemas.codec import Codec
 from schemas.events import DeadLettered, Envelope
 from streams.deadletter import DeadLetters
@@ -439,3 +440,27 @@ def test_following_a_writer_done_before_the_first_poll_reads_to_the_end(log: Eve
     whole = list(MergedHistory(log, CODEC, region, TOPICS))
     assert len(whole) == len(events)
     assert [(d.origin, d.envelope) for d in got] == [(d.origin, d.envelope) for d in whole]
+
+
+def test_a_catch_ups_batch_is_filled_from_reads_that_each_give_a_buffers_worth(
+    tmp_path: Path,
+) -> None:
+    """One read gives at most what the buffers hold; a catch-up's batch is topped up from the
+    next reads to its size (each batch has fixed costs), in the history's own order."""
+    log = EmbeddedLog(tmp_path / "log")
+    region = new_region(log)
+    delivered = write_raw(log, mixed_events(region, 600))
+    partitions = sum(log.partitions_for(topic_name(region, t)) for t in TOPICS)
+    history = MergedHistory(log, CODEC, region, TOPICS, poll_records=4, buffer_per_partition=2)
+    first = history.read(250, timeout_s=5.0)
+    assert 0 < len(first) <= partitions * (2 + 4) < 250  # a read alone: a short batch
+    batches = [_filled(history, first, 250)]
+    while not history.finished:
+        batch = _filled(history, history.read(250, timeout_s=5.0), 250)
+        if batch:
+            batches.append(batch)
+    history.close()
+    log.close()
+    assert [len(b) for b in batches] == [250, 250, 100]
+    got = [d.envelope.event_id for batch in batches for d in batch]
+    assert got == expected_order(delivered)

@@ -3,8 +3,11 @@ no-notice case), rate cards every 5 minutes, waves, misbehaving pools, and the c
 
 from __future__ import annotations
 
+import gc
+import random
 import statistics
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,7 +33,9 @@ from schemas.events import (
     WorkWasted,
 )
 from sim import ReclaimSettings, RegionSim, RunSummary, SimConfig, simulate
-from sim.clock import DAY_US, EPOCH_US, HOUR_US, SECOND_US
+from sim.bus import EventBus
+from sim.clock import DAY_US, EPOCH_US, HOUR_US, SECOND_US, Scheduler
+from sim.collector import THRESHOLDS, fewer_collections
 from sim.demo import DemoRefusedError, checked_config, contract_files_sentence
 from sim.materialise import projection_lines
 from sim.report import misbehaving_pool_rows, wave_rows, waves_title
@@ -106,6 +111,22 @@ def check_invariants(events: list[Envelope]) -> None:
 def test_the_same_seed_gives_the_same_events(small_run: list[Envelope]) -> None:
     assert list(simulate(SMALL)) == small_run
     assert list(simulate(replace(SMALL, seed=4))) != small_run
+
+
+@given(st.integers(0, 2**128 - 1), st.integers(0, 2**32))
+def test_a_facts_id_is_the_text_of_a_version_4_uuid_of_the_id_stream(bits: int, seed: int) -> None:
+    # The bus writes the id without making a UUID: the text must stay uuid's, byte for byte
+    # (the ids are in every seeded log), for any 128 bits, all-zero and all-one included.
+    class Stream(random.Random):
+        def getrandbits(self, k: int) -> int:
+            assert k == 128
+            return bits
+
+    bus = EventBus("r", Scheduler(EPOCH_US), Stream(seed))
+    assert bus.fact_id() == str(uuid.UUID(int=bits, version=4))
+    seeded, again = EventBus("r", Scheduler(EPOCH_US), random.Random(seed)), random.Random(seed)
+    for _ in range(50):
+        assert seeded.fact_id() == str(uuid.UUID(int=again.getrandbits(128), version=4))
 
 
 def test_a_run_keeps_every_invariant(small_run: list[Envelope]) -> None:
@@ -385,3 +406,14 @@ def test_the_contract_files_sentence_names_the_catalogue_to_check_them_with() ->
     assert "--pools mine.yaml --unsigned`" in contract_files_sentence(
         3, Path("out"), Path("mine.yaml"), seed=2
     )
+
+
+def test_the_demos_processes_collect_at_fewer_thresholds_and_restore_them() -> None:
+    before = gc.get_threshold()
+    assert before != THRESHOLDS
+    with fewer_collections():
+        assert gc.get_threshold() == THRESHOLDS
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), fewer_collections():
+        raise RuntimeError("a run that fails")
+    assert gc.get_threshold() == before
