@@ -80,7 +80,7 @@ Prepared = tuple[list[Positioned], dict[TopicPartition, int]] | PreparedBatch
 # 8,000 takes a 1-day rebuild of both from 12 s of CPU to under 9 s at the same peak RSS, where
 # 20,000 saves a little more and peaks 80 MiB higher (docs/performance.md, "The demo").
 BATCH_EVENTS = 8_000
-FILL_WAIT_S = 1.0  # how long a batch waits for more events once it has some
+FILL_WAIT_S = 1.0  # how long, in all, a batch waits for more events once it has some
 # The merged history's poll and per-partition buffer (records): the buffers are most of a
 # catch-up's memory beyond its libraries (a region has 43 partitions); at 2,000 and 4,000 the fleet
 # state's rebuild peaked 45 MiB higher for 3-5% less CPU (issue 26, docs/performance.md).
@@ -341,13 +341,18 @@ class _Together:
 
 
 def _filled(history: MergedHistory, batch: list[Decoded], batch_events: int) -> list[Decoded]:
-    """`batch` topped up to `batch_events` from the history's next reads, for as long as they
-    give events within `FILL_WAIT_S` (a writer being followed is not waited for beyond it).
+    """`batch` topped up to `batch_events` from the history's next reads, for at most
+    `FILL_WAIT_S` in all (a writer being followed that trickles events holds a batch, and the
+    projection's lag, no longer than that).
     One read gives what the merged history's buffers hold, about 3,000 events; a batch per
     read paid a batch's fixed costs (a transaction, an insert per ledger table, the ledger's
     query for copies) 44 times a simulated day instead of 16 (issue 26)."""
+    deadline = time.monotonic() + FILL_WAIT_S
     while batch and len(batch) < batch_events and not history.finished:
-        more = history.read(batch_events - len(batch), timeout_s=FILL_WAIT_S)
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            break
+        more = history.read(batch_events - len(batch), timeout_s=left_s)
         if not more:
             break
         batch += more
