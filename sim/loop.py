@@ -35,7 +35,10 @@ log at sim time, and carries out the provider calls the actuator guard allows:
 byte (tests/test_loop_replay.py).
 
 Escalations wait for the region's approvers (`sim.approver`); returns delete the
-fallback's instances; a released claim's instances are deleted at an orderly pace.
+fallback's instances; a released claim's instances are deleted at an orderly pace. The book
+forgets what was settled an hour before the instants it settles (`OrderBook.forget`: the causes
+no order waits on, the instances gone, the orders done), so the loop's memory does not grow with
+the length of the run.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ from streams.topics import LOGICAL_NAMES, region_topics, topic_name
 SETTLE = "settle"
 CALLS = "calls"
 NEXT_US = 1  # calls go out one microsecond after the decision at the earliest
+# The book forgets what was settled this long before the instant settled (once per that long):
+# the orders of a cause come in its own instant, so this is only a margin.
+FORGET_AFTER_US = 3_600_000_000
 # The core's clock in the loop: timers fire at their due time, to the microsecond.
 LOOP_RUNTIME = RuntimeSettings(clock_interval_s=1e-6, every_boundary=True)
 
@@ -83,15 +89,19 @@ class DecidersOrchestrator:
         *,
         topics: Sequence[TopicSpec] | None = None,
         runtime: RuntimeSettings | None = None,
+        forget_after_us: int | None = FORGET_AFTER_US,
     ) -> None:
         """`runtime`: the core's clock (`LOOP_RUNTIME` by default; a replay must use the
         same). `topics`: the region's topics as the log the run is written to has them (their
         partition counts order an instant's events as a replay of the log will); the default
-        is `region_topics` of the host's region at full scale."""
+        is `region_topics` of the host's region at full scale. `forget_after_us`: how long
+        after an instant is settled the book forgets what it learnt (None: never)."""
         self.settings = owned_by(orchestrator_id, settings)
         self.runtime = runtime or LOOP_RUNTIME
         self.core = DeciderCore(self.settings, self.runtime)
-        self.book = OrderBook(orchestrator_id)
+        self.book = OrderBook(orchestrator_id, forgets=forget_after_us is not None)
+        self._forget_after_us = forget_after_us
+        self._forgot_us = 0  # when the book last forgot what was settled
         self.orchestrator_id = orchestrator_id
         self._topics = topics
         self._partitions: dict[str, tuple[str, int]] = {}  # logical topic -> (name, partitions)
@@ -147,6 +157,11 @@ class DecidersOrchestrator:
         due = core.next_due_us()
         if due is not None:  # a quiet key's timer: settle at the clock that fires it
             self._settle_at(core.next_clock_us(due))
+        after = self._forget_after_us
+        if after is not None and not self._inputs and now_us - self._forgot_us >= after:
+            # Nothing observed waits to be settled: what the book learnt before is settled.
+            self.book.forget(now_us - after)
+            self._forgot_us = now_us
 
     def _merged_place(self, event: Envelope) -> tuple[str, int]:
         """Where the merged history puts `event` among the events of its instant (a stable

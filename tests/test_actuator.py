@@ -139,6 +139,29 @@ def test_orders_wait_for_their_decision_and_carry_every_tag(region: Region) -> N
     assert request.tags[POOL_TAG] == RECLAIMABLE[0]
 
 
+def test_a_forgetting_book_keeps_the_causes_of_open_orders_and_forgets_the_rest(
+    region: Region,
+) -> None:
+    """The simulator's loop's book (`forgets`): what was settled goes, a cause an order still
+    waits on stays, whatever the moment asked for; a book made without it refuses to forget."""
+    placed = region.placement()
+    book = OrderBook(ME, forgets=True)
+    for event in region.events():
+        book.observe(event)
+    later = placed.occurred_at + 86_400_000_000
+    book.forget(later)  # every order is still open: their cause stays
+    ready = book.ready(later)
+    assert len(ready) == 4
+    assert book.launch_request(ready[0]).tags[DECISION_TAG] == placed.event_id
+    for order in ready:
+        book.finish(order.order_id)
+    book.forget(later)
+    assert book.snapshot()["causes"] == []
+    assert book.snapshot()["finished"] == []
+    with pytest.raises(ValueError, match="forgets=True"):
+        OrderBook(ME).forget(later)
+
+
 def test_the_service_launches_each_order_once_and_writes_the_answers(region: Region) -> None:
     placed = region.placement()
     with region.service() as service:

@@ -22,12 +22,16 @@ actuator service (`provider.actuator.service`) keeps one and snapshots it.
 Memory is bounded when `memory` is given: the claims learnt and the causes seen are kept for
 the last `memory` events that carry one (a cause is needed only until its orders are seen,
 which is at once), and the ids of the last `memory` orders done (a copy of an order the
-deciders send again after a restart is not an order again).
+deciders send again after a restart is not an order again). A book whose orders always come
+with their causes (the simulator's loop: the guard orders a call while it judges the event the
+call carries out, in the same instant) can also `forget` what was settled before a moment: the
+causes no order waits on, the instances gone and their claims, the orders done; so that its
+memory stays flat in the history's length.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -167,7 +171,12 @@ class OrderBook:
     """The actuator's fold of one region's log (see the module's doc)."""
 
     def __init__(
-        self, orchestrator_id: str, memory: int | None = None, *, agent_version: str | None = None
+        self,
+        orchestrator_id: str,
+        memory: int | None = None,
+        *,
+        agent_version: str | None = None,
+        forgets: bool = False,
     ) -> None:
         self.orchestrator_id = orchestrator_id
         self.agent_version = agent_version
@@ -177,7 +186,7 @@ class OrderBook:
         self._pools: dict[str, tuple[str, int]] = {}  # pool -> (purchase model, vCPU)
         self._claim_of: _Bounded = _Bounded(memory)  # event or instance id -> claim
         self._causes: _Bounded = _Bounded(memory)  # event id -> Cause
-        self._gone: _Bounded = _Bounded(memory)  # instance id -> True
+        self._gone: _Bounded = _Bounded(memory)  # instance id -> event time it went
         self._orders: dict[str, Order] = {}  # not done yet, by order id
         # The ids of orders done, so that a resend is no order (bounded even without `memory`:
         # a resend comes soon after its first copy, and a long simulation orders millions).
@@ -185,6 +194,9 @@ class OrderBook:
         self._answers: dict[str, str] = {}  # answering event id -> order id
         self._deletes: dict[str, set[str]] = {}  # instance id -> delete orders not done
         self._seq = 0
+        self._now_us = 0  # the newest event time observed
+        # With `forgets` (the caller calls `forget`): (event time, id) of each cause learnt.
+        self._learnt: deque[tuple[int, str]] | None = deque() if forgets else None
         self.done = 0
 
     # -- the fold ----------------------------------------------------------------------------
@@ -192,6 +204,7 @@ class OrderBook:
     def observe(self, event: Envelope) -> None:
         """Fold one event of the region's log (any event; most change nothing)."""
         p = event.payload
+        self._now_us = max(self._now_us, event.occurred_at)
         order_id = self._answers.get(event.event_id)
         if order_id is not None:
             self.finish(order_id)
@@ -209,12 +222,14 @@ class OrderBook:
             if order is not None:
                 self.finish(order)
         elif isinstance(p, InstanceDeleted | InstanceLost):
-            self._gone.remember(p.instance_id, True)
+            self._gone.remember(p.instance_id, event.occurred_at)
             for order in sorted(self._deletes.pop(p.instance_id, ())):
                 self.finish(order)
         cause = _cause(event)
         if cause is not None:
             self._causes.remember(event.event_id, cause)
+            if self._learnt is not None:
+                self._learnt.append((event.occurred_at, event.event_id))
 
     def _order(self, event: Envelope) -> None:
         if event.event_id in self._orders or event.event_id in self._finished:
@@ -235,7 +250,7 @@ class OrderBook:
 
     def finish(self, order_id: str) -> None:
         """`order_id` is done (its answer is in the log, or the actuator wrote it)."""
-        self._finished.remember(order_id, True)
+        self._finished.remember(order_id, self._now_us)
         order = self._orders.pop(order_id, None)
         if order is None:
             return
@@ -270,6 +285,39 @@ class OrderBook:
             claim = claims.get(event.causation_id or "")
         if claim is not None:
             claims.remember(event.event_id, claim)
+
+    def forget(self, before_us: int) -> None:
+        """Forget what was settled before event time `before_us`: the causes no open order
+        waits on, the instances gone (and the claims learnt of them), the orders done. Only for
+        a book whose orders come with their causes, whose decisions never name an instance gone
+        that long ago, and whose orders are never sent twice (the simulator's loop); the actuator
+        service, whose orders may come before their causes or again after a restart, bounds its
+        book by `memory` instead."""
+        learnt, causes = self._learnt, self._causes
+        if learnt is None:
+            raise ValueError("this book was made without forgets=True: it cannot forget")
+        waited_on = {o.cause_id for o in self._orders.values()}
+        kept: list[tuple[int, str]] = []
+        while learnt and learnt[0][0] < before_us:
+            entry = learnt.popleft()
+            if entry[1] in waited_on:
+                kept.append(entry)  # a throttled order still to go out: its cause stays
+            else:
+                causes.pop(entry[1], None)
+        learnt.extendleft(reversed(kept))
+        gone, claims = self._gone, self._claim_of
+        while gone:
+            instance_id, at_us = next(iter(gone.items()))
+            if at_us >= before_us or instance_id in self._deletes:
+                break
+            del gone[instance_id]
+            claims.pop(instance_id, None)
+        finished = self._finished
+        while finished:
+            order_id, at_us = next(iter(finished.items()))
+            if at_us >= before_us:
+                break
+            del finished[order_id]
 
     # -- what to do --------------------------------------------------------------------------
 
@@ -365,10 +413,10 @@ class OrderBook:
         for cause in data["causes"]:
             book._causes.remember(cause["event_id"], Cause(**cause))
         for instance_id in data["gone"]:
-            book._gone.remember(instance_id, True)
+            book._gone.remember(instance_id, 0)
         book._add_orders(Order(**o) for o in data["orders"])
         for order_id in data.get("finished", ()):  # books stored before it was kept: none
-            book._finished.remember(order_id, True)
+            book._finished.remember(order_id, 0)
         book._seq = int(data["seq"])
         book.done = int(data["done"])
         return book
