@@ -98,10 +98,29 @@ class Bao:
         assert self.server.address == self.address  # clients reconnect to what they knew
 
     def pause(self) -> None:
+        """SIGSTOP, and wait until every thread of OpenBao has stopped: `kill` returns before
+        a thread running on the other core has, and on a loaded machine such a thread once
+        answered the request sent right after (the test saw a read succeed while "paused")."""
         os.kill(self.server.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + PATIENCE_S
+        while not all_stopped(self.server.pid):
+            assert time.monotonic() < deadline, f"OpenBao not stopped within {PATIENCE_S:.0f} s"
+            time.sleep(0.01)
 
     def resume(self) -> None:
         os.kill(self.server.pid, signal.SIGCONT)
+
+
+def all_stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped by a signal (state T in /proc)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        states.append(stat[stat.rindex(")") + 2])
+    return all(state == "T" for state in states)
 
 
 @pytest.fixture
