@@ -40,7 +40,12 @@ TIMEOUT_S = 10.0
 
 
 class FetchError(RuntimeError):
-    """The bundle service did not answer, or refused; the message says which (no secret)."""
+    """The bundle service did not answer, or refused; the message says which (no secret), and
+    `status` the HTTP status it answered (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +103,8 @@ class NodeIdentityClient:
             conn.close()
         if answer.status != 200:
             reason = data.decode("utf-8", "replace").strip()[:300]
-            raise FetchError(f"the bundle service answered {answer.status}: {reason}")
+            status = answer.status
+            raise FetchError(f"the bundle service answered {status}: {reason}", status)
         return data
 
     def fetch_bundle(self, dest: Path) -> bool:
@@ -128,7 +134,7 @@ class NodeIdentityClient:
         try:
             data = self._call("POST", "/enrol", body, with_certificate=False)
         except FetchError as error:
-            if "403" in str(error):  # spent or expired: never usable again
+            if error.status == 403:  # spent or expired: never usable again
                 self._config.token.unlink(missing_ok=True)
             raise
         answer = json.loads(data)
