@@ -107,6 +107,19 @@ def test_the_readers_take_cpus_and_workloads_as_the_schedulers_and_admission_do(
 
 # -- the intake as a process ------------------------------------------------------------------
 
+_STARTED: list[Intake] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_intake_outlives_its_test() -> Iterator[None]:
+    """A failed assertion leaves no intake running on the session's servers."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop().proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
 
 @dataclass
 class Intake:
@@ -125,6 +138,7 @@ class Intake:
         argv = [SPOTCAP, "--home", str(self.home), "--region", REGION, "run", "intake", *self.args]
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        _STARTED.append(self)
         return self
 
     def said(self) -> str:
