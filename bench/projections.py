@@ -376,16 +376,16 @@ def report(times: Rounds) -> None:
 
 
 def same_rows() -> None:
-    """Whether the fleet's bare loop wrote the projection's rows, table by table, each round."""
+    """Whether every run of the fleet's bare loop and of the projection (each round's, serial
+    or written behind) wrote the same rows as the first bare run, table by table."""
     project, bare = FLEET_SUMS["project"], FLEET_SUMS["bare"]
     if not bare:
         return
+    first = bare[0]
     differ = sorted(
-        f"{t} ({p[t][0]:,} rows, bare {b[t][0]:,})"
-        for p, b in zip(project, bare, strict=True)
-        for t in p
-        if p[t] != b[t]
-    )
+        {f"{t} ({run[t][0]:,} rows, bare {first[t][0]:,})"
+         for run in (*project, *bare) for t in first if run[t] != first[t]}
+    )  # fmt: skip
     rows = sum(n for n, _ in bare[0].values())
     print(
         f"\nfleet, bare loop against the projection: {rows:,} rows in {len(bare[0])} tables, "
