@@ -14,13 +14,15 @@ round runs every variant once, in turn; the table gives the median and the range
 - no views / no rankings view / no rate cards view: the same with those views dropped;
 - no lines insert / no offsets insert: the same, that insert left out (the pricing still runs);
 - events only, no views: only the events insert (the pricing still runs, its lines not inserted);
-- bare: the bare loop of `bench/projections.py` (five columns, one insert per batch).
+- bare: a plain table of five columns and the offsets, one Arrow insert each per batch
+  (`bench/projections.py`'s bare loop before it wrote the ledger's own tables).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import sys
@@ -34,14 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 
-from bench.projections import (
-    create_bare_events,
-    decoded,
-    insert_bare_events,
-    positions,
-    read_records,
-    stat_cpu_s,
-)
+from bench.projections import decoded, positions, read_records, stat_cpu_s
 from projections.catchup import BATCH_EVENTS
 from projections.ledger.store import ChdbStore, LedgerStore
 from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
@@ -95,6 +90,50 @@ def writer_variant(drop_views: tuple[str, ...], skip: tuple[str, ...]) -> Prepar
         return write
 
     return prepare
+
+
+def create_bare_events(store: ChdbStore) -> None:
+    """The bare loop's table: five columns, a plain MergeTree."""
+    store.command("DROP TABLE IF EXISTS bare_events")
+    store.command(
+        "CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
+        " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
+        " ENGINE = MergeTree ORDER BY (event_type, occurred_at)"
+    )
+    store.command("DROP TABLE IF EXISTS bare_offsets")
+    store.command(
+        "CREATE TABLE bare_offsets (topic String, partition Int32, next_offset Int64)"
+        " ENGINE = ReplacingMergeTree ORDER BY (topic, partition)"
+    )
+
+
+def insert_bare_events(store: ChdbStore, rows: list[tuple[Origin, Envelope]]) -> None:
+    """The bare loop's batch: one Arrow insert of its events' five columns."""
+    store.insert(
+        "bare_events",
+        pa.table(
+            {
+                "event_id": [e.event_id for _, e in rows],
+                "event_type": [e.event_type for _, e in rows],
+                "occurred_at": pa.array(
+                    [e.occurred_at for _, e in rows], pa.timestamp("us", tz="UTC")
+                ),
+                "key": [e.key for _, e in rows],
+                "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
+            }
+        ),
+    )
+    done = positions(rows)
+    store.insert(
+        "bare_offsets",
+        pa.table(
+            {
+                "topic": pa.array([t for t, _ in done], pa.string()),
+                "partition": pa.array([p for _, p in done], pa.int32()),
+                "next_offset": pa.array(list(done.values()), pa.int64()),
+            }
+        ),
+    )
 
 
 def bare(store: ChdbStore) -> Callable[[Batch], None]:

@@ -12,14 +12,20 @@ The region is simulated for D days (default 2; 30 for the rebuild figure of DESI
 an embedded log under a temporary home. Every path decodes the same raw records:
 
 - fleet: decode + `FleetWriter.write` (journal, state rows, append rows, offsets, one
-  transaction per batch); bare: fastavro's decode (the libraries alone, not the project's
-  codec) + one COPY of (event_id, type, time, key, payload) per batch into a plain table and
-  the batch's offsets upserted, in one transaction.
-- ledger: decode + `LedgerWriter.prepare` (pricing, the Arrow tables) + `store_batch` (events,
-  and through their views rankings and rate cards; priced lines; offsets); bare: fastavro's
-  decode + one Arrow insert of the event rows and one of the batch's offsets per batch.
-  (Neither bare loop writes the projection's own rows and indexes, nor prices: that would be
-  the projection written again.)
+  transaction per batch); bare: the same work with fastavro and psycopg alone
+  (`bench/fleet_bare.py`): fastavro's decode to dicts, the same rows made plainly from them,
+  COPYed into the projection's own tables (its migrations, in a schema of their own: the same
+  columns, keys and indexes), the state rows merged per key in Python and into the stored
+  ones by the same ``ON CONFLICT`` statement, the offsets upserted, one transaction a batch.
+  After each round both sides' tables are read back (outside the clocks) and compared: the
+  report says whether the bare loop wrote the projection's rows, table by table.
+- ledger: decode + `LedgerWriter.prepare` (the copy check, pricing, the Arrow tables) +
+  `store_batch` (its batch row; events, and through their views rankings and rate cards;
+  priced lines and facts; offsets); bare: fastavro's decode to dicts and chdb's Arrow inserts
+  into the ledger's own tables (its DDL and views, applied before the clock starts): the
+  batch row, the same event rows (the views making the same rankings and rate cards) and the
+  offsets. It does not price: no lines, no priced facts, no copy check (pricing written
+  plainly is not done yet; `bench/bulk_profile.py` gives what pricing costs the projection).
 - `--only fleet` or `--only ledger` measures that projection and its bare loop alone (the
   other's rounds skipped; with `--only ledger --no-rebuild` no PostgreSQL is started).
 - rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
@@ -43,7 +49,6 @@ measures the neighbours as much as the code, and the CPU ratio is the one that r
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -56,15 +61,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fastavro
 import pyarrow as pa
 
-from bench import log_bare
+from bench import fleet_bare
 from infra import servers
 from projections.catchup import BATCH_EVENTS, run_projections
-from projections.eventtime import ts
 from projections.ledger.store import ChdbStore
-from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, drop_all
+from projections.ledger.writer import LEDGER_TOPICS, LedgerWriter, apply_ddl, drop_all
 from projections.postgres.connection import connect
 from projections.postgres.migrate import drop, migrate
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
@@ -94,21 +97,6 @@ def read_records(log: EmbeddedLog, region: str, topics: tuple[str, ...]) -> list
 
 def decoded(codec: Codec, batch: list[Record]) -> list[tuple[Origin, Envelope]]:
     return [(r.origin, codec.decode(r.value or b"", r.origin)) for r in batch]
-
-
-_SCHEMA = log_bare.parsed_schema()
-
-
-def bare_decoded(batch: list[Record]) -> list[tuple[Origin, Envelope]]:
-    """The bare loops' decode: fastavro's schemaless reader past the single-object header,
-    to the same typed envelopes (`bench/log_bare.py`), without the project's codec."""
-    read, schema, out = fastavro.schemaless_reader, _SCHEMA, []
-    for r in batch:
-        stream = io.BytesIO(r.value or b"")
-        stream.seek(10)
-        record: Any = read(stream, schema, None, return_record_name=True)
-        out.append((Origin(r.topic, r.partition, r.offset), log_bare.from_record(record)))
-    return out
 
 
 def positions(rows: list[tuple[Origin, Envelope]]) -> dict[tuple[str, int], int]:
@@ -176,6 +164,10 @@ class Clock:
         return time.perf_counter() - self._wall, cpu_s
 
 
+# Per side ("project", "bare"): each round's tables as `fleet_bare.checksums` read them.
+FLEET_SUMS: dict[str, list[dict[str, tuple[int, str]]]] = {"project": [], "bare": []}
+
+
 def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int, serial: bool) -> Timing:
     conn = connect(dsn, "bench")
     drop(conn, "bench")
@@ -185,47 +177,26 @@ def project_fleet(dsn: str, codec: Codec, records: list[Record], size: int, seri
     clock.start()
     write_all(lambda rows: writer.write(rows, positions(rows)), codec, records, size, serial)
     timing = clock.stop()
+    FLEET_SUMS["project"].append(fleet_bare.checksums(conn))
     drop(conn, "bench")
     conn.close()
     return timing
 
 
-def bare_fleet(dsn: str, codec: Codec, records: list[Record], size: int) -> Timing:
-    conn = connect(dsn, "bench")
-    conn.execute("DROP TABLE IF EXISTS bare_events")
-    conn.execute(
-        "CREATE TABLE bare_events (event_id uuid PRIMARY KEY, event_type text,"
-        " occurred_at timestamptz, key text, payload jsonb)"
-    )
-    conn.execute("DROP TABLE IF EXISTS bare_offsets")
-    conn.execute(
-        "CREATE TABLE bare_offsets (topic text, partition int, next_offset bigint,"
-        " PRIMARY KEY (topic, partition))"
-    )
+def bare_fleet(dsn: str, records: list[Record], size: int) -> Timing:
+    """fastavro + psycopg: the same tables (the projection's migrations, in a schema of their
+    own) and the same rows (`bench/fleet_bare.py`), one transaction a batch with its offsets."""
+    conn = connect(dsn, "bare")
+    drop(conn, "bare")
+    migrate(conn, "bare")
+    bare = fleet_bare.BareFleet(conn)
     clock = Clock(conn.info.backend_pid)
     clock.start()
     for i in range(0, len(records), size):
-        rows = bare_decoded(records[i : i + size])
-        with conn.transaction(), conn.cursor() as cur:
-            with cur.copy("COPY bare_events FROM STDIN") as copy:
-                for _, e in rows:
-                    copy.write_row(
-                        (
-                            e.event_id,
-                            e.event_type,
-                            ts(e.occurred_at),
-                            e.key,
-                            json.dumps(e.payload.to_avro()),
-                        )
-                    )
-            cur.executemany(
-                "INSERT INTO bare_offsets VALUES (%s, %s, %s) ON CONFLICT (topic, partition)"
-                " DO UPDATE SET next_offset = excluded.next_offset",
-                [(t, p, o) for (t, p), o in positions(rows).items()],
-            )
+        bare.write(records[i : i + size])
     timing = clock.stop()
-    conn.execute("DROP TABLE bare_events")
-    conn.execute("DROP TABLE bare_offsets")
+    FLEET_SUMS["bare"].append(fleet_bare.checksums(conn))
+    drop(conn, "bare")
     conn.close()
     return timing
 
@@ -245,57 +216,75 @@ def project_ledger(
     return timing
 
 
-def create_bare_events(store: ChdbStore) -> None:
-    """The bare loop's table: five columns, a plain MergeTree."""
-    store.command("DROP TABLE IF EXISTS bare_events")
-    store.command(
-        "CREATE TABLE bare_events (event_id UUID, event_type LowCardinality(String),"
-        " occurred_at DateTime64(6, 'UTC'), key String, payload String)"
-        " ENGINE = MergeTree ORDER BY (event_type, occurred_at)"
-    )
-    store.command("DROP TABLE IF EXISTS bare_offsets")
-    store.command(
-        "CREATE TABLE bare_offsets (topic String, partition Int32, next_offset Int64)"
-        " ENGINE = ReplacingMergeTree ORDER BY (topic, partition)"
-    )
+_UTC_US = pa.timestamp("us", tz="UTC")
+_LEDGER_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=bytes.hex)
 
 
-def insert_bare_events(store: ChdbStore, rows: list[tuple[Origin, Envelope]]) -> None:
-    """The bare loop's batch: one Arrow insert of its events' five columns."""
+def insert_bare_ledger(store: ChdbStore, number: int, batch: list[Record]) -> None:
+    """The bare ledger loop's batch: its row of `ledger_batches`, its events (one Arrow insert
+    into the ledger's own `events`, whose views make the rankings and rate cards) and its
+    offsets, from fastavro's dicts. No pricing: no lines, no priced facts."""
+    rows = fleet_bare.decode(batch)
+    done: dict[tuple[str, int], int] = {}
+    for r, _ in rows:
+        tp = (r.topic, r.partition)
+        done[tp] = max(done.get(tp, 0), r.offset + 1)
+    starts = json.dumps(sorted([t, p, o] for (t, p), o in done.items()))
     store.insert(
-        "bare_events",
+        "ledger_batches",
         pa.table(
             {
-                "event_id": [e.event_id for _, e in rows],
-                "event_type": [e.event_type for _, e in rows],
-                "occurred_at": pa.array(
-                    [e.occurred_at for _, e in rows], pa.timestamp("us", tz="UTC")
-                ),
-                "key": [e.key for _, e in rows],
-                "payload": [json.dumps(e.payload.to_avro()) for _, e in rows],
+                "projection_name": ["ledger"],
+                "batch": pa.array([number], pa.uint64()),
+                "starts": [starts],
             }
         ),
     )
-    done = positions(rows)
+    encode = _LEDGER_JSON.encode
     store.insert(
-        "bare_offsets",
+        "events",
         pa.table(
             {
-                "topic": pa.array([t for t, _ in done], pa.string()),
-                "partition": pa.array([p for _, p in done], pa.int32()),
-                "next_offset": pa.array(list(done.values()), pa.int64()),
+                "event_id": [e["event_id"] for _, e in rows],
+                "event_type": [e["event_type"] for _, e in rows],
+                "occurred_at": pa.array([e["occurred_at"] for _, e in rows], _UTC_US),
+                "recorded_at": pa.array([e["recorded_at"] for _, e in rows], _UTC_US),
+                "region": [e["region"] for _, e in rows],
+                "key": [e["key"] for _, e in rows],
+                "causation_id": pa.array([e["causation_id"] for _, e in rows], pa.string()),
+                "correlation_id": pa.array([e["correlation_id"] for _, e in rows], pa.string()),
+                "producer": [e["producer"] for _, e in rows],
+                "topic": [r.topic for r, _ in rows],
+                "partition": pa.array([r.partition for r, _ in rows], pa.uint32()),
+                "offset": pa.array([r.offset for r, _ in rows], pa.uint64()),
+                "payload": [encode(e["payload"][1]) for _, e in rows],
+            }
+        ),
+    )
+    keys = sorted(done)
+    store.insert(
+        "consumed_offsets",
+        pa.table(
+            {
+                "projection_name": ["ledger"] * len(keys),
+                "topic": pa.array([t for t, _ in keys], pa.string()),
+                "partition": pa.array([p for _, p in keys], pa.uint32()),
+                "next_offset": pa.array([done[k] for k in keys], pa.uint64()),
             }
         ),
     )
 
 
-def bare_ledger(path: Path, codec: Codec, records: list[Record], size: int) -> Timing:
+def bare_ledger(path: Path, records: list[Record], size: int) -> Timing:
+    """fastavro + chdb into the ledger's own tables (its DDL, views included, applied before
+    the clock starts)."""
     store = ChdbStore(path, "bench")
-    create_bare_events(store)
+    drop_all(store)
+    apply_ddl(store)
     clock = Clock()
     clock.start()
-    for i in range(0, len(records), size):
-        insert_bare_events(store, bare_decoded(records[i : i + size]))
+    for n, i in enumerate(range(0, len(records), size), 1):
+        insert_bare_ledger(store, n, records[i : i + size])
     timing = clock.stop()
     store.command("DROP DATABASE bench")
     return timing
@@ -344,13 +333,13 @@ def measure(home: Path, dsn: str, chdb_path: Path, args: argparse.Namespace) -> 
         "fleet state (PostgreSQL)",
         fleet_records,
         lambda serial: project_fleet(dsn, codec, fleet_records, args.batch, serial),
-        lambda: bare_fleet(dsn, codec, fleet_records, args.batch),
+        lambda: bare_fleet(dsn, fleet_records, args.batch),
     )
     ledger: Measured = (
         "ledger (ClickHouse, chdb)",
         ledger_records,
         lambda serial: project_ledger(chdb_path, codec, ledger_records, args.batch, serial),
-        lambda: bare_ledger(chdb_path, codec, ledger_records, args.batch),
+        lambda: bare_ledger(chdb_path, ledger_records, args.batch),
     )
     # Rounds alternate each projection with its bare loop (the machine is shared: a ratio is
     # taken within a round, and the report gives the median and the range over rounds). Every
@@ -384,6 +373,24 @@ def report(times: Rounds) -> None:
             f"{span([p[1] for p, _ in rounds], 1):>11}{span([b[1] for _, b in rounds], 1):>12}"
             f"{ratio_span([b[1] / p[1] for p, b in rounds]):>18}"
         )
+
+
+def same_rows() -> None:
+    """Whether every run of the fleet's bare loop and of the projection (each round's, serial
+    or written behind) wrote the same rows as the first bare run, table by table."""
+    project, bare = FLEET_SUMS["project"], FLEET_SUMS["bare"]
+    if not bare:
+        return
+    first = bare[0]
+    differ = sorted(
+        {f"{t} ({run[t][0]:,} rows, bare {first[t][0]:,})"
+         for run in (*project, *bare) for t in first if run[t] != first[t]}
+    )  # fmt: skip
+    rows = sum(n for n, _ in bare[0].values())
+    print(
+        f"\nfleet, bare loop against the projection: {rows:,} rows in {len(bare[0])} tables, "
+        + ("the same in every round" if not differ else f"differing in {', '.join(differ)}")
+    )
 
 
 def main() -> None:
@@ -438,6 +445,7 @@ def main() -> None:
                 servers.stop(pg)
     if args.rounds:
         report(times)
+        same_rows()
     if not args.no_rebuild:
         events = sum(r.events for r in reports)
         print(

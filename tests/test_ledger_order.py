@@ -305,21 +305,25 @@ def test_copies_of_one_event_apart_in_event_time_are_one_row_whatever_the_rounds
     arrived = positioned([*events[:at], provider, *events[at : at + 3], agent, *events[at + 3 :]])
     rounds = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
     clean = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
+    batched = ChdbStore(chdb_path, f"order_{uuid.uuid4().hex[:12]}")
     try:
         # A round up to the agent's copy, then one from it (the follower's rounds), against
         # one pass over the whole log.
         write_in_rounds(rounds, arrived[: at + 4], at + 4)
         write_in_rounds(rounds, arrived, len(arrived))
         write_in_rounds(clean, arrived, len(arrived))
+        # One writer from nothing, in batches of two: it knows every event it stored and
+        # finds the provider's copy, batches back, without asking the store.
+        write_in_rounds(batched, arrived, len(arrived), batch=2)
         rows = "SELECT * FROM events FINAL ORDER BY event_id, occurred_at"
-        assert rounds.query(rows) == clean.query(rows)
+        assert rounds.query(rows) == clean.query(rows) == batched.query(rows)
         held = rounds.query(
             "SELECT producer FROM events FINAL WHERE event_id = {id:UUID}",
             {"id": provider.event_id},
         )
         assert held == [{"producer": "tests"}]  # the first copy in the log, the provider's
     finally:
-        for store in (rounds, clean):
+        for store in (rounds, clean, batched):
             store.command(f"DROP DATABASE IF EXISTS {store.database}")
 
 
