@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,14 @@ def make_records(
     first: int,
     rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
 ) -> list[Record]: ...
+def frame_rows(
+    topic: str,
+    partition: int,
+    first: int,
+    rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
+    sync: bytes,
+) -> tuple[bytes, list[Record]]: ...
+def partition_for(key: bytes, partitions: int, /) -> int: ...
 def kafka_records(messages: list[Any], /) -> list[Record] | None: ...
 def whole_records(
     data: bytes,
@@ -27,3 +36,17 @@ def whole_records(
     topic: str,
     partition: int,
 ) -> list[Record] | None: ...
+
+class RecordQueue:
+    def __init__(self) -> None: ...
+    def _route(self, topic: str) -> tuple[int, list[list[Any]]]: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        timestamp_ms: int | None = None,
+    ) -> None: ...
+    def take(self) -> tuple[list[int], array[int]]: ...
+    def queued(self) -> int: ...
