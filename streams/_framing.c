@@ -608,7 +608,8 @@ fail:
 
 /* An append's block and records in one pass over its rows: what `make_records` then
  * `encode_block` give (a test checks both ways), without reading each field back from the
- * record just made. Rows are (key, value, headers, timestamp_ms) tuples. */
+ * record just made. The rows are columns: (keys, values, headers, timestamps), four lists of
+ * one length (what the producer's queue holds: no object a record but its fields). */
 static PyObject *frame_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"topic", "partition", "first", "rows", "sync", NULL};
     PyObject *topic, *partition, *rows;
@@ -622,32 +623,41 @@ static PyObject *frame_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "streams._framing.bind(Record) was not called");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(rows, "rows must be a sequence");
-    if (seq == NULL) { PyBuffer_Release(&sync); return NULL; }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *column[4];
+    Py_ssize_t n = -1;
+    if (PyTuple_Check(rows) && PyTuple_GET_SIZE(rows) == 4) {
+        for (int c = 0; c < 4; c++) {
+            column[c] = PyTuple_GET_ITEM(rows, c);
+            if (!PyList_Check(column[c]) || (n >= 0 && PyList_GET_SIZE(column[c]) != n)) {
+                n = -1;
+                break;
+            }
+            n = PyList_GET_SIZE(column[c]);
+        }
+    }
+    if (n < 0) {
+        PyBuffer_Release(&sync);
+        PyErr_SetString(PyExc_TypeError,
+                        "rows are (keys, values, headers, timestamps): four lists of one length");
+        return NULL;
+    }
     Buffer body = {NULL, 0, 0};
     PyObject *records = PyList_New(n), *block = NULL, *out = NULL;
     if (records == NULL) goto done;
     /* Room for every row's fixed part and its bytes: one allocation in the common case. */
     Py_ssize_t room = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
-            PyErr_SetString(PyExc_TypeError, "a row is a (key, value, headers, timestamp_ms) tuple");
-            goto done;
-        }
         for (int f = 0; f < 2; f++) {
-            PyObject *field = PyTuple_GET_ITEM(row, f);
+            PyObject *field = PyList_GET_ITEM(column[f], i);
             if (PyBytes_Check(field)) room += PyBytes_GET_SIZE(field);
         }
         room += 64;
     }
     if (buf_reserve(&body, room) < 0) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *key = PyTuple_GET_ITEM(row, 0), *value = PyTuple_GET_ITEM(row, 1);
-        PyObject *headers = PyTuple_GET_ITEM(row, 2);
-        long long timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 3));
+        PyObject *key = PyList_GET_ITEM(column[0], i), *value = PyList_GET_ITEM(column[1], i);
+        PyObject *headers = PyList_GET_ITEM(column[2], i);
+        long long timestamp = PyLong_AsLongLong(PyList_GET_ITEM(column[3], i));
         if (timestamp == -1 && PyErr_Occurred()) goto done;
         if (buf_reserve(&body, 20) < 0) goto done;
         Py_ssize_t start = body.size;
@@ -675,7 +685,7 @@ static PyObject *frame_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
             goto done;
         }
         /* The row's own timestamp (an int already): one object fewer a record. */
-        PyObject *stamp = PyTuple_GET_ITEM(row, 3);
+        PyObject *stamp = PyList_GET_ITEM(column[3], i);
         if (!PyLong_CheckExact(stamp)) {
             stamp = PyLong_FromLongLong(timestamp);
             if (stamp == NULL) {
@@ -715,7 +725,6 @@ done:
     Py_XDECREF(block);
     Py_XDECREF(records);
     PyMem_Free(body.data);
-    Py_DECREF(seq);
     PyBuffer_Release(&sync);
     return out;
 }
@@ -763,7 +772,8 @@ static PyObject *partition_for(PyObject *self, PyObject *const *args, Py_ssize_t
 /* ---- the embedded producer's queue -------------------------------------------------- */
 
 /* `streams.produce_queue.RecordQueue` in C (the base of `EmbeddedProducer`): `produce` places
- * each record on its partition (murmur2) and queues it there as a row, without a Python frame;
+ * each record on its partition (murmur2) and adds its fields to that partition's columns,
+ * without a Python frame;
  * the produce order is kept as one 32-bit slot number a record. A subclass gives `_route`. */
 typedef struct {
     PyObject_HEAD
@@ -853,7 +863,7 @@ static PyObject *queue_produce(QueueObject *self, PyObject *const *args, Py_ssiz
     if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 2 ||
         !PyList_Check(PyTuple_GET_ITEM(route, 1)) ||
         PyList_GET_SIZE(PyTuple_GET_ITEM(route, 1)) == 0) {
-        PyErr_SetString(PyExc_TypeError, "_route() gives (slot, a list of rows per partition)");
+        PyErr_SetString(PyExc_TypeError, "_route() gives (slot, the rows of each partition)");
         return NULL;
     }
     long slot = PyLong_AsLong(PyTuple_GET_ITEM(route, 0));
@@ -870,9 +880,19 @@ static PyObject *queue_produce(QueueObject *self, PyObject *const *args, Py_ssiz
         number = (Py_ssize_t)(((uint32_t)h & 0x7fffffffu) % (uint32_t)PyList_GET_SIZE(queues));
     }
     PyObject *rows = PyList_GET_ITEM(queues, number);
-    if (!PyList_Check(rows)) {
-        PyErr_SetString(PyExc_TypeError, "a partition's rows are a list");
+    if (!PyTuple_Check(rows) || PyTuple_GET_SIZE(rows) != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a partition's rows are (keys, values, headers, timestamps): four lists");
         return NULL;
+    }
+    PyObject *column[4];
+    for (int c = 0; c < 4; c++) {
+        column[c] = PyTuple_GET_ITEM(rows, c);
+        if (!PyList_Check(column[c])) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a partition's rows are (keys, values, headers, timestamps): four lists");
+            return NULL;
+        }
     }
     slot += (long)number;
     if (slot < 0 || slot > (long)UINT32_MAX) {
@@ -899,7 +919,7 @@ static PyObject *queue_produce(QueueObject *self, PyObject *const *args, Py_ssiz
         self->order = order;
         self->cap = cap;
     }
-    if (PyList_GET_SIZE(rows) == 0) {
+    if (PyList_GET_SIZE(column[0]) == 0) {
         PyObject *number_of_slot = PyLong_FromLong(slot);
         if (number_of_slot == NULL || PyList_Append(self->touched, number_of_slot) < 0) {
             Py_XDECREF(number_of_slot);
@@ -908,12 +928,20 @@ static PyObject *queue_produce(QueueObject *self, PyObject *const *args, Py_ssiz
         }
         Py_DECREF(number_of_slot);
     }
-    PyObject *row = PyTuple_Pack(4, key, value, headers, ts);
+    /* Columns of the fields themselves: no object a record (a tuple would be one more to
+     * allocate, keep and free). A failed append leaves the columns of one length. */
+    PyObject *fields[4] = {key, value, headers, ts};
+    for (int c = 0; c < 4; c++) {
+        if (PyList_Append(column[c], fields[c]) < 0) {
+            for (int d = 0; d < c; d++) {
+                Py_ssize_t size = PyList_GET_SIZE(column[d]);
+                PyList_SetSlice(column[d], size - 1, size, NULL);
+            }
+            Py_DECREF(ts);
+            return NULL;
+        }
+    }
     Py_DECREF(ts);
-    if (row == NULL) return NULL;
-    int rc = PyList_Append(rows, row);
-    Py_DECREF(row);
-    if (rc < 0) return NULL;
     self->order[self->n++] = (uint32_t)slot;
     Py_RETURN_NONE;
 }
@@ -1089,7 +1117,8 @@ static PyMethodDef methods[] = {
      "make_records(topic, partition, first, rows) -> list[Record]: offsets from `first`."},
     {"frame_rows", (PyCFunction)(void (*)(void))frame_rows, METH_VARARGS | METH_KEYWORDS,
      "frame_rows(topic, partition, first, rows, sync) -> (block, records): an append's "
-     "block and its records (encode_block of make_records)."},
+     "block and its records (encode_block of make_records); rows are (keys, values, headers, "
+     "timestamps)."},
     {"partition_for", (PyCFunction)(void (*)(void))partition_for, METH_FASTCALL,
      "partition_for(key, partitions) -> int: Kafka's murmur2 partitioner."},
     {"kafka_records", kafka_records, METH_O,

@@ -21,7 +21,9 @@ def frame_rows(
     topic: str,
     partition: int,
     first: int,
-    rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
+    rows: tuple[
+        list[bytes | None], list[bytes | None], list[tuple[tuple[str, bytes], ...]], list[int]
+    ],
     sync: bytes,
 ) -> tuple[bytes, list[Record]]: ...
 def partition_for(key: bytes, partitions: int, /) -> int: ...

@@ -54,8 +54,8 @@ from streams.log import (
     UnknownTopicError,
 )
 from streams.partition import Partition
-from streams.produce_queue import RecordQueue, Route, Row
-from streams.segment import SegmentCorruptError, fsync_dir
+from streams.produce_queue import RecordQueue, Route, no_rows
+from streams.segment import Columns, SegmentCorruptError, fsync_dir
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 _POLL_INTERVAL_S = 0.01
@@ -278,11 +278,11 @@ class EmbeddedProducer(RecordQueue):
         super().__init__()
         self._log = log
         # Per slot (a topic's partition): the topic, the partition, the topic's row lists.
-        self._slots: list[tuple[str, int, list[list[Row]]]] = []
+        self._slots: list[tuple[str, int, list[Columns]]] = []
 
     def _route(self, topic: str) -> Route:
         count = self._log.partitions_for(topic)
-        queues: list[list[Row]] = [[] for _ in range(count)]
+        queues = [no_rows() for _ in range(count)]
         route = (len(self._slots), queues)
         self._slots.extend((topic, number, queues) for number in range(count))
         return route
@@ -291,11 +291,11 @@ class EmbeddedProducer(RecordQueue):
         touched, order = self.take()
         if not touched:
             return []
-        batches: list[tuple[int, str, int, list[Row]]] = []
+        batches: list[tuple[int, str, int, Columns]] = []
         for slot in touched:
             topic, number, queues = self._slots[slot]
             batches.append((slot, topic, number, queues[number]))
-            queues[number] = []
+            queues[number] = no_rows()
         written: list[Callable[[], Record] | None] = [None] * len(self._slots)
         # A partition's write (one block, one fsync) cannot be interrupted: the deadline is
         # checked before each one.
@@ -310,7 +310,7 @@ class EmbeddedProducer(RecordQueue):
 
     def _append(
         self,
-        batches: list[tuple[int, str, int, list[Row]]],
+        batches: list[tuple[int, str, int, Columns]],
         written: list[Callable[[], Record] | None],
         queued: int,
         deadline: float,

@@ -34,10 +34,11 @@ from pathlib import Path
 from streams import acknowledged
 from streams.acknowledged import Acknowledged, UnreadableError
 from streams.damage import ACKNOWLEDGED, FRAMING, HEADER, RECORDS, TORN, Damage
-from streams.log import CORRUPT_HEADER, Headers, Record
+from streams.log import CORRUPT_HEADER, Record
 from streams.segment import (
     MAX_DAMAGED_VALUE_BYTES,
     MIN_RECORD_BYTES,
+    Columns,
     DecodedBlock,
     Header,
     SegmentHeaderError,
@@ -688,10 +689,9 @@ class Partition:
         segment.tail = None
         segment.scanned = segment.size = tail.position
 
-    def append(
-        self, records: list[tuple[bytes | None, bytes | None, Headers, int]]
-    ) -> list[Record]:
-        """Write records as one block, fsync, and return them with their offsets."""
+    def append(self, rows: Columns) -> list[Record]:
+        """Write records (as columns: keys, values, headers, timestamps) as one block, fsync,
+        and return them with their offsets."""
         if not self._writer_ready:
             self._prepare_to_write()
         segment = self._segments[-1] if self._segments else None
@@ -710,7 +710,7 @@ class Partition:
         else:
             assert segment.header is not None
             header, base, start = segment.header, segment.base, segment.scanned
-        data, written = frame_rows(self.topic, self.number, first, records, header.sync)
+        data, written = frame_rows(self.topic, self.number, first, rows, header.sync)
         end = start + len(data)
         # The block is recorded as the partition's newest while it is written (the two fsyncs
         # overlap): recovery never cuts what it finds whole in the segment, nor before it. (A

@@ -1,8 +1,9 @@
 """The embedded producer's queue: each record queued on its partition as it is produced.
 
-`produce` places a record by its key (Kafka's murmur2, `streams.partitioner`) and appends it,
-as a (key, value, headers, timestamp_ms) row, to its partition's list, so that a flush writes
-each partition's rows as one block without a pass over the queue to group them; the order the
+`produce` places a record by its key (Kafka's murmur2, `streams.partitioner`) and adds its
+key, value, headers and timestamp to its partition's columns (`streams.segment.Columns`: no
+object a record but its fields), so that a flush writes each partition's rows as one block
+without a pass over the queue to group them; the order the
 records were produced in is kept as one small number a record (its partition's slot), for
 `flush` to return them in that order. A subclass says where a topic's partitions are
 (`_route`). Where the C extension is built (`streams._framing.RecordQueue`, what
@@ -17,10 +18,15 @@ from array import array
 
 from streams.log import Headers
 from streams.partitioner import partition_for
+from streams.segment import Columns
 
-Row = tuple[bytes | None, bytes | None, Headers, int]
-Route = tuple[int, list[list[Row]]]
+Route = tuple[int, list[Columns]]
 """A topic's slot of partition 0 (partition n's is that + n) and each partition's rows."""
+
+
+def no_rows() -> Columns:
+    """A partition's columns with nothing queued."""
+    return [], [], [], []
 
 
 class RecordQueue:
@@ -48,12 +54,14 @@ class RecordQueue:
             route = self._routes[topic] = self._route(topic)
         slot, queues = route
         number = 0 if key is None else partition_for(key, len(queues))
-        rows = queues[number]
+        keys, values, headers_, stamps = queues[number]
         slot += number
-        if not rows:
+        if not keys:
             self._touched.append(slot)
-        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        rows.append((key, value, headers, ts))
+        keys.append(key)
+        values.append(value)
+        headers_.append(headers)
+        stamps.append(timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000)
         self._order.append(slot)
 
     def take(self) -> tuple[list[int], array[int]]:

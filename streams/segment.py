@@ -526,16 +526,19 @@ def make_records(
     ]
 
 
+Columns = tuple[list[bytes | None], list[bytes | None], list[Headers], list[int]]
+"""Records to append as columns: their keys, values, headers and timestamps (ms)."""
+
+
 def frame_rows(
-    topic: str,
-    partition: int,
-    first: int,
-    rows: list[tuple[bytes | None, bytes | None, Headers, int]],
-    sync: bytes,
+    topic: str, partition: int, first: int, rows: Columns, sync: bytes
 ) -> tuple[bytes, list[Record]]:
-    """An append's block and its records: `encode_block` of `make_records` (the extension
-    does both in one pass over the rows)."""
-    records = make_records_python(topic, partition, first, rows)
+    """An append's block and its records: `encode_block` of `make_records` of the rows (the
+    extension does both in one pass over the columns)."""
+    keys, values, headers, stamps = rows
+    if not len(keys) == len(values) == len(headers) == len(stamps):
+        raise TypeError("rows are (keys, values, headers, timestamps): four lists of one length")
+    records = make_records_python(topic, partition, first, list(zip(*rows, strict=True)))
     return encode_block_python(records, sync), records
 
 

@@ -14,7 +14,8 @@ from streams import produce_queue
 from streams.embedded import EmbeddedLog
 from streams.log import Headers
 from streams.partitioner import partition_for
-from streams.produce_queue import RecordQueuePython, Route, Row
+from streams.produce_queue import RecordQueuePython, Route, no_rows
+from streams.segment import Columns
 from streams.topics import region_topics, topic_name
 
 # The extension is what `pip install -e .` builds (setup.py); the Python code is its fallback.
@@ -39,11 +40,11 @@ class _Routes:
 
     def __init__(self) -> None:
         self.asked: list[str] = []
-        self.slots: list[tuple[str, int, list[list[Row]]]] = []
+        self.slots: list[tuple[str, int, list[Columns]]] = []
 
     def route(self, topic: str) -> Route:
         self.asked.append(topic)
-        queues: list[list[Row]] = [[] for _ in range(PARTITIONS[topic])]
+        queues = [no_rows() for _ in range(PARTITIONS[topic])]
         route = (len(self.slots), queues)
         self.slots.extend((topic, n, queues) for n in range(len(queues)))
         return route
@@ -99,17 +100,20 @@ def test_the_c_queue_queues_what_the_python_queue_queues(
         c.routes.slots, python.routes.slots, strict=True
     ):
         got, expected = c_rows[number], python_rows[number]
+        assert got[:3] == expected[:3]
+        assert len({len(column) for column in got}) == 1, "the columns are of one length"
         # A record without a timestamp is stamped with the time it was produced.
-        assert [r[:3] for r in got] == [r[:3] for r in expected]
-        for row, want in zip(got, expected, strict=True):
-            assert row[3] == want[3] or before <= row[3] <= after
+        for stamp, want in zip(got[3], expected[3], strict=True):
+            assert stamp == want or before <= stamp <= after
     # Each record sits on its key's partition, in produce order, its slot recorded.
     rows_seen = {slot: 0 for slot in range(len(c.routes.slots))}
     for (topic, value, key, headers, _), slot in zip(produced, c_taken[1], strict=True):
         name, number, queues = c.routes.slots[slot]
         assert name == topic
         assert number == (0 if key is None else partition_for(key, PARTITIONS[topic]))
-        assert queues[number][rows_seen[slot]][:3] == (key, value, headers)
+        keys, values, headers_, _ = queues[number]
+        at = rows_seen[slot]
+        assert (keys[at], values[at], headers_[at]) == (key, value, headers)
         rows_seen[slot] += 1
 
 
@@ -125,11 +129,18 @@ def test_the_c_queue_refuses_what_it_cannot_place() -> None:
         queue.produce("unknown", b"v")
     assert queue.queued() == 0, "a refused record is not queued"
 
+    class Rows(_framing.RecordQueue):
+        def _route(self, topic: str) -> Route:
+            return (0, [[[], [], []]])  # type: ignore[list-item]
+
+    with pytest.raises(TypeError, match="four lists"):
+        Rows().produce("a", b"v")
+
     class Broken(_framing.RecordQueue):
         def _route(self, topic: str) -> Route:
             return (0, [])
 
-    with pytest.raises(TypeError, match="a list of rows per partition"):
+    with pytest.raises(TypeError, match="the rows of each partition"):
         Broken().produce("a", b"v")
 
 

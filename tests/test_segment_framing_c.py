@@ -134,7 +134,12 @@ def test_appended_rows_become_the_same_records(first: int, records: list[Record]
 def test_an_appends_block_and_records_are_the_same(first: int, records: list[Record]) -> None:
     """`frame_rows` (what `Partition.append` calls): `encode_block` of `make_records`."""
     assert segment.frame_rows is _framing.frame_rows
-    rows = [(r.key, r.value, r.headers, r.timestamp_ms) for r in records]
+    rows = (
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+        [r.timestamp_ms for r in records],
+    )
     block, got = _framing.frame_rows("t", 3, first, rows, SYNC)
     expected = _offsets_from(first, records)
     assert (block, got) == frame_rows_python("t", 3, first, rows, SYNC)
@@ -144,10 +149,13 @@ def test_an_appends_block_and_records_are_the_same(first: int, records: list[Rec
 
 
 def test_an_appends_rows_of_the_wrong_kind_are_refused() -> None:
-    with pytest.raises(TypeError, match="a row is a"):
-        _framing.frame_rows("t", 3, 0, [(b"k", b"v", ())], SYNC)  # type: ignore[list-item]
+    for frame_rows in (_framing.frame_rows, frame_rows_python):
+        with pytest.raises(TypeError, match="four lists of one length"):
+            frame_rows("t", 3, 0, ([b"k"], [b"v"], [()], []), SYNC)
+    with pytest.raises(TypeError, match="four lists of one length"):
+        _framing.frame_rows("t", 3, 0, [(b"k", b"v", (), 1)], SYNC)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="value must be bytes or None"):
-        _framing.frame_rows("t", 3, 0, [(b"k", "v", (), 1)], SYNC)  # type: ignore[list-item]
+        _framing.frame_rows("t", 3, 0, ([b"k"], ["v"], [()], [1]), SYNC)  # type: ignore[list-item]
 
 
 @given(records_strategy)
