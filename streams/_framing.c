@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
+#include <time.h>
 
 #define SYNC_SIZE 16
 #define N_FIELDS 7
@@ -605,6 +606,399 @@ fail:
     return NULL;
 }
 
+/* An append's block and records in one pass over its rows: what `make_records` then
+ * `encode_block` give (a test checks both ways), without reading each field back from the
+ * record just made. The rows are columns: (keys, values, headers, timestamps), four lists of
+ * one length (what the producer's queue holds: no object a record but its fields). */
+static PyObject *frame_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"topic", "partition", "first", "rows", "sync", NULL};
+    PyObject *topic, *partition, *rows;
+    long long first;
+    Py_buffer sync;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO!LOy*:frame_rows", names, &topic,
+                                     &PyLong_Type, &partition, &first, &rows, &sync))
+        return NULL;
+    if (record_type == NULL) {
+        PyBuffer_Release(&sync);
+        PyErr_SetString(PyExc_RuntimeError, "streams._framing.bind(Record) was not called");
+        return NULL;
+    }
+    PyObject *column[4];
+    Py_ssize_t n = -1;
+    if (PyTuple_Check(rows) && PyTuple_GET_SIZE(rows) == 4) {
+        for (int c = 0; c < 4; c++) {
+            column[c] = PyTuple_GET_ITEM(rows, c);
+            if (!PyList_Check(column[c]) || (n >= 0 && PyList_GET_SIZE(column[c]) != n)) {
+                n = -1;
+                break;
+            }
+            n = PyList_GET_SIZE(column[c]);
+        }
+    }
+    if (n < 0) {
+        PyBuffer_Release(&sync);
+        PyErr_SetString(PyExc_TypeError,
+                        "rows are (keys, values, headers, timestamps): four lists of one length");
+        return NULL;
+    }
+    Buffer body = {NULL, 0, 0};
+    PyObject *records = PyList_New(n), *block = NULL, *out = NULL;
+    if (records == NULL) goto done;
+    /* Room for every row's fixed part and its bytes: one allocation in the common case. */
+    Py_ssize_t room = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (int f = 0; f < 2; f++) {
+            PyObject *field = PyList_GET_ITEM(column[f], i);
+            if (PyBytes_Check(field)) room += PyBytes_GET_SIZE(field);
+        }
+        room += 64;
+    }
+    if (buf_reserve(&body, room) < 0) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(column[0], i), *value = PyList_GET_ITEM(column[1], i);
+        PyObject *headers = PyList_GET_ITEM(column[2], i);
+        long long timestamp = PyLong_AsLongLong(PyList_GET_ITEM(column[3], i));
+        if (timestamp == -1 && PyErr_Occurred()) goto done;
+        if (buf_reserve(&body, 20) < 0) goto done;
+        Py_ssize_t start = body.size;
+        put_long(&body, (int64_t)(first + i));
+        put_long(&body, (int64_t)timestamp);
+        if (put_optional(&body, key, "key") < 0) goto done;
+        if (put_optional(&body, value, "value") < 0) goto done;
+        int has = PyObject_IsTrue(headers);
+        if (has < 0) goto done;
+        if (has) {
+            if (put_headers(&body, headers) < 0) goto done;
+        } else {
+            if (buf_reserve(&body, 1) < 0) goto done;
+            body.data[body.size++] = 0;
+        }
+        uLong crc = crc32(0L, body.data + start, (uInt)(body.size - start));
+        if (buf_reserve(&body, 10) < 0) goto done;
+        put_long(&body, (int64_t)crc);
+        if (PyTuple_Check(headers) && PyTuple_GET_SIZE(headers) == 0) headers = empty_tuple;
+        PyObject *record = record_type->tp_alloc(record_type, 0);
+        PyObject *offset = PyLong_FromLongLong(first + i);
+        if (record == NULL || offset == NULL) {
+            Py_XDECREF(record);
+            Py_XDECREF(offset);
+            goto done;
+        }
+        /* The row's own timestamp (an int already): one object fewer a record. */
+        PyObject *stamp = PyList_GET_ITEM(column[3], i);
+        if (!PyLong_CheckExact(stamp)) {
+            stamp = PyLong_FromLongLong(timestamp);
+            if (stamp == NULL) {
+                Py_DECREF(record);
+                Py_DECREF(offset);
+                goto done;
+            }
+        } else {
+            Py_INCREF(stamp);
+        }
+        PyObject *fields[N_FIELDS] = {topic, partition, offset, key, value, stamp, headers};
+        Py_INCREF(topic);
+        Py_INCREF(partition);
+        Py_INCREF(key);
+        Py_INCREF(value);
+        Py_INCREF(headers);
+        for (int f = 0; f < N_FIELDS; f++) {
+            *(PyObject **)((char *)record + slot_offsets[f]) = fields[f];
+        }
+        if (headers == empty_tuple && PyObject_GC_IsTracked(record)) PyObject_GC_UnTrack(record);
+        PyList_SET_ITEM(records, i, record);
+    }
+    {
+        unsigned char head[20];
+        Buffer h = {head, 0, sizeof head};
+        put_long(&h, n);
+        put_long(&h, body.size);
+        block = PyBytes_FromStringAndSize(NULL, h.size + body.size + sync.len);
+        if (block == NULL) goto done;
+        char *to = PyBytes_AS_STRING(block);
+        memcpy(to, head, (size_t)h.size);
+        if (body.size) memcpy(to + h.size, body.data, (size_t)body.size);
+        memcpy(to + h.size + body.size, sync.buf, (size_t)sync.len);
+    }
+    out = PyTuple_Pack(2, block, records);
+done:
+    Py_XDECREF(block);
+    Py_XDECREF(records);
+    PyMem_Free(body.data);
+    PyBuffer_Release(&sync);
+    return out;
+}
+
+/* Kafka's murmur2 (the Java client's `Utils.murmur2`), as `streams.partitioner.murmur2`. */
+static int32_t murmur2(const unsigned char *data, Py_ssize_t length) {
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t whole = length & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) |
+                     ((uint32_t)data[i + 2] << 16) | ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (length & 3) {
+    case 3: h ^= (uint32_t)data[whole + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)data[whole + 1] << 8;  /* fall through */
+    case 1: h ^= (uint32_t)data[whole]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *partition_for(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "partition_for(key: bytes, partitions: int)");
+        return NULL;
+    }
+    long partitions = PyLong_AsLong(args[1]);
+    if (partitions == -1 && PyErr_Occurred()) return NULL;
+    if (partitions <= 0) {
+        PyErr_Format(PyExc_ValueError, "a topic has at least one partition, not %ld", partitions);
+        return NULL;
+    }
+    int32_t h = murmur2((const unsigned char *)PyBytes_AS_STRING(args[0]),
+                        PyBytes_GET_SIZE(args[0]));
+    return PyLong_FromLong((long)((uint32_t)h & 0x7fffffffu) % partitions);
+}
+
+/* ---- the embedded producer's queue -------------------------------------------------- */
+
+/* `streams.produce_queue.RecordQueue` in C (the base of `EmbeddedProducer`): `produce` places
+ * each record on its partition (murmur2) and adds its fields to that partition's columns,
+ * without a Python frame;
+ * the produce order is kept as one 32-bit slot number a record. A subclass gives `_route`. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *routes;  /* topic -> (slot of its partition 0, a list of rows per partition) */
+    PyObject *touched; /* slots holding rows, in the order first produced to */
+    uint32_t *order;   /* each queued record's slot, in produce order */
+    Py_ssize_t n, cap;
+} QueueObject;
+
+static PyObject *s_route, *array_type;
+static PyObject *s_kw[5]; /* produce's parameter names */
+
+static int queue_init(QueueObject *self, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) || (kwargs && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "RecordQueue() takes no arguments");
+        return -1;
+    }
+    Py_XSETREF(self->routes, PyDict_New());
+    Py_XSETREF(self->touched, PyList_New(0));
+    if (self->routes == NULL || self->touched == NULL) return -1;
+    self->n = 0;
+    return 0;
+}
+
+static int queue_traverse(QueueObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->routes);
+    Py_VISIT(self->touched);
+    return 0;
+}
+
+static int queue_clear(QueueObject *self) {
+    Py_CLEAR(self->routes);
+    Py_CLEAR(self->touched);
+    return 0;
+}
+
+static void queue_dealloc(QueueObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    queue_clear(self);
+    PyMem_Free(self->order);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *queue_produce(QueueObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames) {
+    PyObject *given[5] = {NULL, NULL, Py_None, empty_tuple, Py_None};
+    if (nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "produce() takes at most 5 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) given[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int found = -1;
+        for (int f = 0; f < 5 && found < 0; f++)
+            if (name == s_kw[f] || PyUnicode_Compare(name, s_kw[f]) == 0) found = f;
+        if (found < 0 || found < nargs) {
+            PyErr_Format(PyExc_TypeError, "produce() got an unexpected or repeated argument %R",
+                         name);
+            return NULL;
+        }
+        given[found] = args[nargs + k];
+    }
+    PyObject *topic = given[0], *value = given[1], *key = given[2], *headers = given[3];
+    PyObject *stamp = given[4];
+    if (topic == NULL || value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "produce() needs a topic and a value");
+        return NULL;
+    }
+    if (self->routes == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordQueue.__init__ was not called");
+        return NULL;
+    }
+    PyObject *route = PyDict_GetItemWithError(self->routes, topic);
+    if (route == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        route = PyObject_CallMethodOneArg((PyObject *)self, s_route, topic);
+        if (route == NULL) return NULL;
+        int rc = PyDict_SetItem(self->routes, topic, route);
+        Py_DECREF(route); /* the dict holds it */
+        if (rc < 0) return NULL;
+    }
+    if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 2 ||
+        !PyList_Check(PyTuple_GET_ITEM(route, 1)) ||
+        PyList_GET_SIZE(PyTuple_GET_ITEM(route, 1)) == 0) {
+        PyErr_SetString(PyExc_TypeError, "_route() gives (slot, the rows of each partition)");
+        return NULL;
+    }
+    long slot = PyLong_AsLong(PyTuple_GET_ITEM(route, 0));
+    if (slot == -1 && PyErr_Occurred()) return NULL;
+    PyObject *queues = PyTuple_GET_ITEM(route, 1);
+    Py_ssize_t number = 0;
+    if (key != Py_None) {
+        if (!PyBytes_Check(key)) {
+            PyErr_Format(PyExc_TypeError, "a record's key must be bytes or None, not %.100s",
+                         Py_TYPE(key)->tp_name);
+            return NULL;
+        }
+        int32_t h = murmur2((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        number = (Py_ssize_t)(((uint32_t)h & 0x7fffffffu) % (uint32_t)PyList_GET_SIZE(queues));
+    }
+    PyObject *rows = PyList_GET_ITEM(queues, number);
+    if (!PyTuple_Check(rows) || PyTuple_GET_SIZE(rows) != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a partition's rows are (keys, values, headers, timestamps): four lists");
+        return NULL;
+    }
+    PyObject *column[4];
+    for (int c = 0; c < 4; c++) {
+        column[c] = PyTuple_GET_ITEM(rows, c);
+        if (!PyList_Check(column[c])) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a partition's rows are (keys, values, headers, timestamps): four lists");
+            return NULL;
+        }
+    }
+    slot += (long)number;
+    if (slot < 0 || slot > (long)UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a queue's slot is a 32-bit number");
+        return NULL;
+    }
+    PyObject *ts;
+    if (stamp == Py_None) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        ts = PyLong_FromLongLong((long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    } else {
+        ts = stamp;
+        Py_INCREF(ts);
+    }
+    if (ts == NULL) return NULL;
+    if (self->n == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 1024;
+        uint32_t *order = PyMem_Realloc(self->order, (size_t)cap * sizeof(uint32_t));
+        if (order == NULL) {
+            Py_DECREF(ts);
+            return PyErr_NoMemory();
+        }
+        self->order = order;
+        self->cap = cap;
+    }
+    if (PyList_GET_SIZE(column[0]) == 0) {
+        PyObject *number_of_slot = PyLong_FromLong(slot);
+        if (number_of_slot == NULL || PyList_Append(self->touched, number_of_slot) < 0) {
+            Py_XDECREF(number_of_slot);
+            Py_DECREF(ts);
+            return NULL;
+        }
+        Py_DECREF(number_of_slot);
+    }
+    /* Columns of the fields themselves: no object a record (a tuple would be one more to
+     * allocate, keep and free). A failed append leaves the columns of one length. */
+    PyObject *fields[4] = {key, value, headers, ts};
+    for (int c = 0; c < 4; c++) {
+        if (PyList_Append(column[c], fields[c]) < 0) {
+            for (int d = 0; d < c; d++) {
+                Py_ssize_t size = PyList_GET_SIZE(column[d]);
+                PyList_SetSlice(column[d], size - 1, size, NULL);
+            }
+            Py_DECREF(ts);
+            return NULL;
+        }
+    }
+    Py_DECREF(ts);
+    self->order[self->n++] = (uint32_t)slot;
+    Py_RETURN_NONE;
+}
+
+static PyObject *queue_take(QueueObject *self, PyObject *unused) {
+    if (self->touched == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordQueue.__init__ was not called");
+        return NULL;
+    }
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL) return NULL;
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)self->order,
+                                              self->n * (Py_ssize_t)sizeof(uint32_t));
+    if (raw == NULL) { Py_DECREF(fresh); return NULL; }
+    PyObject *order = PyObject_CallFunction(array_type, "sO", "I", raw);
+    Py_DECREF(raw);
+    if (order == NULL) { Py_DECREF(fresh); return NULL; }
+    PyObject *touched = self->touched;
+    self->touched = fresh;
+    self->n = 0;
+    PyObject *out = PyTuple_Pack(2, touched, order);
+    Py_DECREF(touched);
+    Py_DECREF(order);
+    return out;
+}
+
+static PyObject *queue_queued(QueueObject *self, PyObject *unused) {
+    return PyLong_FromSsize_t(self->n);
+}
+
+static PyMethodDef queue_methods[] = {
+    {"produce", (PyCFunction)(void (*)(void))queue_produce, METH_FASTCALL | METH_KEYWORDS,
+     "produce(topic, value, key=None, headers=(), timestamp_ms=None): queue a record on "
+     "its partition."},
+    {"take", (PyCFunction)queue_take, METH_NOARGS,
+     "take() -> (touched slots, array('I') of slots in produce order); the queue starts anew "
+     "(the rows stay in the lists `_route` gave, for the caller to take)."},
+    {"queued", (PyCFunction)queue_queued, METH_NOARGS, "queued() -> records queued."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot queue_slots[] = {
+    {Py_tp_doc, "An embedded producer's queue: rows by partition, and their produce order."},
+    {Py_tp_init, queue_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, queue_dealloc},
+    {Py_tp_traverse, queue_traverse},
+    {Py_tp_clear, queue_clear},
+    {Py_tp_methods, queue_methods},
+    {0, NULL},
+};
+
+static PyType_Spec queue_spec = {
+    "streams._framing.RecordQueue", sizeof(QueueObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, queue_slots,
+};
+
 /* ---- Kafka ------------------------------------------------------------------------ */
 
 static PyObject *s_error, *s_headers, *s_topic, *s_partition, *s_offset, *s_key, *s_value,
@@ -721,6 +1115,12 @@ static PyMethodDef methods[] = {
      "immutable instances of such values are left out of the collector's walks)."},
     {"make_records", (PyCFunction)(void (*)(void))make_records, METH_VARARGS | METH_KEYWORDS,
      "make_records(topic, partition, first, rows) -> list[Record]: offsets from `first`."},
+    {"frame_rows", (PyCFunction)(void (*)(void))frame_rows, METH_VARARGS | METH_KEYWORDS,
+     "frame_rows(topic, partition, first, rows, sync) -> (block, records): an append's "
+     "block and its records (encode_block of make_records); rows are (keys, values, headers, "
+     "timestamps)."},
+    {"partition_for", (PyCFunction)(void (*)(void))partition_for, METH_FASTCALL,
+     "partition_for(key, partitions) -> int: Kafka's murmur2 partitioner."},
     {"kafka_records", kafka_records, METH_O,
      "kafka_records(messages) -> list[Record] | None (None: a message with an error or headers)."},
     {"whole_records", (PyCFunction)(void (*)(void))whole_records, METH_VARARGS | METH_KEYWORDS,
@@ -745,5 +1145,25 @@ PyMODINIT_FUNC PyInit__framing(void) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (*names[i] == NULL) return NULL;
     }
-    return PyModule_Create(&module);
+    s_route = PyUnicode_InternFromString("_route");
+    if (s_route == NULL) return NULL;
+    const char *kw[] = {"topic", "value", "key", "headers", "timestamp_ms"};
+    for (int i = 0; i < 5; i++) {
+        s_kw[i] = PyUnicode_InternFromString(kw[i]);
+        if (s_kw[i] == NULL) return NULL;
+    }
+    PyObject *array_module = PyImport_ImportModule("array");
+    if (array_module == NULL) return NULL;
+    array_type = PyObject_GetAttrString(array_module, "array");
+    Py_DECREF(array_module);
+    if (array_type == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *queue_type = PyType_FromSpec(&queue_spec);
+    if (queue_type == NULL || PyModule_AddObject(m, "RecordQueue", queue_type) < 0) {
+        Py_XDECREF(queue_type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

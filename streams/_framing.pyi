@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,16 @@ def make_records(
     first: int,
     rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
 ) -> list[Record]: ...
+def frame_rows(
+    topic: str,
+    partition: int,
+    first: int,
+    rows: tuple[
+        list[bytes | None], list[bytes | None], list[tuple[tuple[str, bytes], ...]], list[int]
+    ],
+    sync: bytes,
+) -> tuple[bytes, list[Record]]: ...
+def partition_for(key: bytes, partitions: int, /) -> int: ...
 def kafka_records(messages: list[Any], /) -> list[Record] | None: ...
 def whole_records(
     data: bytes,
@@ -27,3 +38,17 @@ def whole_records(
     topic: str,
     partition: int,
 ) -> list[Record] | None: ...
+
+class RecordQueue:
+    def __init__(self) -> None: ...
+    def _route(self, topic: str) -> tuple[int, list[Any]]: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        timestamp_ms: int | None = None,
+    ) -> None: ...
+    def take(self) -> tuple[list[int], array[int]]: ...
+    def queued(self) -> int: ...

@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,6 @@ from streams.log import (
     COMMIT_TIMEOUT_S,
     DeliveryError,
     FlushTimeoutError,
-    Headers,
     LogError,
     PartitionListener,
     Record,
@@ -55,8 +54,8 @@ from streams.log import (
     UnknownTopicError,
 )
 from streams.partition import Partition
-from streams.partitioner import partition_for
-from streams.segment import SegmentCorruptError, fsync_dir
+from streams.produce_queue import RecordQueue, Route, no_rows
+from streams.segment import Columns, SegmentCorruptError, fsync_dir
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 _POLL_INTERVAL_S = 0.01
@@ -271,68 +270,66 @@ def _write_json(path: Path, data: object) -> None:
     fsync_dir(path.parent)
 
 
-class EmbeddedProducer:
-    def __init__(self, log: EmbeddedLog) -> None:
-        self._log = log
-        self._queue: list[tuple[str, int, bytes | None, bytes | None, Headers, int]] = []
-        self._partition_counts: dict[str, int] = {}
+class EmbeddedProducer(RecordQueue):
+    """Queues records by partition as they are produced (`streams.produce_queue`): a flush
+    writes each partition's rows as one block and returns the records in produce order."""
 
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: Headers = (),
-        timestamp_ms: int | None = None,
-    ) -> None:
-        count = self._partition_counts.get(topic)
-        if count is None:
-            count = self._partition_counts[topic] = self._log.partitions_for(topic)
-        number = 0 if key is None else partition_for(key, count)
-        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        self._queue.append((topic, number, key, value, headers, ts))
+    def __init__(self, log: EmbeddedLog) -> None:
+        super().__init__()
+        self._log = log
+        # Per slot (a topic's partition): the topic, the partition, the topic's row lists.
+        self._slots: list[tuple[str, int, list[Columns]]] = []
+
+    def _route(self, topic: str) -> Route:
+        count = self._log.partitions_for(topic)
+        queues = [no_rows() for _ in range(count)]
+        route = (len(self._slots), queues)
+        self._slots.extend((topic, number, queues) for number in range(count))
+        return route
 
     def flush(self, timeout_s: float = 30.0) -> list[Record]:
-        queued, self._queue = self._queue, []
-        if not queued:
+        touched, order = self.take()
+        if not touched:
             return []
-        by_partition: dict[TopicPartition, list[int]] = {}
-        for i, item in enumerate(queued):
-            by_partition.setdefault((item[0], item[1]), []).append(i)
-        delivered: list[Record | None] = [None] * len(queued)
+        batches: list[tuple[int, str, int, Columns]] = []
+        for slot in touched:
+            topic, number, queues = self._slots[slot]
+            batches.append((slot, topic, number, queues[number]))
+            queues[number] = no_rows()
+        written: list[Callable[[], Record] | None] = [None] * len(self._slots)
         # A partition's write (one block, one fsync) cannot be interrupted: the deadline is
         # checked before each one.
         deadline = time.monotonic() + timeout_s
         try:
             with self._log.writing():
-                self._append(queued, by_partition, delivered, deadline, timeout_s)
+                self._append(batches, written, len(order), deadline, timeout_s)
         except OSError as error:
             raise DeliveryError(f"embedded log write failed: {error}") from error
-        return [r for r in delivered if r is not None]
+        # Each partition's records in its own order, taken in the order they were produced.
+        return [written[slot]() for slot in order]  # type: ignore[misc]
 
     def _append(
         self,
-        queued: list[tuple[str, int, bytes | None, bytes | None, Headers, int]],
-        by_partition: dict[TopicPartition, list[int]],
-        delivered: list[Record | None],
+        batches: list[tuple[int, str, int, Columns]],
+        written: list[Callable[[], Record] | None],
+        queued: int,
         deadline: float,
         timeout_s: float,
     ) -> None:
-        for (topic, number), indexes in by_partition.items():
+        done = 0
+        for slot, topic, number, rows in batches:
             if time.monotonic() >= deadline:
-                unwritten = sum(1 for r in delivered if r is None)
                 raise FlushTimeoutError(
-                    f"embedded log flush: {unwritten} of {len(queued)} records not written "
+                    f"embedded log flush: {queued - done} of {queued} records not written "
                     f"within {timeout_s} s (partitions written before the limit keep "
                     "theirs: a retry writes those again, recognisable by event_id)"
                 )
-            rows = [queued[i][2:] for i in indexes]
-            written = self._log.partition(topic, number).append(rows)
-            for i, record in zip(indexes, written, strict=True):
-                delivered[i] = record
+            records = self._log.partition(topic, number).append(rows)
+            written[slot] = iter(records).__next__
+            done += len(records)
 
     def close(self) -> None:
-        if self._queue:
+        if self.queued():
             self.flush()
 
 

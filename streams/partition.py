@@ -34,20 +34,20 @@ from pathlib import Path
 from streams import acknowledged
 from streams.acknowledged import Acknowledged, UnreadableError
 from streams.damage import ACKNOWLEDGED, FRAMING, HEADER, RECORDS, TORN, Damage
-from streams.log import CORRUPT_HEADER, Headers, Record
+from streams.log import CORRUPT_HEADER, Record
 from streams.segment import (
     MAX_DAMAGED_VALUE_BYTES,
     MIN_RECORD_BYTES,
+    Columns,
     DecodedBlock,
     Header,
     SegmentHeaderError,
     assumed_header,
     corrupt_record,
     decode_block,
-    encode_block,
     first_record_holds,
+    frame_rows,
     header_bytes,
-    make_records,
     new_segment,
     read_header,
 )
@@ -689,13 +689,13 @@ class Partition:
         segment.tail = None
         segment.scanned = segment.size = tail.position
 
-    def append(
-        self, records: list[tuple[bytes | None, bytes | None, Headers, int]]
-    ) -> list[Record]:
-        """Write records as one block, fsync, and return them with their offsets."""
+    def append(self, rows: Columns) -> list[Record]:
+        """Write records (as columns: keys, values, headers, timestamps) as one block, fsync,
+        and return them with their offsets."""
         if not self._writer_ready:
             self._prepare_to_write()
         segment = self._segments[-1] if self._segments else None
+        first = self._next
         if (
             segment is None
             or self._roll
@@ -703,22 +703,30 @@ class Partition:
             or segment.header is None
             or not segment.header.checked  # the earlier format: start anew
         ):
-            segment = self._new_segment(self._next)
-            self._roll = False
-        first = self._next
-        written = make_records(self.topic, self.number, first, records)
-        assert segment.header is not None
-        data = encode_block(written, segment.header.sync)
-        start, end = segment.scanned, segment.scanned + len(data)
+            # A new segment, made with this block in it (one fsync of the file, not two).
+            path = self._path(first)
+            header = read_header(header_bytes(path), path)
+            base, start, segment = first, header.start, None
+        else:
+            assert segment.header is not None
+            header, base, start = segment.header, segment.base, segment.scanned
+        data, written = frame_rows(self.topic, self.number, first, rows, header.sync)
+        end = start + len(data)
         # The block is recorded as the partition's newest while it is written (the two fsyncs
-        # overlap): recovery never cuts what it finds whole in the segment, nor before it.
-        newest = Acknowledged(segment.base, start, first, end, first + len(written))
+        # overlap): recovery never cuts what it finds whole in the segment, nor before it. (A
+        # record of a segment not yet made, if that write fails or a crash comes first, leaves
+        # its offsets taken: `_floor`.)
+        newest = Acknowledged(base, start, first, end, first + len(written))
         recording = acknowledged.Recording(self.directory, newest)
         try:
-            with open(segment.path, "ab") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+            if segment is None:
+                segment = self._new_segment(base, header, data)
+                self._roll = False
+            else:
+                with open(segment.path, "ab") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
         except OSError:
             self.forget_writing()  # what the file holds now is read again before the next
             raise
@@ -734,14 +742,15 @@ class Partition:
         self._next = first + len(written)
         return written
 
-    def _new_segment(self, base: int) -> _Segment:
+    def _new_segment(self, base: int, header: Header, first_block: bytes) -> _Segment:
+        """Make the segment of offsets from `base`, holding `first_block`, and index its
+        header (the caller indexes the block)."""
+        path = self._path(base)
+        new_segment(path, first_block)
         if self._segments:
             self._segments[-1].sealed = True
-        path = self._path(base)
-        new_segment(path)
-        segment = _Segment(base, path, inode=path.stat().st_ino)
-        segment.header = read_header(header_bytes(path), path)
-        segment.scanned = segment.header.start
+        segment = _Segment(base, path, inode=path.stat().st_ino, header=header)
+        segment.scanned = header.start
         segment.expected = segment.floor = base
         self._segments.append(segment)
         self._bases.append(base)

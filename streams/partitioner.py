@@ -4,12 +4,15 @@ This is the Java client's `Utils.murmur2` and `toPositive(hash) % partitions`; l
 `murmur2_random` partitioner and aiokafka (Faust) compute the same, and the embedded log uses
 this function. A test checks it against a real broker.
 
-Placement is cached: keys repeat (instance, pool and workload ids), and the hash in Python
+Where the C extension is built (`streams._framing`), `partition_for` is its murmur2 (about
+0.1 µs a key, a cache lookup's cost); the Python code stays as the reference and the fallback,
+its placement cached: keys repeat (instance, pool and workload ids), and the hash in Python
 took a sixth of an embedded write (`bench/log.py --profile`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 _M = 0x5BD1E995
@@ -46,6 +49,17 @@ PLACEMENT_CACHE_SIZE = 1 << 16  # keys; a few MiB at most
 
 
 @lru_cache(maxsize=PLACEMENT_CACHE_SIZE)
-def partition_for(key: bytes, partitions: int) -> int:
+def partition_for_python(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner picks for a non-null `key`."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+partition_for: Callable[[bytes, int], int] = partition_for_python
+"""The partition Kafka's default partitioner picks for a non-null `key`."""
+try:
+    from streams import _framing
+except ImportError:  # built without a C compiler: the cached Python hash
+    FRAMING = "python"
+else:
+    partition_for = _framing.partition_for
+    FRAMING = "c"

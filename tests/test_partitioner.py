@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from streams.partitioner import PLACEMENT_CACHE_SIZE, murmur2, partition_for
+from streams import partitioner
+from streams.partitioner import PLACEMENT_CACHE_SIZE, murmur2, partition_for, partition_for_python
 
 # From Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils).
 JAVA_VECTORS = {
@@ -36,4 +39,19 @@ def test_cached_placement_is_murmur2_for_repeated_and_evicted_keys() -> None:
     # a key where the hash does (the contract suite checks the hash against a real broker).
     keys = [f"workload-{i}".encode() for i in range(PLACEMENT_CACHE_SIZE + 500)]
     for key in [*keys, *reversed(keys)]:
-        assert partition_for(key, 40) == (murmur2(key) & 0x7FFFFFFF) % 40
+        assert partition_for_python(key, 40) == (murmur2(key) & 0x7FFFFFFF) % 40
+
+
+@given(st.binary(max_size=80), st.integers(min_value=1, max_value=1 << 16))
+def test_the_extensions_placement_is_the_python_hashs(key: bytes, partitions: int) -> None:
+    """`partition_for` is the C extension's murmur2 where it is built (as the log runs)."""
+    assert partitioner.FRAMING == "c"
+    expected = (murmur2(key) & 0x7FFFFFFF) % partitions
+    assert partition_for(key, partitions) == partition_for_python(key, partitions) == expected
+
+
+def test_the_extensions_placement_refuses_what_the_hash_cannot_place() -> None:
+    with pytest.raises(ValueError, match="at least one partition"):
+        partition_for(b"k", 0)
+    with pytest.raises(TypeError):
+        partition_for("k", 3)  # type: ignore[arg-type]

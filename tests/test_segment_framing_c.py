@@ -18,6 +18,7 @@ from streams.reader import Decoded, new_decoded
 from streams.segment import (
     SYNC_SIZE,
     encode_block_python,
+    frame_rows_python,
     make_records_python,
     read_long,
     whole_records_python,
@@ -127,6 +128,34 @@ def test_appended_rows_become_the_same_records(first: int, records: list[Record]
     got = _framing.make_records("t", 3, first, rows)
     assert got == make_records_python("t", 3, first, rows) == _offsets_from(first, records)
     assert [hash(r) for r in got] == [hash(r) for r in _offsets_from(first, records)]
+
+
+@given(st.integers(min_value=0, max_value=1 << 40), records_strategy)
+def test_an_appends_block_and_records_are_the_same(first: int, records: list[Record]) -> None:
+    """`frame_rows` (what `Partition.append` calls): `encode_block` of `make_records`."""
+    assert segment.frame_rows is _framing.frame_rows
+    rows = (
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+        [r.timestamp_ms for r in records],
+    )
+    block, got = _framing.frame_rows("t", 3, first, rows, SYNC)
+    expected = _offsets_from(first, records)
+    assert (block, got) == frame_rows_python("t", 3, first, rows, SYNC)
+    assert block == encode_block_python(expected, SYNC)
+    assert got == expected
+    assert [hash(r) for r in got] == [hash(r) for r in expected]
+
+
+def test_an_appends_rows_of_the_wrong_kind_are_refused() -> None:
+    for frame_rows in (_framing.frame_rows, frame_rows_python):
+        with pytest.raises(TypeError, match="four lists of one length"):
+            frame_rows("t", 3, 0, ([b"k"], [b"v"], [()], []), SYNC)
+    with pytest.raises(TypeError, match="four lists of one length"):
+        _framing.frame_rows("t", 3, 0, [(b"k", b"v", (), 1)], SYNC)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="value must be bytes or None"):
+        _framing.frame_rows("t", 3, 0, ([b"k"], ["v"], [()], [1]), SYNC)  # type: ignore[list-item]
 
 
 @given(records_strategy)
