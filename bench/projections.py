@@ -353,12 +353,14 @@ LEDGER_SUMS: dict[str, list[dict[str, tuple[int, str]]]] = {"project": [], "bare
 
 
 def ledger_sums(store: ChdbStore) -> dict[str, tuple[int, str]]:
-    """Each ledger table's rows (every row inserted: no FINAL) and the sum of their hashes
-    (of each row as text, NULLs and floats included)."""
+    """Each ledger table's rows as the ledger reads them (FINAL: a table whose key repeats,
+    the batches' and the offsets', keeps its last row whenever chdb merges it) and the sum of
+    their hashes (of each row as text, NULLs and floats included)."""
     out = {}
     for table in LEDGER_COMPARED:
         rows = store.query(
-            f"SELECT count() AS n, toString(sum(cityHash64(toString(tuple(*))))) AS h FROM {table}"
+            "SELECT count() AS n, toString(sum(cityHash64(toString(tuple(*))))) AS h"
+            f" FROM {table} FINAL"
         )
         out[table] = (int(rows[0]["n"]), str(rows[0]["h"]))
     return out
