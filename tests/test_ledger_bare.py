@@ -7,12 +7,15 @@ has them (`tests/test_late_facts.py`'s)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.ledger_bare import BarePricer
+from bench.ledger_bare import BarePricer, Line
 from bench.log_bare import to_record
 from projections.ledger.pricer import MemorySource, Pricer
+from projections.ledger.pricing import LedgerLine
 from projections.ledger.rule import RECORDED
 from tests.test_late_facts import LateCard, base_history, late_cards, with_late
 
@@ -28,7 +31,9 @@ def test_the_plain_pricing_gives_the_ledgers_lines_in_any_order(
     arrived = [events[i] for i in order]
     source = MemorySource()
     pricer, bare = Pricer(RECORDED, source=source), BarePricer()
-    lines, plain, refused = [], [], []
+    lines: list[LedgerLine] = []
+    plain: list[Line] = []
+    refused: list[tuple[Any, ...]] = []
     for start in range(0, len(arrived), size):
         for n, e in enumerate(arrived[start : start + size], start):
             lines += pricer.feed(e)
