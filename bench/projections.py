@@ -21,11 +21,13 @@ an embedded log under a temporary home. Every path decodes the same raw records:
   report says whether the bare loop wrote the projection's rows, table by table.
 - ledger: decode + `LedgerWriter.prepare` (the copy check, pricing, the Arrow tables) +
   `store_batch` (its batch row; events, and through their views rankings and rate cards;
-  priced lines and facts; offsets); bare: fastavro's decode to dicts and chdb's Arrow inserts
-  into the ledger's own tables (its DDL and views, applied before the clock starts): the
-  batch row, the same event rows (the views making the same rankings and rate cards) and the
-  offsets. It does not price: no lines, no priced facts, no copy check (pricing written
-  plainly is not done yet; `bench/bulk_profile.py` gives what pricing costs the projection).
+  priced lines and facts; offsets); bare: the same work with fastavro and chdb alone: fastavro's
+  decode to dicts, copies left out by id, the recorded rule's pricing written plainly over the
+  dicts (`bench/ledger_bare.py`: no module of the ledger's, nor the codec), and chdb's Arrow
+  inserts into the ledger's own tables (its DDL and views, applied before the clock starts):
+  the batch row, the events (the views making the rankings and rate cards), the lines, what
+  was priced and refused, the offsets. After each round both sides' tables are read back
+  (outside the clocks: every row's text hashed and summed, per table) and compared.
 - `--only fleet` or `--only ledger` measures that projection and its bare loop alone (the
   other's rounds skipped; with `--only ledger --no-rebuild` no PostgreSQL is started).
 - rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
@@ -49,6 +51,7 @@ measures the neighbours as much as the code, and the CPU ratio is the one that r
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -63,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 
-from bench import fleet_bare
+from bench import fleet_bare, ledger_bare
 from infra import servers
 from projections.catchup import BATCH_EVENTS, run_projections
 from projections.ledger.store import ChdbStore
@@ -212,80 +215,170 @@ def project_ledger(
     prepare = lambda rows: writer.prepare(rows, positions(rows))  # noqa: E731
     write_all(writer.store_batch, codec, records, size, serial, prepare=prepare)
     timing = clock.stop()
+    LEDGER_SUMS["project"].append(ledger_sums(store))
     store.command("DROP DATABASE bench")
     return timing
 
 
 _UTC_US = pa.timestamp("us", tz="UTC")
+_PIECES = pa.list_(pa.struct([("1", pa.int64()), ("2", pa.int64()), ("3", pa.int64())]))
 _LEDGER_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=bytes.hex)
 
 
-def insert_bare_ledger(store: ChdbStore, number: int, batch: list[Record]) -> None:
-    """The bare ledger loop's batch: its row of `ledger_batches`, its events (one Arrow insert
-    into the ledger's own `events`, whose views make the rankings and rate cards) and its
-    offsets, from fastavro's dicts. No pricing: no lines, no priced facts."""
-    rows = fleet_bare.decode(batch)
-    done: dict[tuple[str, int], int] = {}
-    for r, _ in rows:
-        tp = (r.topic, r.partition)
-        done[tp] = max(done.get(tp, 0), r.offset + 1)
-    starts = json.dumps(sorted([t, p, o] for (t, p), o in done.items()))
-    store.insert(
-        "ledger_batches",
-        pa.table(
-            {
-                "projection_name": ["ledger"],
-                "batch": pa.array([number], pa.uint64()),
-                "starts": [starts],
-            }
-        ),
-    )
-    encode = _LEDGER_JSON.encode
-    store.insert(
-        "events",
-        pa.table(
-            {
-                "event_id": [e["event_id"] for _, e in rows],
-                "event_type": [e["event_type"] for _, e in rows],
-                "occurred_at": pa.array([e["occurred_at"] for _, e in rows], _UTC_US),
-                "recorded_at": pa.array([e["recorded_at"] for _, e in rows], _UTC_US),
-                "region": [e["region"] for _, e in rows],
-                "key": [e["key"] for _, e in rows],
-                "causation_id": pa.array([e["causation_id"] for _, e in rows], pa.string()),
-                "correlation_id": pa.array([e["correlation_id"] for _, e in rows], pa.string()),
-                "producer": [e["producer"] for _, e in rows],
-                "topic": [r.topic for r, _ in rows],
-                "partition": pa.array([r.partition for r, _ in rows], pa.uint32()),
-                "offset": pa.array([r.offset for r, _ in rows], pa.uint64()),
-                "payload": [encode(e["payload"][1]) for _, e in rows],
-            }
-        ),
-    )
-    keys = sorted(done)
-    store.insert(
-        "consumed_offsets",
-        pa.table(
-            {
-                "projection_name": ["ledger"] * len(keys),
-                "topic": pa.array([t for t, _ in keys], pa.string()),
-                "partition": pa.array([p for _, p in keys], pa.uint32()),
-                "next_offset": pa.array([done[k] for k in keys], pa.uint64()),
-            }
-        ),
-    )
+class BareLedger:
+    """The ledger's work with fastavro and chdb alone: fastavro's dicts, copies left out by id,
+    priced plainly (`bench/ledger_bare.py`), and chdb's Arrow inserts into the ledger's own
+    tables (its DDL and views): the batch row, the events (whose views make the rankings and
+    rate cards), the priced lines, what was priced and refused, the offsets."""
+
+    def __init__(self, store: ChdbStore) -> None:
+        self.store = store
+        self.pricer = ledger_bare.BarePricer()
+        self.number = 0
+        self.prepared_to: dict[tuple[str, int], int] = {}
+        self.ids: set[str] = set()
+
+    def write(self, batch: list[Record]) -> None:
+        rows = fleet_bare.decode(batch)
+        self.number += 1
+        done: dict[tuple[str, int], int] = {}
+        for r, _ in rows:
+            tp = (r.topic, r.partition)
+            done[tp] = max(done.get(tp, 0), r.offset + 1)
+        firsts, ids = [], self.ids
+        for r, e in rows:
+            if e["event_id"] not in ids:
+                ids.add(e["event_id"])
+                firsts.append((r, e))
+        pricer = self.pricer
+        lines: list[ledger_bare.Line] = []
+        refused: list[tuple[Any, ...]] = []
+        pricer.batch_items = []
+        feed = pricer.feed
+        for r, e in firsts:
+            lines += feed(e, (r.topic, r.partition, r.offset), refused)
+        lines += pricer.advance()
+        held = sorted([t, p, o] for (t, p), o in self.prepared_to.items())
+        starts = hashlib.sha256(json.dumps(held).encode()).hexdigest()
+        for tp, o in done.items():
+            self.prepared_to[tp] = max(self.prepared_to.get(tp, 0), o)
+        insert, number = self.store.insert, self.number
+        insert("ledger_batches", pa.table({"projection_name": ["ledger"],
+               "batch": pa.array([number], pa.uint64()), "starts": [starts]}))  # fmt: skip
+        encode = _LEDGER_JSON.encode
+        insert(
+            "events",
+            pa.table(
+                {
+                    "event_id": [e["event_id"] for _, e in firsts],
+                    "event_type": [e["event_type"] for _, e in firsts],
+                    "occurred_at": pa.array([e["occurred_at"] for _, e in firsts], _UTC_US),
+                    "recorded_at": pa.array([e["recorded_at"] for _, e in firsts], _UTC_US),
+                    "region": [e["region"] for _, e in firsts],
+                    "key": [e["key"] for _, e in firsts],
+                    "causation_id": pa.array([e["causation_id"] for _, e in firsts], pa.string()),
+                    "correlation_id": pa.array(
+                        [e["correlation_id"] for _, e in firsts], pa.string()
+                    ),
+                    "producer": [e["producer"] for _, e in firsts],
+                    "topic": [r.topic for r, _ in firsts],
+                    "partition": pa.array([r.partition for r, _ in firsts], pa.uint32()),
+                    "offset": pa.array([r.offset for r, _ in firsts], pa.uint64()),
+                    "payload": [encode(e["payload"][1]) for _, e in firsts],
+                }
+            ),
+        )
+        columns = list(zip(*lines, strict=True)) if lines else [()] * 14
+        names = ("workload_id", "day", "cause", "event_id", "amount_eur_micros", "quantity",
+                 "unit", "pool_id", "purchase_model", "instance_id", "event_type", "occurred_at",
+                 "rule", "decided_by")  # fmt: skip
+        types = {"day": pa.date32(), "amount_eur_micros": pa.int64(), "quantity": pa.float64(),
+                 "occurred_at": _UTC_US}  # fmt: skip
+        table = {
+            n: pa.array(c, types.get(n, pa.string())) for n, c in zip(names, columns, strict=True)
+        }
+        table["batch"] = pa.array([number] * len(lines), pa.uint64())
+        insert("ledger_lines", pa.table(table))
+        items = list({i[0]["event_id"]: i for i in pricer.batch_items}.values())
+        if items:
+            insert(
+                "priced_facts",
+                pa.table(
+                    {
+                        "event_id": [i[0]["event_id"] for i in items],
+                        "event_type": [i[0]["event_type"] for i in items],
+                        "occurred_at": pa.array([i[0]["occurred_at"] for i in items], _UTC_US),
+                        "pool_id": [i[1] for i in items],
+                        "from_us": pa.array([i[2] for i in items], pa.int64()),
+                        "to_us": pa.array([i[3] for i in items], pa.int64()),
+                        "record": [i[0]["payload"][0] for i in items],
+                        "payload": [encode(i[0]["payload"][1]) for i in items],
+                        "pieces": pa.array([ledger_bare.pieces_json(i) for i in items], _PIECES),
+                        "decided_by": [i[5] for i in items],
+                        "topic": [i[6][0] for i in items],
+                        "partition": pa.array([i[6][1] for i in items], pa.uint32()),
+                        "offset": pa.array([i[6][2] for i in items], pa.uint64()),
+                        "batch": pa.array([number] * len(items), pa.uint64()),
+                    }
+                ),
+            )
+        if refused:
+            late = list(zip(*refused, strict=True))
+            late_names = ("event_id", "event_type", "key", "occurred_at", "applies_from",
+                          "lateness_s", "allowed_s", "reason")  # fmt: skip
+            late_types = {"occurred_at": _UTC_US, "applies_from": _UTC_US,
+                          "lateness_s": pa.float64(), "allowed_s": pa.int64()}  # fmt: skip
+            typed = zip(late_names, late, strict=True)
+            arrays = [pa.array(c, late_types.get(n, pa.string())) for n, c in typed]
+            insert("late_facts", pa.table(dict(zip(late_names, arrays, strict=True))))
+        keys = sorted(done)
+        insert(
+            "consumed_offsets",
+            pa.table(
+                {
+                    "projection_name": ["ledger"] * len(keys),
+                    "topic": pa.array([t for t, _ in keys], pa.string()),
+                    "partition": pa.array([p for _, p in keys], pa.uint32()),
+                    "next_offset": pa.array([done[k] for k in keys], pa.uint64()),
+                }
+            ),
+        )
+
+
+# The tables both ledger loops write (`consumed_topics` is written by neither).
+LEDGER_COMPARED = ("events", "rankings", "rate_cards", "ledger_lines", "priced_facts",
+                   "late_facts", "consumed_offsets", "ledger_batches")  # fmt: skip
+# Per side ("project", "bare"): each run's tables, {table: (rows, a hash of all of them)}.
+LEDGER_SUMS: dict[str, list[dict[str, tuple[int, str]]]] = {"project": [], "bare": []}
+
+
+def ledger_sums(store: ChdbStore) -> dict[str, tuple[int, str]]:
+    """Each ledger table's rows as the ledger reads them (FINAL: a table whose key repeats,
+    the batches' and the offsets', keeps its last row whenever chdb merges it) and the sum of
+    their hashes (of each row as text, NULLs and floats included)."""
+    out = {}
+    for table in LEDGER_COMPARED:
+        rows = store.query(
+            "SELECT count() AS n, toString(sum(cityHash64(toString(tuple(*))))) AS h"
+            f" FROM {table} FINAL"
+        )
+        out[table] = (int(rows[0]["n"]), str(rows[0]["h"]))
+    return out
 
 
 def bare_ledger(path: Path, records: list[Record], size: int) -> Timing:
     """fastavro + chdb into the ledger's own tables (its DDL, views included, applied before
-    the clock starts)."""
+    the clock starts), priced plainly."""
     store = ChdbStore(path, "bench")
     drop_all(store)
     apply_ddl(store)
+    bare = BareLedger(store)
     clock = Clock()
     clock.start()
-    for n, i in enumerate(range(0, len(records), size), 1):
-        insert_bare_ledger(store, n, records[i : i + size])
+    for i in range(0, len(records), size):
+        bare.write(records[i : i + size])
     timing = clock.stop()
+    LEDGER_SUMS["bare"].append(ledger_sums(store))
     store.command("DROP DATABASE bench")
     return timing
 
@@ -375,10 +468,10 @@ def report(times: Rounds) -> None:
         )
 
 
-def same_rows() -> None:
-    """Whether every run of the fleet's bare loop and of the projection (each round's, serial
-    or written behind) wrote the same rows as the first bare run, table by table."""
-    project, bare = FLEET_SUMS["project"], FLEET_SUMS["bare"]
+def same_rows(name: str, sums: dict[str, list[dict[str, tuple[int, str]]]]) -> None:
+    """Whether every run of a bare loop and of its projection (each round's, serial or written
+    behind) wrote the same rows as the first bare run, table by table."""
+    project, bare = sums["project"], sums["bare"]
     if not bare:
         return
     first = bare[0]
@@ -387,9 +480,11 @@ def same_rows() -> None:
          for run in (*project, *bare) for t in first if run[t] != first[t]}
     )  # fmt: skip
     rows = sum(n for n, _ in bare[0].values())
+    tables = ", ".join(f"{t} {n:,}" for t, (n, _) in first.items())
     print(
-        f"\nfleet, bare loop against the projection: {rows:,} rows in {len(bare[0])} tables, "
+        f"\n{name}, bare loop against the projection: {rows:,} rows in {len(bare[0])} tables, "
         + ("the same in every round" if not differ else f"differing in {', '.join(differ)}")
+        + f" ({tables})"
     )
 
 
@@ -445,7 +540,8 @@ def main() -> None:
                 servers.stop(pg)
     if args.rounds:
         report(times)
-        same_rows()
+        same_rows("fleet", FLEET_SUMS)
+        same_rows("ledger", LEDGER_SUMS)
     if not args.no_rebuild:
         events = sum(r.events for r in reports)
         print(
