@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install checkpoint-integrations lint format kafka-jars promtool alertmanager versitygw kube-apiserver toxiproxy system-packages browser-tools bench clean
 
-$(STAMP): pyproject.toml setup.py streams/_framing.c
+$(STAMP): pyproject.toml setup.py streams/_framing.c schemas/_avro_write.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from schemas import avro_program
 from schemas.catalogue import envelope_schema
 from schemas.errors import (
     UNKNOWN_ORIGIN,
@@ -152,6 +153,7 @@ class _DirectCalls:
 
 
 _DIRECT = _direct_calls()
+_WRITE = avro_program.writer()  # the compiled writer (C), or None: fastavro writes
 
 
 def schema_fingerprint(schema: Mapping[str, Any]) -> int:
@@ -201,6 +203,7 @@ class Codec:
         self.schema: Mapping[str, Any] = reader  # the schema this codec writes with
         self._reader = fastavro.parse_schema(strip_logical_types(reader), _force=True)
         self._direct = None if _DIRECT is None else _DirectCalls(self._reader, *_DIRECT)
+        self._program = None if _WRITE is None else avro_program.compile_schema(self._reader)
         self.fingerprint = schema_fingerprint(reader)
         self._header = SINGLE_OBJECT_MAGIC + _FINGERPRINT.pack(self.fingerprint)
         # Writer schemas by fingerprint; None as reader means "same as the writer".
@@ -230,6 +233,11 @@ class Codec:
 
     def encode(self, envelope: Envelope) -> bytes:
         """The framed bytes of one envelope."""
+        if self._program is not None and _WRITE is not None:
+            try:
+                return _WRITE(self._header, self._program, envelope.to_avro())
+            except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+                pass  # not what the compiled writer writes: fastavro writes it, or says why not
         try:
             if self._direct is not None:
                 return self._direct.write(self._header, envelope.to_avro())

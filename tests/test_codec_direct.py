@@ -21,6 +21,7 @@ from tests.strategies import envelopes, payload_of
 DIRECT = Codec()
 PUBLIC = Codec()
 PUBLIC._direct = None  # the public fastavro calls, as with a fastavro lacking the internals
+PUBLIC._program = None  # and fastavro writes (not the compiled writer: tests/test_avro_program.py)
 ORIGIN = Origin("dev.lifecycle", 3, 1234)
 
 

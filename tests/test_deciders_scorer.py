@@ -8,7 +8,7 @@ import math
 import pytest
 
 from schemas.events import Envelope, PoolRanked
-from streams.deciders import DeciderSettings, Scorer
+from streams.deciders import DeciderSettings, RegionView, Scorer
 from tests.decider_driver import Driver
 from tests.decider_events import GUARANTEED_PRICE, MIN, Events, H, PoolSpec
 from tests.factories import T0_US
@@ -99,3 +99,29 @@ def test_rounds_no_input_separates_are_one_round() -> None:
     out = driver.feed_all(market(events, T0_US + 2 * H))
     assert len({d.occurred_at for d in out}) == 1
     assert len(out) == 3
+
+
+def test_the_view_folds_a_rounds_rankings_at_once_as_one_at_a_time() -> None:
+    events = Events()
+    driver = Driver(deciders=[Scorer()])
+    pools = [events.pool(s) for s in (DEEP, SHALLOW_CHEAP, FLAKY)]
+    driver.feed_all(pools)
+    history: list[Envelope] = list(pools)
+    rounds: list[list[Envelope]] = []
+    for minute in range(0, 16, 5):
+        inputs = market(events, T0_US + minute * MIN)
+        made = driver.feed_all(inputs)
+        history += inputs + made
+        if made:
+            rounds.append(made)
+    assert len(rounds) >= 2 and all(len(r) == 3 for r in rounds)
+    # two rounds back to back, a round given again, a round's rankings among other events
+    history += rounds[0] + rounds[1] + rounds[1][:2]
+    history += [rounds[0][0], *market(events, T0_US + 20 * MIN), rounds[0][1]]
+    one_at_a_time = start = RegionView()
+    for event in history:
+        one_at_a_time = one_at_a_time.evolve(event)
+    assert start.fold(history) == one_at_a_time
+    assert one_at_a_time.fold([]) is one_at_a_time
+    for cut in range(len(history)):  # from any view, any tail
+        assert start.fold(history[:cut]).fold(history[cut:]) == one_at_a_time

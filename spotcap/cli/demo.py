@@ -22,7 +22,6 @@ from sim.demo import (
     run_demo,
     write_contract_files,
 )
-from sim.live import LiveConfig, LiveError, Scenario, live_lines, run_live
 from sim.region import SimConfig
 from sim.report import TableSpec, comparison_rows, decision_tables, summary_tables
 from spotcap.cli.options import FiniteFloatRange
@@ -42,6 +41,7 @@ from spotcap.wiring import (
 from streams.log import LogError
 
 if TYPE_CHECKING:
+    from sim.live import LiveConfig
     from sim.materialise import Follower
 
 
@@ -90,17 +90,16 @@ def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | 
     if live and (catalogue or contracts_out or fresh or orchestrator != DEFAULT_ORCHESTRATOR):
         fail("--live runs the deciders over a region of its own: --catalogue, --contracts-out, "
              "--fresh and --orchestrator do not apply", "leave them out, or leave out --live")
-    if live:
+    if live:  # sim.live imported here: its servers' clients (OpenStack, NATS) slow every demo
+        from sim.live import LiveConfig, Scenario
+
         scenario = Scenario(seed, round((days or 1 / 24) * 86_400),
                             10 if workloads is None else workloads, settings.region)  # fmt: skip
         return _live(settings, LiveConfig(scenario, speed, kafka=settings.kafka_bootstrap), as_json)
     days, workloads = days or 7.0, 220 if workloads is None else workloads
     try:
-        config = checked_config(
-            SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads),
-            catalogue,
-            contracts_out,
-        )
+        wanted = SimConfig(seed=seed, days=days, region=settings.region, workloads=workloads)
+        config = checked_config(wanted, catalogue, contracts_out)
     except DemoRefusedError as error:
         fail(str(error), error.hint)
     if contracts_out is not None and (problem := unwritable_directory(contracts_out)):
@@ -167,6 +166,7 @@ def demo(settings: Settings, *, days: float | None, seed: int, workloads: int | 
 
 
 def _live(settings: Settings, config: LiveConfig, as_json: bool) -> None:
+    from sim.live import LiveError, live_lines, run_live
     try:
         report = run_live(config, settings.home, lambda text: say(text, markup=False, err=True))
     except LiveError as error:

@@ -14,7 +14,7 @@ the orchestrator runs on them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from schemas.events import (
@@ -216,6 +216,42 @@ class RegionView:
             assert isinstance(p, PoolReadmitted)
             changes["excluded"] = drop(self.excluded, p.pool_id)
         return replace(self, **changes) if changes else self
+
+    def fold(self, events: Sequence[Envelope]) -> RegionView:
+        """The view after `events`, in order: `evolve` of each, but a run of one round's
+        rankings (the scorer's 138 a round, a third of a run's events) in one step, its
+        ranking built once rather than copied at each of them."""
+        view = self
+        at, end = 0, len(events)
+        while at < end:
+            first = events[at].payload
+            if type(first) is not PoolRanked:
+                view = view.evolve(events[at])
+                at += 1
+                continue
+            assert isinstance(first, PoolRanked)
+            until = at + 1
+            while until < end:
+                p = events[until].payload
+                if not (type(p) is PoolRanked and p.ranking_id == first.ranking_id):
+                    break
+                until += 1
+            view = view._ranked(first.ranking_id, events[at:until])
+            at = until
+        return view
+
+    def _ranked(self, ranking_id: str, events: Sequence[Envelope]) -> RegionView:
+        """`evolve` of each of `events`, rankings of round `ranking_id`, as one new view."""
+        now_us, region = self.now_us, self.region
+        ranking = dict(self.ranking) if ranking_id == self.ranking_id else {}
+        for event in events:
+            if event.occurred_at > now_us or not region:
+                now_us = max(now_us, event.occurred_at)
+                region = event.region
+            p = event.payload
+            assert isinstance(p, PoolRanked)
+            ranking[p.pool_id] = Ranked(p.rank, p.score, p.observed_interruption_per_h)
+        return replace(self, now_us=now_us, region=region, ranking_id=ranking_id, ranking=ranking)
 
     def _use(
         self, pool_id: str, vcpu: int, instance_id: str, *, launched: bool

@@ -311,9 +311,7 @@ class ViewStage:
         else:
             view = view.evolve(item)
             made = self.watcher.on_fact(item, view) + self.scorer.on_fact(item, view)
-        for decision in made:
-            view = view.evolve(decision)
-        self.view = view
+        self.view = view.fold(made) if made else view
         return made
 
     def next_due(self) -> int | None:

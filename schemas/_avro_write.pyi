@@ -1,0 +1,3 @@
+from typing import Any
+
+def write(header: bytes, program: tuple[int, Any], datum: Any, /) -> bytes: ...
