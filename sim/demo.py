@@ -35,7 +35,7 @@ from sim.orchestration import Orchestrator
 from sim.orchestrator import BaselineOrchestrator
 from sim.record import RecordedRun, forget_run, record_run
 from sim.region import RegionSim, SimConfig, workload_contract_files
-from sim.report import DecisionSummary, comparison
+from sim.report import EVIDENCE_HORIZON_US, DecisionSummary, comparison
 from sim.summary import RunSummary
 from streams.children import pool_initializer
 from streams.deciders.settings import DeciderSettings
@@ -224,6 +224,14 @@ def compare_seed(config: SimConfig, deciders: DeciderSettings | None = None) -> 
     }
 
 
+def _decisions_summary(sim: RegionSim, deciders: DeciderSettings) -> DecisionSummary:
+    """The summary of the run's decisions, keeping notices and losses twice as long as the
+    longest exclusion window (a day at least): the evidence an exclusion names."""
+    windows_s = (deciders.exclusion.burst_window_s, deciders.exclusion.rate_window_s)
+    horizon_us = max(EVIDENCE_HORIZON_US, 2 * max(windows_s) * 1_000_000)
+    return DecisionSummary(sim.misbehaving_pool_ids, horizon_us)
+
+
 def run_demo(
     log: EventLog,
     codec: Codec,
@@ -292,7 +300,7 @@ def run_demo(
         try:
             if follower is not None:
                 follower.start()
-            decisions = DecisionSummary(sim.misbehaving_pool_ids)
+            decisions = _decisions_summary(sim, deciders)
             with fewer_collections():
                 summary = write_run(
                     sim, log, codec, on_progress, decisions, follower=follower,

@@ -9,7 +9,7 @@ that matter (wasted work, shortfall, spend) of two runs of the same seed side by
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +34,10 @@ from schemas.events import (
 )
 
 US = 1_000_000
+# How long a notice's or a loss's time is kept for the decisions that name it: a replacement
+# is decided in the instant of its cause, an exclusion names the reclaims inside its rule's
+# window (six hours at most by default); so a run's summary holds a day of them, not the run.
+EVIDENCE_HORIZON_US = 24 * 3600 * US
 
 # The reasons a plan gives, in the words of the summary (the first phrase that matches).
 _REASONS = (
@@ -58,9 +62,17 @@ def reason_class(reason: str) -> str:
 class DecisionSummary:
     """Counts of a run's decisions, with the timings the design sets targets for."""
 
-    def __init__(self, misbehaving_pool_ids: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        misbehaving_pool_ids: tuple[str, ...] = (),
+        evidence_horizon_us: int = EVIDENCE_HORIZON_US,
+    ) -> None:
+        """`evidence_horizon_us`: how long before the newest event a notice or loss is still
+        found by the decisions naming it (longer than every exclusion window of the run)."""
         self._misbehaving = set(misbehaving_pool_ids)
-        self._evidence_at: dict[str, int] = {}  # notice / loss id -> when
+        self._horizon_us = evidence_horizon_us
+        # notice / loss id -> when, oldest first (events are observed in event-time order)
+        self._evidence_at: OrderedDict[str, int] = OrderedDict()
         self._notices: set[str] = set()
         self.exclusions: list[dict[str, Any]] = []
         self.readmissions = 0
@@ -97,6 +109,7 @@ class DecisionSummary:
         at = envelope.occurred_at
         if isinstance(p, NoticeReceived | InstanceLost):
             self._evidence_at[envelope.event_id] = at
+            self._forget_evidence(at - self._horizon_us)
         elif isinstance(p, PoolExcluded):
             times = [self._evidence_at[i] for i in p.evidence_event_ids if i in self._evidence_at]
             self.exclusions.append(
@@ -151,6 +164,15 @@ class DecisionSummary:
             self.launch_failures += 1
         if isinstance(p, NoticeReceived):
             self._notices.add(envelope.event_id)
+
+    def _forget_evidence(self, before_us: int) -> None:
+        evidence = self._evidence_at
+        while evidence:
+            event_id, at_us = next(iter(evidence.items()))
+            if at_us >= before_us:
+                break
+            del evidence[event_id]
+            self._notices.discard(event_id)
 
     def _placement(self, p: PlacementDecided) -> None:
         self.placements += 1

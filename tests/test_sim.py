@@ -200,6 +200,10 @@ def test_the_run_summary_forgets_behind_its_horizon_and_reports_the_same() -> No
     assert recent.report() == whole.report()
     assert recent.report()["ledger"]["net_saving_eur_micros"] != 0
     assert len(recent._pricer.book) * 2 < len(whole._pricer.book)
+    # The priced items' ids go with them (a whole run's usage ids were once held to its end).
+    held = {i.envelope.event_id for items in recent._source.by_pool.values() for i in items}
+    assert recent._source.ids == held
+    assert len(recent._source.ids) < len(whole._source.ids) * 0.75
     short = RunSummary(catalogue, 3 * HOUR_US)
     with pytest.raises(ValueError, match="longer horizon_us"):
         for e in events:

@@ -141,9 +141,17 @@ class MemorySource:
         return (i for i in self.by_pool.get(pool_id, ()) if i.to_us > from_us and i.from_us < to_us)
 
     def prune(self, before_us: int) -> None:
-        """Forget the items that end before `before_us` (nothing priced later reaches them)."""
+        """Forget the items that end before `before_us` (nothing priced later reaches them),
+        and their ids: a run's summary held one id per usage interval for the whole run."""
+        ids = self.ids
         for pool_id, items in self.by_pool.items():
-            self.by_pool[pool_id] = [i for i in items if i.to_us >= before_us]
+            kept = []
+            for i in items:
+                if i.to_us >= before_us:
+                    kept.append(i)
+                else:
+                    ids.discard(i.envelope.event_id)
+            self.by_pool[pool_id] = kept
 
     def usage_of(self, workload_id: str, after_us: int) -> Iterator[Priced]:
         return usage_of(self.by_pool, workload_id, after_us)
