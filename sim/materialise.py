@@ -7,8 +7,8 @@ CPU, so it is done once): the demo's process never imports the stores' libraries
 alone maps about 250 MiB at import), and the child's memory goes back to the system when it
 ends. The ledger's engine runs in a child of that child (`projections.ledger.apart`,
 ``spotcap-ledger``): the child reads, decodes and prices, the engine stores, and neither holds
-the other's memory. The child opens the log and the codec through a picklable `Opener`, then reads the
-savings totals from the ledger and the `why` examples from the fleet state. A process that
+the other's memory. The child opens the log and the codec through a picklable `Opener`, then
+reads the savings totals from the ledger and the `why` examples from the fleet state. A process that
 already holds the embedded ledger's path (chdb admits one per process, and no other process can
 open it meanwhile: a test process sharing one path among its ledgers) projects the ledger
 itself, on a thread, and the fleet state in a child.
