@@ -49,6 +49,9 @@ class Stores:
     region: str | None = None
     """The region this home's stores hold: opening a store that holds another refuses it
     (`projections.provenance.RegionMismatchError`); None opens whatever they hold."""
+    ledger_apart: bool = False
+    """The embedded ledger's engine in a child process of its own (`projections.ledger.apart`:
+    chdb's memory out of this process)."""
 
     @property
     def postgres_dir(self) -> Path:
@@ -130,6 +133,7 @@ class Stores:
         return self.home / "ledger", LEDGER_DATABASE
 
     def open_ledger(self) -> LedgerStore:
+        from projections.ledger.apart import ApartStore
         from projections.ledger.store import ChdbStore, ServerStore
         from projections.ledger.writer import LEDGER_PROJECTION
         from projections.provenance import check_region, ledger_topics
@@ -138,7 +142,7 @@ class Stores:
             store: LedgerStore = ServerStore(self.clickhouse_url, LEDGER_DATABASE)
         else:
             path, database = self.ledger_location()
-            store = ChdbStore(path, database)
+            store = (ApartStore if self.ledger_apart else ChdbStore)(path, database)
         if self.region is not None:
             held = ledger_topics(store, LEDGER_PROJECTION)
             check_region(held, self.region, f"the ledger ({store.describe()})")

@@ -5,8 +5,10 @@ Both projections are brought up to date in one fresh (spawned) process, from one
 history (`projections.catchup.run_projections`: decoding it is a third of each projection's
 CPU, so it is done once): the demo's process never imports the stores' libraries (chdb's engine
 alone maps about 250 MiB at import), and the child's memory goes back to the system when it
-ends. The child opens the log and the codec through a picklable `Opener`, then reads the
-savings totals from the ledger and the `why` examples from the fleet state. A process that
+ends. The ledger's engine runs in a child of that child (`projections.ledger.apart`,
+``spotcap-ledger``): the child reads, decodes and prices, the engine stores, and neither holds
+the other's memory. The child opens the log and the codec through a picklable `Opener`, then
+reads the savings totals from the ledger and the `why` examples from the fleet state. A process that
 already holds the embedded ledger's path (chdb admits one per process, and no other process can
 open it meanwhile: a test process sharing one path among its ledgers) projects the ledger
 itself, on a thread, and the fleet state in a child.
@@ -27,6 +29,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -196,6 +199,8 @@ class _Projecting:
         self.messages: Any = spawn.Queue()
         self.children: dict[Which, Any] = {}
         here = _ledger_held_here(stores)
+        if not here:  # chdb's engine in a child of the child (`projections.ledger.apart`)
+            stores = replace(stores, ledger_apart=True)
         for group in (("fleet",), ("ledger",)) if here else (WHICH,):
             on_thread = here and group == ("ledger",)
             child = (threading.Thread if on_thread else spawn.Process)(
@@ -276,9 +281,15 @@ def _check_alive(
 
 
 def _project_apart(parent_pid: int, *args: Any, **kwargs: Any) -> None:
-    """`_project` in a child process, which ends with its parent (the demo, even killed)."""
+    """`_project` in a child process, which ends with its parent (the demo, even killed), and
+    ends the ledger's engine's process it started (which also ends with it)."""
     die_with_parent(parent_pid)
-    _project(*args, **kwargs)
+    try:
+        _project(*args, **kwargs)
+    finally:
+        apart = sys.modules.get("projections.ledger.apart")
+        if apart is not None:
+            apart.stop_all()
 
 
 def _project(

@@ -172,6 +172,34 @@ def test_a_restart_prices_from_the_stored_rate_cards(
         split.command("DROP DATABASE IF EXISTS restart_split")
 
 
+def test_memory_forgets_nothing_of_a_batch_not_yet_stored(
+    ledger_store: ChdbStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write-behind caller prepares a batch while the one before is being stored: the store
+    cannot yet answer for that one, so memory keeps its cards past the horizon until it is."""
+    monkeypatch.setattr(ledger_writer, "RATE_HORIZON_US", 600_000_000)  # ten minutes
+    monkeypatch.setattr(ledger_writer, "MEMORY_HORIZON_US", 600_000_000)
+    first, second, third = batches(ledger_events(), 3000)[:3]
+    cards = [
+        (e.payload.pool_id, (e.payload.valid_from_at, e.occurred_at, e.event_id,
+                             e.payload.valid_until_at, e.payload.price_per_vcpu_h_eur_micros,
+                             e.payload.guaranteed_price_per_vcpu_h_eur_micros,
+                             e.payload.purchase_model))
+        for _, e in first
+        if isinstance(e.payload, RateCard)
+    ]  # fmt: skip
+    writer = LedgerWriter(ledger_store)
+    prepared = writer.prepare(first, next_positions(first))
+    writer.prepare(second, next_positions(first + second))  # the first one not stored yet
+    assert writer.pricer.facts_until_us is not None
+    old = [c for c in cards if c[1][0] < writer.pricer.facts_until_us - 600_000_000]
+    assert old, "the batches span more than the horizon"
+    assert all(writer.book.contains(pool, row) for pool, row in old)
+    writer.store_batch(prepared)  # stored: the store answers for it now, memory forgets
+    writer.prepare(third, next_positions(first + second + third))
+    assert not all(writer.book.contains(pool, row) for pool, row in old)
+
+
 def test_an_event_that_cannot_be_priced_is_reported_with_its_position(
     ledger_store: ChdbStore,
 ) -> None:

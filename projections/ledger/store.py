@@ -156,11 +156,14 @@ class ChdbStore:
         self._run(sql, params=params)
 
     def insert(self, table: str, data: pa.Table) -> None:
-        if data.num_rows == 0:
-            return
+        if data.num_rows:
+            self.insert_arrow(table, arrow_bytes(data))
+
+    def insert_arrow(self, table: str, stream: bytes) -> None:
+        """Insert an Arrow IPC stream's rows into `table`."""
         try:
             with self._session.send_insert(f"INSERT INTO {table}", "ArrowStream") as inserter:
-                inserter.append(arrow_bytes(data))
+                inserter.append(stream)
                 inserter.finish()
         except Exception as error:
             raise LedgerError(
@@ -168,10 +171,15 @@ class ChdbStore:
             ) from error
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        return arrow_rows(self._run(sql, "ArrowStream", params).bytes())
+        return arrow_rows(self.query_bytes(sql, params))
 
     def query_table(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table | None:
-        return arrow_table(self._run(sql, "ArrowStream", params).bytes())
+        return arrow_table(self.query_bytes(sql, params))
+
+    def query_bytes(self, sql: str, params: Mapping[str, Any] | None = None) -> bytes:
+        """A SELECT's rows as ArrowStream bytes (empty: no rows)."""
+        data: bytes = self._run(sql, "ArrowStream", params).bytes()
+        return data
 
     def describe(self) -> str:
         return f"embedded ClickHouse (chdb) at {self.path}, database {self.database}"

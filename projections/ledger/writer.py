@@ -63,6 +63,7 @@ from schemas.events import (
     PAYLOAD_TYPES,
     Envelope,
     Payload,
+    RateCard,
     ReservationCommitted,
     UsageInterval,
     WorkWasted,
@@ -70,7 +71,11 @@ from schemas.events import (
 
 LEDGER_PROJECTION = "ledger"
 LEDGER_TOPICS = ("lifecycle", "market", "demand", "decisions", "usage")
-RATE_HORIZON_US = 2 * 86_400_000_000  # rate cards held in memory behind the newest fact
+RATE_HORIZON_US = 8 * 3_600_000_000
+"""Rate cards held in memory behind the newest fact: a usage interval spans at most 6 h and a
+card is late at most the allowed hour, so what is priced on time finds its cards in memory; an
+older one is read back from the store (`_backfill`). Two days held 80,000 cards (about 40 MiB of
+a 7-day demo's projections; issue 26)."""
 MEMORY_HORIZON_US = RATE_HORIZON_US  # what was priced, held in memory behind the newest fact
 COPY_SPREAD_US = 3_600_000_000
 """How far apart in event time copies of one event (one id) are recognised as copies: the
@@ -384,6 +389,11 @@ class LedgerWriter:
         # ledger CPU, and while the write-behind thread inserts, a wait for its lock).
         self._known: dict[str, tuple[str, int]] = {}
         self._known_from: int | None = None if self._committed else -(1 << 62)
+        # Per batch prepared but not yet stored, the earliest moment it holds a card from or an
+        # item priced to: memory forgets nothing from there on until the batch is stored (the
+        # store would not yet answer for it).
+        self._unstored_from: dict[int, int] = {}
+        self._unstored_lock = threading.Lock()  # not `_storing`: held through a batch's inserts
         self.book = RateBook(self._backfill)
         self.source = _StoredSource(self)
         self.pricer = Pricer(rule, self.book, self.source)
@@ -723,9 +733,17 @@ class LedgerWriter:
             priced += feed(e)
             origins[e.event_id] = origin
         priced += pricer.advance()
+        held_from = min(
+            [e.payload.valid_from_at for _, e in firsts if isinstance(e.payload, RateCard)]
+            + [item.to_us for item, _ in source.batch],
+            default=1 << 62,
+        )
+        with self._unstored_lock:
+            self._unstored_from[number] = held_from
+            kept = min(self._unstored_from.values())
         if pricer.facts_until_us is not None:  # the horizons follow the facts' time
-            self.book.prune(pricer.facts_until_us - RATE_HORIZON_US)
-            source.prune(pricer.facts_until_us - MEMORY_HORIZON_US)
+            self.book.prune(min(pricer.facts_until_us - RATE_HORIZON_US, kept))
+            source.prune(min(pricer.facts_until_us - MEMORY_HORIZON_US, kept))
         refused = pricer.refused[refused_before:]
         unpriced = [
             (origins[e.event_id], reason)
@@ -781,6 +799,8 @@ class LedgerWriter:
             self._step("offsets")
             self._committed.update(batch.positions)
             self._unstored.pop(batch.number, None)
+            with self._unstored_lock:
+                self._unstored_from.pop(batch.number, None)
         return batch.result
 
     def _offsets_table(self, positions: Mapping[TopicPartition, int]) -> pa.Table:
