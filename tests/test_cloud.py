@@ -238,12 +238,14 @@ def test_the_committed_pool_is_a_standing_lease_and_a_new_lease_holds_its_capaci
         f"committed-{COMMITTED_POOL}", "ACTIVE", 64)  # fmt: skip
 
     now = provider.now_us()
-    start = now - now % MINUTE_US + 2 * MINUTE_US
+    # Three sim hours ahead (10.8 s of wall time at the test speed): the lease is still pending
+    # through the calls below on a loaded machine.
+    start = now - now % MINUTE_US + 180 * MINUTE_US
     floor = provider.create_lease(
         LeaseRequest(
             "floor-wl-a",
             start,
-            start + 60 * MINUTE_US,
+            start + 24 * 60 * MINUTE_US,  # active through the launches below, however slow
             5,
             8,
             32768,

@@ -301,7 +301,7 @@ def whole_minute_after(provider: OpenStackProvider, minutes: int) -> int:
 def test_creating_a_lease_draws_one_reserve_token(cloud: ServedCloud) -> None:
     budget = Budget()
     provider = adapter(cloud, acquire=budget)
-    start = whole_minute_after(provider, 2)
+    start = whole_minute_after(provider, 24 * 60)  # a sim day: 86 s of wall time, still PENDING
     end = start + 60 * MINUTE_US
     lease = provider.create_lease(
         LeaseRequest("floor-wl-ci", start, end, 4, 8, 32768, 80, None, HALL_B)
@@ -376,7 +376,9 @@ def test_rate_cards_and_forward_capacity_come_back_as_event_payloads(cloud: Serv
 def test_the_notice_feed_pages_notices_and_advisories_by_cursor(cloud: ServedCloud) -> None:
     provider = adapter(cloud)
     first, second = (provider.launch(launch_request()).instance_id for _ in range(2))
-    advised = provider.reclaim(ReclaimRequest(first, 150, 60, "ex-1"))
+    # The first's notice an hour after its advisory (3.6 s of wall time at the test speed), so
+    # the second's notice, sent right after, comes between them however loaded the machine.
+    advised = provider.reclaim(ReclaimRequest(first, 150, 3600, "ex-1"))
     provider.reclaim(ReclaimRequest(second, 120))
     settle(cloud, advised.notice_at + SECOND_US)
 

@@ -86,7 +86,9 @@ def operations(served: Served) -> list[tuple[str, str]]:
 def schemathesis(served: Served, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SCHEMATHESIS, "--config-file", str(tmp / "schemathesis.toml"), "--no-color", "run",
-         "--seed", "1", "--generation-database", "none", *args],
+         "--seed", "1", "--generation-database", "none",
+         "--request-timeout", "120",  # its 10 s default: a what-if report on a loaded machine
+         *args],
         capture_output=True, text=True, env=child_env(), timeout=1200, check=False,
         cwd=tmp,  # its cache (.schemathesis/) goes there, not into the work tree
     )  # fmt: skip
