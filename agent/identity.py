@@ -125,21 +125,27 @@ class NodeIdentityClient:
 
     def enrol_if_needed(self) -> bool:
         """The first hop: with no certificate yet and an enrolment token, make this node's
-        first key here and have it signed against the token; whether it enrolled now."""
+        first key here and have it signed against the token; whether it enrolled now. The key
+        is kept before it is sent: a try that failed (the service unreachable, or its answer
+        lost) is made again with the same key and token, which the service signs again."""
         if self._config.certificate.exists() or not self._config.token.exists():
             return False
         token = self._config.token.read_text(encoding="ascii").strip()
-        key = ec.generate_private_key(ec.SECP256R1())
+        if self._config.key.exists():  # an earlier try's key: its request may be signed
+            key = _load_key(self._config.key.read_bytes())
+        else:
+            key = ec.generate_private_key(ec.SECP256R1())
+            _write_atomically(self._config.key, _key_pem(key), 0o600)
         body = json.dumps({"token": token, "csr": _csr_pem(key)}).encode()
         try:
             data = self._call("POST", "/enrol", body, with_certificate=False)
         except FetchError as error:
-            if error.status == 403:  # spent or expired: never usable again
+            if error.status == 403:  # spent by another key, or expired: never usable again
                 self._config.token.unlink(missing_ok=True)
+                self._config.key.unlink(missing_ok=True)
             raise
         answer = json.loads(data)
-        # The key first: the certificate's presence means the identity is complete.
-        _write_atomically(self._config.key, _key_pem(key), 0o600)
+        # The key is in place: the certificate's presence means the identity is complete.
         certificate = str(answer["certificate"]) + "\n" + str(answer["ca"]) + "\n"
         _write_atomically(self._config.certificate, certificate.encode(), 0o644)
         self._config.token.unlink(missing_ok=True)  # spent: of no use to anyone now
@@ -181,6 +187,13 @@ def _csr_pem(key: ec.EllipticCurvePrivateKey) -> str:
         .sign(key, hashes.SHA256())
     )
     return csr.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+def _load_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
+    key = serialization.load_pem_private_key(pem, None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError("this node's key file does not hold an EC private key: delete it")
+    return key
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -18,12 +18,13 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from agent.identity import FetchError, NodeIdentityClient
+from agent.identity import FetchError, NodeIdentityClient, _csr_pem, _key_pem
 from infra import servers
 from provider.nodes import Enroller, NodeAuthorityError, NodeIdentity
-from provider.nodes.authority import NodeRecord
-from provider.nodes.identity import identity_of_certificate
+from provider.nodes.authority import EnrolmentTokenError, NodeRecord
+from provider.nodes.identity import identity_of_certificate, serial_text
 from schemas.events import InstanceLaunched
 from tests.decider_events import Events
 from tests.identity_support import REGION, Setup, bundle_service, config_of, delivered
@@ -46,10 +47,7 @@ def public_pem(key_or_cert: bytes, *, certificate: bool) -> bytes:
 
 def post_enrol(setup: Setup, instance: str, token: str) -> tuple[int, str]:
     """A first-hop request as anyone holding `token` would make it (a fresh key's CSR)."""
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from agent.identity import _csr_pem  # the agent's own request, made by a thief too
-
+    # The agent's own request (`_csr_pem`), made by a thief too.
     parts = urlsplit(setup.service.address)
     context = ssl.create_default_context(cafile=str(setup.ca))
     conn = http.client.HTTPSConnection(
@@ -126,6 +124,43 @@ def test_a_token_used_twice_is_refused_and_said_a_possible_theft(
     status, sentence = post_enrol(setup, "i-twice", token)  # a third time
     assert status == 403 and "already used" in sentence and token not in sentence
     assert THEFT in caplog.text and token not in caplog.text
+
+
+def test_a_node_whose_answer_was_lost_asks_again_with_its_key_and_is_signed(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The service spent the token and signed, but the answer never reached the node (its
+    connection dropped): the node's next try, the same key and token, is signed again; the
+    spent token with any other key is still refused as a possible theft."""
+    caplog.set_level(logging.DEBUG)
+    identity, config = delivered(setup, "i-lost", "wl-a")
+    token = config.token.read_text().strip()
+    key = ec.generate_private_key(ec.SECP256R1())
+    # The agent keeps its key before it sends the request; the answer is then lost.
+    config.key.write_bytes(_key_pem(key))
+    lost_answer = setup.authority.enrol_with_token(identity, token, _csr_pem(key))
+    client = NodeIdentityClient(config, REGION, "i-lost")
+    assert client.enrol_if_needed() is True
+    certificate = config.certificate.read_bytes()
+    assert public_pem(certificate, certificate=True) == public_pem(
+        config.key.read_bytes(), certificate=False
+    )
+    assert serial_text(x509.load_pem_x509_certificate(certificate)) != lost_answer.serial
+    record = setup.authority.record(identity)
+    assert record is not None and len(record.serials) == 2 and record.nonce == ""
+    status, sentence = post_enrol(setup, "i-lost", token)  # a thief, with a key of its own
+    assert status == 403 and "already used" in sentence and token not in sentence
+    assert THEFT in caplog.text and token not in caplog.text
+
+
+def test_a_new_token_ends_the_retry_of_the_spent_one(setup: Setup) -> None:
+    identity, config = delivered(setup, "i-renewed-token", "wl-a")
+    token = config.token.read_text().strip()
+    key = ec.generate_private_key(ec.SECP256R1())
+    setup.authority.enrol_with_token(identity, token, _csr_pem(key))
+    setup.authority.enrolment_token(identity, "wl-a")  # a relaunch's token
+    with pytest.raises(EnrolmentTokenError, match="already used"):
+        setup.authority.enrol_with_token(identity, token, _csr_pem(key))
 
 
 def test_another_nodes_token_is_refused(setup: Setup, caplog: pytest.LogCaptureFixture) -> None:

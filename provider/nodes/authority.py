@@ -19,6 +19,8 @@ records; a node holds none of it.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from provider.authority import Backoff, openbao_client, openbao_from_env, unreachable
 from provider.nodes.identity import NodeIdentity, identity_of_certificate, serial_text
@@ -83,6 +86,11 @@ class NodeRecord:
     retired: bool = False
     nonce: str = field(default="", repr=False)
     """The enrolment nonce the node's single-use token names ("" once used, or none made)."""
+    redeemed_by: str = field(default="", repr=False)
+    """SHA-256 (hex) of the node's token with the public key whose signing request spent it
+    ("" if none yet): the same token and key may ask again after a signature that failed or
+    an answer that was lost, until `redeemed_until`; another key is refused (a theft?)."""
+    redeemed_until: int = 0
 
 
 class EnrolmentTokenError(NodeAuthorityError):
@@ -218,16 +226,26 @@ class NodeAuthority:
         return str(answer["wrap_info"]["token"])
 
     def enrol_with_token(self, identity: NodeIdentity, token: str, csr_pem: str) -> Enrolment:
-        """Sign a node's first key (its CSR, made on the node) for `identity`, once, against
-        the single-use token delivered to it: OpenBao unwraps it (a second unwrap is refused
-        by OpenBao itself), and it must name this node and the nonce its record holds. The
-        nonce is spent with the signature. `EnrolmentTokenError` (a possible theft) if the
-        token is used, expired, unknown or another node's."""
+        """Sign a node's first key (its CSR, made on the node) for `identity` against the
+        single-use token delivered to it: OpenBao unwraps it (a second unwrap is refused by
+        OpenBao itself), and it must name this node and the nonce its record holds.
+
+        Before signing, the record names the key that spent the token (`redeemed_by`), so
+        that the node is not stranded when the signature fails (OpenBao unreachable) or its
+        answer is lost: the same key presenting the spent token again, within the node
+        certificate's life, is signed; a new token or the node's retirement ends that. Only
+        the holder of that key can make its request, or use what is signed.
+        `EnrolmentTokenError` (a possible theft) if the token is used by another key,
+        expired, unknown or another node's."""
+        key = _redemption(token, csr_pem, identity)
         try:
             answer = self._client.sys.unwrap(token=token)
         except Exception as error:
             if unreachable(error):
                 raise _failed(f"unwrap the enrolment token of {identity}", error) from error
+            record = self.record(identity)
+            if record is not None and self._redeemed_by(record, key):
+                return self._sign_first(record, csr_pem)
             raise EnrolmentTokenError(
                 f"the enrolment token of {identity} is not valid: already used (a possible "
                 f"theft, if not by the node), expired or never issued (OpenBao: {_why(error)}); "
@@ -240,7 +258,7 @@ class NodeAuthority:
                 f"the enrolment token presented for {identity} is {named}'s: a node enrols "
                 f"only with its own token (that token is spent now; a possible theft)"
             )
-        record = self.record(identity)
+        record, version = self._read(identity)
         if record is None or record.retired:
             state = "retired (its instance was deleted or lost)" if record else "not enrolled"
             raise NodeAuthorityError(f"{identity} is {state}: no certificate is made for it")
@@ -249,6 +267,23 @@ class NodeAuthority:
                 f"the enrolment token presented for {identity} is not its latest (spent, or "
                 "replaced by a newer one): a possible theft or replay"
             )
+        # The token is spent from here on: the record names the key that spent it, before
+        # the signature, checked and set on the version read (a newer token voids this one).
+        until = int(self._clock()) + self.ttl_s
+        redeemed = dataclasses.replace(record, redeemed_by=key, redeemed_until=until)
+        self._save(redeemed, cas=version)
+        return self._sign_first(redeemed, csr_pem)
+
+    def _redeemed_by(self, record: NodeRecord, key: str) -> bool:
+        return (
+            not record.retired
+            and bool(record.redeemed_by)
+            and secrets.compare_digest(record.redeemed_by, key)
+            and self._clock() < record.redeemed_until
+        )
+
+    def _sign_first(self, record: NodeRecord, csr_pem: str) -> Enrolment:
+        identity = record.identity
         data = self._post(
             f"sign/{NODE_ROLE}",
             {"csr": csr_pem, "uri_sans": identity.uri, "ttl": f"{self.ttl_s}s"},
@@ -256,7 +291,7 @@ class NodeAuthority:
         )
         enrolment = self._enrolment(identity, data, with_key=False)
         live = self._live(record.serials, enrolment)
-        self._save(NodeRecord(identity, record.workload_id, live))
+        self._save(dataclasses.replace(record, serials=live, nonce=""))
         return enrolment
 
     def revoke(self, identity: NodeIdentity) -> list[str]:
@@ -312,7 +347,7 @@ class NodeAuthority:
         record = self.record(identity)
         if record is not None:
             kept = {s: e for s, e in record.serials.items() if s not in serials}
-            self._save(NodeRecord(identity, record.workload_id, kept, record.retired, record.nonce))
+            self._save(dataclasses.replace(record, serials=kept))
 
     def is_revoked(self, serial: str) -> bool:
         """Whether OpenBao has revoked the certificate with that serial (an unknown serial
@@ -366,6 +401,8 @@ class NodeAuthority:
             {str(k): int(v) for k, v in json.loads(data["serials"]).items()},
             retired=data.get("retired") == "yes",
             nonce=str(data.get("nonce") or ""),
+            redeemed_by=str(data.get("redeemed_by") or ""),
+            redeemed_until=int(data.get("redeemed_until") or 0),
         ), version
 
     def _save(self, record: NodeRecord, cas: int | None = None) -> None:
@@ -374,6 +411,8 @@ class NodeAuthority:
             "serials": json.dumps(record.serials, sort_keys=True),
             "retired": "yes" if record.retired else "no",
             "nonce": record.nonce,
+            "redeemed_by": record.redeemed_by,
+            "redeemed_until": str(record.redeemed_until),
         }
         try:
             self._client.secrets.kv.v2.create_or_update_secret(
@@ -417,6 +456,24 @@ class NodeAuthority:
             int(certificate.not_valid_after_utc.timestamp()),
             str(data["private_key"]) if with_key else None,
         )
+
+
+def _redemption(token: str, csr_pem: str, identity: NodeIdentity) -> str:
+    """SHA-256 (hex) of the token with the public key the signing request asks to have
+    signed (the request's own signature checked: only the key's holder can make it)."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem.encode())
+        valid = csr.is_signature_valid
+    except ValueError as error:
+        raise NodeAuthorityError(
+            f"the signing request sent for {identity} is not a PEM certificate signing request"
+        ) from error
+    if not valid:
+        raise NodeAuthorityError(f"the signing request sent for {identity} is not self-signed")
+    spki = csr.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(token.encode() + b"\n" + spki).hexdigest()
 
 
 def revoke_on_loss(envelope: Envelope, authority: NodeAuthority) -> list[str]:

@@ -30,13 +30,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import hvac
 import jwt
 import pytest
 from cryptography import x509
 
-from agent.identity import NodeIdentityClient, identity_round
+from agent.identity import FetchError, NodeIdentityClient, identity_round
 from console.signin import UNSEEN_KEY_EVERY_S, IssuerKeys, KeysUnreachableError
 from infra import servers
 from infra.servers.process import alive
@@ -66,7 +67,7 @@ from spotcap.wiring import stores
 from tests.actuator_support import CODEC
 from tests.faults.own_servers import kill
 from tests.identity_support import REGION as NODES_REGION
-from tests.identity_support import Setup, bundle_service, config_of, enrol
+from tests.identity_support import Setup, bundle_service, config_of, delivered, enrol
 from tests.serve_support import Reply, Served, send
 from tests.signin_support import TEMPLATE, Issuer, new_issuer
 from tests.test_actuator import ME, Region
@@ -403,6 +404,45 @@ def test_an_agent_keeps_its_certificate_through_an_openbao_outage_and_renews_aft
         assert config.certificate.read_bytes() != held
         renewed = x509.load_pem_x509_certificate(config.certificate.read_bytes())
         assert identity_of_certificate(renewed) == identity
+    finally:
+        service.close()
+
+
+def test_a_node_whose_signature_failed_after_its_token_was_spent_enrols_on_its_next_try(
+    bao: Bao, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenBao pauses between the unwrap of a node's token (spent from then on) and the
+    signature of its key: the node is answered 503, keeps its token and key, and its next try
+    (the same key, the spent token) is signed once OpenBao is back; not stranded."""
+    token = servers.openbao_token(bao.folder)
+    service = bundle_service(bao.server, tmp_path, client=openbao_client(bao.address, token))
+    setup = next(service)
+    try:
+        identity, config = delivered(setup, "i-strand", "wl-a")
+        post = setup.authority._post
+
+        def pause_before_signing(path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+            if path.startswith("sign/"):
+                bao.pause()
+            return post(path, body, what)
+
+        monkeypatch.setattr(setup.authority, "_post", pause_before_signing)
+        client = NodeIdentityClient(config, NODES_REGION, "i-strand")
+        try:
+            with pytest.raises(FetchError, match=r"503.*OpenBao is unreachable"):
+                client.enrol_if_needed()
+        finally:
+            bao.resume()
+        monkeypatch.undo()
+        assert config.token.exists() and config.key.exists()
+        assert not config.certificate.exists()
+        key = config.key.read_bytes()
+        assert client.enrol_if_needed() is True  # the spent token, the same key: signed
+        assert config.key.read_bytes() == key and not config.token.exists()
+        certificate = x509.load_pem_x509_certificate(config.certificate.read_bytes())
+        assert identity_of_certificate(certificate) == identity
+        record = setup.authority.record(identity)
+        assert record is not None and len(record.serials) == 1 and record.nonce == ""
     finally:
         service.close()
 
