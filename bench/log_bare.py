@@ -4,7 +4,7 @@ envelope's schema definition, `schemas.catalogue.envelope_schema`, read at impor
 
 Both sides start and end at typed envelopes. The project's are its generated classes
 (`schemas.events`); these loops have their own, made here from the schema with the standard
-library: one frozen slotted dataclass per record (`make_dataclass`), arrays as tuples, maps
+library: one frozen dataclass per record (`make_dataclass`), arrays as tuples, maps
 read-only (`MappingProxyType`), the nested records as dataclasses, the payload's record named
 by its class. To and from fastavro's dicts in the fewest steps the libraries allow (one parsed
 schema, no resolution, no framing checks, no dead letters, no per-record delivery reports, no
@@ -20,7 +20,6 @@ import contextlib
 import heapq
 import io
 import logging
-import operator
 import os
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -107,13 +106,10 @@ def _records(schema: Any, namespace: str, out: dict[str, dict[str, Any]]) -> Non
 _RECORDS: dict[str, dict[str, Any]] = {}
 _records(_RAW, "", _RECORDS)
 _CLASSES = {
-    full: make_dataclass(full.rpartition(".")[2], [f["name"] for f in r["fields"]],
-                         frozen=True, slots=True)
+    full: make_dataclass(full.rpartition(".")[2], [f["name"] for f in r["fields"]], frozen=True)
     for full, r in _RECORDS.items()
 }  # fmt: skip
 EnvelopeClass = _CLASSES.pop(f"{_RAW.get('namespace', 'spotcap')}.{_RAW['name']}")
-_ENVELOPE_FIELDS = tuple(f["name"] for f in _RAW["fields"])
-_ENVELOPE_VALUES = operator.attrgetter(*_ENVELOPE_FIELDS)
 
 
 def _branch(type_: Any) -> Any:
@@ -129,13 +125,6 @@ def _record_name(type_: Any) -> str | None:
         if type_ is r or type_ == full:
             return full
     return None
-
-
-def _values(fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    if len(fields) == 1:
-        field = fields[0]
-        return lambda o: (getattr(o, field),)
-    return operator.attrgetter(*fields)
 
 
 Fix = Callable[[Any], Any]
@@ -172,26 +161,15 @@ def _typed_records(name: str) -> Fix:
 
 
 def _record_dicts(name: str) -> Fix:
-    names = tuple(f["name"] for f in _RECORDS[name]["fields"])
-    get = _values(names)
-
     def dicts(values: tuple[Any, ...]) -> list[dict[str, Any]]:
-        return [dict(zip(names, get(v), strict=True)) for v in values]
+        return [v.__dict__.copy() for v in values]
 
     return dicts
 
 
 _PAYLOADS = [full for full in _RECORDS if full.startswith("spotcap.events.")]
 _READ = {full: (_CLASSES[full], *_fixes(_RECORDS[full])[:1]) for full in _PAYLOADS}
-_WRITE = {
-    _CLASSES[full]: (
-        full,
-        tuple(f["name"] for f in _RECORDS[full]["fields"]),
-        _values(tuple(f["name"] for f in _RECORDS[full]["fields"])),
-        _fixes(_RECORDS[full])[1],
-    )
-    for full in _PAYLOADS
-}
+_WRITE = {_CLASSES[full]: (full, _fixes(_RECORDS[full])[1]) for full in _PAYLOADS}
 # Each payload class's topic, from the schema's own attribute.
 _TOPICS = {_CLASSES[full]: _RECORDS[full]["spotcap.topic"] for full in _PAYLOADS}
 
@@ -199,11 +177,11 @@ _TOPICS = {_CLASSES[full]: _RECORDS[full]["spotcap.topic"] for full in _PAYLOADS
 def to_record(envelope: Envelope) -> dict[str, Any]:
     """An envelope as fastavro writes it, its payload union branch named."""
     payload = envelope.payload
-    name, fields, values, fixes = _WRITE[type(payload)]
-    body = dict(zip(fields, values(payload), strict=True))
+    name, fixes = _WRITE[type(payload)]
+    body = payload.__dict__.copy()
     for field, fix in fixes:
         body[field] = fix(body[field])
-    record = dict(zip(_ENVELOPE_FIELDS, _ENVELOPE_VALUES(envelope), strict=True))
+    record: dict[str, Any] = envelope.__dict__.copy()
     record["payload"] = (name, body)
     return record
 
