@@ -16,7 +16,8 @@ an embedded log under a temporary home. Every path decodes the same raw records:
   (`bench/fleet_bare.py`): fastavro's decode to dicts, the same rows made plainly from them,
   COPYed into the projection's own tables (its migrations, in a schema of their own: the same
   columns, keys and indexes), the state rows merged per key in Python and into the stored
-  ones by the same ``ON CONFLICT`` statement, the offsets upserted, one transaction a batch.
+  ones by an ``ON CONFLICT`` statement of its own (the same merge rule, written from the tables'
+  definitions), the offsets upserted, one transaction a batch.
   After each round both sides' tables are read back (outside the clocks) and compared: the
   report says whether the bare loop wrote the projection's rows, table by table.
 - ledger: decode + `LedgerWriter.prepare` (the copy check, pricing, the Arrow tables) +
