@@ -35,9 +35,10 @@ def test_the_bare_ledger_writes_the_ledgers_rows(chdb_path: Path) -> None:
             rows = history[i : i + BATCH]
             writer.store_batch(writer.prepare(rows, positions(rows)))
         apply_ddl(bare_store)
-        bare = BareLedger(bare_store)
+        bare = BareLedger(chdb_path, bare_store.database)
         for i in range(0, len(records), BATCH):
             bare.write(records[i : i + BATCH])
+        bare.close()
         theirs, mine = ledger_sums(project), ledger_sums(bare_store)
         assert mine == theirs
         assert theirs["ledger_lines"][0] > 0 and theirs["events"][0] == len(history)
