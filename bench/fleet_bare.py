@@ -5,14 +5,21 @@ Per batch, in one transaction (asynchronous commit, as the writer's): the journa
 rankings rows COPYed into the projection's own tables (the same migrations: the same columns,
 keys and indexes); the state rows of the batch (pools, instances, workloads, claims) merged in
 Python per key and per group of columns (the latest or earliest version wins) and then into
-the stored ones by an ``INSERT ... ON CONFLICT DO UPDATE`` per table (the merge statement's
-SQL text is the projection's, made once before the clock starts); the append rows (exclusions,
+the stored ones by an ``INSERT ... ON CONFLICT DO UPDATE`` per table (written here from the
+tables' definitions: per group of columns the staged row wins where the stored one is unset or
+has the worse version, shared columns keep the stored value unless it is null, the instance's
+state and the pool's exclusion computed over the merged values); the append rows (exclusions,
 readmissions, contracts, placements and their allocations, replacements, fallbacks, the outbox's
 audit records) COPYed; the batch's offsets upserted. Of the market feeds and the rankings only
 each pool's latest of a batch moves the pool's row, as in the projection.
 
 `checksums` reads every table back (outside the clocks) so that the bench can show both sides
 wrote the same rows.
+
+No module of spotcap's but the tables' definitions (`projections.postgres.schema`: names,
+columns, keys and groups, read at import) and the envelope's schema (through
+`bench/log_bare.py`); the records are the log's, read through their topic, partition, offset
+and value alone.
 """
 
 from __future__ import annotations
@@ -20,9 +27,9 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import fastavro
 import psycopg
@@ -30,11 +37,39 @@ from psycopg import sql
 
 from bench import log_bare
 from projections.postgres import schema as s
-from projections.postgres.merge_sql import upsert_statement
-from projections.postgres.tables import StateTable
-from streams.log import Record
 
 Row = dict[str, Any]
+
+
+class Record(Protocol):
+    """What the bare loop reads of a log record."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class Table(NamedTuple):
+    """A state table as its definition gives it: per group, its version columns, the columns
+    it sets and whether the latest version wins (else the earliest)."""
+
+    name: str
+    key: str
+    shared: tuple[str, ...]
+    groups: tuple[tuple[tuple[str, ...], tuple[str, ...], bool], ...]
+    columns: tuple[str, ...]
+
+
+TABLES = tuple(
+    Table(t.name, t.key, t.shared,
+          tuple((g.version, g.columns, g.keep == "latest") for g in t.groups), t.columns)
+    for t in s.STATE_TABLES
+)  # fmt: skip
 _SCHEMA = log_bare.parsed_schema()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UNJOURNALED = ("rate_card", "forward_capacity", "usage_interval")
@@ -44,7 +79,7 @@ _RECORD = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _JOURNAL = json.JSONEncoder(separators=(",", ":"))
 
 
-def decode(batch: list[Record]) -> list[tuple[Record, Row]]:
+def decode(batch: Sequence[Record]) -> list[tuple[Record, Row]]:
     """fastavro's schemaless reader past the single-object header: dicts, the payload as
     (record name, fields)."""
     read, schema = fastavro.schemaless_reader, _SCHEMA
@@ -320,26 +355,26 @@ def _appends(t: str, e: Row, p: Row) -> list[tuple[str, tuple[Any, ...]]]:
 # -- merging a batch's state rows ------------------------------------------------------------------
 
 
-def _merge(table: StateTable, a: Row, b: Row) -> Row:
+def _merge(table: Table, a: Row, b: Row) -> Row:
     """Per group, the better version of the two rows; shared columns from whichever has them."""
     merged = {table.key: b[table.key]}
     for column in table.shared:
         value = a.get(column)
         merged[column] = value if value is not None else b.get(column)
-    for group in table.groups:
-        va = tuple(a.get(v) for v in group.version)
-        vb = tuple(b.get(v) for v in group.version)
+    for version, columns, latest in table.groups:
+        va = tuple(a.get(v) for v in version)
+        vb = tuple(b.get(v) for v in version)
         if None in vb:
             if None in va:
                 continue
             winner = a
         elif None in va:
             winner = b
-        elif group.keep == "latest":
+        elif latest:
             winner = a if va >= vb else b
         else:
             winner = a if va <= vb else b
-        for column in (*group.version, *group.columns):
+        for column in (*version, *columns):
             merged[column] = winner.get(column)
     return merged
 
@@ -364,12 +399,74 @@ def _instance_state(r: Row) -> str:
     return "requested"
 
 
-def _finish(table: StateTable, r: Row) -> tuple[Any, ...]:
+def _finish(table: Table, r: Row) -> tuple[Any, ...]:
     if table.name == "instances":
         r["state"] = _instance_state(r)
     elif table.name == "pools":
         r["excluded"] = bool(r.get("excluded"))
     return tuple(r.get(c) for c in table.columns)
+
+
+# -- merging a batch's state rows into the stored ones, in SQL ------------------------------------
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+def _merged_sql(table: Table) -> dict[str, str]:
+    """Each non-key column's merged value over ``t`` (stored) and ``EXCLUDED`` (staged): the
+    same rule as `_merge`, a tie keeping the stored row."""
+    out = {c: f"COALESCE(t.{_q(c)}, EXCLUDED.{_q(c)})" for c in table.shared}
+    for version, columns, latest in table.groups:
+        stored_set = " AND ".join(f"t.{_q(v)} IS NOT NULL" for v in version)
+        staged_set = " AND ".join(f"EXCLUDED.{_q(v)} IS NOT NULL" for v in version)
+        staged = "(" + ", ".join(f"EXCLUDED.{_q(v)}" for v in version) + ")"
+        stored = "(" + ", ".join(f"t.{_q(v)}" for v in version) + ")"
+        better = ">" if latest else "<"
+        wins = f"NOT ({stored_set}) OR (({staged_set}) AND {staged} {better} {stored})"
+        for c in (*version, *columns):
+            out[c] = f"CASE WHEN {wins} THEN EXCLUDED.{_q(c)} ELSE t.{_q(c)} END"
+    return out
+
+
+def _instance_state_sql(m: dict[str, str]) -> str:
+    """`_instance_state` over the merged values."""
+
+    def isset(column: str) -> str:
+        return f"({m[column]}) IS NOT NULL"
+
+    deleted_first = (f"(({m['deleted_at']}), ({m['deleted_event_id']})) <= "
+                     f"(({m['lost_at']}), ({m['lost_event_id']}))")  # fmt: skip
+    return (
+        f"CASE WHEN {isset('deleted_event_id')} AND (NOT {isset('lost_event_id')} OR "
+        f"{deleted_first}) THEN 'deleted'"
+        f" WHEN {isset('lost_event_id')} THEN CASE WHEN {isset('replacement_event_id')}"
+        " THEN 'replaced' ELSE 'lost' END"
+        f" WHEN {isset('drained_event_id')} THEN 'drained'"
+        f" WHEN {isset('drain_started_event_id')} THEN 'draining'"
+        f" WHEN {isset('notice_event_id')} THEN 'noticed'"
+        f" WHEN {isset('advisory_event_id')} THEN 'advised'"
+        f" WHEN {isset('launch_event_id')} THEN 'running'"
+        " ELSE 'requested' END"
+    )
+
+
+def upsert_sql(table: Table) -> str:
+    """The staged rows of `table` (``stage_<name>``) into it, each merged into the stored row
+    of its key; the rows locked in the key's order."""
+    merged = _merged_sql(table)
+    if table.name == "instances":
+        merged["state"] = _instance_state_sql(merged)
+    elif table.name == "pools":
+        merged["excluded"] = f"COALESCE({merged['excluded']}, false)"
+    columns = ", ".join(map(_q, table.columns))
+    sets = ", ".join(f"{_q(c)} = {merged[c]}" for c in table.columns if c != table.key)
+    return (
+        f"INSERT INTO {_q(table.name)} AS t ({columns}) SELECT {columns} FROM "
+        f"{_q('stage_' + table.name)} ORDER BY {_q(table.key)} "
+        f"ON CONFLICT ({_q(table.key)}) DO UPDATE SET {sets}"
+    )
 
 
 # -- the loop ------------------------------------------------------------------------------------
@@ -380,10 +477,10 @@ class BareFleet:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
-        self.tables = {t.name: t for t in s.STATE_TABLES}
-        self.appends = {t.name: t for t in s.APPEND_TABLES}
-        self.upserts = {t.name: upsert_statement(t, f"stage_{t.name}") for t in s.STATE_TABLES}
-        for t in s.STATE_TABLES:
+        self.tables = {t.name: t for t in TABLES}
+        self.appends = {t.name: t.columns for t in s.APPEND_TABLES}
+        self.upserts = {t.name: upsert_sql(t) for t in TABLES}
+        for t in TABLES:
             conn.execute(
                 sql.SQL(
                     "CREATE TEMP TABLE IF NOT EXISTS {} ON COMMIT DELETE ROWS AS "
@@ -400,7 +497,7 @@ class BareFleet:
             for row in rows:
                 copy.write_row(row)
 
-    def write(self, batch: list[Record]) -> None:
+    def write(self, batch: Sequence[Record]) -> None:
         unique: dict[str, tuple[Record, Row]] = {}
         for r, e in decode(batch):
             unique.setdefault(e["event_id"], (r, e))
@@ -454,7 +551,7 @@ class BareFleet:
                     self._copy(cur, f"stage_{name}", table.columns, finished)
                     cur.execute(self.upserts[name].encode())
             for name, tuples in appends.items():
-                self._copy(cur, name, self.appends[name].columns, tuples)
+                self._copy(cur, name, self.appends[name], tuples)
             cur.executemany(
                 "INSERT INTO consumed_offsets (projection, topic, partition, next_offset) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, topic, partition) "
@@ -490,4 +587,4 @@ def checksums(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
     return out
 
 
-WriteBatch = Callable[[list[Record]], None]
+WriteBatch = Callable[[Sequence[Record]], None]

@@ -107,19 +107,6 @@ def with_region(events: list[Envelope], region: str) -> list[Envelope]:
     return [dataclasses.replace(e, region=region) for e in events]
 
 
-def topic_router(region: str) -> Callable[[Envelope], str]:
-    names: dict[type, str] = {}
-
-    def topic_of(envelope: Envelope) -> str:
-        kind = type(envelope.payload)
-        found = names.get(kind)
-        if found is None:
-            found = names[kind] = topic_name(region, kind.TOPIC)
-        return found
-
-    return topic_of
-
-
 def write_through_project(log: EventLog, events: list[Envelope], flush_every: int) -> float:
     writer = EventWriter(log, Codec(), events[0].region, flush_every=flush_every)
     start = time.perf_counter()
@@ -205,7 +192,10 @@ def merge_through_project(log: EventLog, region: str, count: int) -> tuple[int, 
     return count, seconds
 
 
-def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[Measured]:
+def embedded_paths(
+    events: list[Envelope], plain: list[log_bare.Envelope], flush_every: int, tmp: Path
+) -> list[Measured]:
+    """`plain`: the same events as the bare loops' own envelopes."""
     n = len(events)
     region = events[0].region
     read_log = tmp / "read-log"
@@ -214,7 +204,7 @@ def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[
     log.apply_topics(region_topics(region))
     write_through_project(log, events, flush_every)
     log.close()
-    log_bare.container_write(read_bare, events, topic_router(region), flush_every)
+    log_bare.container_write(read_bare, plain, log_bare.topic_router(region), flush_every)
 
     def append_project(r: int) -> tuple[int, float]:
         log = EmbeddedLog(tmp / f"append-{r}")
@@ -225,7 +215,8 @@ def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[
 
     def append_bare(r: int) -> tuple[int, float]:
         start = time.perf_counter()
-        log_bare.container_write(tmp / f"bare-{r}", events, topic_router(region), flush_every)
+        route = log_bare.topic_router(region)
+        log_bare.container_write(tmp / f"bare-{r}", plain, route, flush_every)
         return n, time.perf_counter() - start
 
     def read_project(r: int) -> tuple[int, float]:
@@ -266,7 +257,9 @@ def embedded_paths(events: list[Envelope], flush_every: int, tmp: Path) -> list[
     ]
 
 
-def kafka_paths(bootstrap: str, events: list[Envelope], flush_every: int) -> list[Measured]:
+def kafka_paths(
+    bootstrap: str, events: list[Envelope], plain: list[log_bare.Envelope], flush_every: int
+) -> list[Measured]:
     n = len(events)
     kafka = KafkaLog(bootstrap)
     region = events[0].region
@@ -282,7 +275,7 @@ def kafka_paths(bootstrap: str, events: list[Envelope], flush_every: int) -> lis
 
     def produce_bare(r: int) -> tuple[int, float]:
         start = time.perf_counter()
-        log_bare.kafka_produce(bootstrap, events, topic_router(region), flush_every)
+        log_bare.kafka_produce(bootstrap, plain, log_bare.topic_router(region), flush_every)
         return n, time.perf_counter() - start
 
     def consume_project(r: int) -> tuple[int, float]:
@@ -380,11 +373,13 @@ def main() -> None:
     parser.add_argument("--no-rss", action="store_true", help="leave out the memory figures")
     args = parser.parse_args()
     events = demo_events(args.days, args.seed)
+    # The bare loops' own envelopes of the same events (made here, before any clock).
+    plain = [log_bare.from_record(e.to_avro()) for e in events]
     # The bench holds every event (to write them, and to reuse them each round): hundreds of
     # thousands of objects a processor does not hold. Each side's garbage collections would
     # walk them all, more often for the side that keeps more objects alive a while (a poll's
     # batch, a decoded block) than for the bare loops, which drop each envelope at once.
-    # Frozen, the collector leaves them out; both sides run so.
+    # Frozen, the collector leaves them out (the bare loops' copies too); both sides run so.
     gc.collect()
     gc.freeze()
     codec = Codec()
@@ -395,14 +390,14 @@ def main() -> None:
         f"{args.rounds} rounds, the side run first alternating"
     )
     with tempfile.TemporaryDirectory(prefix="spotcap-bench-log-") as tmp:
-        paths = embedded_paths(events, args.flush_every, Path(tmp))
+        paths = embedded_paths(events, plain, args.flush_every, Path(tmp))
         server = None
         if not args.no_kafka:
             bootstrap = args.kafka
             if bootstrap is None:
                 server = servers.start_kafka(Path(tmp) / "kafka")
                 bootstrap = server.address
-            paths += kafka_paths(bootstrap, events, args.flush_every)
+            paths += kafka_paths(bootstrap, events, plain, args.flush_every)
         paths = [p for p in paths if args.only.lower() in p.name.lower()]
         try:
             run_rounds(paths, args.rounds)

@@ -1,9 +1,17 @@
-"""The bare references of `bench/log.py`: the same work with the libraries alone.
+"""The bare references of `bench/log.py` and `bench/codec.py`: the same work with the libraries
+alone (fastavro, confluent-kafka and the standard library; no module of spotcap's but the
+envelope's schema definition, `schemas.catalogue.envelope_schema`, read at import).
 
-Both sides start and end at the same typed envelopes (`schemas.events.Envelope`): the project
-turns them into Avro records and back through the generated `to_avro`/`from_avro`, and so do
-these loops, in the fewest steps the libraries allow (one parsed schema, no resolution, no
-framing checks, no dead letters, no per-record delivery reports, no checksums, no partitions).
+Both sides start and end at typed envelopes. The project's are its generated classes
+(`schemas.events`); these loops have their own, made here from the schema with the standard
+library: one frozen dataclass per record (`make_dataclass`), arrays as tuples, maps
+read-only (`MappingProxyType`), the nested records as dataclasses, the payload's record named
+by its class. To and from fastavro's dicts in the fewest steps the libraries allow (one parsed
+schema, no resolution, no framing checks, no dead letters, no per-record delivery reports, no
+checksums, no partitions). The single-object header is the Avro specification's: the magic
+``c3 01`` and the little-endian CRC-64-AVRO fingerprint of the schema's canonical form
+(fastavro's `to_parsing_canonical_form` and `fingerprint`); `tests/test_log_bare.py` checks
+these bytes are the codec's, for an event of every type.
 """
 
 from __future__ import annotations
@@ -15,15 +23,16 @@ import logging
 import os
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import make_dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, BinaryIO
 
 import fastavro
 from confluent_kafka import Consumer, Producer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.catalogue import envelope_schema
-from schemas.codec import SINGLE_OBJECT_MAGIC, schema_fingerprint, strip_logical_types
-from schemas.events import PAYLOAD_TYPES, Envelope
 
 _KAFKA_LOG = logging.getLogger("bench.kafka")  # librdkafka's notices, off stderr as in streams
 # What the project's producer sets (streams.kafka.KafkaProducer), so both do the same work.
@@ -39,49 +48,163 @@ CONSUMER_CONFIG: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "enable.partition.eof": False,
 }
+MAGIC = b"\xc3\x01"  # Avro single-object encoding
+HEADER_BYTES = 10  # the magic and the 8-byte fingerprint
+
+Envelope = Any  # an instance of this module's envelope dataclass (made from the schema below)
+
+
+def _without_logical_types(schema: Any) -> Any:
+    """The events hold timestamps as integers and uuids as strings: no logical types."""
+    if isinstance(schema, dict):
+        return {k: _without_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_without_logical_types(s) for s in schema]
+    return schema
+
+
+_RAW = envelope_schema()
+_PARSED = fastavro.parse_schema(_without_logical_types(_RAW), _force=True)
 
 
 def parsed_schema() -> Any:
-    """The envelope schema as fastavro parses it (without logical types, as the events hold
-    timestamps as integers and uuids as strings)."""
-    return fastavro.parse_schema(strip_logical_types(envelope_schema()), _force=True)
+    """The envelope schema as fastavro parses it, without logical types."""
+    return _PARSED
 
 
 def header() -> bytes:
     """Avro single-object framing: the magic and the writer schema's fingerprint."""
-    return SINGLE_OBJECT_MAGIC + struct.pack("<Q", schema_fingerprint(envelope_schema()))
+    canonical = to_parsing_canonical_form(_PARSED)
+    return MAGIC + struct.pack("<Q", int(fingerprint(canonical, "CRC-64-AVRO"), 16))
+
+
+# -- the typed envelopes, from the schema ---------------------------------------------------------
+
+
+def _records(schema: Any, namespace: str, out: dict[str, dict[str, Any]]) -> None:
+    """Every record the schema defines, by full name."""
+    if isinstance(schema, list):
+        for s in schema:
+            _records(s, namespace, out)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "record":
+            name = schema["name"]
+            ns = schema.get("namespace", namespace)
+            full = name if "." in name else f"{ns}.{name}"
+            out[full] = schema
+            for f in schema["fields"]:
+                _records(f["type"], full.rpartition(".")[0], out)
+        elif kind == "array":
+            _records(schema["items"], namespace, out)
+        elif kind == "map":
+            _records(schema["values"], namespace, out)
+        elif isinstance(kind, dict | list):
+            _records(kind, namespace, out)
+
+
+_RECORDS: dict[str, dict[str, Any]] = {}
+_records(_RAW, "", _RECORDS)
+_CLASSES = {
+    full: make_dataclass(full.rpartition(".")[2], [f["name"] for f in r["fields"]], frozen=True)
+    for full, r in _RECORDS.items()
+}  # fmt: skip
+EnvelopeClass = _CLASSES.pop(f"{_RAW.get('namespace', 'spotcap')}.{_RAW['name']}")
+
+
+def _branch(type_: Any) -> Any:
+    """A field's type without its null branch."""
+    if isinstance(type_, list):
+        rest = [t for t in type_ if t != "null"]
+        return rest[0] if len(rest) == 1 else rest
+    return type_
+
+
+def _record_name(type_: Any) -> str | None:
+    for full, r in _RECORDS.items():
+        if type_ is r or type_ == full:
+            return full
+    return None
+
+
+Fix = Callable[[Any], Any]
+
+
+def _fixes(record: Mapping[str, Any]) -> tuple[list[tuple[str, Fix]], list[tuple[str, Fix]]]:
+    """Per array or map field: how fastavro's value becomes the typed one, and back."""
+    reads: list[tuple[str, Fix]] = []
+    writes: list[tuple[str, Fix]] = []
+    for f in record["fields"]:
+        t = _branch(f["type"])
+        if not isinstance(t, dict) or t.get("type") not in ("array", "map"):
+            continue
+        if t["type"] == "map":
+            reads.append((f["name"], MappingProxyType))
+            writes.append((f["name"], dict))
+            continue
+        nested = _record_name(t["items"])
+        if nested is None:
+            reads.append((f["name"], tuple))  # fastavro writes a tuple as it writes a list
+            continue
+        reads.append((f["name"], _typed_records(nested)))
+        writes.append((f["name"], _record_dicts(nested)))
+    return reads, writes
+
+
+def _typed_records(name: str) -> Fix:
+    cls = _CLASSES[name]
+
+    def typed(values: list[dict[str, Any]]) -> tuple[Any, ...]:
+        return tuple([cls(**v) for v in values])
+
+    return typed
+
+
+def _record_dicts(name: str) -> Fix:
+    def dicts(values: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return [v.__dict__.copy() for v in values]
+
+    return dicts
+
+
+_PAYLOADS = [full for full in _RECORDS if full.startswith("spotcap.events.")]
+_READ = {full: (_CLASSES[full], *_fixes(_RECORDS[full])[:1]) for full in _PAYLOADS}
+_WRITE = {_CLASSES[full]: (full, _fixes(_RECORDS[full])[1]) for full in _PAYLOADS}
+# Each payload class's topic, from the schema's own attribute.
+_TOPICS = {_CLASSES[full]: _RECORDS[full]["spotcap.topic"] for full in _PAYLOADS}
 
 
 def to_record(envelope: Envelope) -> dict[str, Any]:
+    """An envelope as fastavro writes it, its payload union branch named."""
     payload = envelope.payload
-    return {
-        "event_id": envelope.event_id,
-        "event_type": envelope.event_type,
-        "occurred_at": envelope.occurred_at,
-        "recorded_at": envelope.recorded_at,
-        "region": envelope.region,
-        "key": envelope.key,
-        "causation_id": envelope.causation_id,
-        "correlation_id": envelope.correlation_id,
-        "producer": envelope.producer,
-        "payload": (payload.RECORD_NAME, payload.to_avro()),
-    }
+    name, fixes = _WRITE[type(payload)]
+    body = payload.__dict__.copy()
+    for field, fix in fixes:
+        body[field] = fix(body[field])
+    record: dict[str, Any] = envelope.__dict__.copy()
+    record["payload"] = (name, body)
+    return record
 
 
-def from_record(record: Mapping[str, Any]) -> Envelope:
+def from_record(record: dict[str, Any]) -> Envelope:
+    """What fastavro read (with `return_record_name`) as a typed envelope (`record` is
+    reused)."""
     name, body = record["payload"]
-    return Envelope(
-        event_id=record["event_id"],
-        event_type=record["event_type"],
-        occurred_at=record["occurred_at"],
-        recorded_at=record["recorded_at"],
-        region=record["region"],
-        key=record["key"],
-        causation_id=record["causation_id"],
-        correlation_id=record["correlation_id"],
-        producer=record["producer"],
-        payload=PAYLOAD_TYPES[name].from_avro(body),
-    )
+    cls, fixes = _READ[name]
+    for field, fix in fixes:
+        body[field] = fix(body[field])
+    record["payload"] = cls(**body)
+    return EnvelopeClass(**record)
+
+
+def topic_router(region: str) -> Callable[[Envelope], str]:
+    """An envelope's topic in `region` (``region.topic``, the topic its record names)."""
+    names = {cls: f"{region}.{topic}" for cls, topic in _TOPICS.items()}
+
+    def topic_of(envelope: Envelope) -> str:
+        return names[type(envelope.payload)]
+
+    return topic_of
 
 
 def kafka_produce(

@@ -16,7 +16,8 @@ an embedded log under a temporary home. Every path decodes the same raw records:
   (`bench/fleet_bare.py`): fastavro's decode to dicts, the same rows made plainly from them,
   COPYed into the projection's own tables (its migrations, in a schema of their own: the same
   columns, keys and indexes), the state rows merged per key in Python and into the stored
-  ones by the same ``ON CONFLICT`` statement, the offsets upserted, one transaction a batch.
+  ones by an ``ON CONFLICT`` statement of its own (the same merge rule, written from the tables'
+  definitions), the offsets upserted, one transaction a batch.
   After each round both sides' tables are read back (outside the clocks) and compared: the
   report says whether the bare loop wrote the projection's rows, table by table.
 - ledger: decode + `LedgerWriter.prepare` (the copy check, pricing, the Arrow tables) +
@@ -229,10 +230,15 @@ class BareLedger:
     """The ledger's work with fastavro and chdb alone: fastavro's dicts, copies left out by id,
     priced plainly (`bench/ledger_bare.py`), and chdb's Arrow inserts into the ledger's own
     tables (its DDL and views): the batch row, the events (whose views make the rankings and
-    rate cards), the priced lines, what was priced and refused, the offsets."""
+    rate cards), the priced lines, what was priced and refused, the offsets. Its own chdb session
+    on the ledger's folder (`path`, the tables made in `database` beforehand), not the ledger's
+    store."""
 
-    def __init__(self, store: ChdbStore) -> None:
-        self.store = store
+    def __init__(self, path: Path, database: str) -> None:
+        import chdb.session
+
+        self.session: Any = chdb.session.Session(str(path.resolve()))  # type: ignore[no-untyped-call]
+        self.session.query(f"USE {database}")  # type: ignore[no-untyped-call]
         self.pricer = ledger_bare.BarePricer()
         self.number = 0
         self.prepared_to: dict[tuple[str, int], int] = {}
@@ -262,7 +268,7 @@ class BareLedger:
         starts = hashlib.sha256(json.dumps(held).encode()).hexdigest()
         for tp, o in done.items():
             self.prepared_to[tp] = max(self.prepared_to.get(tp, 0), o)
-        insert, number = self.store.insert, self.number
+        insert, number = self.insert, self.number
         insert("ledger_batches", pa.table({"projection_name": ["ledger"],
                "batch": pa.array([number], pa.uint64()), "starts": [starts]}))  # fmt: skip
         encode = _LEDGER_JSON.encode
@@ -344,6 +350,20 @@ class BareLedger:
             ),
         )
 
+    def insert(self, table: str, data: pa.Table) -> None:
+        """`data`'s rows into `table`, as an Arrow IPC stream."""
+        if not data.num_rows:
+            return
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, data.schema) as stream:
+            stream.write_table(data)
+        with self.session.send_insert(f"INSERT INTO {table}", "ArrowStream") as inserter:
+            inserter.append(sink.getvalue().to_pybytes())
+            inserter.finish()
+
+    def close(self) -> None:
+        self.session.close()
+
 
 # The tables both ledger loops write (`consumed_topics` is written by neither).
 LEDGER_COMPARED = ("events", "rankings", "rate_cards", "ledger_lines", "priced_facts",
@@ -372,12 +392,13 @@ def bare_ledger(path: Path, records: list[Record], size: int) -> Timing:
     store = ChdbStore(path, "bench")
     drop_all(store)
     apply_ddl(store)
-    bare = BareLedger(store)
+    bare = BareLedger(path, "bench")
     clock = Clock()
     clock.start()
     for i in range(0, len(records), size):
         bare.write(records[i : i + size])
     timing = clock.stop()
+    bare.close()
     LEDGER_SUMS["bare"].append(ledger_sums(store))
     store.command("DROP DATABASE bench")
     return timing

@@ -42,7 +42,7 @@ from projections.read.savings import DailySavings, savings, savings_by_day
 from projections.read.spread import Caps, fallbacks, spread
 from projections.read.times import DAY_FORM, MOMENT_FORMS, check_span, parse_day, parse_moment
 from projections.read.wave import last_wave
-from projections.read.why import NotFoundError, nothing_called, why
+from projections.read.why import NotFoundError, nothing_called, why, why_workload
 from streams.deciders.settings import PlacementSettings
 
 MAX_LIMIT = 10_000
@@ -289,10 +289,16 @@ def get_lag(access: Access) -> list[dict[str, Any]]:
             "workload (tried in that order), oldest first, each step a sentence with its time "
             "and event id. As `spotcap why ID --json`.")  # fmt: skip
 def get_why(access: Access, viewer: Seen, id: Id) -> dict[str, Any]:
-    with access.fleet() as conn, access.ledger() as ledger:
+    with access.fleet() as conn:
         if not viewer.fleet_wide and not subject_owned_by(conn, id, viewer.teams):
             raise nothing_called(id)  # another team's, answered as nothing at all
-        return why(conn, id, ledger).as_json()
+        answer = why(conn, id)
+        if answer.kind != "workload":
+            # Only a workload's chain reads the ledger (its surplus): opening the embedded one
+            # costs a chdb session, 100-200 ms, which an event's or an instance's need not pay.
+            return answer.as_json()
+        with access.ledger() as ledger:
+            return why_workload(conn, id, ledger=ledger).as_json()
 
 
 @router.get("/reports/savings", response_model=SavingsReport, responses=errors(400, 503),

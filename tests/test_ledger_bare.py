@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.ledger_bare import BarePricer, Line
-from bench.log_bare import to_record
 from projections.ledger.pricer import MemorySource, Pricer
 from projections.ledger.pricing import LedgerLine
 from projections.ledger.rule import RECORDED
@@ -37,7 +36,7 @@ def test_the_plain_pricing_gives_the_ledgers_lines_in_any_order(
     for start in range(0, len(arrived), size):
         for n, e in enumerate(arrived[start : start + size], start):
             lines += pricer.feed(e)
-            plain += bare.feed(to_record(e), ("t", 0, n), refused)
+            plain += bare.feed(e.to_avro(), ("t", 0, n), refused)
         lines += pricer.advance()
         plain += bare.advance()
     assert lines  # the history costs something
