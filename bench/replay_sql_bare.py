@@ -76,32 +76,43 @@ class PlainReplay:
 
     def statements(self, s: str) -> list[str]:
         """The scratch tables: the cards, the instances, the claims, the useful pieces."""
-        by = "(published_at, toString(event_id))"
+        # Per pool, the cards sorted by (start, publication, event id), the last of each start
+        # kept; the integral up to each start, a running sum of duration x price over the
+        # pool's array (a window over the rows is several times slower); a card before the
+        # first, at EARLIEST, with the first's prices and the integral that prices the moments
+        # before the first at it.
         cards = f"""
 CREATE TABLE {s}.cards ENGINE = Memory AS
-WITH kept AS (
-    SELECT toString(pool_id) AS pool, toUnixTimestamp64Micro(valid_from) AS vf,
-           argMax(price_per_vcpu_h_eur_micros, {by}) AS price,
-           argMax(guaranteed_price_per_vcpu_h_eur_micros, {by}) AS g,
-           argMax(toString(purchase_model), {by}) AS model
-    FROM {self.ledger}.rate_cards
-    WHERE toUnixTimestamp64Micro(published_at) - toUnixTimestamp64Micro(valid_from) <= {LATE_US}
-    GROUP BY pool, vf
-)
-SELECT pool, vf, price, g, model,
-       sum(dp) OVER (PARTITION BY pool ORDER BY vf ROWS UNBOUNDED PRECEDING) - dp AS cp,
-       sum(dg) OVER (PARTITION BY pool ORDER BY vf ROWS UNBOUNDED PRECEDING) - dg AS cg
+SELECT pool, c.1 AS vf, c.2 AS price, c.3 AS g, c.4 AS model, c.5 AS cp, c.6 AS cg
 FROM (
-    SELECT pool, vf, price, g, model, toInt128(nxt - vf) * price AS dp,
-           toInt128(nxt - vf) * g AS dg
-    FROM (SELECT *, leadInFrame(vf, 1, vf) OVER (PARTITION BY pool ORDER BY vf
-                    ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) AS nxt FROM kept)
+    SELECT pool,
+           arrayFilter((x, n) -> n = length(sorted) OR sorted[n + 1].1 != x.1, sorted,
+                       arrayEnumerate(sorted)) AS kept,
+           arrayMap(n -> if(n < length(kept), kept[n + 1].1 - kept[n].1, 0),
+                    arrayEnumerate(kept)) AS d,
+           arrayMap((x, dd) -> toInt128(dd) * x.4, kept, d) AS dp,
+           arrayMap((x, dd) -> toInt128(dd) * x.5, kept, d) AS dg,
+           arrayCumSum(dp) AS sp, arrayCumSum(dg) AS sg,
+           toInt128({EARLIEST} - kept[1].1) AS before,
+           arrayPushFront(
+               arrayMap(n -> (kept[n].1, kept[n].4, kept[n].5, kept[n].6, sp[n] - dp[n],
+                              sg[n] - dg[n]), arrayEnumerate(kept)),
+               (toInt64({EARLIEST}), kept[1].4, kept[1].5, kept[1].6, before * kept[1].4,
+                before * kept[1].5)) AS rows
+    FROM (
+        SELECT toString(pool_id) AS pool,
+               arraySort(groupArray((toUnixTimestamp64Micro(valid_from),
+                                     toUnixTimestamp64Micro(published_at), toString(event_id),
+                                     price_per_vcpu_h_eur_micros,
+                                     guaranteed_price_per_vcpu_h_eur_micros,
+                                     toString(purchase_model)))) AS sorted
+        FROM {self.ledger}.rate_cards
+        WHERE toUnixTimestamp64Micro(published_at) - toUnixTimestamp64Micro(valid_from)
+              <= {LATE_US}
+        GROUP BY pool
+    )
 )
-UNION ALL
-SELECT pool, {EARLIEST} AS vf, p AS price, fg AS g, m AS model,
-       toInt128({EARLIEST} - first) * p AS cp, toInt128({EARLIEST} - first) * fg AS cg
-FROM (SELECT pool, min(vf) AS first, argMin(price, vf) AS p, argMin(g, vf) AS fg,
-             argMin(model, vf) AS m FROM kept GROUP BY pool)
+ARRAY JOIN rows AS c
 """
         instances = f"""
 CREATE TABLE {s}.instances ENGINE = Memory AS
