@@ -1,25 +1,32 @@
-"""Replay throughput, events/s, by each engine on 30 days of the default region and on a
-generated 400-day history; the archive's export and verify time for one month. Each engine
-is set against a bare reference in the same run: the same fold with the libraries alone.
+"""Replay throughput, events/s, by each engine against its bare reference (the same work with
+the libraries alone); on a generated 400-day history; the archive's export and verify time.
 
-    .venv/bin/python bench/replay.py [--home DIR] [--long-days 400] [--python-long]
+    .venv/bin/python bench/replay.py [--days 1] [--rounds 4] [--engine python|clickhouse]
+    .venv/bin/python bench/replay.py --month [--home DIR] [--long-days 400] [--python-long]
 
-The 30-day history (`spotcap demo --days 30`, the default region: 138 pools, 220 workloads,
-seed 1) and its ledger are made once under --home (default ~/.cache/spotcap/bench-replay; tens
-of minutes on a loaded machine) and reused. Every run then:
+By default, rounds on a demo's log (`--days` of the default region, seed 1, in a temporary
+home, or once under --home): each engine and its bare reference in the same round, the side
+that goes first alternating, their amounts checked equal outside the clock; the median and
+range of the CPU and wall ratios (`bench/replay_rounds.py`, `bench/replay_bare.py`,
+`bench/replay_sql_bare.py`).
+
+With --month, the 30-day history (`spotcap demo --days 30`, the default region: 138 pools,
+220 workloads, seed 1) and its ledger, made once under --home (default
+~/.cache/spotcap/bench-replay; tens of minutes on a loaded machine) and reused:
 
 - python: `spotcap replay --engine python` (the merged history of the log, decoded, and the
-  fold under the recorded rule); bare: the same records read from the log, decoded by fastavro
-  to dicts, the usage intervals priced at the guaranteed price of the pool's latest card and
-  summed per workload and day in a dict;
+  fold under the recorded rule); bare: `bench/replay_bare.py` (fastavro over the segments,
+  `heapq.merge`, the ledger's pricing written plainly), the amounts checked equal;
 - export and verify of 2026-11 into a fresh local archive (`spotcap archive export`, `verify`);
-- clickhouse: the SQL of the recorded rule over the ledger's tables and over the month's
-  archive files (events.parquet and the typed rate_cards.parquet and usage.parquet); bare: one
-  chdb query over the same typed files, the usage intervals ASOF-joined to the card in force
-  and summed per workload and day;
+- clickhouse: the SQL of the recorded rule over the ledger's tables (bare: the recorded rule's
+  query written plainly, `bench/replay_sql_bare.py`, the amounts checked equal) and over the
+  month's archive files (events.parquet and the typed rate_cards.parquet and usage.parquet);
+  beside the files, one chdb query over the same typed files, the usage intervals ASOF-joined
+  to the card in force and summed per workload and day (a fraction of the engine's work: no
+  demand, no lines but one, no waste nor reservations; kept as a floor);
 - the long history: the month's events.parquet repeated with its times shifted (and its event
   ids renamed) until --long-days days are covered, each copy with its typed files derived as
-  the export derives them, written once under --home; the SQL engine and the bare query over
+  the export derives them, written once under --home; the SQL engine and the one query over
   it. The Python engine on it only with --python-long (the month's events decoded and shifted
   in Python, about 20 minutes).
 
@@ -40,21 +47,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fastavro
 import pyarrow.parquet as pq
 
-from bench.projections import read_records
+from bench import replay_bare, replay_rounds, replay_sql_bare
 from contracts.signing import FileSigner, generate_key_pem, load_public_key
 from projections.catchup import catch_up, open_writer
 from projections.ledger.store import ChdbStore, LedgerStore
@@ -75,7 +79,8 @@ from replay.fold import DAY_US
 from replay.rule_file import load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
 from replay.sql import LEDGER_RELATIONS, ParquetMonth, parquet_relations
-from schemas.codec import Codec, strip_logical_types
+from schemas.catalogue import envelope_schema
+from schemas.codec import Codec
 from schemas.events import Envelope
 from sim.demo import run_demo
 from sim.region import SimConfig
@@ -92,11 +97,14 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def row(what: str, events: int, seconds: float, bare_s: float | None = None) -> None:
+def row(
+    what: str, events: int, seconds: float, bare_s: float | None = None, against: str = "bare"
+) -> None:
+    """A line of figures; `against`: what the reference is (the bare side, or a floor)."""
     rate = events / seconds
     ratio = ""
     if bare_s is not None:
-        bare = f"bare {events / bare_s:>11,.0f} ev/s ({bare_s:6.1f} s)"
+        bare = f"{against} {events / bare_s:>11,.0f} ev/s ({bare_s:6.1f} s)"
         ratio = f"   {bare}   ratio {bare_s / seconds:.2f}"
     say(f"{what:<44} {events:>12,} ev {seconds:7.1f} s {rate:>11,.0f} ev/s{ratio}")
 
@@ -152,31 +160,21 @@ def python_engine(stores: Stores) -> tuple[int, float]:
         result = replay_python([rule], (d.envelope for d in history))[0]
     finally:
         log.close()
+    python_amounts.clear()
+    python_amounts.update(result.amounts)
     return result.events, result.seconds
 
 
+python_amounts: dict[tuple[str, int, str], int] = {}  # the engine's last, for the check
+
+
 def python_bare(stores: Stores) -> tuple[int, float]:
-    """Read, decode with fastavro to dicts, price usage at the latest card, sum in a dict."""
+    """`bench/replay_bare.py` over the log (its amounts checked against the engine's after)."""
     started = time.monotonic()
-    log = EmbeddedLog(stores.home / "log")
-    try:
-        records = read_records(log, REGION, LEDGER_TOPICS)
-    finally:
-        log.close()
-    schema = fastavro.parse_schema(strip_logical_types(dict(Codec().schema)))
-    guaranteed: dict[str, int] = {}
-    sums: dict[tuple[str, int], float] = defaultdict(float)
-    for r in records:
-        e = fastavro.schemaless_reader(io.BytesIO((r.value or b"")[10:]), schema, schema)
-        assert isinstance(e, dict)
-        p = e["payload"]
-        kind = e["event_type"]
-        if kind == "rate_card":
-            guaranteed[p["pool_id"]] = p["guaranteed_price_per_vcpu_h_eur_micros"]
-        elif kind == "usage_interval":
-            price = guaranteed.get(p["pool_id"], 0)
-            sums[(p["workload_id"], p["start_at"] // DAY_US)] += p["used_vcpu_h"] * price
-    return len(records), time.monotonic() - started
+    events, amounts = replay_bare.replay(stores.home / "log", REGION, envelope_schema())
+    seconds = time.monotonic() - started
+    assert amounts == python_amounts, "the bare fold's amounts differ from the engine's"
+    return events, seconds
 
 
 # -- the archive ----------------------------------------------------------------------------
@@ -264,10 +262,15 @@ def sql_engine(store: LedgerStore, files: list[ParquetMonth] | None) -> tuple[in
         store, relations, rule, on_step=lambda name: steps.append((name, time.process_time()))
     )
     end = time.process_time()
+    sql_amounts.clear()
+    sql_amounts.update(result.amounts)
     cpu_s("the engine", end - cpu)
     for (name, at), (_, until) in zip(steps, [*steps[1:], ("", end)], strict=True):
         say(f"    {name}: {until - at:.1f} s of CPU time")
     return result.events, result.seconds
+
+
+sql_amounts: dict[tuple[str, int, str], int] = {}  # the engine's last, for the check
 
 
 def cpu_s(what: str, seconds: float) -> None:
@@ -278,7 +281,9 @@ def cpu_s(what: str, seconds: float) -> None:
 
 def sql_bare(store: LedgerStore, files: list[ParquetMonth]) -> tuple[int, float]:
     """One query over the same files: usage intervals priced at the card in force at their
-    start, summed (the typed files of the archive's format 2, as the engine reads them)."""
+    start, summed (the typed files of the archive's format 2, as the engine reads them). A
+    fraction of the engine's work (no demand, one line, no waste nor reservations): a floor,
+    not a bare reference."""
 
     def union(name: str, columns: str) -> str:
         return " UNION ALL ".join(
@@ -401,9 +406,15 @@ def shifted_history(month_file: Path, first_day: int, span: int, days: int) -> I
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=float, default=1.0, help="demo days of the rounds' log")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument(
-        "--home", type=Path, default=Path.home() / ".cache" / "spotcap" / "bench-replay"
+        "--engine", choices=("python", "clickhouse"), action="append", help="(default: both)"
     )
+    parser.add_argument(
+        "--month", action="store_true", help="the 30-day history, the archive, the long history"
+    )
+    parser.add_argument("--home", type=Path, default=None)
     parser.add_argument("--long-days", type=int, default=400)
     parser.add_argument("--python-long", action="store_true")
     parser.add_argument(
@@ -423,6 +434,12 @@ def main() -> None:
         help="the Python engine on the first N days of the long history only (with --long-only)",
     )
     args = parser.parse_args()
+    if not (args.month or args.long_only or args.archive_only):
+        replay_rounds.run(
+            args.home, args.days, args.rounds, args.engine or ["python", "clickhouse"]
+        )
+        return
+    args.home = args.home or Path.home() / ".cache" / "spotcap" / "bench-replay"
     # The long history needs no ledger: chdb runs the queries over the Parquet files.
     stores = prepare(args.home, ledger=not (args.long_only or args.archive_only))
     if args.archive_only:
@@ -441,8 +458,8 @@ def main() -> None:
         long(args, store, month_file)
         return
     say("\n30 days of the default region (recorded rule)")
-    bare = python_bare(stores)
     events, seconds = python_engine(stores)
+    bare = python_bare(stores)
     row("python engine (log, merged history, fold)", events, seconds, bare[1])
 
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
@@ -457,11 +474,16 @@ def main() -> None:
             )
 
     events, seconds = sql_engine(store, None)
-    row("clickhouse engine (ledger tables)", events, seconds)
+    path, database = stores.ledger_location()
+    started = time.monotonic()
+    bare_events, bare_amounts = replay_sql_bare.PlainReplay(path, database).run()
+    bare_s = time.monotonic() - started
+    assert bare_events == events and bare_amounts == sql_amounts, "the plain query differs"
+    row("clickhouse engine (ledger tables)", events, seconds, bare_s)
     files = [typed(month_file)]
     bare = sql_bare(store, files)
     events, seconds = sql_engine(store, files)
-    row(f"clickhouse engine ({MONTH} events.parquet)", events, seconds, bare[1])
+    row(f"clickhouse engine ({MONTH} events.parquet)", events, seconds, bare[1], "one query")
 
     long(args, store, month_file)
 
@@ -474,7 +496,13 @@ def long(args: argparse.Namespace, store: LedgerStore, month_file: Path) -> None
         row(f"clickhouse engine ({MONTH} alone, its files)", events, seconds)
         bare = sql_bare(store, long_files)
         events, seconds = sql_engine(store, long_files)
-        row(f"clickhouse engine ({len(long_files)} Parquet files)", events, seconds, bare[1])
+        row(
+            f"clickhouse engine ({len(long_files)} Parquet files)",
+            events,
+            seconds,
+            bare[1],
+            "one query",
+        )
     if args.python_long or args.python_days:
         first_day, span = _span_days(str(month_file), store)
         rule = load_rule(shipped_rule_path("recorded"))

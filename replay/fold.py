@@ -198,6 +198,8 @@ class Fold:
             r.wasted_work_charge.with_notice != r.wasted_work_charge.without_notice for r in rules
         )
         self._asked_for = any(r.useful_work == ASKED_FOR for r in rules)
+        # Once: `Rule.shares` looks at every line's charge, and usage is a tenth of the history.
+        self._shares = any(r.shares for r in rules)
 
     def _in_range(self, day: int) -> bool:
         return (self.first_day is None or day >= self.first_day) and (
@@ -375,7 +377,7 @@ class Fold:
         for ledger in self.ledgers:
             for workload, day, cause, micros, charge in self._parts(item, ledger):
                 ledger.add_scaled(workload, day, cause, micros, charge)
-        if isinstance(item.e.payload, UsageInterval) and any(r.rule.shares for r in self.ledgers):
+        if self._shares and isinstance(item.e.payload, UsageInterval):
             self._weigh(item)
 
     def _parts(self, item: Item, ledger: RuleLedger) -> list[Part]:
