@@ -48,6 +48,7 @@ import argparse
 import cProfile
 import dataclasses
 import gc
+import os
 import pstats
 import statistics
 import sys
@@ -323,7 +324,8 @@ def run_rounds(paths: list[Measured], rounds: int) -> None:
         done = ", ".join(
             f"{p.name} {p.rates['project'][-1] / p.rates['bare'][-1]:.2f}x" for p in paths
         )
-        print(f"  round {r + 1}/{rounds} ({order[0]} first): {done}", flush=True)
+        load = os.getloadavg()[0]
+        print(f"  round {r + 1}/{rounds} ({order[0]} first, load {load:.1f}): {done}", flush=True)
 
 
 def report(paths: list[Measured]) -> None:
