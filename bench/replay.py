@@ -27,8 +27,9 @@ With --month, the 30-day history (`spotcap demo --days 30`, the default region: 
 - the long history: the month's events.parquet repeated with its times shifted (and its event
   ids renamed) until --long-days days are covered, each copy with its typed files derived as
   the export derives them, written once under --home; the SQL engine and the one query over
-  it. The Python engine on it only with --python-long (the month's events decoded and shifted
-  in Python, about 20 minutes).
+  it, and rounds of the SQL engine against its bare reference over the same files
+  (`bench/replay_parquet_bare.py`). The Python engine on it only with --python-long (the
+  month's events decoded and shifted in Python, about 20 minutes).
 
 With --long-only, only the long history, from the month's files under --home
 (`<home>/2026-11/`, kept by an earlier full run); the ledger is not brought up to date (a
@@ -36,6 +37,11 @@ scratch chdb runs the queries), and the SQL engine over the month's files alone 
 30 days). Its rate_cards.parquet files written before the archive's
 format 3 get their integrals once. With --python-days N as well, only the Python engine over
 the first N days of the long history (a bounded part: all of it would take hours).
+
+With --archive-month DIR (once or more, in order), rounds of the ClickHouse engine over those
+month folders of an archive (the files `spotcap archive export` writes: events.parquet and the
+derived files of the archive's format 4) against `bench/replay_parquet_bare.py`, the same
+query over the same files by chdb alone, its amounts checked equal each round.
 
 With --archive-only, only the export and verify of the month: `export_month` from the log's
 merged history, as `archive export` runs it, but with the ledger's lines of the month as they
@@ -427,6 +433,13 @@ def main() -> None:
         " stand (the ledger not brought up to date)",
     )
     parser.add_argument(
+        "--archive-month",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="rounds over these month folders of an archive against the bare query on the files",
+    )
+    parser.add_argument(
         "--python-days",
         type=int,
         default=None,
@@ -436,7 +449,11 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.month or args.long_only or args.archive_only):
         replay_rounds.run(
-            args.home, args.days, args.rounds, args.engine or ["python", "clickhouse"]
+            args.home,
+            args.days,
+            args.rounds,
+            args.engine or ["python", "clickhouse"],
+            args.archive_month,
         )
         return
     args.home = args.home or Path.home() / ".cache" / "spotcap" / "bench-replay"
@@ -503,6 +520,9 @@ def long(args: argparse.Namespace, store: LedgerStore, month_file: Path) -> None
             bare[1],
             "one query",
         )
+        if isinstance(store, ChdbStore):
+            folders = [Path(f.events).parent for f in long_files]
+            replay_rounds.archive(store, folders, args.rounds)
     if args.python_long or args.python_days:
         first_day, span = _span_days(str(month_file), store)
         rule = load_rule(shipped_rule_path("recorded"))

@@ -14,7 +14,10 @@ outside the clock that both gave the same amounts per workload, day and cause:
 - clickhouse: what `spotcap replay --engine clickhouse` runs after its catch-up: the SQL the
   engine makes of the recorded rule over the ledger's tables; bare: the recorded rule's query
   written plainly (`bench/replay_sql_bare.py`) run by a chdb session of its own over the same
-  tables.
+  tables;
+- with --archive-month (`archive`): the ClickHouse engine over an archive's month folders (the
+  files `spotcap archive export` writes); bare: the same query over the same files
+  (`bench/replay_parquet_bare.py`).
 
 CPU is this process's (chdb runs in it: its threads' CPU time is ours). Each round's ratio is
 its own pair's (the bare side's time over the engine's: 1.0 is as fast as the libraries
@@ -31,14 +34,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import replay_bare, replay_sql_bare
+from bench import replay_bare, replay_parquet_bare, replay_sql_bare
 from projections.catchup import catch_up, open_writer
 from projections.ledger.store import ChdbStore
 from projections.ledger.writer import LEDGER_TOPICS
 from projections.stores import Stores
+from replay.archive import layout
 from replay.rule_file import load_rule, shipped_rule_path
 from replay.run import replay_clickhouse, replay_python
-from replay.sql import LEDGER_RELATIONS
+from replay.sql import LEDGER_RELATIONS, ParquetMonth, parquet_relations
 from schemas.catalogue import envelope_schema
 from schemas.codec import Codec
 from sim.demo import run_demo
@@ -149,7 +153,15 @@ def _same(name: str, ours: Amounts, bare: Amounts) -> None:
     raise AssertionError(f"{name}: {len(differ):,} amounts differ from the bare side's: {shown}")
 
 
-def run(home: Path | None, days: float, rounds: int, engines: list[str]) -> None:
+def run(
+    home: Path | None, days: float, rounds: int, engines: list[str], months: list[Path] | None
+) -> None:
+    """The rounds on a demo's log and ledger; or, given `months`, over those month folders of
+    an archive."""
+    if months:
+        with tempfile.TemporaryDirectory(prefix="bench-replay-files-") as tmp:
+            archive(ChdbStore(Path(tmp)), months, rounds)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-replay-rounds-") as tmp:
         where = home or Path(tmp) / "home"
         prepare(where, days)
@@ -168,3 +180,19 @@ def run(home: Path | None, days: float, rounds: int, engines: list[str]) -> None
             path, database = stores.ledger_location()
             bare = replay_sql_bare.PlainReplay(path, database)
             measure("clickhouse engine", lambda: clickhouse_engine(store), bare.run, rounds)
+
+
+def archive(store: ChdbStore, months: list[Path], rounds: int) -> None:
+    """Rounds of the ClickHouse engine over the month folders `months` (in order) against
+    `bench/replay_parquet_bare.py`, by `store`'s chdb (the process's one data path), the bare
+    side in a session of its own."""
+    rule = load_rule(shipped_rule_path("recorded"))
+    names = (layout.EVENTS, *layout.DERIVED_FILES)
+    relations = parquet_relations([ParquetMonth(*(str(m / n) for n in names)) for m in months])
+
+    def engine() -> tuple[int, Amounts]:
+        result = replay_clickhouse(store, relations, rule)
+        return result.events, result.amounts
+
+    bare = replay_parquet_bare.ParquetReplay(store.path, months)
+    measure(f"clickhouse engine ({len(months)} month folder(s) of files)", engine, bare.run, rounds)

@@ -50,6 +50,7 @@ class PlainReplay:
     def __init__(self, path: Path, database: str) -> None:
         self.session: Any = chdb.session.Session(str(path))  # type: ignore[no-untyped-call]
         self.ledger = database
+        self.scratch = ""  # the scratch database of the run under way
 
     def query(self, sql: str) -> list[dict[str, Any]]:
         data = self.session.query(sql, "ArrowStream").bytes()
@@ -59,29 +60,62 @@ class PlainReplay:
         """The events of the history and the amounts per workload, UTC day and cause."""
         scratch = f"bare_replay_{uuid.uuid4().hex[:12]}"
         self.session.query(f"CREATE DATABASE {scratch}")
+        self.scratch = scratch
         try:
             for sql in self.statements(scratch):
                 self.session.query(sql)
             rows = self.query(self.lines_sql(scratch))
-            n = self.query(f"SELECT count() AS n FROM {self.ledger}.events FINAL")[0]["n"]
+            n = self.query(self.count_sql())[0]["n"]
         finally:
             self.session.query(f"DROP DATABASE IF EXISTS {scratch}")
         return int(n), {(r["w"], int(r["day"]), r["cause"]): int(r["a"]) for r in rows}
 
+    # -- where the history is: the ledger's tables (`bench/replay_parquet_bare.py`: files) --
+
+    def count_sql(self) -> str:
+        return f"SELECT count() AS n FROM {self.ledger}.events FINAL"
+
+    def latest_sql(self) -> str:
+        """The newest event time of the history."""
+        return f"SELECT max(toUnixTimestamp64Micro(occurred_at)) FROM {self.ledger}.events"
+
     def events(self, types: str) -> str:
+        """(event_id, t, payload) of the events of `types` (a list of quoted names)."""
         return (
             "SELECT toString(event_id) AS event_id, toUnixTimestamp64Micro(occurred_at) AS t,"
             f" payload FROM {self.ledger}.events FINAL WHERE event_type IN ({types})"
         )
 
-    def statements(self, s: str) -> list[str]:
-        """The scratch tables: the cards, the instances, the claims, the useful pieces."""
+    def usage_rows(self) -> str:
+        """(event_id, w, i, pool, model, s, e, vcpu, used_h) of every usage interval."""
+        usage = (
+            "Tuple(workload_id String, instance_id String, pool_id String, purchase_model String,"
+            " start_at Int64, end_at Int64, vcpu Int64, used_vcpu_h Float64)"
+        )
+        return f"""
+        SELECT event_id, p.1 AS w, p.2 AS i, p.3 AS pool, p.4 AS model, p.5 AS s, p.6 AS e,
+               p.7 AS vcpu, p.8 AS used_h
+        FROM (SELECT event_id, JSONExtract(payload, '{usage}') AS p
+              FROM ({self.events("'usage_interval'")}))"""
+
+    def checkpoint_rows(self) -> str:
+        """(w, t, written_bytes) of every checkpoint."""
+        written = self.events("'checkpoint_written'")
+        return (
+            "SELECT JSONExtractString(payload, 'workload_id') AS w, t,"
+            f" JSONExtractInt(payload, 'written_bytes') AS written_bytes FROM ({written})"
+        )
+
+    def cards_statement(self, s: str) -> str:
+        """The scratch table `s`.cards: (pool, vf, price, g, model, cp, cg) per card in force,
+        cp and cg the integrals of the price and the guaranteed price up to vf, and a card per
+        pool at EARLIEST."""
         # Per pool, the cards sorted by (start, publication, event id), the last of each start
         # kept; the integral up to each start, a running sum of duration x price over the
         # pool's array (a window over the rows is several times slower); a card before the
         # first, at EARLIEST, with the first's prices and the integral that prices the moments
         # before the first at it.
-        cards = f"""
+        return f"""
 CREATE TABLE {s}.cards ENGINE = Memory AS
 SELECT pool, c.1 AS vf, c.2 AS price, c.3 AS g, c.4 AS model, c.5 AS cp, c.6 AS cg
 FROM (
@@ -114,6 +148,9 @@ FROM (
 )
 ARRAY JOIN rows AS c
 """
+
+    def statements(self, s: str) -> list[str]:
+        """The scratch tables: the cards, the instances, the claims, the useful pieces."""
         instances = f"""
 CREATE TABLE {s}.instances ENGINE = Memory AS
 SELECT l.w AS w, l.i AS i, l.t0 AS t0, l.vcpu AS vcpu, if(x.i = '', {NEVER}, x.t1) AS t1
@@ -147,10 +184,6 @@ LEFT JOIN (
         # At each cut (a claim opening or released, an instance launched before this one
         # starting or ending) the vCPU useful: what the open claims ask for less what the
         # instances launched before take, at most the interval's vCPU; then cut at midnights.
-        usage = (
-            "Tuple(workload_id String, instance_id String, pool_id String, purchase_model String,"
-            " start_at Int64, end_at Int64, vcpu Int64, used_vcpu_h Float64)"
-        )
         pieces = f"""
 CREATE TABLE {s}.pieces ENGINE = Memory AS
 SELECT event_id, w, model, s, e, vcpu, used_h, pool, seg.1 AS day, seg.2 AS a, seg.3 AS b,
@@ -171,10 +204,7 @@ FROM (
                                       before))))),
                   range(1, length(cuts)))) AS useful_pieces
     FROM (
-        SELECT event_id, p.1 AS w, p.2 AS i, p.3 AS pool, p.4 AS model, p.5 AS s, p.6 AS e,
-               p.7 AS vcpu, p.8 AS used_h
-        FROM (SELECT event_id, JSONExtract(payload, '{usage}') AS p
-              FROM ({self.events("'usage_interval'")}))
+        SELECT * FROM ({self.usage_rows()})
         WHERE e > s AND pool IN (SELECT pool FROM {s}.cards)
     ) AS u
     LEFT JOIN (SELECT w, i, t0 FROM {s}.instances) AS me ON me.w = u.w AND me.i = u.i
@@ -189,7 +219,7 @@ ARRAY JOIN arrayFlatten(arrayMap(g -> arrayMap(
            range(toUInt64(intDiv(g.1, {DAY_US})), toUInt64(intDiv(g.2 - 1, {DAY_US})) + 1)),
        useful_pieces)) AS seg
 """
-        return [cards, instances, claims, pieces]
+        return [self.cards_statement(s), instances, claims, pieces]
 
     def lines_sql(self, s: str) -> str:
         """Every line, summed per workload, day and cause."""
@@ -250,10 +280,9 @@ ARRAY JOIN [('counterfactual', {rhe("-wq * g", per_s)}),
 """
         per_month, kept = str(1_000_000_000 * 30), CKPT_DAYS * CKPT_MICROS
         checkpoints = f"""
-SELECT JSONExtractString(payload, 'workload_id') AS w, intDiv(t, {DAY_US}) AS day,
-       'checkpoint_storage' AS cause,
-       {rhe(f"toInt128(JSONExtractInt(payload, 'written_bytes')) * {kept}", per_month)} AS amount
-FROM ({self.events("'checkpoint_written'")})
+SELECT w, intDiv(t, {DAY_US}) AS day, 'checkpoint_storage' AS cause,
+       {rhe(f"toInt128(written_bytes) * {kept}", per_month)} AS amount
+FROM ({self.checkpoint_rows()})
 """
         reserved = (
             f"toInt128(vcpu) * price"
@@ -266,8 +295,7 @@ FROM (
     SELECT JSONExtractInt(payload, 'reserved_vcpu') AS vcpu,
            JSONExtractInt(payload, 'price_per_vcpu_h_eur_micros') AS price,
            JSONExtractInt(payload, 'start_at') AS s, JSONExtractInt(payload, 'end_at') AS e,
-           t, (SELECT max(toUnixTimestamp64Micro(occurred_at)) FROM {self.ledger}.events)
-               AS latest, latest - latest % {HOUR_US} AS until
+           t, ({self.latest_sql()}) AS latest, latest - latest % {HOUR_US} AS until
     FROM ({self.events("'reservation_committed'")})
     WHERE t - s <= {LATE_US} AND least(e, until) > s
 )
