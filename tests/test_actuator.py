@@ -23,14 +23,16 @@ from provider.actuator import (
 from provider.base import CALL_TAG, DECISION_TAG, OWNER_TAG, POOL_TAG, LaunchRequest, owned_tags
 from schemas.events import (
     ActuationOrdered,
+    CapacityReleased,
     Envelope,
     InstanceDeleted,
     InstanceLaunched,
 )
 from sim import ReclaimSettings, RegionSim, SimConfig
+from streams.deciders.actuator import RELEASED_MEMORY_US
 from streams.deciders.workload import CLAIM_TAG, ROLE_TAG
 from streams.writer import publish
-from tests.actuator_support import CLAIM, CODEC, Decisions
+from tests.actuator_support import CLAIM, CODEC, WORKLOAD, Decisions
 
 ME = "spotcap-test"
 CONFIG = SimConfig(
@@ -160,6 +162,26 @@ def test_a_forgetting_book_keeps_the_causes_of_open_orders_and_forgets_the_rest(
     assert book.snapshot()["finished"] == []
     with pytest.raises(ValueError, match="forgets=True"):
         OrderBook(ME).forget(later)
+
+
+def test_a_forgetting_book_forgets_a_claim_a_day_after_its_release(region: Region) -> None:
+    """What the book learnt of events for a claim stays while the guard remembers the claim's
+    release (a day), and goes after: no order is caused through it again."""
+    placed = region.placement()
+    book = OrderBook(ME, forgets=True)
+    for event in region.events():
+        book.observe(event)
+    for order in book.orders():
+        book.finish(order.order_id)
+    released_at = placed.occurred_at + 60_000_000
+    release = CapacityReleased(CLAIM, WORKLOAD, "kubernetes", 32, "work done")
+    book.observe(replace(region.fact(release, "intake/kubernetes"), occurred_at=released_at))
+    learnt = {key for key, claim in book.snapshot()["claims"] if claim == CLAIM}
+    assert placed.event_id in learnt and placed.causation_id in learnt
+    book.forget(released_at + RELEASED_MEMORY_US)  # released exactly a day before: kept
+    assert {key for key, claim in book.snapshot()["claims"] if claim == CLAIM} == learnt
+    book.forget(released_at + RELEASED_MEMORY_US + 1)
+    assert book.snapshot()["claims"] == []
 
 
 def test_the_service_launches_each_order_once_and_writes_the_answers(region: Region) -> None:

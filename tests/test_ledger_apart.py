@@ -93,6 +93,32 @@ def test_a_stores_ledger_apart_opens_the_engine_in_a_child(tmp_path: Path) -> No
         stop_all()
 
 
+def test_parts_merged_away_are_removed_without_a_burst_of_threads(tmp_path: Path) -> None:
+    """Past 100 parts merged away at once ClickHouse removes them with up to 128 threads, which
+    the engine then keeps idle; the ledger's tables have them removed by their cleanup alone."""
+    store = ApartStore(tmp_path / "ledger", "spotcap")
+    try:
+        LedgerWriter(store)  # the ledger's tables
+        pid = int(store.describe().rsplit(" ", 1)[1])
+        store.command("SYSTEM STOP MERGES consumed_topics")
+        for n in range(150):
+            store.command(
+                "INSERT INTO consumed_topics VALUES ('ledger', {t:String}, 'id', now64(6))",
+                {"t": f"topic-{n}"},
+            )
+        store.command("SYSTEM START MERGES consumed_topics")
+        store.command("OPTIMIZE TABLE consumed_topics FINAL")
+        outdated = "SELECT count() AS n FROM system.parts WHERE table = 'consumed_topics'"
+        deadline = time.monotonic() + WAIT_S  # the cleanup runs every 30 s or so
+        while store.query(outdated + " AND NOT active")[0]["n"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert store.query(outdated + " AND NOT active")[0]["n"] == 0
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+        assert threads < 60, f"the engine's process holds {threads} threads"
+    finally:
+        stop_all()
+
+
 _HOLDER = textwrap.dedent(
     """
     import sys, time

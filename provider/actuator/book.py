@@ -25,8 +25,10 @@ which is at once), and the ids of the last `memory` orders done (a copy of an or
 deciders send again after a restart is not an order again). A book whose orders always come
 with their causes (the simulator's loop: the guard orders a call while it judges the event the
 call carries out, in the same instant) can also `forget` what was settled before a moment: the
-causes no order waits on, the instances gone and their claims, the orders done; so that its
-memory stays flat in the history's length.
+causes no order waits on, the instances gone and their claims, the orders done, and the claims
+learnt of events for a claim released longer ago than the guard remembers released claims (a
+day, `RELEASED_MEMORY_US`: a released claim's work is done, and by then the guard too has
+forgotten it); so that its memory stays flat in the history's length.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from schemas.events import (
     ReplacementRequested,
 )
 from schemas.ids import derived_event_id
+from streams.deciders.actuator import RELEASED_MEMORY_US
 from streams.deciders.workload import (
     CLAIM_TAG,
     FALLBACK_ROLE,
@@ -195,8 +198,11 @@ class OrderBook:
         self._deletes: dict[str, set[str]] = {}  # instance id -> delete orders not done
         self._seq = 0
         self._now_us = 0  # the newest event time observed
-        # With `forgets` (the caller calls `forget`): (event time, id) of each cause learnt.
+        # With `forgets` (the caller calls `forget`): (event time, id) of each cause learnt,
+        # the ids of the events each claim was learnt of, and (event time, claim) of each release.
         self._learnt: deque[tuple[int, str]] | None = deque() if forgets else None
+        self._learnt_of: dict[str, list[str]] | None = {} if forgets else None
+        self._released: deque[tuple[int, str]] | None = deque() if forgets else None
         self.done = 0
 
     # -- the fold ----------------------------------------------------------------------------
@@ -217,6 +223,8 @@ class OrderBook:
             self._pools[p.pool_id] = (p.purchase_model, p.instance_vcpu)
             return
         self._learn_claim(event)
+        if isinstance(p, CapacityReleased) and self._released is not None:
+            self._released.append((event.occurred_at, p.claim_id))
         if isinstance(p, InstanceLaunched):
             order = p.tags.get(CALL_TAG)
             if order is not None:
@@ -285,10 +293,13 @@ class OrderBook:
             claim = claims.get(event.causation_id or "")
         if claim is not None:
             claims.remember(event.event_id, claim)
+            if self._learnt_of is not None:
+                self._learnt_of.setdefault(claim, []).append(event.event_id)
 
     def forget(self, before_us: int) -> None:
         """Forget what was settled before event time `before_us`: the causes no open order
-        waits on, the instances gone (and the claims learnt of them), the orders done. Only for
+        waits on, the instances gone (and the claims learnt of them), the orders done, and what
+        was learnt of events for a claim released `RELEASED_MEMORY_US` before it. Only for
         a book whose orders come with their causes, whose decisions never name an instance gone
         that long ago, and whose orders are never sent twice (the simulator's loop); the actuator
         service, whose orders may come before their causes or again after a restart, bounds its
@@ -318,6 +329,21 @@ class OrderBook:
             if at_us >= before_us:
                 break
             del finished[order_id]
+        self._forget_released(before_us - RELEASED_MEMORY_US)
+
+    def _forget_released(self, before_us: int) -> None:
+        """Forget the claims learnt of events for each claim released before `before_us` (the
+        claims learnt of instances go with the instances). A decision's cause can be days old (a
+        fallback's return or review, a placement on a timer), but not one whose claim's work was
+        done a day before: in the 7-day demo none of the entries dropped was asked for again,
+        and the log is the same byte for byte (docs/performance.md, "The demo")."""
+        released, learnt_of, claims = self._released, self._learnt_of, self._claim_of
+        assert released is not None and learnt_of is not None  # a book made with forgets=True
+        while released and released[0][0] < before_us:
+            _, claim = released.popleft()
+            for event_id in learnt_of.pop(claim, ()):
+                if claims.get(event_id) == claim:
+                    del claims[event_id]
 
     # -- what to do --------------------------------------------------------------------------
 

@@ -4,6 +4,9 @@
 -- read goes through FINAL (or the views below, which do). Money is Int64 micro-euros.
 -- Merges read 1,024 rows a block, one column at a time: a merge of whole rows 8,192 at a time
 -- (the payloads' JSON) took the embedded engine's memory 60 MiB past its level (issue 26).
+-- Parts merged away are removed by each table's cleanup thread alone: past 100 of them at once
+-- ClickHouse removes them with up to 128 threads (`concurrent_part_removal_threshold`), which
+-- the embedded engine then keeps idle (110-130 threads, 15-30 MiB of its peak; issue 26).
 
 -- Every event, whole (payload as JSON), for 400 days.
 CREATE TABLE IF NOT EXISTS events (
@@ -25,7 +28,8 @@ PARTITION BY toYYYYMM(occurred_at)
 ORDER BY (event_type, occurred_at, event_id)
 TTL toDateTime(occurred_at) + INTERVAL 400 DAY
 SETTINGS merge_max_block_size = 1024, vertical_merge_algorithm_min_rows_to_activate = 1,
-    vertical_merge_algorithm_min_columns_to_activate = 1;
+    vertical_merge_algorithm_min_columns_to_activate = 1,
+    concurrent_part_removal_threshold = 1000000000;
 
 -- Every pool ranking with its inputs, for 13 months.
 CREATE TABLE IF NOT EXISTS rankings (
@@ -47,7 +51,8 @@ PARTITION BY toYYYYMM(occurred_at)
 ORDER BY (pool_id, occurred_at, event_id)
 TTL toDateTime(occurred_at) + INTERVAL 13 MONTH
 SETTINGS merge_max_block_size = 1024, vertical_merge_algorithm_min_rows_to_activate = 1,
-    vertical_merge_algorithm_min_columns_to_activate = 1;
+    vertical_merge_algorithm_min_columns_to_activate = 1,
+    concurrent_part_removal_threshold = 1000000000;
 
 -- Rate cards: the prices the ledger priced with (and the SQL what-if engine joins on). A card
 -- was published at `published_at` (its event's time; a card published more than the rule's
@@ -69,7 +74,8 @@ PARTITION BY toYYYYMM(valid_from)
 ORDER BY (pool_id, valid_from, event_id)
 TTL toDateTime(valid_from) + INTERVAL 400 DAY
 SETTINGS merge_max_block_size = 1024, vertical_merge_algorithm_min_rows_to_activate = 1,
-    vertical_merge_algorithm_min_columns_to_activate = 1;
+    vertical_merge_algorithm_min_columns_to_activate = 1,
+    concurrent_part_removal_threshold = 1000000000;
 
 -- Ledger lines per workload, UTC day and cause, each naming the event that caused it, for 7
 -- years. cause is 'counterfactual' (the useful work, what the open claims asked for, at
@@ -101,7 +107,8 @@ PARTITION BY toYYYYMM(day)
 ORDER BY (workload_id, day, cause, event_id)
 TTL day + INTERVAL 7 YEAR
 SETTINGS merge_max_block_size = 1024, vertical_merge_algorithm_min_rows_to_activate = 1,
-    vertical_merge_algorithm_min_columns_to_activate = 1;
+    vertical_merge_algorithm_min_columns_to_activate = 1,
+    concurrent_part_removal_threshold = 1000000000;
 
 -- What the ledger priced from the rate cards (usage intervals, wasted work), with what else
 -- the price depends on (the useful vCPU of each piece of a usage interval), at its position in
@@ -129,7 +136,8 @@ PARTITION BY toYYYYMM(occurred_at)
 ORDER BY (pool_id, to_us, event_id, batch)
 TTL toDateTime(occurred_at) + INTERVAL 400 DAY
 SETTINGS merge_max_block_size = 1024, vertical_merge_algorithm_min_rows_to_activate = 1,
-    vertical_merge_algorithm_min_columns_to_activate = 1;
+    vertical_merge_algorithm_min_columns_to_activate = 1,
+    concurrent_part_removal_threshold = 1000000000;
 
 -- Facts refused past the allowed lateness (a rate card or reservation published too long after
 -- the moment it applies from): never priced, reported here and dead-lettered.
@@ -143,7 +151,8 @@ CREATE TABLE IF NOT EXISTS late_facts (
     allowed_s       Int64,
     reason          String
 ) ENGINE = ReplacingMergeTree
-ORDER BY (event_id);
+ORDER BY (event_id)
+SETTINGS concurrent_part_removal_threshold = 1000000000;
 
 -- Where the ledger has read up to, per partition (inserted after the batch's rows: a crash in
 -- between re-inserts the batch, which the sorting keys above collapse).
@@ -153,7 +162,8 @@ CREATE TABLE IF NOT EXISTS consumed_offsets (
     partition   UInt32,
     next_offset UInt64
 ) ENGINE = ReplacingMergeTree(next_offset)
-ORDER BY (projection_name, topic, partition);
+ORDER BY (projection_name, topic, partition)
+SETTINGS concurrent_part_removal_threshold = 1000000000;
 
 -- Net saving per workload and day: the counterfactual minus every cost line.
 CREATE VIEW IF NOT EXISTS net_saving AS

@@ -6,4 +6,5 @@ CREATE TABLE IF NOT EXISTS consumed_topics (
     topic_id    String,
     recorded_at DateTime64(6, 'UTC')
 ) ENGINE = ReplacingMergeTree(recorded_at)
-ORDER BY (projection_name, topic);
+ORDER BY (projection_name, topic)
+SETTINGS concurrent_part_removal_threshold = 1000000000;

@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS ledger_batches (
     batch           UInt64,
     starts          String
 ) ENGINE = ReplacingMergeTree(batch)
-ORDER BY (projection_name);
+ORDER BY (projection_name)
+SETTINGS concurrent_part_removal_threshold = 1000000000;
 
 -- Ledgers made before this file have no `batch` columns: `writer.apply_ddl` adds them (to the
 -- lines, and to the end of the priced facts' sorting key).
