@@ -88,7 +88,7 @@ def catch_up_side_by_side(
             ours = catch_up_together(
                 log, codec, region, here, on_progress=progress, letters_for=which
             )
-            theirs = child.result(lambda: on_progress(child.with_progress(None)))
+            theirs = child.result(lambda: on_progress(child.with_progress()))
     finally:
         child.stop()
     by_name = {r.projection: r for r in [theirs, *ours]}
@@ -110,6 +110,7 @@ class _Child:
         self._process.start()
         child_end.close()
         self._progress: Progress | None = None
+        self._ours: Progress | None = None
         self._report: RunReport | None = None
 
     def poll(self, timeout_s: float = 0.0) -> None:
@@ -128,9 +129,10 @@ class _Child:
             else:
                 raise _error(body)
 
-    def with_progress(self, ours: Progress | None) -> Progress:
-        """Our reading's progress (None: done) and the child's, summed."""
-        parts = [p for p in (ours, self._progress) if p is not None]
+    def with_progress(self, ours: Progress | None = None) -> Progress:
+        """Our reading's progress (the last given, when None) and the child's, summed."""
+        self._ours = ours or self._ours
+        parts = [p for p in (self._ours, self._progress) if p is not None]
         totals = [p.records_total for p in parts]
         return Progress(
             sum(p.records_read for p in parts),
