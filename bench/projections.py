@@ -31,8 +31,11 @@ an embedded log under a temporary home. Every path decodes the same raw records:
   (outside the clocks: every row's text hashed and summed, per table) and compared.
 - `--only fleet` or `--only ledger` measures that projection and its bare loop alone (the
   other's rounds skipped; with `--only ledger --no-rebuild` no PostgreSQL is started).
-- rebuild: `spotcap rebuild all` (the merged history read once, each batch to both writers),
-  wall time and this process's CPU. `--rounds 0` runs only the simulation and the rebuild.
+- rebuild: `spotcap rebuild all` (each projection in a process of its own reading the history
+  for itself, `projections.side_by_side`; with `--one-reading`, as before it: the merged history
+  read once in this process, each batch to both writers), wall time and CPU (this process's and
+  its children's, not PostgreSQL's backend). `--rounds 0` runs only the simulation and the
+  rebuild.
 
 A projection's batches are written behind the decoding of the next (`WriteBehind`, as
 `catch_up` and so a rebuild write them; the ledger's batches are prepared on the decoding
@@ -52,9 +55,11 @@ measures the neighbours as much as the code, and the CPU ratio is the one that r
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -83,7 +88,7 @@ from schemas.events import Envelope
 from sim.demo import run_demo
 from sim.region import SimConfig
 from streams.embedded import EmbeddedLog
-from streams.log import Record
+from streams.log import EventLog, Record
 from streams.topics import topic_name
 
 
@@ -97,6 +102,11 @@ def read_records(log: EmbeddedLog, region: str, topics: tuple[str, ...]) -> list
     consumer.close()
     records.sort(key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
     return records
+
+
+def open_home_log(home: Path) -> tuple[EventLog, Codec]:
+    """The simulated region's log and a codec: what the rebuild's fleet-state process opens."""
+    return EmbeddedLog(home / "log"), Codec()
 
 
 def decoded(codec: Codec, batch: list[Record]) -> list[tuple[Origin, Envelope]]:
@@ -528,6 +538,11 @@ def main() -> None:
     )
     parser.add_argument("--no-rebuild", action="store_true", help="skip `rebuild all`")
     parser.add_argument(
+        "--one-reading",
+        action="store_true",
+        help="rebuild both from one reading in one process (as before the side-by-side rebuild)",
+    )
+    parser.add_argument(
         "--only", choices=("fleet", "ledger"), help="this projection (and its bare loop) only"
     )
     args = parser.parse_args()
@@ -546,6 +561,7 @@ def main() -> None:
                 log = EmbeddedLog(home / "log")
                 clock = Clock()
                 clock.start()
+                children_s, load_at_start = _children_cpu_s(), os.getloadavg()[0]
                 reports = run_projections(
                     log,
                     Codec(),
@@ -553,8 +569,10 @@ def main() -> None:
                     Stores(home, dsn or None),
                     ("fleet", "ledger"),
                     fresh=True,
+                    opener=None if args.one_reading else functools.partial(open_home_log, home),
                 )
                 rebuild_s, rebuild_cpu_s = clock.stop()
+                children_s = _children_cpu_s() - children_s
                 log.close()
         finally:
             if pg is not None:
@@ -565,11 +583,19 @@ def main() -> None:
         same_rows("ledger", LEDGER_SUMS)
     if not args.no_rebuild:
         events = sum(r.events for r in reports)
+        how = "the history read once" if args.one_reading else "each in a process of its own"
         print(
             f"\nrebuild all ({args.days:g} days, {events:,} events applied over both "
-            f"projections, the history read once): {rebuild_s:,.1f} s, "
-            f"{rebuild_cpu_s:,.1f} s of this process's CPU"
+            f"projections, {how}): {rebuild_s:,.1f} s, {rebuild_cpu_s:,.1f} s of this "
+            f"process's CPU and {children_s:,.1f} s of its children's; load average "
+            f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
         )
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's ended (waited for) children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

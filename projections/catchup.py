@@ -228,6 +228,7 @@ def catch_up_together(
     on_progress: Callable[[Progress], None] | None = None,
     batch_events: int = BATCH_EVENTS,
     following: Following | None = None,
+    letters_for: Sequence[Which] | None = None,
 ) -> list[RunReport]:
     """`catch_up` for several writers that read the same topics from the same stored offsets
     (a rebuild of both projections), up to the log's end offsets now, or with `following` to
@@ -237,8 +238,9 @@ def catch_up_together(
     prepared (the ledger prices a batch and makes its tables on this thread: one thread of
     Python at a time, and the writer thread's time is mostly the stores' own).
     A record that cannot be decoded is dead-lettered once, by ``projection/<names joined by
-    +>``. Each report's seconds are its own writes plus the shared reading that the writes did
-    not hide."""
+    +>`` (the names of `letters_for`, by default the writers'; with none it is skipped: another
+    reading of the same records dead-letters it). Each report's seconds are its own writes plus
+    the shared reading that the writes did not hide."""
     assert writers, "no writer to catch up"
     for writer in writers:
         writer.check_log(log, region)
@@ -248,6 +250,7 @@ def catch_up_together(
             raise ValueError("writers caught up together must read the same topics and offsets")
     producer = OnDemandProducer(log)  # takes the embedded log's writer lock only to write
     names = "+".join(w.which for w in writers)
+    letters = names if letters_for is None else "+".join(letters_for)
     dead_letters = {
         w.which: DeadLetters(producer, codec, region, f"projection/{w.which}") for w in writers
     }
@@ -259,7 +262,9 @@ def catch_up_together(
         topics,
         start=start,
         until="end" if following is None else following,
-        dead_letters=DeadLetters(producer, codec, region, f"projection/{names}"),
+        dead_letters=DeadLetters(producer, codec, region, f"projection/{letters}")
+        if letters
+        else None,
         poll_records=POLL_RECORDS,
         buffer_per_partition=BUFFER_PER_PARTITION,
     )
@@ -407,13 +412,24 @@ def run_projections(
     fresh: bool,
     show: ShowProgress | None = None,
     following: Following | None = None,
+    opener: Callable[[], tuple[EventLog, Codec]] | None = None,
 ) -> list[RunReport]:
     """Catch up (or, with `fresh`, rebuild) each projection of `which`. Projections that start
-    from the same offsets (always, in a rebuild) share one read of the history. `following`:
-    a writer still appending to the log, followed to its end (`catch_up_together`)."""
+    from the same offsets (always, in a rebuild) share one read of the history, or, given an
+    `opener` of the log (picklable), are caught up side by side, each in a process of its own
+    reading for itself (`projections.side_by_side`: on two cores, in about two thirds of the
+    time). `following`: a writer still appending to the log, followed to its end
+    (`catch_up_together`)."""
     writers = [open_writer(stores, name, fresh=fresh) for name in which]
     reports: list[RunReport] = []
     for group in _read_together(writers):
+        if opener is not None and following is None and len(group) > 1:
+            from projections.side_by_side import catch_up_side_by_side
+
+            reports += catch_up_side_by_side(
+                log, codec, region, stores, group, opener=opener, show=show or _silent
+            )
+            continue
         with (show or _silent)([w.which for w in group]) as on_progress:
             reports += catch_up_together(
                 log, codec, region, group, on_progress=on_progress, following=following

@@ -1,10 +1,10 @@
-"""`spotcap project` and `spotcap rebuild`: materialise the projections from the log
-(`projections.catchup`)."""
+"""`spotcap project` and `spotcap rebuild`: the projections from the log (`projections.catchup`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import closing, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from spotcap.cli.output import emit_json, progress, say
 from spotcap.config import Settings
 from spotcap.fail import fail
 from spotcap.home import hold_home
-from spotcap.wiring import describe_log, make_codec, open_log, stores
+from spotcap.wiring import describe_log, make_codec, open_log, open_log_and_codec, stores
 from streams.log import LogError
 
 
@@ -35,10 +35,7 @@ def show_progress(fresh: bool, quiet: bool) -> ShowProgress:
             task = shown.add_task(label, total=None)
             yield lambda p: shown.update(task, completed=p.records_read, total=p.records_total)
 
-    def factory(which: Sequence[Which]) -> AbstractContextManager[Callable[[Any], None]]:
-        return bar(which)
-
-    return factory
+    return bar
 
 
 def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
@@ -54,6 +51,7 @@ def _run(settings: Settings, what: str, *, fresh: bool, as_json: bool) -> None:
                 PROJECTIONS[what],
                 fresh=fresh,
                 show=show_progress(fresh, as_json),
+                opener=partial(open_log_and_codec, settings),  # each projection reads apart
             )
         except (StoreError, FleetDatabaseError, LedgerError, LogError) as error:
             fail(str(error))
