@@ -76,7 +76,7 @@ def prepare(home: Path, days: float) -> None:
     done = home / "prepared"
     # The log is made again when the envelope's schema changed since (an older log's records
     # would be skipped by the project's export as of a schema this build does not know).
-    made_for = f"{Codec().fingerprint:016x}\n"
+    made_for = f"{days:g} days, schema {Codec().fingerprint:016x}\n"
     if done.exists() and done.read_text() == made_for:
         return
     if home.exists():
@@ -218,7 +218,7 @@ def _cpu_s() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def _spread(values: list[float], fmt: str) -> str:
+def spread(values: list[float], fmt: str) -> str:
     lo, hi = fmt.format(min(values)), fmt.format(max(values))
     return f"{fmt.format(statistics.median(values))} ({lo}-{hi})"
 
@@ -284,10 +284,10 @@ def main() -> None:
     say(f"{'':<10} {'events/s, median (range)':>28} {'per CPU-second':>28}")
     for side in ("project", "bare"):
         say(
-            f"{side:<10} {_spread(rates[side], '{:,.0f}'):>28} "
-            f"{_spread(cpu_rates[side], '{:,.0f}'):>28}"
+            f"{side:<10} {spread(rates[side], '{:,.0f}'):>28} "
+            f"{spread(cpu_rates[side], '{:,.0f}'):>28}"
         )
-    say(f"{'ratio':<10} {_spread(ratios, '{:.2f}'):>28} {_spread(cpu_ratios, '{:.2f}'):>28}")
+    say(f"{'ratio':<10} {spread(ratios, '{:.2f}'):>28} {spread(cpu_ratios, '{:.2f}'):>28}")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,6 @@ alone); the median and range over the rounds are printed.
 
 from __future__ import annotations
 
-import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import replay_bare, replay_parquet_bare, replay_sql_bare
-from projections.catchup import catch_up, open_writer
+from bench.export import prepare, say, spread
 from projections.ledger.store import ChdbStore
 from projections.ledger.writer import LEDGER_TOPICS
 from projections.stores import Stores
@@ -45,42 +43,12 @@ from replay.run import replay_clickhouse, replay_python
 from replay.sql import LEDGER_RELATIONS, ParquetMonth, parquet_relations
 from schemas.catalogue import envelope_schema
 from schemas.codec import Codec
-from sim.demo import run_demo
-from sim.region import SimConfig
 from streams.embedded import EmbeddedLog
 from streams.merged import MergedHistory
 
 REGION = "dev"
 Amounts = dict[tuple[str, int, str], int]
 Side = Callable[[], tuple[int, Amounts]]
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
-def prepare(home: Path, days: float) -> None:
-    """A demo of `days` days of the default region (seed 1) and its ledger under `home`."""
-    done = home / "prepared"
-    made_for = f"{days:g} days, schema {Codec().fingerprint:016x}\n"
-    if done.exists() and done.read_text() == made_for:
-        return
-    if home.exists():
-        shutil.rmtree(home)
-    home.mkdir(parents=True)
-    say(f"simulating {days:g} days of the default region under {home} ...")
-    started = time.monotonic()
-    log = EmbeddedLog(home / "log")
-    try:
-        config = SimConfig(seed=1, days=days, region=REGION)
-        run_demo(log, Codec(), home / "log" / "_runs", config, compare=False)
-        say(f"  {time.monotonic() - started:.0f} s; bringing the ledger up to date ...")
-        started = time.monotonic()
-        catch_up(log, Codec(), REGION, open_writer(Stores(home), "ledger"))
-    finally:
-        log.close()
-    say(f"  {time.monotonic() - started:.0f} s")
-    done.write_text(made_for)
 
 
 def python_engine(home: Path) -> tuple[int, Amounts]:
@@ -102,11 +70,6 @@ def clickhouse_engine(store: ChdbStore) -> tuple[int, Amounts]:
     rule = load_rule(shipped_rule_path("recorded"))
     result = replay_clickhouse(store, LEDGER_RELATIONS, rule)
     return result.events, result.amounts
-
-
-def _spread(values: list[float], fmt: str) -> str:
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return f"{fmt.format(statistics.median(values))} ({lo}-{hi})"
 
 
 def measure(name: str, engine: Side, bare: Side, rounds: int) -> None:
@@ -140,8 +103,8 @@ def measure(name: str, engine: Side, bare: Side, rounds: int) -> None:
     for side in ("engine", "bare"):
         rate_wall = [events / s for s in wall[side]]
         rate_cpu = [events / s for s in cpu[side]]
-        say(f"{side:<8} {_spread(rate_wall, '{:,.0f}'):>32} {_spread(rate_cpu, '{:,.0f}'):>28}")
-    wall_ratio, cpu_ratio = _spread(ratios["wall"], "{:.2f}"), _spread(ratios["cpu"], "{:.2f}")
+        say(f"{side:<8} {spread(rate_wall, '{:,.0f}'):>32} {spread(rate_cpu, '{:,.0f}'):>28}")
+    wall_ratio, cpu_ratio = spread(ratios["wall"], "{:.2f}"), spread(ratios["cpu"], "{:.2f}")
     say(f"{'ratio':<8} {wall_ratio:>32} {cpu_ratio:>28}\n")
 
 

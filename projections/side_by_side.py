@@ -39,7 +39,7 @@ from projections.catchup import (
 )
 from projections.stores import Stores
 from schemas.codec import Codec
-from streams.children import die_with_parent
+from streams.children import die_with_parent, name_process
 from streams.log import EventLog
 from streams.merged import Progress
 
@@ -183,11 +183,7 @@ def _fleet(parent_pid: int, conn: Any, opener: Opener, region: str, stores: Stor
     """In the child: the fleet state brought up to the log's end; its progress, then its
     report or its error, sent to the parent."""
     die_with_parent(parent_pid)
-    try:
-        with open("/proc/self/comm", "w") as comm:  # as `ps` and bench/demo.py show it
-            comm.write(CHILD_NAME)
-    except OSError:
-        pass
+    name_process(CHILD_NAME)
     try:
         log, codec = opener()
         sent = [0.0]

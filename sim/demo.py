@@ -30,14 +30,13 @@ from sim.clock import DAY_US, HOUR_US
 from sim.collector import fewer_collections
 from sim.fresh import fresh_plan, record_demo_ends
 from sim.loop import DecidersOrchestrator, owned_by
-from sim.materialise import name_process
 from sim.orchestration import Orchestrator
 from sim.orchestrator import BaselineOrchestrator
 from sim.record import RecordedRun, forget_run, record_run
 from sim.region import RegionSim, SimConfig, workload_contract_files
 from sim.report import EVIDENCE_HORIZON_US, DecisionSummary, comparison
 from sim.summary import RunSummary
-from streams.children import pool_initializer
+from streams.children import name_process, pool_initializer
 from streams.deciders.settings import DeciderSettings
 from streams.embedded import EmbeddedLog
 from streams.log import EventLog, UnknownTopicError

@@ -37,7 +37,7 @@ from projections.money import eur_string, eur_text
 from projections.stores import StoreError, Stores
 from schemas.codec import Codec
 from sim.collector import fewer_collections
-from streams.children import die_with_parent, pool_initializer
+from streams.children import die_with_parent, name_process, pool_initializer
 from streams.log import EventLog, LogError
 from streams.merged import Progress
 
@@ -63,16 +63,6 @@ class ProjectionsError(RuntimeError):
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
         self.hint = hint
-
-
-def name_process(name: str) -> None:
-    """Name this (child) process as `ps`, `top` and bench/demo.py show it (Linux; at most 15
-    characters are kept; elsewhere nothing happens)."""
-    try:
-        with open("/proc/self/comm", "w") as comm:
-            comm.write(name[:15])
-    except OSError:
-        pass
 
 
 def check_region(stores: Stores) -> None:

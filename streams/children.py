@@ -50,6 +50,16 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def name_process(name: str) -> None:
+    """Name this (child) process as `ps`, `top` and bench/demo.py show it (Linux; at most 15
+    characters are kept; elsewhere nothing happens)."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
+
+
 def pool_initializer(parent_pid: int, then: Callable[[], None] | None = None) -> None:
     """A `ProcessPoolExecutor` initializer (``initargs=(os.getpid(), then)``): `die_with_parent`,
     then `then` (picklable: a module-level function), if any."""

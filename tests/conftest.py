@@ -103,10 +103,10 @@ def openbao(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server
     yield from _serve(tmp_path_factory, "openbao", servers.start_openbao)
 
 
-@pytest.fixture
-def fleet(postgres: servers.Server) -> Iterator[Connection]:
-    """A migrated fleet-state schema of its own on the session's PostgreSQL (dropped after)."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
+def fleet_schema(postgres: servers.Server, prefix: str = "t") -> Iterator[Connection]:
+    """Body of a fixture: a migrated fleet-state schema of its own on `postgres`, named
+    `prefix` and a random suffix, dropped after."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     conn = connect(postgres.address, schema)
     migrate(conn, schema)
     try:
@@ -114,6 +114,12 @@ def fleet(postgres: servers.Server) -> Iterator[Connection]:
     finally:
         drop(conn, schema)
         conn.close()
+
+
+@pytest.fixture
+def fleet(postgres: servers.Server) -> Iterator[Connection]:
+    """A migrated fleet-state schema of its own on the session's PostgreSQL (dropped after)."""
+    yield from fleet_schema(postgres)
 
 
 @pytest.fixture(scope="session", autouse=True)

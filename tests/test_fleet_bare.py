@@ -6,21 +6,20 @@ merge into stored ones; and the check sees a row that differs."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from bench import fleet_bare
 from infra import servers
-from projections.postgres.connection import Connection, connect
-from projections.postgres.migrate import drop, migrate
+from projections.postgres.connection import Connection
 from projections.postgres.writer import FLEET_TOPICS, FleetWriter
 from schemas.catalogue import event_types
 from schemas.codec import Codec
 from schemas.errors import Origin
 from schemas.events import Envelope
 from streams.log import Record, new_record
+from tests.conftest import fleet_schema
 from tests.factories import example_envelope
 from tests.projection_support import sim_events
 
@@ -48,14 +47,7 @@ def _history() -> list[tuple[Origin, Envelope]]:
 
 @pytest.fixture
 def other(postgres: servers.Server) -> Iterator[Connection]:
-    schema = f"b_{uuid.uuid4().hex[:12]}"
-    conn = connect(postgres.address, schema)
-    migrate(conn, schema)
-    try:
-        yield conn
-    finally:
-        drop(conn, schema)
-        conn.close()
+    yield from fleet_schema(postgres, "b")
 
 
 def test_the_bare_loop_writes_the_projections_rows(fleet: Connection, other: Connection) -> None:

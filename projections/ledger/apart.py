@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from projections.ledger.store import ChdbStore, LedgerError, arrow_bytes, arrow_rows, arrow_table
-from streams.children import die_with_parent
+from streams.children import die_with_parent, name_process
 
 CHILD_NAME = "spotcap-ledger"
 _START_S = 300.0  # chdb's import and a ledger's loading: seconds on a loaded machine
@@ -157,11 +157,7 @@ def _serve(parent_pid: int, conn: Any, path: str) -> None:
     """In the child: answer requests until the pipe closes; each database's store opened on
     first use."""
     die_with_parent(parent_pid)
-    try:
-        with open("/proc/self/comm", "w") as comm:  # as `ps` and bench/demo.py show it
-            comm.write(CHILD_NAME)
-    except OSError:
-        pass
+    name_process(CHILD_NAME)
     stores: dict[str, ChdbStore] = {}
     conn.send(("ok", None))
     while True:
