@@ -74,7 +74,8 @@ def fresh_plan(log: EmbeddedLog, runs_dir: Path, region: str) -> tuple[str, str]
             f"run the demo with another --home or --region, or move {log.root} aside "
             "yourself if they may go",
         )
-    by = f" written by `{run.command}`" if run is not None else ""
+    # The command on a line of its own: a person reads the sentence at 80 columns.
+    by = f", written by\n  {run.command}" if run is not None else ""
     return f"--fresh replaces {total:,} records of region {region}{by}"
 
 

@@ -415,10 +415,12 @@ def projection_lines(report: dict[str, Any], home_args: str) -> list[str]:
     commands to paste, each with `home_args` (`` --home H --region R``) after ``spotcap``."""
     money = report["savings_micros"]
     share = money["net_saving"] / money["counterfactual"] if money["counterfactual"] else 0.0
+    # Short lines, each command on its own: a person reads them at 80 columns.
     lines = [
-        f"net saving {eur_text(money['net_saving'])} of a {eur_text(money['counterfactual'])} "
-        f"counterfactual ({share:.1%}), after {eur_text(money['cost'])} of costs; per workload: "
-        f"spotcap{home_args} report savings"
+        f"net saving {eur_text(money['net_saving'])}: {share:.1%} of a "
+        f"{eur_text(money['counterfactual'])} counterfactual,",
+        f"  after {eur_text(money['cost'])} of costs; per workload:",
+        f"  spotcap{home_args} report savings",
     ]
     if report["why_examples"]:
         lines.append("ask why something happened:")

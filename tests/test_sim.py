@@ -378,15 +378,22 @@ def test_the_projections_say_their_savings_and_why_commands() -> None:
         "why_examples": ["spotcap why i-1"],
     }
     assert projection_lines(report, " --home h") == [
-        "net saving €1,500.00 of a €2,000.00 counterfactual (75.0%), after €500.00 of costs;"
-        " per workload: spotcap --home h report savings",
+        "net saving €1,500.00: 75.0% of a €2,000.00 counterfactual,",
+        "  after €500.00 of costs; per workload:",
+        "  spotcap --home h report savings",
         "ask why something happened:",
         "  spotcap --home h why i-1",
     ]
     nothing = {"savings_micros": dict.fromkeys(("counterfactual", "cost", "net_saving"), 0)}
-    assert projection_lines({**nothing, "why_examples": []}, "")[0].endswith(
-        "(0.0%), after €0.00 of costs; per workload: spotcap report savings"
-    )
+    assert projection_lines({**nothing, "why_examples": []}, "") == [
+        "net saving €0.00: 0.0% of a €0.00 counterfactual,",
+        "  after €0.00 of costs; per workload:",
+        "  spotcap report savings",
+    ]
+    # A person reads them at 80 columns, even with a large history's amounts.
+    large = dict.fromkeys(("counterfactual", "cost", "net_saving"), -987_654_321_000_000)
+    lines = projection_lines({"savings_micros": large, "why_examples": []}, "")
+    assert max(len(line) for line in lines) <= 80
 
 
 def test_the_demos_inputs_are_checked_before_it_runs(tmp_path: Path) -> None:
